@@ -1,0 +1,83 @@
+"""GPU path: real vLLM speculative decoding with the draft, measured from vLLM's own metrics.
+
+Only runs where CUDA and vLLM are importable; elsewhere `unavailable_reason()` says why and the
+pipeline records the skip. Nothing here is ever simulated.
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+
+def unavailable_reason() -> str | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    if importlib.util.find_spec("vllm") is None:
+        return "vllm is not installed"
+    return None
+
+
+def _spec_metrics(llm) -> dict:
+    """Counters from LLM.get_metrics(): drafts, draft tokens, accepted tokens, accepted per position."""
+    out = {}
+    for m in llm.get_metrics():
+        if not m.name.startswith("vllm:spec_decode"):
+            continue
+        key = m.name.removeprefix("vllm:spec_decode_")
+        out[key] = list(m.values) if hasattr(m, "values") else getattr(m, "value", None)
+    return out
+
+
+def _tokens_per_s(llm, prompts: list, sampling, batch_size: int, rounds: int) -> float:
+    """Decode throughput at a fixed batch size, after one warm-up batch (compilation, caches)."""
+    batches = [[prompts[(r * batch_size + i) % len(prompts)] for i in range(batch_size)] for r in range(rounds + 1)]
+    llm.generate(batches[0], sampling, use_tqdm=False)
+    t0, tokens = time.perf_counter(), 0
+    for batch in batches[1:]:
+        tokens += sum(len(o.outputs[0].token_ids) for o in llm.generate(batch, sampling, use_tqdm=False))
+    return tokens / (time.perf_counter() - t0)
+
+
+def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[int]], k: int, max_tokens: int,
+            temperature: float, gpu_memory_utilization: float, max_model_len: int,
+            batch_sizes: tuple[int, ...] = (1, 32)) -> dict:
+    """tokens/s with and without the draft at each batch size, plus vLLM's acceptance counters."""
+    import gc
+
+    import torch
+    from vllm import LLM, SamplingParams
+
+    sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=0)
+    prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
+    result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature}
+    configs = [("baseline", None)]
+    if draft_dir:
+        configs.append(("speculative", {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": k}))
+    for label, spec in configs:
+        kw = dict(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                  disable_log_stats=False, seed=0)
+        if spec:
+            kw["speculative_config"] = spec
+        llm = LLM(**kw)
+        for bs in batch_sizes:
+            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(llm, prompts, sampling, bs, rounds=8 if bs == 1 else 2)
+        if spec:
+            m = _spec_metrics(llm)
+            result["vllm_metrics"] = m
+            drafted, accepted = m.get("num_draft_tokens"), m.get("num_accepted_tokens")
+            if drafted:
+                result["acceptance_rate"] = accepted / drafted
+                per_pos = m.get("num_accepted_tokens_per_pos")
+                drafts = m.get("num_drafts")
+                if per_pos and drafts:
+                    result["accepted_per_position"] = [a / drafts for a in per_pos]
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
+    for bs in batch_sizes:
+        if f"speculative_tokens_per_s_bs{bs}" in result:
+            result[f"measured_speedup_bs{bs}"] = (result[f"speculative_tokens_per_s_bs{bs}"]
+                                                  / result[f"baseline_tokens_per_s_bs{bs}"])
+    return result

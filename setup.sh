@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Create .venv and install the project from its own files (CPU torch from the local wheel first).
+set -euo pipefail
+cd "$(dirname "$0")"
+python3 -m venv .venv
+. .venv/bin/activate
+python -m pip install -q --upgrade pip
+# 2.13.0 is the CPU build on local disk; installing it first keeps pip from pulling CUDA wheels.
+python -m pip install -q torch==2.13.0
+python -m pip install -q -e ".[dev]"

@@ -1,0 +1,30 @@
+"""Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
+import sys
+from pathlib import Path
+
+from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.data import read_split
+from pipeline.formatting import full_text
+from pipeline.io import atomic_dir, write_json
+from pipeline.loading import load_tokenizer
+from pipeline.quantize import quantize_model
+
+TARGET = Path("artifacts/models/target")
+
+
+@one_line_errors
+def main(variant: str) -> None:
+    p = load_params()
+    spec = enabled_variant(p, variant)
+    tokenizer = load_tokenizer(TARGET)
+    # Calibrate on the domain's own traffic, formatted as the served model sees it.
+    texts = [full_text(tokenizer, m) for m in read_split("artifacts/data/calibration.jsonl")]
+    with atomic_dir(Path("artifacts/quantized") / variant) as tmp:
+        metrics = quantize_model(TARGET, tmp, variant, spec, texts, p["quantize"]["calibration"])
+    write_json(f"metrics/quantize-{variant}.json", metrics)
+    print(f"quantize {variant}: {metrics['wall_time_s']} s, {metrics['size_before_mb']} MB -> "
+          f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
