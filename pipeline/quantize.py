@@ -1,15 +1,21 @@
 """Quantize a target with llm-compressor's oneshot and save it in compressed-tensors format."""
 from __future__ import annotations
 
+import contextlib
 import resource
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.recipes import build_recipe, needs_calibration, validate_spec, weight_group_size
+from pipeline.recipes import CALIBRATION_KEYS, build_recipe, validate_spec, weight_group_size
 from pipeline.sizes import dir_size
+
+# llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
+# sequential for recipes that calibrate, datafree for the rest.
+PIPELINES = ("sequential", "basic", "datafree", "independent")
 
 
 def compute_setup() -> tuple[str, torch.dtype]:
@@ -17,101 +23,161 @@ def compute_setup() -> tuple[str, torch.dtype]:
     return ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
 
 
-def guard_awq_on_cpu() -> None:
-    """llm-compressor 0.14's AWQ pins cached activations (IntermediatesCache.pin_memory) to speed
-    host->device copies; pinning needs an accelerator and raises on a CPU-only host. With no
-    device to copy to, pinning buys nothing, so make it a no-op there (only there)."""
-    if torch.cuda.is_available():
+@contextlib.contextmanager
+def awq_pinning_off_without_accelerator():
+    """llm-compressor 0.14's AWQ pins its cached activations before the smoothing grid search
+    (AWQModifier._apply_smoothing -> IntermediatesCache.pin_memory, added by
+    https://github.com/vllm-project/llm-compressor/pull/2813 for faster host->GPU copies;
+    src/llmcompressor/modifiers/transform/awq/base.py). torch can only pin memory when an
+    accelerator exists ("Cannot access accelerator device when none is available"), so AWQ
+    crashes on a CPU-only host. With nothing to copy to, pinning buys nothing: make it a no-op
+    there, for the duration of the run only. Hosts with an accelerator keep the real pinning."""
+    if torch.accelerator.is_available():
+        yield
         return
     from llmcompressor.pipelines.cache import IntermediatesCache
 
+    original = IntermediatesCache.pin_memory
     IntermediatesCache.pin_memory = lambda self, batch_index, input_names=None: None
+    try:
+        yield
+    finally:
+        IntermediatesCache.pin_memory = original
 
 
 def check_group_size(model: torch.nn.Module, group_size: int | None, ignore: list[str]) -> None:
-    """INT4 group quantization needs every quantized layer's input width divisible by the group."""
+    """INT4 group quantization (and vLLM's kernels) need every quantized layer's input width
+    divisible by the group; checked before calibration rather than after it."""
     if not group_size:
         return
-    for name, module in model.named_modules():
-        if isinstance(module, torch.nn.Linear) and not any(name.endswith(i) for i in ignore):
-            if module.in_features % group_size:
-                raise PipelineError(f"group_size {group_size} does not divide the input width {module.in_features} "
-                                    f"of layer {name}; pick a divisor of the layer widths")
+    from compressed_tensors.utils import match_named_modules
+
+    # The same target/ignore matching the recipe uses, so `re:` patterns and class names work.
+    for name, module in match_named_modules(model, ["Linear"], ignore):
+        if module.in_features % group_size:
+            raise PipelineError(f"group_size {group_size} does not divide the input width {module.in_features} "
+                                f"of layer {name}; pick a divisor of the layer widths or add the layer to ignore")
 
 
-def check_traceable(model: torch.nn.Module, sequential_targets: list[str] | None) -> None:
-    """Calibrated recipes run llm-compressor's sequential pipeline, which splits the model at its
-    decoder-layer class; an architecture that declares none can't be traced without help."""
-    if not sequential_targets and not getattr(model, "_no_split_modules", None):
-        raise PipelineError(f"architecture {type(model).__name__} declares no decoder-layer class that "
-                            "llm-compressor can trace; set quantize.sequential_targets to its layer class name")
+@contextlib.contextmanager
+def tracing_failures_as_pipeline_errors(architecture: str):
+    """The sequential pipeline traces the model into one subgraph per decoder layer with torch.fx;
+    an architecture whose forward it can't trace fails there with a long multi-line error.
+    Turn exactly that failure (raised under llm-compressor's trace_subgraphs) into one line."""
+    try:
+        yield
+    except Exception as e:
+        if not any(frame.f_code.co_name == "trace_subgraphs" and "llmcompressor" in frame.f_code.co_filename
+                   for frame, _ in traceback.walk_tb(e.__traceback__)):
+            raise
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
+        raise PipelineError(f"llm-compressor cannot trace {architecture} for its layer-by-layer (sequential) "
+                            f"calibration ({reason}); set quantize.calibration.pipeline: basic to calibrate the "
+                            "whole model in one pass (it must fit in memory)") from None
 
 
-def peak_memory_mb() -> float:
+def calibration_settings(cfg: dict, spec: dict) -> dict:
+    """quantize.calibration with the variant's own num_samples / max_seq_length on top."""
+    settings = {**cfg, **{k: spec[k] for k in CALIBRATION_KEYS if k in spec}}
+    if settings.get("pipeline") not in (None, *PIPELINES):
+        raise PipelineError(f"quantize.calibration.pipeline must be one of {list(PIPELINES)} or null, "
+                            f"got {settings['pipeline']!r}")
+    return settings
+
+
+def load_for_quantization(model_dir: Path, device: str, dtype: torch.dtype, offload: bool):
+    """offload: weights stay in CPU RAM (spilling to disk past free RAM) through compressed-tensors'
+    offloading, and llm-compressor's sequential pipeline onloads one decoder layer at a time onto
+    the GPU, so a model larger than GPU memory quantizes. Otherwise the whole model sits on device."""
+    from transformers import AutoModelForCausalLM
+
+    if offload:
+        from compressed_tensors.offload import load_offloaded_model
+
+        with load_offloaded_model():
+            return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map="auto_offload",
+                                                        trust_remote_code=False)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
+
+
+def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
+    """Token ids, truncated to max_seq_length. Texts formatted by a chat template already carry
+    its special tokens (BOS), so the tokenizer must not add them again."""
+    from datasets import Dataset
+
+    enc = tokenizer(texts, add_special_tokens=not tokenizer.chat_template, truncation=True, max_length=max_seq_length)
+    return Dataset.from_dict({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]})
+
+
+def peak_memory() -> dict:
+    """Peak host RSS of this process (so run one variant per process to compare them), and GPU."""
+    peak = {"peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}  # Linux: KiB
     if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+        peak["peak_gpu_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return peak
 
 
 def quantize_model(model_dir: Path, out_dir: Path, name: str, spec: dict, calibration_texts: list[str],
                    cfg: dict) -> dict:
     """Run the variant's recipe and save a compressed checkpoint into out_dir (which must be new/temp).
 
-    cfg: num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload (see params.yaml).
+    cfg: num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload (see params.yaml);
+    the spec may override num_samples and max_seq_length.
     """
     from llmcompressor import oneshot
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer
 
     validate_spec(name, spec)
+    cfg = calibration_settings(cfg, spec)
     device, dtype = compute_setup()
-    ignore = sorted(set(cfg.get("ignore", [])) | set(spec.get("ignore", [])))
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    saved_dtype = AutoConfig.from_pretrained(model_dir).dtype
-    # offload: let accelerate place what doesn't fit on the GPU in CPU RAM; the sequential
-    # pipeline then onloads one decoder layer at a time, so models larger than the GPU quantize.
-    device_map = "auto" if (device == "cuda" and cfg.get("offload")) else None
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map=device_map)
-    if device == "cuda" and device_map is None:
-        model.to(device)
+    ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.get("ignore", [])))
+    recipe = build_recipe(name, spec, ignore)
+    calibrate = any(m.requires_calibration_data for m in recipe)
+    if calibrate and not calibration_texts:
+        raise PipelineError(f"variant {name!r} needs calibration data but the calibration split is empty")
+
+    t0 = time.perf_counter()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
+    saved_dtype = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).dtype
+    model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")))
     check_group_size(model, weight_group_size(spec), ignore)
-    calibrate = needs_calibration(spec)
-    if calibrate:
-        check_traceable(model, cfg.get("sequential_targets"))
-    if spec["algorithm"] == "awq":
-        guard_awq_on_cpu()
 
     kwargs = {}
     if calibrate:
-        from datasets import Dataset
-
-        if not calibration_texts:
-            raise PipelineError(f"variant {name!r} needs calibration data but the calibration split is empty")
         texts = calibration_texts[: cfg["num_samples"]]
-        kwargs = dict(dataset=Dataset.from_dict({"text": texts}), num_calibration_samples=len(texts),
-                      max_seq_length=cfg["max_seq_length"], shuffle_calibration_samples=False)
-        if cfg.get("pipeline"):
-            kwargs["pipeline"] = cfg["pipeline"]
-        if cfg.get("sequential_targets"):
-            kwargs["sequential_targets"] = cfg["sequential_targets"]
-    size_before = dir_size(model_dir, suffix=".safetensors")
-    t0 = time.perf_counter()
-    oneshot(model=model, tokenizer=tokenizer, recipe=build_recipe(name, spec, ignore), **kwargs)
-    wall = time.perf_counter() - t0
+        kwargs = dict(dataset=calibration_dataset(tokenizer, texts, cfg["max_seq_length"]),
+                      num_calibration_samples=len(texts), max_seq_length=cfg["max_seq_length"],
+                      shuffle_calibration_samples=False)
+        kwargs |= {k: cfg[k] for k in ("pipeline", "sequential_targets") if cfg.get(k)}
+    t1 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
+        if spec["algorithm"] == "awq":
+            stack.enter_context(awq_pinning_off_without_accelerator())
+        oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
+    oneshot_s = time.perf_counter() - t1
     # Calibration ran in float32 on CPU; store the unquantized tensors (embeddings, norms,
     # scales) in the checkpoint's own dtype, as a GPU run would.
     if isinstance(saved_dtype, torch.dtype) and saved_dtype != dtype:
         model.to(saved_dtype)
     model.save_pretrained(out_dir, save_compressed=True)
     tokenizer.save_pretrained(out_dir)
-    size_after = dir_size(out_dir, suffix=".safetensors")
+    wall = time.perf_counter() - t0
+
+    size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
         "variant": name,
         "algorithm": spec["algorithm"],
         "scheme": spec["scheme"],
+        "group_size": weight_group_size(spec),
+        "kv_cache": spec.get("kv_cache"),
         "device": device,
         "calibration_samples": len(kwargs.get("dataset", [])),
         "wall_time_s": round(wall, 2),
-        "peak_memory_mb": round(peak_memory_mb(), 1),
+        "oneshot_time_s": round(oneshot_s, 2),
+        **peak_memory(),
         "size_before_mb": round(size_before / 2**20, 3),
         "size_after_mb": round(size_after / 2**20, 3),
         "compression_ratio": round(size_before / size_after, 3),

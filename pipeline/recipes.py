@@ -1,8 +1,9 @@
-"""Variant specs from params.yaml -> llm-compressor modifier lists (the recipe).
+"""Variant specs from params.yaml -> llm-compressor 0.14 modifier lists (the recipe).
 
 A variant spec names an `algorithm` (awq, gptq, rtn) and a compressed-tensors preset
-`scheme`; everything else passes straight through as overrides (group size, dampening,
-actorder, ignore list, kv-cache scheme), the way llm-compressor's own recipes do.
+`scheme`; everything else passes straight through as overrides (group size, ignore list,
+kv-cache scheme, the algorithm's own knobs, calibration sample count and length), the way
+llm-compressor's own recipes do.
 """
 from __future__ import annotations
 
@@ -11,26 +12,54 @@ from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_
 
 from pipeline.errors import PipelineError
 
-ALGORITHMS = ("awq", "gptq", "rtn")
+# Knobs each algorithm's modifier takes (GPTQModifier / AWQModifier fields); rtn is plain
+# QuantizationModifier: round-to-nearest weights plus observed activation scales.
+ALGORITHM_KEYS = {
+    "gptq": ("actorder", "dampening_frac", "block_size"),
+    "awq": ("duo_scaling", "n_grid", "offload_device"),
+    "rtn": (),
+}
+ALGORITHMS = tuple(ALGORITHM_KEYS)
+# What GPTQ 0.14 runs: weight-ordered columns ("static" is its alias) or none; the old "group"
+# (dynamic) ordering is deprecated and would only fail after calibration.
+GPTQ_ACTORDERS = (None, "static", "weight")
+# Per-variant overrides of quantize.calibration.
+CALIBRATION_KEYS = ("num_samples", "max_seq_length")
 # FP8 KV cache with calibrated per-tensor scales: lets vLLM serve with kv_cache_dtype=fp8.
 KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
                             "symmetric": True}}
-# Keys of a variant spec that shape the scheme or the modifiers; anything else is a typo.
-SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "actorder", "dampening_frac",
-             "block_size", "duo_scaling", "n_grid", "offload_device"}
+# Keys of a variant spec; anything else is a typo.
+SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", *CALIBRATION_KEYS,
+             *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
 
 
 def validate_spec(name: str, spec: dict) -> None:
+    if not isinstance(spec, dict):
+        raise PipelineError(f"variant {name!r}: expected a mapping of recipe keys, got {spec!r}")
     unknown = set(spec) - SPEC_KEYS
     if unknown:
         raise PipelineError(f"variant {name!r}: unknown recipe keys {sorted(unknown)} (known: {sorted(SPEC_KEYS)})")
-    if spec.get("algorithm") not in ALGORITHMS:
-        raise PipelineError(f"variant {name!r}: algorithm must be one of {ALGORITHMS}, got {spec.get('algorithm')!r}")
+    algorithm = spec.get("algorithm")
+    if algorithm not in ALGORITHMS:
+        raise PipelineError(f"variant {name!r}: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    foreign = [k for a, keys in ALGORITHM_KEYS.items() if a != algorithm for k in keys if k in spec]
+    if foreign:
+        raise PipelineError(f"variant {name!r}: {sorted(foreign)} do not apply to algorithm {algorithm!r} "
+                            f"(its keys: {list(ALGORITHM_KEYS[algorithm]) or 'none'})")
     if spec.get("scheme") not in PRESET_SCHEMES:
         raise PipelineError(f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
                             f"(compressed-tensors presets: {', '.join(sorted(PRESET_SCHEMES))})")
     if spec.get("kv_cache") not in (None, *KV_CACHE_SCHEMES):
         raise PipelineError(f"variant {name!r}: kv_cache must be one of {list(KV_CACHE_SCHEMES)} or absent")
+    if spec.get("actorder") not in GPTQ_ACTORDERS:
+        raise PipelineError(f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got {spec['actorder']!r}")
+    for key in ("group_size", *CALIBRATION_KEYS):
+        value = spec.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+            raise PipelineError(f"variant {name!r}: {key} must be a positive integer, got {value!r}")
+    ignore = spec.get("ignore", [])
+    if not isinstance(ignore, list) or not all(isinstance(i, str) for i in ignore):
+        raise PipelineError(f"variant {name!r}: ignore must be a list of module names or patterns")
 
 
 def scheme_for(spec: dict):
@@ -38,7 +67,7 @@ def scheme_for(spec: dict):
     scheme = preset_name_to_scheme(spec["scheme"], ["Linear"])
     if spec.get("group_size") is not None:
         if scheme.weights is None or scheme.weights.strategy != "group":
-            raise PipelineError(f"group_size applies to grouped schemes only, not {spec['scheme']}")
+            raise PipelineError(f"group_size applies to grouped schemes only (e.g. W4A16), not {spec['scheme']}")
         scheme.weights.group_size = int(spec["group_size"])
     return scheme
 
@@ -48,31 +77,40 @@ def weight_group_size(spec: dict) -> int | None:
     return scheme.weights.group_size if scheme.weights is not None and scheme.weights.strategy == "group" else None
 
 
-def build_recipe(name: str, spec: dict, default_ignore: list[str]) -> list:
-    """Modifier list for oneshot(); imports are local so `--help` paths stay fast."""
+def _one_line(error: ValueError) -> str:
+    """pydantic's ValidationError (a ValueError) spans several lines; keep field and reason."""
+    if hasattr(error, "errors"):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+    return str(error).strip().splitlines()[-1]
+
+
+def build_recipe(name: str, spec: dict, ignore: list[str]) -> list:
+    """Modifier list for oneshot(); imports are local so `--help` paths stay fast.
+
+    AWQ in 0.14 is a transform (it only rescales channels), so it is followed by the
+    QuantizationModifier that actually quantizes; the old single-AWQModifier form is deprecated.
+    """
     from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
 
     validate_spec(name, spec)
-    quant = dict(config_groups={"group_0": scheme_for(spec)},
-                 ignore=sorted(set(default_ignore) | set(spec.get("ignore", []))))
+    quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.get("ignore", []))))
     if spec.get("kv_cache"):
         quant["kv_cache_scheme"] = QuantizationArgs(**KV_CACHE_SCHEMES[spec["kv_cache"]])
     algorithm = spec["algorithm"]
-    if algorithm == "gptq":
-        extra = {k: spec[k] for k in ("actorder", "dampening_frac", "block_size") if k in spec}
-        return [GPTQModifier(**quant, **extra)]
-    if algorithm == "awq":
-        extra = {k: spec[k] for k in ("duo_scaling", "n_grid", "offload_device") if k in spec}
-        return [AWQModifier(**extra), QuantizationModifier(**quant)]
-    return [QuantizationModifier(**quant)]
+    knobs = {k: spec[k] for k in ALGORITHM_KEYS[algorithm] if k in spec}
+    try:
+        if algorithm == "gptq":
+            return [GPTQModifier(**quant, **knobs)]
+        if algorithm == "awq":
+            return [AWQModifier(**knobs), QuantizationModifier(**quant)]
+        return [QuantizationModifier(**quant)]
+    except ValueError as e:
+        raise PipelineError(f"variant {name!r}: invalid recipe value: {_one_line(e)}") from None
 
 
 def needs_calibration(spec: dict) -> bool:
-    """Dynamic-activation RTN schemes (FP8_DYNAMIC, W8A16...) need no data unless a KV scale is calibrated."""
-    if spec["algorithm"] != "rtn" or spec.get("kv_cache"):
-        return True
-    scheme = scheme_for(spec)
-    acts = scheme.input_activations
-    return acts is not None and not acts.dynamic
+    """Whether the recipe needs calibration data, as llm-compressor itself decides it: GPTQ and
+    AWQ always; RTN when it observes static activation or KV-cache scales (FP8, not FP8_DYNAMIC)."""
+    return any(m.requires_calibration_data for m in build_recipe("variant", spec, []))
