@@ -1,139 +1,120 @@
-"""Domain fine-tuning of the draft model by distillation from the target.
+"""The draft stage's work: check the draft fits the target, distill the target's answers,
+fine-tune, and measure speculative acceptance on held-out prompts before and after.
 
-The draft is trained on what the target actually says for domain prompts (its greedy, and
-optionally sampled, responses), which is what speculative decoding must predict.
+The result is a plain HF-layout directory (safetensors, config, generation_config, tokenizer)
+that vLLM loads as speculative_config={"method": "draft_model", "model": <dir>/model}, plus
+<dir>/model-quantized when draft_training.quantize names a quantize variant.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
+from pipeline import acceptance
+from pipeline.config import enabled_variant
+from pipeline.distill import build_distillation_set, pad_id
+from pipeline.draft_compat import check_compatible
+from pipeline.draft_training import check_training_settings, checkpoint_dir, fine_tune, summarize
 from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_ids, split_prompt_response
-
-IGNORE_INDEX = -100
-
-
-def check_compatible(target_tok, draft_tok, target_config, draft_config, max_model_len: int) -> None:
-    """vLLM's draft_model speculation needs the same vocabulary; fail before any training."""
-    if target_tok.get_vocab() != draft_tok.get_vocab():
-        raise PipelineError("draft tokenizer vocabulary differs from the target's; speculative decoding needs "
-                            "an identical vocabulary (pick a draft from the same model family)")
-    for attr in ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id"):
-        if getattr(target_tok, attr) != getattr(draft_tok, attr):
-            raise PipelineError(f"draft special token {attr} ({getattr(draft_tok, attr)}) differs from the "
-                                f"target's ({getattr(target_tok, attr)})")
-    if (target_tok.chat_template or "") != (draft_tok.chat_template or ""):
-        raise PipelineError("draft chat template differs from the target's")
-    if target_config.vocab_size != draft_config.vocab_size:
-        raise PipelineError(f"draft embedding size {draft_config.vocab_size} differs from the target's "
-                            f"{target_config.vocab_size}")
-    if draft_config.max_position_embeddings < max_model_len:
-        raise PipelineError(f"draft max_position_embeddings {draft_config.max_position_embeddings} is below the "
-                            f"serving max_model_len {max_model_len}")
+from pipeline.formatting import full_text, prompt_ids, split_prompt_response
+from pipeline.io import atomic_dir
+from pipeline.loading import load_causal_lm, load_tokenizer
 
 
-@torch.no_grad()
-def generate_batched(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
-                     temperature: float = 0.0, seed: int = 0) -> list[list[int]]:
-    """Responses of `model` to tokenized prompts (left-padded batches), stopping at EOS."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    torch.manual_seed(seed)
-    outs = []
-    for i in tqdm(range(0, len(prompts), batch_size), desc="distill: target generates", mininterval=2):
-        chunk = prompts[i:i + batch_size]
-        width = max(map(len, chunk))
-        ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=model.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=model.device)
-        sample = dict(do_sample=True, temperature=temperature, top_p=1.0) if temperature > 0 else dict(do_sample=False)
-        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                             eos_token_id=tokenizer.eos_token_id, **sample)
-        for row in gen[:, width:].tolist():
-            if tokenizer.eos_token_id in row:
-                row = row[: row.index(tokenizer.eos_token_id) + 1]
-            outs.append(row)
-    return outs
+def estimate_acceptance(target, draft, tokenizer, heldout: list[list[dict]], acc_cfg: dict, target_dir: Path,
+                        draft_dir: Path) -> dict:
+    prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout[: acc_cfg["prompts"]]]
+    return acceptance.estimate(target, draft, prompts, acc_cfg["continuation_tokens"], acc_cfg["temperature"],
+                               acc_cfg["max_k"], acceptance.resolve_cost_ratio(acc_cfg["cost_ratio"], target_dir,
+                                                                                draft_dir))
 
 
-def build_distillation_set(target, tokenizer, conversations: list[list[dict]], cfg: dict) -> list[dict]:
-    """Training examples {input_ids, labels} with the prompt masked out of the loss."""
-    prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in conversations]
-    responses: list[tuple[list[int], list[int]]] = []
-    gen = dict(max_new_tokens=cfg["max_new_tokens"], batch_size=cfg["generation_batch_size"])
-    for p, r in zip(prompts, generate_batched(target, tokenizer, prompts, **gen)):
-        responses.append((p, r))
-    for s in range(cfg.get("sampled_responses", 0)):
-        for p, r in zip(prompts, generate_batched(target, tokenizer, prompts, temperature=cfg["temperature"],
-                                                  seed=cfg["seed"] + s + 1, **gen)):
-            responses.append((p, r))
-    if cfg.get("include_original_responses"):
-        eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        for p, m in zip(prompts, conversations):
-            responses.append((p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos))
-    return [{"input_ids": p + r, "labels": [IGNORE_INDEX] * len(p) + r} for p, r in responses if r]
+def check_draft_quantization(params: dict, base_dir: Path, calibration: list[list[dict]]) -> dict | None:
+    """The quantize variant for the draft, checked against the draft before training starts."""
+    from pipeline.quantize import check_group_size
+    from pipeline.recipes import needs_calibration, validate_spec, weight_group_size
+
+    name = params["draft_training"]["quantize"]
+    if not name:
+        return None
+    spec = enabled_variant(params, name)
+    validate_spec(name, spec)
+    if needs_calibration(spec) and not calibration:
+        raise PipelineError(f"draft_training.quantize {name!r} needs calibration data but the calibration split "
+                            "is empty")
+    ignore = sorted(set(params["quantize"]["calibration"].get("ignore", [])) | set(spec.get("ignore", [])))
+    check_group_size(load_causal_lm(base_dir, torch.device("cpu")), weight_group_size(spec), ignore)
+    return spec
 
 
-class PadCollator:
-    def __init__(self, pad_id: int):
-        self.pad_id = pad_id
+def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
+    """Save in the base draft's own dtype (training ran in float32): same bytes per weight to read
+    when serving, and the same weight-bytes cost ratio as the untrained draft."""
+    from transformers import AutoConfig
 
-    def __call__(self, batch: list[dict]) -> dict:
-        width = max(len(b["input_ids"]) for b in batch)
-        def pad(seq, value):
-            return seq + [value] * (width - len(seq))
-        return {
-            "input_ids": torch.tensor([pad(b["input_ids"], self.pad_id) for b in batch]),
-            "labels": torch.tensor([pad(b["labels"], IGNORE_INDEX) for b in batch]),
-            "attention_mask": torch.tensor([pad([1] * len(b["input_ids"]), 0) for b in batch]),
-        }
+    dtype = AutoConfig.from_pretrained(base_dir, trust_remote_code=False).dtype
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        model = model.to(dtype)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
 
 
-def apply_lora(model, cfg: dict):
-    from peft import LoraConfig, get_peft_model
+def build_draft(target_dir: Path, base_dir: Path, out_dir: Path, train_convs: list[list[dict]],
+                heldout_convs: list[list[dict]], params: dict, work_root: Path,
+                calibration_convs: list[list[dict]] = ()) -> tuple[dict, list[dict]]:
+    """Write out_dir/model (and model-quantized); return (metrics, Trainer log history)."""
+    cfg, acc_cfg = params["draft_training"], params["evaluate"]["acceptance"]
+    check_compatible(target_dir, base_dir, params["serving"]["max_model_len"])
+    check_training_settings(cfg, len(train_convs))
+    quant_spec = check_draft_quantization(params, base_dir, calibration_convs)
 
-    lora = LoraConfig(r=cfg["r"], lora_alpha=cfg["alpha"], lora_dropout=cfg.get("dropout", 0.0),
-                      target_modules=cfg.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    tokenizer = load_tokenizer(target_dir)
+    target, base = load_causal_lm(target_dir), load_causal_lm(base_dir)
+    train = build_distillation_set(target, tokenizer, train_convs, cfg)
+    evals = build_distillation_set(target, tokenizer, heldout_convs[: cfg["eval_prompts"]], cfg, sampled=False)
+    before = estimate_acceptance(target, base, tokenizer, heldout_convs, acc_cfg, target_dir, base_dir)
+    del base
 
-
-def fine_tune(model, tokenizer, train: list[dict], evals: list[dict], cfg: dict, work_dir: Path):
-    """transformers Trainer; full fine-tune or LoRA (merged back). Returns (model, log_history)."""
-    from transformers import Trainer, TrainingArguments, set_seed
-
-    from datasets import Dataset
-
-    set_seed(cfg["seed"])
-    if cfg.get("lora", {}).get("enabled"):
-        model = apply_lora(model, cfg["lora"])
-    args = TrainingArguments(
-        output_dir=str(work_dir), num_train_epochs=cfg["epochs"], per_device_train_batch_size=cfg["batch_size"],
-        per_device_eval_batch_size=cfg["batch_size"], learning_rate=cfg["learning_rate"],
-        lr_scheduler_type="cosine", warmup_steps=cfg.get("warmup_steps", 0), weight_decay=0.0,
-        logging_steps=cfg["logging_steps"], eval_strategy="epoch", save_strategy="epoch", save_total_limit=1,
-        seed=cfg["seed"], data_seed=cfg["seed"], report_to=[], use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0, disable_tqdm=False,
-    )
-    trainer = Trainer(model=model, args=args, train_dataset=Dataset.from_list(train),
-                      eval_dataset=Dataset.from_list(evals), data_collator=PadCollator(tokenizer.pad_token_id))
-    resume = cfg.get("resume") and any(work_dir.glob("checkpoint-*"))
-    trainer.train(resume_from_checkpoint=True if resume else None)
-    history = trainer.state.log_history
-    model = trainer.model
-    if cfg.get("lora", {}).get("enabled"):
-        model = model.merge_and_unload()
-    return model.eval(), history
-
-
-def loss_curve_rows(history: list[dict]) -> list[dict]:
-    """Rows for `dvc plots`: step, train loss, eval loss (where logged)."""
-    return [{"step": h["step"], "split": "train" if "loss" in h else "eval", "loss": h.get("loss", h.get("eval_loss"))}
-            for h in history if "loss" in h or "eval_loss" in h]
+    work = checkpoint_dir(work_root, base_dir, cfg, train, evals)
+    tuned, history = fine_tune(base_dir, pad_id(tokenizer), train, evals, cfg, work)
+    metrics = {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg["lora"]["enabled"],
+               **summarize(history)}
+    with atomic_dir(out_dir) as tmp:
+        save_draft(tuned, load_tokenizer(base_dir), tmp / "model", base_dir)
+        del tuned
+        # Measured on the saved draft, as served (its dtype), not on the in-memory training copy.
+        after = estimate_acceptance(target, load_causal_lm(tmp / "model"), tokenizer, heldout_convs, acc_cfg,
+                                    target_dir, tmp / "model")
+        metrics |= {"acceptance_rate_untrained": before["acceptance_rate"],
+                    "acceptance_rate_finetuned": after["acceptance_rate"],
+                    "expected_speedup_untrained": before["expected_speedup"],
+                    "expected_speedup_finetuned": after["expected_speedup"],
+                    "num_speculative_tokens_finetuned": after["num_speculative_tokens"]}
+        if quant_spec is not None:
+            metrics |= quantize_draft(target, tokenizer, tmp, quant_spec, heldout_convs, calibration_convs, params,
+                                      target_dir)
+    shutil.rmtree(work_root, ignore_errors=True)  # checkpoints only serve an interrupted run
+    return metrics, history
 
 
-def summarize(history: list[dict]) -> dict:
-    train = [h["loss"] for h in history if "loss" in h]
-    evals = [h["eval_loss"] for h in history if "eval_loss" in h]
-    return {"train_loss_first": train[0] if train else None, "train_loss_last": train[-1] if train else None,
-            "eval_loss_last": evals[-1] if evals else None}
+def quantize_draft(target, tokenizer, out: Path, spec: dict, heldout_convs, calibration_convs, params: dict,
+                   target_dir: Path) -> dict:
+    """out/model -> out/model-quantized with the quantize stage's own code, and its acceptance."""
+    from pipeline.quantize import quantize_model
+
+    name = params["draft_training"]["quantize"]
+    texts = [full_text(tokenizer, m) for m in calibration_convs]
+    q = quantize_model(out / "model", out / "model-quantized", name, spec, texts, params["quantize"]["calibration"])
+    quantized = estimate_acceptance(target, load_causal_lm(out / "model-quantized"), tokenizer, heldout_convs,
+                                    params["evaluate"]["acceptance"], target_dir, out / "model-quantized")
+    return {"quantized_variant": name, "quantized_size_mb": q["size_after_mb"],
+            "acceptance_rate_finetuned_quantized": quantized["acceptance_rate"],
+            "expected_speedup_finetuned_quantized": quantized["expected_speedup"]}
+
+
+def served_draft(out_dir: str | Path) -> Path:
+    """The draft a bundle ships (the quantized one when built), so evaluation measures that one."""
+    quantized = Path(out_dir) / "model-quantized"
+    return quantized if quantized.exists() else Path(out_dir) / "model"

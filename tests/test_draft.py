@@ -1,0 +1,272 @@
+"""The draft stage on the tiny demo pair: compatibility checks, distillation fine-tuning that
+raises speculative acceptance, LoRA merged back, determinism and resume from a checkpoint."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM, TrainerCallback
+
+from conftest import ROOT, copy_project, run, tiny_params
+from pipeline.acceptance import position_acceptance
+from pipeline.demo.models import train_tokenizer
+from pipeline.demo.traffic import generate_general_text, generate_traffic
+from pipeline.distill import build_distillation_set, generate_batched, pad_id
+from pipeline.draft import build_draft, save_draft
+from pipeline.draft_compat import check_compatible
+from pipeline.draft_training import checkpoint_dir, fine_tune, loss_curve_rows
+from pipeline.errors import PipelineError
+from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.io import write_csv
+from pipeline.loading import load_causal_lm, load_tokenizer
+
+MAX_MODEL_LEN = tiny_params()["serving"]["max_model_len"]
+
+
+def draft_params(**training) -> dict:
+    """Tiny settings: a handful of steps, eval and logging every 2, checkpoints every 4."""
+    return tiny_params(draft_training={"max_new_tokens": 32, "epochs": 2, "batch_size": 8, "logging_steps": 2,
+                                       "save_steps": 4, "eval_prompts": 4, "warmup_steps": 1, **training},
+                       evaluate={"acceptance": {"prompts": 12, "continuation_tokens": 16}})
+
+
+@pytest.fixture(scope="module")
+def traffic() -> tuple[list, list]:
+    """(draft-train, held-out) conversations from the demo's traffic generator."""
+    convs = [row_to_messages(r) for r in generate_traffic(96, seed=11)]
+    return convs[:64], convs[64:]
+
+
+@pytest.fixture(scope="module")
+def distilled(demo_pair, traffic):
+    """(train, eval) examples distilled from the tiny target, for the fine_tune-level tests."""
+    target_dir, _ = demo_pair
+    cfg = draft_params()["draft_training"]
+    target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
+    return (build_distillation_set(target, tok, traffic[0][:16], cfg),
+            build_distillation_set(target, tok, traffic[1][:4], cfg, sampled=False))
+
+
+def other_tokenizer_draft(draft_dir: Path, dest: Path) -> Path:
+    """The demo draft with a tokenizer trained on other text: same shapes, different vocabulary."""
+    shutil.copytree(draft_dir, dest)
+    vocab = len(load_tokenizer(draft_dir))
+    train_tokenizer(generate_general_text(400, seed=99) + ["unrelated text " * 50], vocab).save_pretrained(dest)
+    return dest
+
+
+def state_dict(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+# --- compatibility: rejected before any training ------------------------------------------------
+
+def test_other_tokenizer_is_rejected(demo_pair, tmp_path):
+    target_dir, draft_dir = demo_pair
+    bad = other_tokenizer_draft(draft_dir, tmp_path / "draft")
+    with pytest.raises(PipelineError, match="draft tokenizer vocabulary differs from the target's"):
+        check_compatible(target_dir, bad, MAX_MODEL_LEN)
+    check_compatible(target_dir, draft_dir, MAX_MODEL_LEN)  # the real pair passes
+
+
+def test_short_context_draft_is_rejected(demo_pair, tmp_path):
+    target_dir, draft_dir = demo_pair
+    short = shutil.copytree(draft_dir, tmp_path / "draft")
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = MAX_MODEL_LEN // 4
+    (short / "config.json").write_text(json.dumps(config))
+    with pytest.raises(PipelineError, match=f"max_position_embeddings {MAX_MODEL_LEN // 4} is below the serving "
+                                            f"max_model_len {MAX_MODEL_LEN}"):
+        check_compatible(target_dir, short, MAX_MODEL_LEN)
+
+
+def test_other_chat_template_is_rejected(demo_pair, tmp_path):
+    target_dir, draft_dir = demo_pair
+    other = shutil.copytree(draft_dir, tmp_path / "draft")
+    (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+    with pytest.raises(PipelineError, match="chat template differs"):
+        check_compatible(target_dir, other, MAX_MODEL_LEN)
+
+
+def test_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, traffic, tmp_path):
+    target_dir, draft_dir = demo_pair
+    models, data = tmp_path / "artifacts" / "models", tmp_path / "artifacts" / "data"
+    models.mkdir(parents=True)
+    data.mkdir()
+    (models / "target").symlink_to(target_dir)
+    other_tokenizer_draft(draft_dir, models / "draft-base")
+    for name, convs in (("draft_train", traffic[0]), ("heldout", traffic[1]), ("calibration", traffic[1])):
+        (data / f"{name}.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in convs))
+    (tmp_path / "params.yaml").write_text(json.dumps(draft_params()))
+    r = run([sys.executable, "-m", "stages.draft"], tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: draft tokenizer vocabulary differs"), r.stderr
+    assert r.stdout == ""  # no distillation or training progress
+    assert not (tmp_path / "artifacts" / "draft").exists() and not (tmp_path / "artifacts" / ".cache").exists()
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"quantize": "int3"}, "unknown variant 'int3'"),
+    ({"save_steps": 3}, r"save_steps \(3\) must be a multiple of logging_steps \(2\)"),
+    ({"logging_steps": 1000}, "logging_steps 1000 exceeds"),
+])
+def test_bad_settings_are_rejected_before_training(demo_pair, traffic, tmp_path, bad, message):
+    target_dir, draft_dir = demo_pair
+    with pytest.raises(PipelineError, match=message):
+        build_draft(target_dir, draft_dir, tmp_path / "out", *traffic, draft_params(**bad), tmp_path / "w")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
+
+
+# --- the stage's work end to end, through pipeline/ -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def built(demo_pair, traffic, tmp_path_factory):
+    """build_draft on the demo pair, also quantizing the draft with the gptq-w4a16 variant."""
+    target_dir, draft_dir = demo_pair
+    out = tmp_path_factory.mktemp("built") / "draft"
+    params = draft_params(quantize="gptq-w4a16", epochs=3, eval_prompts=8, logging_steps=4, save_steps=12)
+    metrics, history = build_draft(target_dir, draft_dir, out, *traffic, params, out.parent / "checkpoints",
+                                   calibration_convs=traffic[0][:16])
+    return out, metrics, history
+
+
+def per_prompt_acceptance(target, draft, prompts, continuations) -> torch.Tensor:
+    return torch.stack([position_acceptance(target, draft, p, c, 0.0).mean() for p, c in zip(prompts, continuations)])
+
+
+def test_fine_tuning_raises_acceptance_on_heldout(built, demo_pair, traffic):
+    out, metrics, _ = built
+    target_dir, draft_dir = demo_pair
+    assert metrics["acceptance_rate_finetuned"] > metrics["acceptance_rate_untrained"], metrics
+    # Paired over held-out prompts: the gain must stand well clear of the prompt-to-prompt spread.
+    target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
+    prompts = [prompt_ids(tok, split_prompt_response(m)[0]) for m in traffic[1]]
+    continuations = generate_batched(target, tok, prompts, max_new_tokens=16, batch_size=16)
+    before = per_prompt_acceptance(target, load_causal_lm(draft_dir), prompts, continuations)
+    after = per_prompt_acceptance(target, load_causal_lm(out / "model"), prompts, continuations)
+    gain = after - before
+    stderr = gain.std() / math.sqrt(len(gain))
+    assert gain.mean() > 3 * stderr and gain.mean() > 0, (before.mean().item(), after.mean().item(), stderr.item())
+
+
+def test_saved_draft_is_a_plain_hf_directory(built, demo_pair):
+    out, metrics, _ = built
+    _, draft_dir = demo_pair
+    model_dir = out / "model"
+    names = {p.name for p in model_dir.iterdir()}
+    assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= names
+    assert not any(n.endswith((".bin", ".pt", ".pth")) or n.startswith("adapter") for n in names)
+    config, base = (json.loads((d / "config.json").read_text()) for d in (model_dir, draft_dir))
+    assert config["dtype"] == base["dtype"] and config["use_cache"] is True  # as served, not as trained
+    assert load_tokenizer(model_dir).get_vocab() == load_tokenizer(draft_dir).get_vocab()
+    assert not any(out.parent.glob("checkpoints/*"))  # checkpoints are cleared after success
+    # The quantize stage's recipe, applied to the draft: a compressed-tensors INT4 checkpoint.
+    qconfig = json.loads((out / "model-quantized" / "config.json").read_text())["quantization_config"]
+    assert qconfig["quant_method"] == "compressed-tensors"
+    assert metrics["quantized_variant"] == "gptq-w4a16" and 0 <= metrics["acceptance_rate_finetuned_quantized"] <= 1
+
+
+def test_metrics_and_loss_curve(built, tmp_path):
+    _, metrics, history = built
+    for key in ("train_loss_first", "train_loss_last", "eval_loss_untrained", "eval_loss_finetuned",
+                "acceptance_rate_untrained", "acceptance_rate_finetuned", "expected_speedup_finetuned"):
+        assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
+    assert metrics["eval_loss_finetuned"] < metrics["eval_loss_untrained"]
+    rows = loss_curve_rows(history)
+    assert len(rows) >= 3 and [r["step"] for r in rows] == sorted({r["step"] for r in rows})
+    # `dvc plots show` on the project's own dvc.yaml reads both curves from the CSV.
+    proj = copy_project(tmp_path)
+    write_csv(proj / "plots" / "draft_loss.csv", rows)
+    r = run(["dvc", "plots", "show", "--json"], proj)
+    assert r.returncode == 0, r.stderr
+    plot = json.loads(r.stdout)["data"]["Draft fine-tuning loss"][0]["content"]["data"]["values"]
+    assert {p["field"] for p in plot} == {"train_loss", "eval_loss"}
+    assert len(plot) == 2 * len(rows)
+
+
+# --- fine_tune: LoRA, determinism, resume ------------------------------------------------------------
+
+def test_lora_is_merged_into_a_plain_model(demo_pair, distilled, tmp_path):
+    target_dir, draft_dir = demo_pair
+    cfg = draft_params(lora={"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0})["draft_training"]
+    model, _ = fine_tune(draft_dir, pad_id(load_tokenizer(draft_dir)), *distilled, cfg, tmp_path / "work")
+    save_draft(model, load_tokenizer(draft_dir), tmp_path / "merged", draft_dir)
+    assert not list((tmp_path / "merged").glob("adapter*"))
+    assert not any("lora" in k for k in load_file(tmp_path / "merged" / "model.safetensors"))
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "merged")
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    base = load_file(draft_dir / "model.safetensors")
+    merged = load_file(tmp_path / "merged" / "model.safetensors")
+    assert base.keys() == merged.keys()
+    assert any(not torch.equal(base[k], merged[k]) for k in base)  # the adapters' update is in the weights
+
+
+@pytest.fixture(scope="module")
+def seed0_run(demo_pair, distilled, tmp_path_factory):
+    _, draft_dir = demo_pair
+    model, history = fine_tune(draft_dir, pad_id(load_tokenizer(draft_dir)), *distilled,
+                               draft_params(resume=False)["draft_training"], tmp_path_factory.mktemp("seed0"))
+    return state_dict(model), history
+
+
+def test_same_seed_same_weights(demo_pair, distilled, seed0_run, tmp_path):
+    _, draft_dir = demo_pair
+    pad = pad_id(load_tokenizer(draft_dir))
+    again, _ = fine_tune(draft_dir, pad, *distilled, draft_params(resume=False)["draft_training"], tmp_path / "a")
+    assert_same_weights(seed0_run[0], state_dict(again))
+    other, _ = fine_tune(draft_dir, pad, *distilled, draft_params(resume=False, seed=1)["draft_training"],
+                         tmp_path / "b")
+    assert any(not torch.equal(v, state_dict(other)[k]) for k, v in seed0_run[0].items())
+
+
+class Interrupt(TrainerCallback):
+    """Stops the run like a killed process, right after its first checkpoint is on disk."""
+
+    def on_save(self, args, state, control, **kwargs):
+        raise KeyboardInterrupt
+
+
+class RecordStart(TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step
+
+
+def test_resume_continues_an_interrupted_run(demo_pair, distilled, seed0_run, tmp_path):
+    _, draft_dir = demo_pair
+    pad, cfg = pad_id(load_tokenizer(draft_dir)), draft_params(resume=True)["draft_training"]
+    work = checkpoint_dir(tmp_path, draft_dir, cfg, *distilled)
+    with pytest.raises(KeyboardInterrupt):
+        fine_tune(draft_dir, pad, *distilled, cfg, work, callbacks=[Interrupt()])
+    assert [p.name for p in work.glob("checkpoint-*")] == [f"checkpoint-{cfg['save_steps']}"]
+    start = RecordStart()
+    model, history = fine_tune(draft_dir, pad, *distilled, cfg, work, callbacks=[start])
+    assert start.start_step == cfg["save_steps"]
+    assert_same_weights(seed0_run[0], state_dict(model))  # as if never interrupted
+    assert loss_curve_rows(history) == loss_curve_rows(seed0_run[1])
+
+
+def test_checkpoint_key_tracks_what_shapes_training(demo_pair, distilled, tmp_path):
+    _, draft_dir = demo_pair
+    cfg = draft_params()["draft_training"]
+    key = checkpoint_dir(tmp_path, draft_dir, cfg, *distilled)
+    assert key == checkpoint_dir(tmp_path, draft_dir, {**cfg, "resume": False, "quantize": "gptq-w4a16"}, *distilled)
+    assert key != checkpoint_dir(tmp_path, draft_dir, {**cfg, "learning_rate": 1e-3}, *distilled)
+    assert key != checkpoint_dir(tmp_path, draft_dir, cfg, distilled[0][1:], distilled[1])
+    other_base = shutil.copytree(draft_dir, tmp_path / "other-base")
+    weights = load_file(other_base / "model.safetensors")
+    save_file({k: v * 1.01 for k, v in weights.items()}, other_base / "model.safetensors", metadata={"format": "pt"})
+    assert key != checkpoint_dir(tmp_path, other_base, cfg, *distilled)
