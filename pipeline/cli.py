@@ -47,12 +47,7 @@ def cmd_gate(args) -> int:
 
     params = load_params(args.params)
     report = gates.run(params, gates.load_eval_metrics(args.metrics_dir, args.variants or None), args.allow_fail)
-    gates.print_report(report)
-    failed = gates.failures(report)
-    if failed:
-        print("error: gate failed: " + "; ".join(failed), file=sys.stderr)
-        return 1
-    return 0
+    return gates.conclude(report)
 
 
 def build_parser() -> argparse.ArgumentParser:

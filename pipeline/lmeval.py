@@ -1,13 +1,18 @@
 """lm-eval harness runs: the project's own tasks in evals/ plus standard tasks available locally."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
 
+from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_ids, split_prompt_response
 
 EVALS_DIR = Path(__file__).resolve().parents[1] / "evals"
+# Local data files and the HF datasets cache only: a standard task whose data is not there fails
+# at once instead of waiting on a hub. Set before `datasets` is imported, which reads it then.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 
 def write_task_data(conversations: list[list[dict]], tokenizer, path: Path) -> None:
@@ -29,21 +34,50 @@ def backend() -> str:
     return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
 
 
-def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8) -> dict:
-    """Scores per task, e.g. {"domain_heldout": {"perplexity": 1.9, "acc": 0.4}}."""
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local data files only; never reach for a hub
-    import lm_eval
+@functools.lru_cache(maxsize=1)
+def task_manager():
+    """lm-eval's task index plus evals/; building it scans thousands of YAMLs, so once per process."""
     from lm_eval.tasks import TaskManager
 
+    return TaskManager(include_path=str(EVALS_DIR))
+
+
+def check_tasks(manager, tasks: list[str]) -> None:
+    """Build each task (which loads its data) so that an unknown task, or one whose data is not
+    available locally, is one line naming it rather than a traceback from inside lm-eval."""
+    if not tasks:
+        raise PipelineError("evaluate.lm_eval.tasks is empty; list domain_heldout and/or standard lm-eval tasks")
+    for task in tasks:
+        if not isinstance(task, str):
+            raise PipelineError(f"evaluate.lm_eval.tasks entries are task names, got {task!r}")
+        if task not in manager.all_tasks:
+            raise PipelineError(f"lm-eval task {task!r} is not defined in evals/ nor known to lm-eval")
+        try:
+            manager.load([task])
+        except Exception as e:  # noqa: BLE001 - any failure to build a task is a data/config problem
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise PipelineError(f"lm-eval task {task!r}: its data is not available locally ({reason}); "
+                                "put it in the HF datasets cache or remove the task from evaluate.lm_eval.tasks") \
+                from None
+
+
+def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8,
+              vllm_args: dict | None = None) -> dict:
+    """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
+    (gpu_memory_utilization, max_model_len, ...) apply only to the vllm backend."""
+    import lm_eval
+
+    manager = task_manager()
+    check_tasks(manager, tasks)
     name = backend()
     if name == "vllm":
-        model_args = {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True}
+        model_args = {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
+                      **(vllm_args or {})}
     else:
         model_args = {"pretrained": str(model_dir), "dtype": "float32", "trust_remote_code": False}
     out = lm_eval.simple_evaluate(model=name, model_args=model_args, tasks=tasks, limit=limit,
                                   batch_size=batch_size, device="cuda" if name == "vllm" else "cpu",
-                                  task_manager=TaskManager(include_path=str(EVALS_DIR)), log_samples=False,
-                                  bootstrap_iters=0)
+                                  task_manager=manager, log_samples=False, bootstrap_iters=0)
     scores = {}
     for task, result in out["results"].items():
         scores[task] = {k.split(",")[0]: v for k, v in result.items()

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from pipeline.errors import PipelineError
+
 
 @torch.no_grad()
 def response_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
@@ -22,6 +24,8 @@ def response_logprobs(model, prompt: list[int], response: list[int]) -> torch.Te
 
 
 def fidelity(baseline, variant, examples: list[tuple[list[int], list[int]]]) -> dict:
+    if not any(response for _, response in examples):
+        raise PipelineError("no held-out response tokens to score (evaluate.heldout_limit, data.fractions.heldout)")
     nll_base = nll_var = kl = agree = n = 0.0
     for prompt, response in tqdm(examples, desc="teacher-forced fidelity", mininterval=2):
         lp_b = response_logprobs(baseline, prompt, response)
@@ -52,6 +56,8 @@ def greedy_tokens(model, prompt: list[int], n_tokens: int, eos_token_id: int | N
 
 def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos_token_id: int | None) -> float:
     """Fraction of prompts whose first n generated tokens are identical to the baseline's."""
+    if not prompts:
+        raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     same = sum(greedy_tokens(baseline, p, n_tokens, eos_token_id) == greedy_tokens(variant, p, n_tokens, eos_token_id)
                for p in tqdm(prompts, desc="greedy match", mininterval=2))
     return same / len(prompts)

@@ -40,10 +40,23 @@ def _tokens_per_s(llm, prompts: list, sampling, batch_size: int, rounds: int) ->
     return tokens / (time.perf_counter() - t0)
 
 
+def acceptance_from_metrics(m: dict) -> dict:
+    """vLLM's counters -> acceptance rate (accepted / drafted tokens) and P(position j accepted)."""
+    out = {}
+    drafted, accepted, drafts = m.get("num_draft_tokens"), m.get("num_accepted_tokens"), m.get("num_drafts")
+    if drafted:
+        out["acceptance_rate"] = accepted / drafted
+    if drafts and m.get("num_accepted_tokens_per_pos"):
+        out["accepted_per_position"] = [a / drafts for a in m["num_accepted_tokens_per_pos"]]
+        out["mean_accepted_tokens"] = accepted / drafts
+    return out
+
+
 def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[int]], k: int, max_tokens: int,
             temperature: float, gpu_memory_utilization: float, max_model_len: int,
-            batch_sizes: tuple[int, ...] = (1, 32)) -> dict:
-    """tokens/s with and without the draft at each batch size, plus vLLM's acceptance counters."""
+            batch_sizes: tuple[int, ...] = (1, 32), return_tokens: bool = False, **llm_kwargs) -> dict:
+    """tokens/s with and without the draft at each batch size, plus vLLM's acceptance counters
+    from one pass over every prompt (read before the throughput runs re-use prompts)."""
     import gc
 
     import torch
@@ -51,28 +64,30 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
 
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, ignore_eos=True, seed=0)
     prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
-    result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature}
+    result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature,
+                    "prompts": len(prompts)}
     configs = [("baseline", None)]
     if draft_dir:
         configs.append(("speculative", {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": k}))
     for label, spec in configs:
         kw = dict(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                  disable_log_stats=False, seed=0)
+                  disable_log_stats=False, seed=0, **llm_kwargs)
         if spec:
             kw["speculative_config"] = spec
+        t0 = time.perf_counter()
         llm = LLM(**kw)
-        for bs in batch_sizes:
-            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(llm, prompts, sampling, bs, rounds=8 if bs == 1 else 2)
+        result[f"{label}_load_s"] = time.perf_counter() - t0
+        outs = llm.generate(prompts, sampling, use_tqdm=False)
+        tokens = [list(o.outputs[0].token_ids) for o in outs]
         if spec:
-            m = _spec_metrics(llm)
-            result["vllm_metrics"] = m
-            drafted, accepted = m.get("num_draft_tokens"), m.get("num_accepted_tokens")
-            if drafted:
-                result["acceptance_rate"] = accepted / drafted
-                per_pos = m.get("num_accepted_tokens_per_pos")
-                drafts = m.get("num_drafts")
-                if per_pos and drafts:
-                    result["accepted_per_position"] = [a / drafts for a in per_pos]
+            result["vllm_metrics"] = _spec_metrics(llm)
+            result.update(acceptance_from_metrics(result["vllm_metrics"]))
+            result["spec_output_matches_baseline"] = tokens == result.get("tokens")
+        elif return_tokens or draft_dir:
+            result["tokens"] = tokens
+        for bs in batch_sizes:
+            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(llm, prompts, sampling, bs,
+                                                                   rounds=8 if bs == 1 else 2)
         del llm
         gc.collect()
         torch.cuda.empty_cache()
@@ -80,4 +95,6 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
         if f"speculative_tokens_per_s_bs{bs}" in result:
             result[f"measured_speedup_bs{bs}"] = (result[f"speculative_tokens_per_s_bs{bs}"]
                                                   / result[f"baseline_tokens_per_s_bs{bs}"])
+    if not return_tokens:
+        result.pop("tokens", None)
     return result

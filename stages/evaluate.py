@@ -4,25 +4,24 @@ from pathlib import Path
 
 from pipeline import acceptance, lmeval, quality, vllm_spec
 from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.errors import PipelineError
 from pipeline.data import read_split
+from pipeline.draft import served_draft
 from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
 from pipeline.io import atomic_dir, write_csv, write_json
 from pipeline.loading import load_causal_lm, load_tokenizer
 
-TARGET, DRAFT = Path("artifacts/models/target"), Path("artifacts/draft/model")
-
-
-def cost_ratio(setting, variant_dir: Path):
-    if setting == "weight_bytes":
-        return acceptance.weight_bytes_ratio(variant_dir, DRAFT)
-    return None if setting == "measured" else float(setting)
+TARGET, DRAFT = Path("artifacts/models/target"), served_draft("artifacts/draft")
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> dict:
-    reason = vllm_spec.unavailable_reason()
     cfg = p["evaluate"]["vllm"]
-    if cfg["enabled"] is False or reason:
-        reason = reason or "disabled in params (evaluate.vllm.enabled)"
+    if cfg["enabled"] not in (True, False, "auto"):
+        raise PipelineError(f"evaluate.vllm.enabled must be auto, true or false, got {cfg['enabled']!r}")
+    reason = "disabled in params (evaluate.vllm.enabled)" if cfg["enabled"] is False else vllm_spec.unavailable_reason()
+    if reason and cfg["enabled"] is True:
+        raise PipelineError(f"evaluate.vllm.enabled is true but the GPU path cannot run: {reason}")
+    if reason:
         print(f"evaluate: vLLM measurement skipped: {reason}")
         return {"skipped": reason}
     return vllm_spec.measure(str(variant_dir.resolve()), str(DRAFT.resolve()), prompts[: cfg["prompts"]], k,
@@ -47,9 +46,12 @@ def main(variant: str) -> None:
                                                    cfg["greedy_tokens"], tokenizer.eos_token_id)
     acc_cfg = cfg["acceptance"]
     spec = acceptance.estimate(model, draft, prompts[: acc_cfg["prompts"]], acc_cfg["continuation_tokens"],
-                               acc_cfg["temperature"], acc_cfg["max_k"], cost_ratio(acc_cfg["cost_ratio"], variant_dir))
+                               acc_cfg["temperature"], acc_cfg["max_k"],
+                               acceptance.resolve_cost_ratio(acc_cfg["cost_ratio"], variant_dir, DRAFT))
     del baseline, model, draft  # free memory before lm-eval and vLLM load their own copies
-    lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"])
+    lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
+                               vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
+                                          "max_model_len": p["serving"]["max_model_len"]})
     gpu = gpu_measurement(variant_dir, prompts, spec["num_speculative_tokens"], p)
 
     summary = {"variant": variant, **metrics,

@@ -15,15 +15,11 @@ def main() -> None:
     report = gates.run(p, metrics)
     write_json("metrics/gates.json", report)
     write_json("artifacts/gate/verdict.json", report)
-    write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m["kl_divergence"],
-                                     "perplexity_increase_pct": m["perplexity_increase_pct"],
-                                     "top1_agreement": m["top1_agreement"], "acceptance_rate": m["acceptance_rate"]}
+    write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
+                                     "perplexity_increase_pct": m.get("perplexity_increase_pct"),
+                                     "top1_agreement": m.get("top1_agreement"), "acceptance_rate": m.get("acceptance_rate")}
                                     for v, m in metrics.items()])
-    gates.print_report(report)
-    failed = gates.failures(report)
-    if failed:
-        print("error: gate failed: " + "; ".join(failed), file=sys.stderr)
-        sys.exit(1)
+    sys.exit(gates.conclude(report))
 
 
 if __name__ == "__main__":

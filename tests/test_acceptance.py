@@ -1,0 +1,151 @@
+"""CPU speculative-acceptance estimator and the choice of num_speculative_tokens, on the tiny demo pair."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ROOT
+from pipeline import acceptance
+from pipeline.errors import PipelineError
+from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.loading import load_causal_lm, load_tokenizer
+
+N_PROMPTS, N_TOKENS, MAX_K = 3, 10, 4
+
+
+@pytest.fixture(scope="module")
+def models(demo_pair):
+    target_dir, draft_dir = demo_pair
+    return load_causal_lm(target_dir), load_causal_lm(draft_dir)
+
+
+@pytest.fixture(scope="module")
+def prompts(demo_pair):
+    tokenizer = load_tokenizer(demo_pair[0])
+    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:N_PROMPTS]
+    return [prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0]) for line in lines]
+
+
+@pytest.fixture(scope="module")
+def random_draft(demo_pair):
+    """The draft's architecture with fresh random weights: it knows nothing about the target."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    torch.manual_seed(123)
+    return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(demo_pair[1])).eval()
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_self_draft_is_always_accepted(models, prompts, temperature):
+    target, _ = models
+    est = acceptance.estimate(target, target, prompts, N_TOKENS, temperature, MAX_K, cost_ratio=0.25)
+    assert est["acceptance_rate"] == pytest.approx(1.0, abs=1e-4)
+    assert est["accepted_per_position"] == pytest.approx([1.0] * MAX_K, abs=1e-4)
+    # every drafted token accepted: the longest draft wins and yields (1 + k) / (1 + k c)
+    assert est["num_speculative_tokens"] == MAX_K
+    assert est["expected_speedup"] == pytest.approx((1 + MAX_K) / (1 + MAX_K * 0.25), rel=1e-4)
+
+
+def test_random_draft_is_almost_never_accepted(models, prompts, random_draft):
+    target, _ = models
+    est = acceptance.estimate(target, random_draft, prompts, N_TOKENS, 0.0, MAX_K, cost_ratio=0.25)
+    assert est["acceptance_rate"] < 0.1
+    assert est["expected_speedup"] < 1.0  # speculation with a useless draft costs time
+    assert est["num_speculative_tokens"] == 1
+
+
+def test_sampling_acceptance_is_one_minus_total_variation(models, prompts):
+    """sum_x min(p, q) at temperature T, checked against 1 - TV(p, q) computed independently."""
+    target, draft = models
+    temperature = 0.7
+    cont = acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature)
+    alpha = acceptance.position_acceptance(target, draft, prompts[0], cont, temperature)
+    ids = torch.tensor([prompts[0] + cont])
+    with torch.no_grad():
+        p = F.softmax(target(ids).logits[0] / temperature, -1)
+        q = F.softmax(draft(ids).logits[0] / temperature, -1)
+    positions = range(len(prompts[0]) - 1, len(prompts[0]) - 1 + N_TOKENS)
+    expected = torch.stack([1 - 0.5 * (p[i] - q[i]).abs().sum() for i in positions])
+    assert alpha.shape == (N_TOKENS,)
+    assert torch.allclose(alpha, expected, atol=1e-4)
+    assert 0.0 < alpha.mean() < 1.0
+
+
+def test_continuations_greedy_matches_generate_and_sampling_is_seeded(models, prompts):
+    target, _ = models
+    greedy = target.generate(torch.tensor([prompts[0]]), max_new_tokens=N_TOKENS, min_new_tokens=N_TOKENS,
+                             do_sample=False, pad_token_id=target.config.eos_token_id)[0, len(prompts[0]):].tolist()
+    assert acceptance.target_continuation(target, prompts[0], N_TOKENS) == greedy
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        runs.append(acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature=1.5))
+    assert runs[0] == runs[1] and len(runs[0]) == N_TOKENS
+
+
+def brute_force_per_position(alphas: list[list[int]], k: int) -> list[float]:
+    """Greedy (0/1) acceptance: start a k-token draft at every position, count how far it gets;
+    position j's share is vLLM's num_accepted_tokens_per_pos[j] / num_drafts."""
+    accepted_at, drafts = [0] * k, 0
+    for a in alphas:
+        for start in range(len(a) - k + 1):
+            drafts += 1
+            for j in range(k):
+                if not a[start + j]:
+                    break
+                accepted_at[j] += 1
+    return [n / drafts for n in accepted_at]
+
+
+def test_per_position_acceptance_matches_vllm_counters_definition():
+    alphas = [[1, 1, 0, 1, 1, 1, 0, 1], [0, 1, 1, 1, 1, 0]]
+    for k in (1, 2, 3):
+        got = acceptance.accepted_per_position([torch.tensor(a, dtype=torch.float) for a in alphas], k)
+        assert got == pytest.approx(brute_force_per_position(alphas, k))
+
+
+@pytest.mark.parametrize("alpha,cost", [(0.9, 0.05), (0.6, 0.2), (0.3, 0.5), (0.8, 0.0)])
+def test_choose_k_maximizes_the_closed_form_speedup(alpha, cost):
+    """Constant per-token acceptance alpha: E[accepted + 1] = (1 - alpha^(k+1)) / (1 - alpha)."""
+    per_pos = acceptance.accepted_per_position([torch.full((64,), alpha)], 8)
+    k, speedups = acceptance.choose_k(per_pos, cost)
+    closed = {j: (1 - alpha ** (j + 1)) / ((1 - alpha) * (1 + j * cost)) for j in range(1, 9)}
+    assert speedups == pytest.approx(closed, rel=1e-5)
+    assert k == max(closed, key=closed.get)
+
+
+def test_choose_k_trades_draft_length_against_cost():
+    per_pos = acceptance.accepted_per_position([torch.full((32,), 0.7)], 8)
+    assert acceptance.choose_k(per_pos, 0.0)[0] == 8       # free drafts: always draft the most
+    assert acceptance.choose_k(per_pos, 1.0)[0] == 1       # a draft as costly as the target
+    cheap, dear = acceptance.choose_k(per_pos, 0.02)[0], acceptance.choose_k(per_pos, 0.3)[0]
+    assert cheap > dear
+
+
+def test_cost_ratio_settings(demo_pair, models, prompts):
+    target_dir, draft_dir = demo_pair
+    sizes = [(d / "model.safetensors").stat().st_size for d in (draft_dir, target_dir)]
+    assert acceptance.resolve_cost_ratio("weight_bytes", target_dir, draft_dir) == pytest.approx(sizes[0] / sizes[1])
+    assert acceptance.resolve_cost_ratio(0.2, target_dir, draft_dir) == 0.2
+    assert acceptance.resolve_cost_ratio("measured", target_dir, draft_dir) is None
+    measured = acceptance.estimate(*models, prompts[:1], N_TOKENS, 0.0, MAX_K, cost_ratio=None)["cost_ratio"]
+    assert 0 < measured < 10
+    for bad in ("fast", -1, 0, True, None):
+        with pytest.raises(PipelineError, match="cost_ratio"):
+            acceptance.resolve_cost_ratio(bad, target_dir, draft_dir)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"prompts": []}, "at least one"),
+    ({"continuation_tokens": 3}, "continuation_tokens"),
+    ({"max_k": 0}, "max_k"),
+    ({"temperature": -0.5}, "temperature"),
+])
+def test_bad_settings_are_one_line_errors(models, prompts, kwargs, match):
+    args = {"prompts": prompts, "continuation_tokens": N_TOKENS, "temperature": 0.0, "max_k": MAX_K, **kwargs}
+    with pytest.raises(PipelineError, match=match):
+        acceptance.estimate(models[0], models[1], args["prompts"], args["continuation_tokens"], args["temperature"],
+                            args["max_k"], cost_ratio=0.1)

@@ -1,0 +1,198 @@
+"""Release gates: params.yaml thresholds, allow_fail, and `modelprep gate --metrics-dir` standalone."""
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, run, tiny_params
+from pipeline import acceptance, gates, vllm_spec
+from pipeline.bundle import model_card
+from pipeline.config import gate_thresholds
+from pipeline.errors import PipelineError
+
+INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
+
+
+def passing_metrics(params: dict, variant: str) -> dict:
+    """Metrics just inside every threshold params.yaml sets for this variant."""
+    t = gate_thresholds(params, variant)
+    return {"perplexity_increase_pct": t["max_perplexity_increase_pct"] * 0.9,
+            "kl_divergence": t["max_kl_divergence"] * 0.9,
+            "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
+            "acceptance_rate": min(1.0, t["min_acceptance_rate"] + 0.05),
+            "greedy_match": 1.0}
+
+
+def test_defaults_are_stricter_for_fp8_than_int4():
+    p = tiny_params()
+    assert gate_thresholds(p, FP8)["max_perplexity_increase_pct"] == 1.0
+    assert gate_thresholds(p, INT4)["max_perplexity_increase_pct"] == 3.0
+    assert gate_thresholds(p, INT4)["min_acceptance_rate"] == 0.6
+    # the same 2% perplexity increase passes as INT4 and fails as FP8
+    metrics = {v: {**passing_metrics(p, INT4), "perplexity_increase_pct": 2.0} for v in (INT4, FP8)}
+    report = gates.run(p, metrics)
+    assert report["variants"][INT4]["passed"] and not report["variants"][FP8]["passed"]
+    assert not report["passed"]
+
+
+def test_every_check_is_recorded_and_passes():
+    p = tiny_params()
+    report = gates.run(p, {INT4: passing_metrics(p, INT4)})
+    assert report["passed"]
+    checks = {c["check"]: c for c in report["variants"][INT4]["checks"]}
+    # measured_speedup was not measured (no GPU run): skipped, not failed
+    assert set(checks) == set(gates.CHECKS) - {"min_measured_speedup"}
+    for c in checks.values():
+        assert c["passed"] and "value" in c and "threshold" in c
+
+
+def test_measured_speedup_is_checked_when_present():
+    p = tiny_params()
+    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "measured_speedup": 0.95}})
+    failed = [c["check"] for c in report["variants"][INT4]["checks"] if not c["passed"]]
+    assert failed == ["min_measured_speedup"]
+
+
+@pytest.mark.parametrize("metric,check", [("kl_divergence", "max_kl_divergence"),
+                                          ("acceptance_rate", "min_acceptance_rate")])
+def test_failure_names_the_check(metric, check):
+    p = tiny_params()
+    bad = {**passing_metrics(p, INT4), metric: 0.5 if metric == "kl_divergence" else 0.1}
+    report = gates.run(p, {INT4: bad})
+    assert not report["passed"]
+    failed = gates.failed_checks(report, allowed=False)
+    assert len(failed) == 1 and failed[0].startswith(f"{INT4}: {check} ")
+
+
+def test_missing_required_metric_fails():
+    p = tiny_params()
+    metrics = passing_metrics(p, INT4)
+    del metrics["top1_agreement"]
+    report = gates.run(p, {INT4: metrics})
+    [c] = [c for c in report["variants"][INT4]["checks"] if not c["passed"]]
+    assert c["check"] == "min_top1_agreement" and c["note"] == "metric missing"
+
+
+def test_nan_metric_fails():
+    p = tiny_params()
+    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": float("nan")}})
+    assert not report["passed"]
+
+
+def test_bad_thresholds_are_rejected():
+    p = tiny_params()
+    p["gates"]["thresholds"]["max_latency_ms"] = 10
+    with pytest.raises(PipelineError, match="unknown gate thresholds.*max_latency_ms"):
+        gates.run(p, {INT4: passing_metrics(tiny_params(), INT4)})
+    p = tiny_params()
+    p["gates"]["thresholds"]["max_kl_divergence"] = "low"
+    with pytest.raises(PipelineError, match="must be numbers"):
+        gates.run(p, {INT4: passing_metrics(tiny_params(), INT4)})
+
+
+def test_allow_fail_passes_the_gate_but_flags_the_variant():
+    p = tiny_params()
+    bad = {**passing_metrics(p, INT4), "kl_divergence": 1.0}
+    metrics = {INT4: bad, FP8: passing_metrics(p, FP8)}
+    assert not gates.run(p, metrics)["passed"]
+    for report in (gates.run(p, metrics, allow_fail=[INT4]),
+                   gates.run({**p, "gates": {**p["gates"], "allow_fail": [INT4]}}, metrics)):
+        assert report["passed"]
+        assert report["variants"][INT4]["allowed_failure"] and not report["variants"][INT4]["passed"]
+        assert not report["variants"][FP8]["allowed_failure"]
+        assert gates.conclude(report) == 0
+    with pytest.raises(PipelineError, match="unknown variants"):
+        gates.run(p, metrics, allow_fail=["gptq-w4a61"])
+
+
+def card_for(report: dict, variant: str) -> str:
+    p = tiny_params()
+    per_pos = acceptance.accepted_per_position([torch.full((16,), 0.7)], 4)
+    k, speedups = acceptance.choose_k(per_pos, 0.1)
+    speculative = {"temperature": 0.0, "acceptance_rate": 0.7, "accepted_per_position": per_pos, "cost_ratio": 0.1,
+                   "num_speculative_tokens": k, "expected_accepted_tokens": sum(per_pos[:k]),
+                   "expected_speedup": speedups[k]}
+    summary = {**passing_metrics(p, variant), "perplexity_baseline": 2.0, "perplexity": 2.01}
+    quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
+    return model_card(variant, p["quantize"]["variants"][variant], summary, speculative, report["variants"][variant],
+                      quant, p["serving"], {"skipped": vllm_spec.unavailable_reason() or "measured elsewhere"})
+
+
+def test_allowed_failure_carries_a_warning_in_the_card():
+    p = tiny_params()
+    metrics = {INT4: {**passing_metrics(p, INT4), "kl_divergence": 1.0}, FP8: passing_metrics(p, FP8)}
+    report = gates.run(p, metrics, allow_fail=[INT4])
+    flagged, clean = card_for(report, INT4), card_for(report, FP8)
+    assert "WARNING" in flagged and "allow_fail" in flagged
+    assert "| max_kl_divergence |" in flagged and "FAIL |" in flagged
+    assert "WARNING" not in clean
+
+
+def test_gpu_path_reports_why_it_is_skipped_here():
+    """No CUDA (or no vLLM) on this machine: the GPU measurement is skipped with its reason."""
+    expected = ("no CUDA device" if not torch.cuda.is_available()
+                else "vllm is not installed" if importlib.util.find_spec("vllm") is None else None)
+    assert vllm_spec.unavailable_reason() == expected
+    if expected is None:
+        pytest.skip("CUDA and vLLM are present: the GPU path runs here")
+    from stages.evaluate import gpu_measurement
+
+    p = tiny_params()
+    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == {"skipped": expected}
+    p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
+    with pytest.raises(PipelineError, match=expected):
+        gpu_measurement(ROOT, [[1, 2, 3]], 2, p)
+
+
+# ---- `modelprep gate --metrics-dir DIR`, as a user on another machine would run it
+
+
+@pytest.fixture
+def metrics_dir(tmp_path):
+    p = tiny_params()
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    out = tmp_path / "metrics"
+    out.mkdir()
+    for variant in (INT4, FP8):
+        (out / f"eval-{variant}.json").write_text(json.dumps(passing_metrics(p, variant)))
+    return out
+
+
+def gate_cli(metrics_dir, *extra):
+    return run(["modelprep", "gate", "--metrics-dir", str(metrics_dir),
+                "--params", str(metrics_dir.parent / "params.yaml"), *extra], metrics_dir.parent)
+
+
+def test_cli_passes(metrics_dir):
+    r = gate_cli(metrics_dir)
+    assert r.returncode == 0, r.stderr
+    assert f"gate {INT4}: PASS" in r.stdout and f"gate {FP8}: PASS" in r.stdout
+
+
+def test_cli_failure_exits_1_naming_the_check(metrics_dir):
+    path = metrics_dir / f"eval-{FP8}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "perplexity_increase_pct": 2.0}))
+    r = gate_cli(metrics_dir)
+    assert r.returncode == 1
+    assert f"{FP8}: max_perplexity_increase_pct" in r.stderr.splitlines()[-1]
+    r = gate_cli(metrics_dir, "--allow-fail", FP8)
+    assert r.returncode == 0, r.stderr
+    assert "warning:" in r.stderr and FP8 in r.stderr
+    assert gate_cli(metrics_dir, "--variant", INT4).returncode == 0
+
+
+def test_cli_empty_or_bad_metrics_dir_is_one_line(metrics_dir, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for directory, message in ((empty, "no eval-*.json"), (tmp_path / "absent", "not found")):
+        r = run(["modelprep", "gate", "--metrics-dir", str(directory), "--params", str(tmp_path / "params.yaml")],
+                tmp_path)
+        assert r.returncode == 2
+        assert r.stderr.strip().count("\n") == 0 and r.stderr.startswith("error:") and message in r.stderr
+    (metrics_dir / f"eval-{INT4}.json").write_text("{not json")
+    r = gate_cli(metrics_dir)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not valid JSON" in r.stderr

@@ -1,0 +1,90 @@
+"""lm-eval through its real Python API: the custom held-out task in evals/ on the tiny demo model."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import ROOT
+from pipeline import lmeval
+from pipeline.errors import PipelineError
+from pipeline.formatting import row_to_messages
+from pipeline.loading import load_causal_lm, load_tokenizer
+
+N_DOCS = 4
+
+
+@pytest.fixture(scope="module")
+def task_dir(demo_pair, tmp_path_factory):
+    """A project-like directory holding artifacts/data/heldout_lmeval.jsonl, as the data stage writes it."""
+    root = tmp_path_factory.mktemp("lmeval")
+    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:N_DOCS]
+    (root / "artifacts" / "data").mkdir(parents=True)
+    lmeval.write_task_data([row_to_messages(json.loads(line)) for line in lines], load_tokenizer(demo_pair[0]),
+                           root / "artifacts" / "data" / "heldout_lmeval.jsonl")
+    return root
+
+
+def expected_loglikelihoods(model_dir, docs: list[dict]) -> list[float]:
+    """Each response's log-likelihood with the prompt tokenized as the server does (no space between
+    prompt and answer, one BOS). lm-eval moves the prompt's trailing newline into the scored part."""
+    tokenizer, model = load_tokenizer(model_dir), load_causal_lm(model_dir)
+    out = []
+    for doc in docs:
+        ids = tokenizer(doc["prompt"] + doc["response"], add_special_tokens=False)["input_ids"]
+        context = tokenizer(doc["prompt"].rstrip(), add_special_tokens=False)["input_ids"]
+        assert ids[:len(context)] == context
+        with torch.no_grad():
+            logp = F.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        out.append(sum(logp[i - 1, ids[i]].item() for i in range(len(context), len(ids))))
+    return out
+
+
+def test_custom_task_runs_on_the_demo_model(demo_pair, task_dir, monkeypatch):
+    monkeypatch.chdir(task_dir)  # the task's data_files path is relative to the project root
+    result = lmeval.run_tasks(demo_pair[0], ["domain_heldout"], limit=N_DOCS)
+    assert result["backend"] == "hf"  # no GPU here
+    scores = result["scores"]["domain_heldout"]
+    assert 0.0 <= scores["acc"] <= 1.0
+    assert math.isfinite(scores["byte_perplexity"]) and scores["byte_perplexity"] > 1.0
+    assert scores["bits_per_byte"] == pytest.approx(math.log2(scores["byte_perplexity"]), rel=1e-6)
+
+    docs = [json.loads(line) for line in (task_dir / "artifacts/data/heldout_lmeval.jsonl").read_text().splitlines()]
+    lls = expected_loglikelihoods(demo_pair[0], docs)
+    n_bytes = sum(len(d["response"].encode()) for d in docs)
+    assert scores["byte_perplexity"] == pytest.approx(math.exp(-sum(lls) / n_bytes), rel=1e-3)
+
+
+def test_unknown_task_is_named(demo_pair, task_dir, monkeypatch):
+    monkeypatch.chdir(task_dir)
+    with pytest.raises(PipelineError, match="'no_such_task' is not defined") as err:
+        lmeval.run_tasks(demo_pair[0], ["domain_heldout", "no_such_task"], limit=2)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_heldout_file_names_the_task(demo_pair, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no artifacts/data here
+    with pytest.raises(PipelineError, match="'domain_heldout'.*not available locally") as err:
+        lmeval.run_tasks(demo_pair[0], ["domain_heldout"], limit=2)
+    assert "\n" not in str(err.value)
+
+
+def test_standard_task_without_local_data_fails_in_one_line(demo_pair, tmp_path):
+    """A standard lm-eval task whose dataset is not in the (empty) HF cache: offline, so no wait on a
+    hub; the stage's error contract gives exit 2 and one line naming the task."""
+    script = ("import sys; from pipeline import lmeval; from pipeline.config import one_line_errors; "
+              "one_line_errors(lmeval.run_tasks)(sys.argv[1], ['arc_easy'], 2)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
+    r = subprocess.run([sys.executable, "-c", script, str(demo_pair[0])], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "arc_easy" in lines[0] and "not available locally" in lines[0], r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
