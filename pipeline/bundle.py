@@ -3,26 +3,35 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import yaml
 
-from pipeline.io import atomic_write_text, write_json
+from pipeline.io import atomic_write_text, read_json, write_json
 from pipeline.manifest import write_manifest
 
 LIBRARIES = ["torch", "transformers", "llmcompressor", "compressed-tensors", "lm_eval", "dvc", "vllm"]
-# Prometheus metrics vLLM exports for speculative decoding; the card tells on-call to watch them.
+# Prometheus counters vLLM 0.25 exports for speculative decoding (vllm/v1/spec_decode/metrics.py);
+# the card tells on-call to watch them.
 SPEC_METRICS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                 "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"]
 
 
-def engine_args(variant_spec: dict, serving: dict, k: int | None, has_draft: bool) -> dict:
+def checkpoint_quantization(model_dir: Path) -> str | None:
+    """The quant_method llm-compressor wrote into config.json (`compressed-tensors`), if any."""
+    config = read_json(Path(model_dir) / "config.json")
+    return (config.get("quantization_config") or {}).get("quant_method")
+
+
+def engine_args(variant_spec: dict, serving: dict, k: int | None, has_draft: bool,
+                quantization: str | None = None) -> dict:
     """Arguments for vllm.LLM(...) relative to the bundle directory."""
     args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
             "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"]}
+    if quantization:
+        args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
     if variant_spec.get("kv_cache") == "fp8":
         args["kv_cache_dtype"] = "fp8"  # per-tensor KV scales were calibrated into the checkpoint
     if has_draft and k:
@@ -31,8 +40,19 @@ def engine_args(variant_spec: dict, serving: dict, k: int | None, has_draft: boo
 
 
 def serve_config(args: dict) -> dict:
-    """`vllm serve --config serve.yaml`: CLI option names; JSON-valued options as JSON strings."""
-    return {key.replace("_", "-"): json.dumps(v) if isinstance(v, dict) else v for key, v in args.items()}
+    """`vllm serve --config serve.yaml` from the bundle directory.
+
+    How vLLM 0.25 reads it (FlexibleArgumentParser.load_config_file in vllm/utils/argparse_utils.py):
+    every top-level key becomes `--key value`; a nested mapping is json.dumps'ed into the option's
+    JSON value, so `speculative-config` is written as a plain YAML mapping; `true` becomes a bare
+    flag and `false` is dropped (so false/None are left out here rather than silently ignored there).
+    `model` belongs in the file: with no positional model on the command line, `--model` from the
+    config is used, so `vllm serve --config serve.yaml` needs nothing else; flags given on the
+    command line after it win. (A JSON string value is accepted too, but older vLLMs are the only
+    reason to prefer it.) tests/test_bundle.py::test_vllm_parses_serve_yaml checks, with vLLM
+    installed, that the file parses into the same EngineArgs as engine_args.json.
+    """
+    return {key.replace("_", "-"): v for key, v in args.items() if v is not None and v is not False}
 
 
 def provenance(params: dict) -> dict:
@@ -58,37 +78,80 @@ def _fmt(v, digits=4):
     return "n/a" if v is None else f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
+def _fmt_measured(v) -> str:
+    """A measured number, or a per-position list such as vLLM's acceptance by draft position."""
+    return " / ".join(f"{a:.2f}" for a in v) if isinstance(v, list) else _fmt(v, 3)
+
+
+def _counter(name: str) -> str:
+    """Name on /metrics: prometheus_client exposes a counter with a `_total` suffix."""
+    return f"{name}_total"
+
+
 def model_card(variant: str, spec: dict, summary: dict, speculative: dict, gates: dict, quant: dict,
                serving: dict, gpu: dict) -> str:
     checks = "\n".join(f"| {c['check']} | {_fmt(c['value'])} | {c.get('op', '')} {c['threshold']} | "
                        f"{'pass' if c['passed'] else 'FAIL'} |" for c in gates["checks"])
     per_pos = " / ".join(f"{a:.2f}" for a in speculative["accepted_per_position"])
+    k = speculative["num_speculative_tokens"]
+    # vLLM's accepted/draft token ratio is E[accepted]/k; speculation beats plain decoding while
+    # (1 + k*ratio) > (1 + k*cost), i.e. while the ratio stays above the draft/target cost ratio.
+    expected_ratio = speculative["expected_accepted_tokens"] / k
     warning = ""
     if gates.get("allowed_failure"):
         warning = ("\n> **WARNING: this variant failed its release gates and was published with "
                    "`allow_fail`.** Do not deploy without a sign-off.\n")
-    lm_rows = "\n".join(f"| {k.removeprefix('lm_eval_')} | {_fmt(v)} |" for k, v in summary.items()
-                        if k.startswith("lm_eval_"))
+    lm_rows = "\n".join(f"| {key.removeprefix('lm_eval_')} | {_fmt(v)} |" for key, v in summary.items()
+                        if key.startswith("lm_eval_"))
     if "skipped" in gpu:
-        gpu_text = f"Not measured in this build ({gpu['skipped']})."
+        gpu_text = f"not measured in this build ({gpu['skipped']})."
     else:
-        gpu_text = "\n".join(f"- {k}: {_fmt(v, 3)}" for k, v in gpu.items() if not isinstance(v, (dict, list)))
+        gpu_text = "\n\n" + "\n".join(f"- {key}: {_fmt_measured(v)}" for key, v in gpu.items()
+                                      if not isinstance(v, dict))
     return f"""# {serving['name']} — {variant}
 {warning}
 Quantized with llm-compressor ({spec['algorithm']}, scheme `{spec['scheme']}`), saved in compressed-tensors
 format that vLLM loads natively. Size {quant['size_before_mb']} MB -> {quant['size_after_mb']} MB
-(x{quant['compression_ratio']}).
+(x{quant['compression_ratio']}). Served with a domain-tuned draft model for speculative decoding.
 
-## Serve
+| path | what |
+| --- | --- |
+| `model/` | quantized target: safetensors, config, tokenizer, chat template |
+| `draft/` | draft model (same tokenizer), fine-tuned on domain traffic |
+| `serve.yaml` | `vllm serve --config` file: model, quantization, context, memory, KV cache, speculative decoding |
+| `engine_args.json` | the same settings as keyword arguments of `vllm.LLM` |
+| `MANIFEST.json` | sha256 and size of every file, plus provenance (git commit, dvc.lock, params, library versions) |
+
+## 1. Verify the files
+
+```bash
+modelprep verify .        # or, without modelprep installed:
+jq -r '.files | to_entries[] | "\\(.value.sha256)  \\(.key)"' MANIFEST.json | sha256sum --check --quiet
+```
+
+## 2. Serve
+
+Paths in `serve.yaml` are relative (`./model`, `./draft`): start vLLM from this directory.
 
 ```bash
 cd <this bundle>
-vllm serve --config serve.yaml          # OpenAI-compatible server, speculative decoding on
+vllm serve --config serve.yaml --host 0.0.0.0 --port 8000   # command-line flags override the file
+curl -s localhost:8000/v1/chat/completions -H 'Content-Type: application/json' \\
+  -d '{{"model": "{serving['name']}", "messages": [{{"role": "user", "content": "Hello"}}]}}'
 ```
 
-Python: `vllm.LLM(**json.load(open("engine_args.json")))` from this directory.
+`serve.yaml` writes `speculative-config` as a YAML mapping, which `vllm serve --config` turns into its
+JSON value (vLLM 0.25). An older vLLM that rejects it takes the same settings on the command line:
+`vllm serve ./model --speculative-config "$(jq -c .speculative_config engine_args.json)" ...`.
 
-## Quality on held-out domain traffic (vs. the unquantized target)
+Python, from this directory:
+
+```python
+import json, vllm
+llm = vllm.LLM(**json.load(open("engine_args.json")))
+```
+
+## 3. Quality on held-out domain traffic (vs. the unquantized target)
 
 | metric | value |
 | --- | --- |
@@ -100,33 +163,36 @@ Python: `vllm.LLM(**json.load(open("engine_args.json")))` from this directory.
 | greedy match (first tokens) | {_fmt(summary['greedy_match'])} |
 {lm_rows}
 
-## Speculative decoding
+## 4. Speculative decoding
 
 - Draft: `draft/`, fine-tuned on domain traffic distilled from the target.
 - CPU-estimated acceptance rate (temperature {speculative['temperature']}): {_fmt(speculative['acceptance_rate'], 3)}
-- Acceptance per position (P(at least j accepted)): {per_pos}
-- Chosen `num_speculative_tokens`: {speculative['num_speculative_tokens']}, expected speedup
-  x{_fmt(speculative['expected_speedup'], 2)} (draft/target cost ratio {_fmt(speculative['cost_ratio'], 3)})
+- Acceptance per draft position (P(at least j accepted), j = 1..{len(speculative['accepted_per_position'])}): {per_pos}
+- Chosen `num_speculative_tokens`: {k}; expected accepted tokens per step {_fmt(speculative['expected_accepted_tokens'], 2)},
+  expected speedup x{_fmt(speculative['expected_speedup'], 2)} (draft/target cost ratio {_fmt(speculative['cost_ratio'], 3)})
 
 Measured on GPU with vLLM: {gpu_text}
 
-## Release gates
+## 5. Release gates
 
 | check | value | threshold | verdict |
 | --- | --- | --- | --- |
 {checks}
 
-## Pre-deployment checklist
+## 6. Pre-deployment checklist
 
 - [ ] Domain benchmark: re-run the held-out evaluation on this week's traffic; quality within the gates above.
-- [ ] Latency thresholds: p50/p99 time-to-first-token and inter-token latency at the expected concurrency.
-- [ ] Cold start: warm up (a few requests) before taking traffic; CUDA graphs and caches are built lazily.
-- [ ] Acceptance monitoring: alert when `accepted / draft tokens` drops below 0.6, where speculation stops paying.
-  Prometheus metrics: {', '.join(f'`{m}`' for m in SPEC_METRICS)}.
+- [ ] Latency thresholds: p50/p99 time-to-first-token and inter-token latency at the expected concurrency
+  (`vllm bench serve` against the running server), and the same run without `speculative-config` to confirm the gain.
+- [ ] Cold start: send a few warm-up requests before taking traffic (CUDA graphs, compilation and caches are built
+  on first use); the readiness probe is `GET /health`.
+- [ ] Acceptance-rate monitoring: vLLM exports on `/metrics` {', '.join(f'`{_counter(m)}`' for m in SPEC_METRICS)}
+  (Prometheus metric families {', '.join(f'`{m}`' for m in SPEC_METRICS)}). Track
+  `rate(vllm:spec_decode_num_accepted_tokens_total[5m]) / rate(vllm:spec_decode_num_draft_tokens_total[5m])`:
+  expected {expected_ratio:.2f} from the held-out estimate; investigate below {0.8 * expected_ratio:.2f};
+  below {_fmt(speculative['cost_ratio'], 2)} (the draft/target cost ratio) speculation is slower than plain decoding:
+  lower `num_speculative_tokens` or remove `speculative-config`.
 - [ ] Rollback: keep the previous registry version deployable.
-
-`MANIFEST.json` lists the sha256 of every file and the provenance (git commit, dvc.lock, params, library
-versions); check it with `modelprep verify <bundle>`.
 """
 
 

@@ -2,8 +2,9 @@
 import sys
 from pathlib import Path
 
-from pipeline.bundle import build_bundle, engine_args, model_card
+from pipeline.bundle import build_bundle, checkpoint_quantization, engine_args, model_card
 from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.draft import served_draft
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_dir, read_json
 
@@ -18,12 +19,13 @@ def main(variant: str) -> None:
     ev = Path("artifacts/eval") / variant
     summary, spec_est, gpu = read_json(ev / "summary.json"), read_json(ev / "speculative.json"), read_json(ev / "vllm.json")
     quant = read_json(f"metrics/quantize-{variant}.json")
-    draft = Path("artifacts/draft/model-quantized")
-    draft = draft if draft.exists() else Path("artifacts/draft/model")
-    args = engine_args(spec, p["serving"], spec_est["num_speculative_tokens"], has_draft=True)
+    draft = served_draft("artifacts/draft")
+    model_dir = Path("artifacts/quantized") / variant
+    args = engine_args(spec, p["serving"], spec_est["num_speculative_tokens"], has_draft=True,
+                       quantization=checkpoint_quantization(model_dir))
     card = model_card(variant, spec, summary, spec_est, gate, quant, p["serving"], gpu)
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
-        manifest = build_bundle(tmp, variant, Path("artifacts/quantized") / variant, draft, args, card, p)
+        manifest = build_bundle(tmp, variant, model_dir, draft, args, card, p)
     print(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}")
 
 

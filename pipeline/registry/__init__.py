@@ -1,9 +1,18 @@
-"""Registries that bundles are published to; each backend exposes publish(bundle, name, version, tags)."""
+"""Registries that bundles are published to.
+
+Each backend exposes publish(bundle, name, version, tags, cfg) -> {name, version, uri, status}, where
+cfg is params.yaml's `publish` section. Every backend verifies the bundle first and keeps versions
+immutable: the same content again is "already published", different content is refused.
+"""
 from __future__ import annotations
+
+import re
 
 from pipeline.errors import PipelineError
 
 BACKENDS = ("local", "mlflow", "hf")
+# A version becomes a directory name, an MLflow tag value in a filter string and a git tag on the Hub.
+VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def get_backend(name: str):
@@ -17,3 +26,26 @@ def get_backend(name: str):
         from pipeline.registry import hf
         return hf
     raise PipelineError(f"unknown registry backend {name!r}; choose one of {', '.join(BACKENDS)}")
+
+
+def already_published(name: str, version: str, existing_digest: str | None, digest: str, where: str) -> bool:
+    """True when `version` already holds this exact bundle; refuses different content under it."""
+    if existing_digest is None:
+        return False
+    if existing_digest != digest:
+        raise PipelineError(f"{name} version {version} already exists in {where} with different content; "
+                            "versions are immutable, publish under a new version")
+    return True
+
+
+def check_version(version: str) -> None:
+    if version == "latest":
+        raise PipelineError("publish version 'latest' is reserved for the alias; choose another")
+    if not VERSION_PATTERN.fullmatch(version) or ".." in version:
+        raise PipelineError(f"invalid publish version {version!r}: use letters, digits, '.', '_' and '-'")
+
+
+def first_line(error: BaseException) -> str:
+    """A backend's exception as one line (MLflow and HTTP errors can span many)."""
+    text = str(getattr(error, "message", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

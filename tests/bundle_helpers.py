@@ -1,0 +1,89 @@
+"""A scratch directory holding what the bundle and publish stages read, built from the tiny demo pair.
+
+Evaluation numbers are inputs here (the evaluate stage has its own tests); the gate verdict and the
+chosen num_speculative_tokens are computed by the pipeline's own code from them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from conftest import ROOT, tiny_params
+
+MODELPREP = str(Path(sys.executable).parent / "modelprep")
+# Per-position acceptance P(at least j accepted) and draft/target cost ratio of a good draft.
+PER_POSITION = [0.92, 0.85, 0.77, 0.70, 0.62, 0.55, 0.47, 0.40]
+COST_RATIO = 0.25
+PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase_pct": 0.76,
+           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "acceptance_rate": 0.88,
+           "lm_eval_domain_heldout_acc": 0.41}
+
+
+def speculative_estimate() -> dict:
+    from pipeline.acceptance import choose_k
+
+    k, speedups = choose_k(PER_POSITION, COST_RATIO)
+    return {"temperature": 0.0, "acceptance_rate": PASSING["acceptance_rate"], "accepted_per_position": PER_POSITION,
+            "cost_ratio": COST_RATIO, "num_speculative_tokens": k, "expected_accepted_tokens": sum(PER_POSITION[:k]),
+            "expected_speedup": speedups[k], "expected_speedup_by_k": {str(j): s for j, s in speedups.items()}}
+
+
+def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
+    """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
+    from pipeline import gates
+    from pipeline.io import read_json, write_json
+
+    target, draft = demo_pair
+    params = tiny_params(quantize={"enabled": list(variants)}, **overrides)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    shutil.copytree(draft, root / "artifacts/draft/model")
+    spec = speculative_estimate()
+    summaries = {}
+    for variant, metric_overrides in variants.items():
+        model = root / "artifacts/quantized" / variant
+        shutil.copytree(target, model)
+        config = read_json(model / "config.json")
+        # The key llm-compressor writes into a compressed-tensors checkpoint's config.json.
+        config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
+        write_json(model / "config.json", config)
+        summaries[variant] = {"variant": variant, **PASSING, "num_speculative_tokens": spec["num_speculative_tokens"],
+                              "expected_speedup": spec["expected_speedup"], **metric_overrides}
+        ev = root / "artifacts/eval" / variant
+        write_json(ev / "summary.json", summaries[variant])
+        write_json(ev / "speculative.json", spec)
+        write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
+        write_json(root / f"metrics/quantize-{variant}.json",
+                   {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
+    write_json(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
+    return root
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (yet)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_stage(cwd: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m stages.<name> ...` as DVC runs it, from a scratch project directory."""
+    return subprocess.run([sys.executable, "-m", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def verify_cli(bundle: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([MODELPREP, "verify", str(bundle)], capture_output=True, text=True, timeout=120)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The stage/CLI contract for bad input: exit 2 and exactly one `error: ...` line on stderr."""
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
+    return lines[0]

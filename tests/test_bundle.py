@@ -1,0 +1,180 @@
+"""The bundle stage on the tiny demo pair: layout, vLLM configs, model card, MANIFEST and `modelprep verify`."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import shutil
+
+import pytest
+import yaml
+
+from bundle_helpers import PER_POSITION, one_error_line, run_stage, speculative_estimate, stage_workspace, verify_cli
+from pipeline.bundle import SPEC_METRICS, engine_args, model_card
+
+VARIANTS = {
+    "fp8-static": {},                          # kv_cache: fp8 in params -> calibrated KV scales
+    "fp8-dynamic": {},
+    "awq-w4a16": {"kl_divergence": 0.2},       # fails its gate, allowed below
+    "gptq-w4a16": {"top1_agreement": 0.5},     # fails its gate, not allowed
+}
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, demo_pair):
+    ws = stage_workspace(tmp_path_factory.mktemp("bundle"), demo_pair, VARIANTS,
+                         gates={"allow_fail": ["awq-w4a16"]})
+    for variant in ("fp8-static", "fp8-dynamic", "awq-w4a16"):
+        r = run_stage(ws, "stages.bundle", variant)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"bundle {variant}:" in r.stdout
+    return ws
+
+
+def bundle(ws, variant):
+    return ws / "artifacts/bundles" / variant
+
+
+def test_bundle_layout_and_manifest(workspace):
+    b = bundle(workspace, "fp8-static")
+    for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/tokenizer_config.json",
+                 "model/chat_template.jinja", "draft/config.json", "draft/model.safetensors", "serve.yaml",
+                 "engine_args.json", "README.md", "MANIFEST.json"):
+        assert (b / name).is_file(), name
+    manifest = json.loads((b / "MANIFEST.json").read_text())
+    on_disk = {str(p.relative_to(b)) for p in b.rglob("*") if p.is_file()} - {"MANIFEST.json"}
+    assert set(manifest["files"]) == on_disk
+    for name, entry in manifest["files"].items():
+        data = (b / name).read_bytes()
+        assert entry == {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}, name
+    prov = manifest["provenance"]
+    assert prov["variant"] == "fp8-static"
+    assert prov["params"]["quantize"]["enabled"] == list(VARIANTS)
+    assert prov["libraries"]["torch"] == importlib.metadata.version("torch")
+    assert {"git_commit", "dvc_lock_sha256"} <= set(prov)
+    r = verify_cli(b)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok: ") and manifest["bundle_digest"][:12] in r.stdout
+
+
+def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(workspace):
+    b = bundle(workspace, "fp8-static")
+    serve = yaml.safe_load((b / "serve.yaml").read_text())
+    args = json.loads((b / "engine_args.json").read_text())
+    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    k = speculative_estimate()["num_speculative_tokens"]
+    assert 1 <= k <= len(PER_POSITION)
+    # vLLM's --config takes CLI option names; a nested mapping becomes that option's JSON value.
+    assert serve == {key.replace("_", "-"): v for key, v in args.items()}
+    assert serve["model"] == "./model"
+    assert serve["served-model-name"] == params["serving"]["name"]
+    assert serve["max-model-len"] == params["serving"]["max_model_len"]
+    assert serve["gpu-memory-utilization"] == params["serving"]["gpu_memory_utilization"]
+    assert serve["quantization"] == "compressed-tensors"
+    assert serve["kv-cache-dtype"] == "fp8"
+    assert serve["speculative-config"] == {"method": "draft_model", "model": "./draft", "num_speculative_tokens": k}
+
+
+def test_kv_cache_dtype_only_for_calibrated_kv_scales(workspace):
+    serve = yaml.safe_load((bundle(workspace, "fp8-dynamic") / "serve.yaml").read_text())
+    assert "kv-cache-dtype" not in serve
+    assert serve["speculative-config"]["model"] == "./draft"
+
+
+def test_model_card_is_a_runbook(workspace):
+    card = (bundle(workspace, "fp8-static") / "README.md").read_text()
+    spec = speculative_estimate()
+    assert "vllm serve --config serve.yaml" in card and "engine_args.json" in card
+    assert "modelprep verify" in card and "sha256sum --check" in card
+    assert f"Chosen `num_speculative_tokens`: {spec['num_speculative_tokens']}" in card
+    assert " / ".join(f"{a:.2f}" for a in PER_POSITION) in card
+    assert f"x{spec['expected_speedup']:.2f}" in card
+    assert "not measured in this build (no CUDA device)" in card
+    for item in ("Domain benchmark", "Latency thresholds", "Cold start", "Acceptance-rate monitoring", "Rollback"):
+        assert f"- [ ] {item}" in card
+    for metric in SPEC_METRICS:
+        assert f"`{metric}`" in card and f"`{metric}_total`" in card
+    # The alert level follows this bundle's estimate: vLLM's accepted/draft ratio is E[accepted]/k.
+    assert f"expected {spec['expected_accepted_tokens'] / spec['num_speculative_tokens']:.2f}" in card
+    for check in ("max_kl_divergence", "min_top1_agreement", "min_acceptance_rate"):
+        assert f"| {check} |" in card
+    assert "WARNING" not in card
+
+
+def test_card_shows_measured_gpu_numbers():
+    spec = speculative_estimate()
+    gates = {"checks": [], "allowed_failure": False}
+    card = model_card("fp8-static", {"algorithm": "rtn", "scheme": "FP8"}, {"perplexity_baseline": 1.0,
+                      "perplexity": 1.0, "perplexity_increase_pct": 0.0, "kl_divergence": 0.0, "top1_agreement": 1.0,
+                      "greedy_match": 1.0}, spec, gates, {"size_before_mb": 2, "size_after_mb": 1,
+                      "compression_ratio": 2}, {"name": "svc"}, {"measured_speedup_bs1": 1.734, "acceptance_rate": 0.81,
+                      "accepted_per_position": [0.9, 0.75], "vllm_metrics": {"num_drafts": 10}})
+    assert "- measured_speedup_bs1: 1.734" in card and "- acceptance_rate: 0.810" in card
+    assert "- accepted_per_position: 0.90 / 0.75" in card and "vllm_metrics" not in card
+    assert "not measured" not in card
+
+
+def test_allowed_failure_is_flagged_in_the_card(workspace):
+    card = (bundle(workspace, "awq-w4a16") / "README.md").read_text()
+    assert "WARNING: this variant failed its release gates" in card
+    assert "| max_kl_divergence | 0.2000 | <= 0.05 | FAIL |" in card
+
+
+def test_failed_variant_is_not_bundled(workspace):
+    line = one_error_line(run_stage(workspace, "stages.bundle", "gptq-w4a16"))
+    assert "gptq-w4a16 failed its gates" in line
+    assert not bundle(workspace, "gptq-w4a16").exists()
+
+
+def test_engine_args_without_draft_or_quantization():
+    args = engine_args({"algorithm": "rtn"}, {"name": "svc", "max_model_len": 512, "gpu_memory_utilization": 0.5,
+                                               "max_num_seqs": 4}, k=3, has_draft=False)
+    assert "speculative_config" not in args and "quantization" not in args and "kv_cache_dtype" not in args
+
+
+def _flip_byte(b):
+    path = b / "model/model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return "model/model.safetensors"
+
+
+def _delete(b):
+    (b / "draft/config.json").unlink()
+    return "draft/config.json"
+
+
+def _add(b):
+    (b / "model/extra.bin").write_bytes(b"\0")
+    return "model/extra.bin"
+
+
+@pytest.mark.parametrize("tamper", [_flip_byte, _delete, _add], ids=["byte-flipped", "deleted", "added"])
+def test_verify_fails_on_any_change(workspace, tmp_path, tamper):
+    b = shutil.copytree(bundle(workspace, "fp8-dynamic"), tmp_path / "b")
+    assert verify_cli(b).returncode == 0
+    name = tamper(b)
+    assert name in one_error_line(verify_cli(b))
+
+
+def test_verify_rejects_a_directory_without_manifest(tmp_path):
+    assert "no MANIFEST.json" in one_error_line(verify_cli(tmp_path))
+
+
+def test_vllm_parses_serve_yaml(workspace, monkeypatch):
+    """With vLLM installed: `vllm serve --config serve.yaml` resolves to the engine_args.json settings."""
+    pytest.importorskip("vllm", reason="vLLM is not installed")
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    b = bundle(workspace, "fp8-static")
+    monkeypatch.chdir(b)
+    parser = FlexibleArgumentParser()
+    ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))
+    ns = parser.parse_args(["serve", "--config", "serve.yaml"])
+    parsed = EngineArgs.from_cli_args(ns)
+    args = json.loads((b / "engine_args.json").read_text())
+    assert parsed.model == args["model"] and parsed.kv_cache_dtype == "fp8"
+    assert parsed.speculative_config == args["speculative_config"]

@@ -1,0 +1,137 @@
+"""The MLflow backend against a real `mlflow server` on loopback (sqlite store, temp artifact root)."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bundle_helpers import free_port, one_error_line, run_stage, stage_workspace, verify_cli
+from pipeline.errors import PipelineError
+from pipeline.io import read_json
+from pipeline.manifest import write_manifest
+from pipeline.registry import mlflow_registry
+
+STARTUP_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory, request):
+    root = tmp_path_factory.mktemp("mlflow")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    log = (root / "server.log").open("w")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+         "--serve-artifacts", "--artifacts-destination", str(root / "artifacts")],
+        cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        request.getfixturevalue("demo_pair")  # built (once per session) while the server boots
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(uri + "/health", timeout=2):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    pytest.fail("mlflow server did not start:\n" + (root / "server.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield uri, root
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server's own session: it and its uvicorn worker
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=10)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, demo_pair, mlflow_server):
+    uri, _ = mlflow_server
+    ws = stage_workspace(tmp_path_factory.mktemp("mlflow-ws"), demo_pair, {"fp8-static": {}},
+                         publish={"backend": "mlflow", "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}})
+    r = run_stage(ws, "stages.bundle", "fp8-static")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return ws
+
+
+def test_publish_registers_a_version_that_reads_back(workspace, mlflow_server, tmp_path):
+    from mlflow import MlflowClient
+
+    uri, _ = mlflow_server
+    r = run_stage(workspace, "stages.publish")
+    assert r.returncode == 0, r.stderr[-3000:]
+    bundle = workspace / "artifacts/bundles/fp8-static"
+    digest = read_json(bundle / "MANIFEST.json")["bundle_digest"]
+    spec = read_json(workspace / "artifacts/eval/fp8-static/speculative.json")
+    receipt = read_json(workspace / "artifacts/publish/receipt.json")["published"][0]
+    assert receipt["status"] == "published" and receipt["version"] == digest[:12]
+
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    [mv] = client.search_model_versions("name = 'nimbus-support-fp8-static'")
+    assert receipt["uri"] == f"models:/nimbus-support-fp8-static/{mv.version}"
+    assert mv.status == "READY"
+    assert mv.tags["variant"] == "fp8-static"
+    assert mv.tags["gates"] == "passed"
+    assert mv.tags["num_speculative_tokens"] == str(spec["num_speculative_tokens"])
+    assert float(mv.tags["acceptance_rate"]) == pytest.approx(spec["acceptance_rate"], abs=1e-3)
+    assert mv.tags["bundle_digest"] == digest and mv.tags["version_label"] == digest[:12]
+    run = client.get_run(mv.run_id)
+    assert run.info.status == "FINISHED" and mv.source == f"{run.info.artifact_uri}/bundle"
+    # The registered artifacts are the exact bundle: downloaded, they verify against their manifest.
+    downloaded = Path(client.download_artifacts(mv.run_id, "bundle", str(tmp_path)))
+    assert verify_cli(downloaded).returncode == 0
+    assert read_json(downloaded / "MANIFEST.json")["bundle_digest"] == digest
+
+
+def test_republish_is_idempotent_and_versions_are_immutable(workspace, mlflow_server, tmp_path):
+    from mlflow import MlflowClient
+
+    uri, _ = mlflow_server
+    cfg = yaml.safe_load((workspace / "params.yaml").read_text())["publish"]
+    bundle = workspace / "artifacts/bundles/fp8-static"
+    first = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
+    again = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
+    assert (first["status"], again["status"]) == ("published", "already published")
+    assert again["uri"] == first["uri"]
+    changed = shutil.copytree(bundle, tmp_path / "changed")
+    (changed / "README.md").write_text("a different build\n")
+    write_manifest(changed, {})
+    with pytest.raises(PipelineError, match="immutable-test version 1.0 already exists in MLflow registry"):
+        mlflow_registry.publish(changed, "immutable-test", "1.0", {}, cfg)
+    assert mlflow_registry.publish(changed, "immutable-test", "1.1", {}, cfg)["status"] == "published"
+    versions = MlflowClient(tracking_uri=uri, registry_uri=uri).search_model_versions("name = 'immutable-test'")
+    assert sorted(v.tags["version_label"] for v in versions) == ["1.0", "1.1"]
+
+
+def test_unreachable_server_fails_fast_in_one_line(workspace, tmp_path):
+    ws = shutil.copytree(workspace, tmp_path / "ws")
+    params = yaml.safe_load((ws / "params.yaml").read_text())
+    params["publish"]["mlflow"]["tracking_uri"] = f"http://127.0.0.1:{free_port()}"
+    (ws / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    t0 = time.monotonic()
+    line = one_error_line(run_stage(ws, "stages.publish"))
+    assert "is unreachable" in line and params["publish"]["mlflow"]["tracking_uri"] in line
+    assert time.monotonic() - t0 < 60
+
+
+def test_missing_tracking_uri_is_one_line(workspace, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(PipelineError, match="publish.mlflow.tracking_uri"):
+        mlflow_registry.publish(workspace / "artifacts/bundles/fp8-static", "x", "1", {}, {"mlflow": {}})
+
+
+def test_tracking_uri_falls_back_to_the_environment(monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
+    assert mlflow_registry.tracking_uri({"mlflow": {"tracking_uri": None}}) == "http://mlflow.example:5000"
+    assert mlflow_registry.tracking_uri({"mlflow": {"tracking_uri": "http://a:1"}}) == "http://a:1"

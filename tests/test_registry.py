@@ -1,0 +1,107 @@
+"""The publish stage and the local registry: index, `latest` alias, immutable versions, verify-before-push."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from bundle_helpers import one_error_line, run_stage, stage_workspace, verify_cli
+from pipeline.errors import PipelineError
+from pipeline.manifest import write_manifest
+from pipeline.registry import get_backend, local
+from pipeline.io import read_json
+
+VARIANTS = ("fp8-static", "fp8-dynamic")
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory, demo_pair):
+    ws = stage_workspace(tmp_path_factory.mktemp("publish"), demo_pair, {v: {} for v in VARIANTS})
+    for variant in VARIANTS:
+        r = run_stage(ws, "stages.bundle", variant)
+        assert r.returncode == 0, r.stderr[-3000:]
+    return ws
+
+
+def different_bundle(src, dest):
+    """A legitimately different bundle (re-manifested), as a changed build would produce."""
+    b = shutil.copytree(src, dest)
+    (b / "serve.yaml").write_text((b / "serve.yaml").read_text().replace("max-num-seqs: 64", "max-num-seqs: 32"))
+    write_manifest(b, read_json(b / "MANIFEST.json")["provenance"])
+    return b
+
+
+def test_publish_stage_fills_the_local_registry(workspace):
+    r = run_stage(workspace, "stages.publish")
+    assert r.returncode == 0, r.stderr[-3000:]
+    registry = workspace / "registry"
+    index = json.loads((registry / "index.json").read_text())
+    receipt = json.loads((workspace / "artifacts/publish/receipt.json").read_text())
+    assert receipt["backend"] == "local" and len(receipt["published"]) == len(VARIANTS)
+    for variant in VARIANTS:
+        name = f"nimbus-support-{variant}"
+        digest = read_json(workspace / "artifacts/bundles" / variant / "MANIFEST.json")["bundle_digest"]
+        entry = index["models"][name]
+        assert entry["latest"] == digest[:12]
+        assert (registry / name / "latest").read_text().strip() == digest[:12]
+        assert entry["versions"][digest[:12]]["bundle_digest"] == digest
+        assert entry["versions"][digest[:12]]["tags"]["variant"] == variant
+        assert entry["versions"][digest[:12]]["tags"]["gates"] == "passed"
+        published = local.resolve(registry, name)
+        assert verify_cli(published).returncode == 0
+    # Re-running the stage (dvc repro after an unrelated change) is idempotent.
+    again = run_stage(workspace, "stages.publish")
+    assert again.returncode == 0 and again.stdout.count("already published") == len(VARIANTS)
+    assert json.loads((registry / "index.json").read_text())["models"].keys() == index["models"].keys()
+
+
+def test_versions_are_immutable_and_latest_follows_the_last_publish(workspace, tmp_path):
+    cfg = {"registry_dir": str(tmp_path / "registry")}
+    first = workspace / "artifacts/bundles/fp8-dynamic"
+    second = different_bundle(first, tmp_path / "second")
+    assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "published"
+    assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
+    with pytest.raises(PipelineError, match="m version 1.0 already exists .* different content"):
+        local.publish(second, "m", "1.0", {}, cfg)
+    assert verify_cli(local.resolve(cfg["registry_dir"], "m", "1.0")).returncode == 0  # untouched
+    assert local.publish(second, "m", "1.1", {}, cfg)["status"] == "published"
+    assert local.resolve(cfg["registry_dir"], "m") == tmp_path / "registry/m/1.1"
+    # Publishing 1.0's content again (a rollback) copies nothing and moves `latest` back.
+    assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
+    assert local.resolve(cfg["registry_dir"], "m") == tmp_path / "registry/m/1.0"
+    assert sorted(read_json(tmp_path / "registry/index.json")["models"]["m"]["versions"]) == ["1.0", "1.1"]
+
+
+def test_publish_refuses_a_tampered_bundle(workspace, tmp_path):
+    b = shutil.copytree(workspace / "artifacts/bundles/fp8-static", tmp_path / "b")
+    with (b / "draft/model.safetensors").open("r+b") as f:
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    cfg = {"registry_dir": str(tmp_path / "registry")}
+    with pytest.raises(PipelineError, match="sha256 mismatch for draft/model.safetensors"):
+        local.publish(b, "m", "1.0", {}, cfg)
+    assert not (tmp_path / "registry").exists()
+
+
+def test_publish_stage_tampered_bundle_is_one_line(workspace, tmp_path):
+    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    (ws / "artifacts/bundles/fp8-static/README.md").write_text("edited by hand\n")
+    line = one_error_line(run_stage(ws, "stages.publish"))
+    assert "sha256 mismatch for README.md" in line
+    assert not (ws / "artifacts/publish/receipt.json").exists()
+
+
+@pytest.mark.parametrize("version", ["latest", "../escape", "a b", ""])
+def test_bad_versions_are_refused(workspace, tmp_path, version):
+    with pytest.raises(PipelineError, match="version"):
+        local.publish(workspace / "artifacts/bundles/fp8-static", "m", version, {},
+                      {"registry_dir": str(tmp_path / "registry")})
+    assert not (tmp_path / "registry").exists()
+
+
+def test_unknown_backend_is_one_line():
+    with pytest.raises(PipelineError, match="unknown registry backend 's3'; choose one of local, mlflow, hf"):
+        get_backend("s3")
