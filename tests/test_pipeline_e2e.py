@@ -34,7 +34,7 @@ def test_repro_publishes_every_variant(project):
         assert (bundle / "draft" / "config.json").is_file()
         serve = yaml.safe_load((bundle / "serve.yaml").read_text())
         assert serve["model"] == "./model"
-        assert json.loads(serve["speculative-config"])["method"] == "draft_model"
+        assert serve["speculative-config"]["method"] == "draft_model"  # a YAML mapping (vLLM 0.25 --config)
         assert run(["modelprep", "verify", str(bundle)], project).returncode == 0
     gates = json.loads((project / "metrics" / "gates.json").read_text())
     assert gates["passed"] is True

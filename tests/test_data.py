@@ -1,0 +1,80 @@
+"""Traffic loading, validation, dedup and deterministic splitting."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, copy_project, run, tiny_params
+from pipeline.data import dedup, load_traffic, split
+from pipeline.errors import PipelineError
+
+FRACTIONS = {"calibration": 0.2, "heldout": 0.2}
+
+
+def write_lines(path, lines):
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def row(i):
+    return json.dumps({"prompt": f"question {i}?", "response": f"answer {i}."})
+
+
+def test_prompt_response_and_messages_rows_load_as_conversations(tmp_path):
+    msgs = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": "hello"}]}
+    convs = load_traffic(write_lines(tmp_path / "t.jsonl", [row(1), json.dumps(msgs), ""]))
+    assert convs[0] == [{"role": "user", "content": "question 1?"}, {"role": "assistant", "content": "answer 1."}]
+    assert [m["role"] for m in convs[1]] == ["system", "user", "assistant"]
+
+
+@pytest.mark.parametrize("bad, expected", [
+    ("{not json", "not valid JSON"),
+    (json.dumps({"prompt": "only a prompt"}), "'response'"),
+    (json.dumps({"messages": [{"role": "user", "content": "no answer"}]}), "must end with an assistant turn"),
+    (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "role"),
+    (json.dumps(["a", "list"]), "expected a JSON object"),
+])
+def test_malformed_row_names_its_line(tmp_path, bad, expected):
+    path = write_lines(tmp_path / "t.jsonl", [row(1), row(2), bad])
+    with pytest.raises(PipelineError) as e:
+        load_traffic(path)
+    assert f"{path}:3" in str(e.value) and expected in str(e.value)
+
+
+def test_dedup_ignores_whitespace_differences():
+    a = [{"role": "user", "content": "How  do I?"}, {"role": "assistant", "content": "Like this."}]
+    b = [{"role": "user", "content": "How do I?"}, {"role": "assistant", "content": "Like  this."}]
+    assert dedup([a, b, a]) == [a]
+
+
+def test_split_is_deterministic_stable_and_disjoint(tmp_path):
+    convs = load_traffic(write_lines(tmp_path / "t.jsonl", [row(i) for i in range(400)]))
+    first, again = split(convs, FRACTIONS, seed=0), split(list(reversed(convs)), FRACTIONS, seed=0)
+    key = lambda s: sorted(json.dumps(c) for c in s)  # noqa: E731
+    assert all(key(first[n]) == key(again[n]) for n in first)
+    # A row keeps its split when the file grows: no held-out row leaks into training later.
+    grown = split(convs + load_traffic(write_lines(tmp_path / "u.jsonl", [row(i) for i in range(400, 500)])),
+                  FRACTIONS, seed=0)
+    assert set(key(first["heldout"])) <= set(key(grown["heldout"]))
+    sizes = {n: len(v) for n, v in first.items()}
+    assert sum(sizes.values()) == 400 and 40 < sizes["heldout"] < 120 and 40 < sizes["calibration"] < 120
+    assert split(convs, FRACTIONS, seed=1)["heldout"] != first["heldout"]
+
+
+def test_data_stage_rejects_malformed_file_with_one_line(tmp_path, demo_pair):
+    proj = copy_project(tmp_path)
+    (proj / "artifacts" / "models").mkdir(parents=True)
+    import shutil
+    shutil.copytree(demo_pair[0], proj / "artifacts" / "models" / "target")
+    traffic = proj / "data" / "demo" / "traffic.jsonl"
+    lines = traffic.read_text().splitlines()
+    lines[4] = '{"prompt": "missing response"}'
+    traffic.write_text("\n".join(lines) + "\n")
+    r = run([sys.executable, "-m", "stages.data"], proj)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "traffic.jsonl:5" in r.stderr, r.stderr
+    assert not (proj / "artifacts" / "data").exists()

@@ -1,0 +1,56 @@
+"""Model sources: demo, local directory, Hugging Face Hub (offline here)."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from conftest import copy_project, run, tiny_params
+from pipeline.errors import PipelineError
+from pipeline.sources import classify, fetch_model
+
+
+@pytest.mark.parametrize("source, kind", [("demo", "demo"), ("./models/x", "local"), ("/abs/path", "local"),
+                                          ("meta-llama/Llama-3.1-8B", "hf"), ("hf:org/name", "hf")])
+def test_classify(source, kind):
+    assert classify(source) == kind
+
+
+def test_local_source_is_copied_and_checked(tmp_path, demo_pair):
+    dst = tmp_path / "out"
+    assert fetch_model(str(demo_pair[0]), dst, "target") == "local"
+    assert (dst / "config.json").is_file() and list(dst.glob("*.safetensors"))
+
+
+def test_missing_local_dir_is_one_clear_error(tmp_path):
+    with pytest.raises(PipelineError, match="target model directory .* does not exist"):
+        fetch_model(str(tmp_path / "nope"), tmp_path / "out", "target")
+
+
+def test_dir_without_weights_is_rejected(tmp_path):
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")
+    with pytest.raises(PipelineError, match="safetensors"):
+        fetch_model(str(tmp_path / "m"), tmp_path / "out", "target")
+
+
+def test_hub_source_offline_fails_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(PipelineError, match="could not download 'org/model'") as e:
+        fetch_model("org/model", tmp_path / "out", "target")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("target, draft, expected", [
+    ("./no/such/model", "./no/such/draft", "target model directory no/such/model does not exist"),
+    ("someorg/somemodel", "someorg/somedraft", "could not download 'someorg/somemodel'"),
+    ("demo", "./some/draft", "both be 'demo'"),
+])
+def test_models_stage_bad_source_exits_2_with_one_line(tmp_path, target, draft, expected):
+    params = tiny_params(target={"source": target, "revision": None}, draft={"source": draft})
+    proj = copy_project(tmp_path, params)
+    r = run([sys.executable, "-m", "stages.models"], proj, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], r.stderr
+    assert not (proj / "artifacts" / "models" / "target").exists()
