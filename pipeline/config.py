@@ -28,6 +28,13 @@ def enabled_variant(params: dict, name: str) -> dict:
     return variants[name]
 
 
+def variant_argument(argv: list[str], stage: str) -> str:
+    """The one VARIANT argument of a foreach stage (`python -m stages.<stage> VARIANT`)."""
+    if len(argv) != 1:
+        raise PipelineError(f"usage: python -m stages.{stage} VARIANT (one of quantize.enabled)")
+    return argv[0]
+
+
 def gate_thresholds(params: dict, variant: str) -> dict:
     gates = params["gates"]
     return {**gates["thresholds"], **(gates.get("overrides") or {}).get(variant, {})}

@@ -3,14 +3,15 @@ import sys
 from pathlib import Path
 
 from pipeline.bundle import build_bundle, checkpoint_quantization, engine_args, model_card
-from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.config import enabled_variant, load_params, one_line_errors, variant_argument
 from pipeline.draft import served_draft
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_dir, read_json
 
 
 @one_line_errors
-def main(variant: str) -> None:
+def main(argv: list[str]) -> None:
+    variant = variant_argument(argv, "bundle")
     p = load_params()
     spec = enabled_variant(p, variant)
     gate = read_json("artifacts/gate/verdict.json")["variants"][variant]
@@ -30,4 +31,4 @@ def main(variant: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -3,7 +3,7 @@ import sys
 from pathlib import Path
 
 from pipeline import acceptance, lmeval, quality, vllm_spec
-from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.config import enabled_variant, load_params, one_line_errors, variant_argument
 from pipeline.errors import PipelineError
 from pipeline.data import read_split
 from pipeline.draft import served_draft
@@ -30,7 +30,8 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict
 
 
 @one_line_errors
-def main(variant: str) -> None:
+def main(argv: list[str]) -> None:
+    variant = variant_argument(argv, "evaluate")
     p = load_params()
     enabled_variant(p, variant)
     cfg = p["evaluate"]
@@ -77,4 +78,4 @@ def main(variant: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

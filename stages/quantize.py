@@ -2,7 +2,7 @@
 import sys
 from pathlib import Path
 
-from pipeline.config import enabled_variant, load_params, one_line_errors
+from pipeline.config import enabled_variant, load_params, one_line_errors, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import full_text
 from pipeline.io import atomic_dir, write_json
@@ -13,7 +13,8 @@ TARGET = Path("artifacts/models/target")
 
 
 @one_line_errors
-def main(variant: str) -> None:
+def main(argv: list[str]) -> None:
+    variant = variant_argument(argv, "quantize")
     p = load_params()
     spec = enabled_variant(p, variant)
     tokenizer = load_tokenizer(TARGET)
@@ -27,4 +28,4 @@ def main(variant: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1:])

@@ -21,3 +21,10 @@ def test_unknown_variant_is_one_line(stage, tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: unknown variant 'int3-magic'; known variants: "
                                 "awq-w4a16, fp8-dynamic, fp8-static, gptq-w4a16")
+
+
+@pytest.mark.parametrize("stage", ["quantize", "evaluate", "bundle"])
+def test_missing_variant_argument_is_one_line(stage, tmp_path):
+    r = run([sys.executable, "-m", f"stages.{stage}"], copy_project(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: usage: python -m stages.{stage} VARIANT (one of quantize.enabled)"
