@@ -3,14 +3,16 @@
 Runs on the lent GPU host (vLLM 0.25 installed offline; see benchmarks/gpu/README.md). One phase
 per call so each fits a 10-minute command:
 
-  demo   DEMO_DIR OUT   vLLM per variant: tokens/s at batch 1 and 32 with/without the draft,
+  demo   ARTIFACTS OUT  vLLM per variant: tokens/s at batch 1 and 32 with/without the draft,
                         acceptance per position from LLM.get_metrics(), greedy agreement with BF16
   serve  BUNDLE OUT     `vllm serve --config serve.yaml` from a bundle answers one chat request
-  quality DEMO_DIR OUT  the pipeline's own scorer (perplexity, KL, top-1) on GPU, per variant
+  quality ARTIFACTS OUT the pipeline's own scorer (perplexity, KL, top-1) on GPU, per variant
   make8b DIR            a randomly initialised Llama-3-8B-shaped checkpoint (speed only)
   quant8b DIR OUT V..   the pipeline's quantize code on that checkpoint, wall time per variant
   bench8b DIR OUT M..   vLLM decode tokens/s at batch 1 and 32 for each model dir name
 
+ARTIFACTS is the `artifacts/` directory of a demo `dvc repro` (models/target, quantized/<v>, draft/,
+data/heldout.jsonl, eval/<v>/speculative.json), carried to the GPU host as built.
 Every number comes from a run; results are JSON files under OUT and `RESULT` lines on stdout.
 """
 from __future__ import annotations
@@ -33,41 +35,38 @@ def emit(out: Path, name: str, obj: dict) -> None:
     print("RESULT", name, json.dumps(obj), flush=True)
 
 
-def heldout_prompts(demo: Path, n: int) -> list[list[int]]:
-    from transformers import AutoTokenizer
-
+def heldout_prompts(art: Path, n: int) -> list[list[int]]:
     from pipeline.data import read_split
     from pipeline.formatting import prompt_ids, split_prompt_response
+    from pipeline.loading import load_tokenizer
 
-    tok = AutoTokenizer.from_pretrained(demo / "target")
-    return [prompt_ids(tok, split_prompt_response(m)[0]) for m in read_split(demo / "heldout.jsonl")[:n]]
-
-
-def model_dirs(demo: Path) -> dict[str, Path]:
-    dirs = {"bf16": demo / "target"}
-    for v in VARIANTS:
-        dirs[v] = demo / "quantized" / v if (demo / "quantized" / v).exists() else demo / "bundles" / v / "model"
-    return dirs
+    tok = load_tokenizer(art / "models" / "target")
+    return [prompt_ids(tok, split_prompt_response(m)[0]) for m in read_split(art / "data" / "heldout.jsonl")[:n]]
 
 
-def phase_demo(demo: Path, out: Path, variants: list[str]) -> None:
+def model_dirs(art: Path) -> dict[str, Path]:
+    return {"bf16": art / "models" / "target", **{v: art / "quantized" / v for v in VARIANTS}}
+
+
+def phase_demo(art: Path, out: Path, variants: list[str]) -> None:
     """One subprocess per variant: vLLM keeps GPU state per process."""
     for name in variants:
-        r = subprocess.run([sys.executable, __file__, "demo-one", str(demo), str(out), name], text=True)
+        r = subprocess.run([sys.executable, __file__, "demo-one", str(art), str(out), name], text=True)
         if r.returncode:
             print(f"ERR demo {name} exited {r.returncode}", flush=True)
 
 
-def phase_demo_one(demo: Path, out: Path, name: str) -> None:
+def phase_demo_one(art: Path, out: Path, name: str) -> None:
+    from pipeline.draft import served_draft
     from pipeline.vllm_spec import measure
 
-    prompts = heldout_prompts(demo, 64)
-    spec = json.loads((demo / "speculative" / f"{name}.json").read_text()) if name != "bf16" else None
+    prompts = heldout_prompts(art, 64)
+    spec = json.loads((art / "eval" / name / "speculative.json").read_text()) if name != "bf16" else None
     k = spec["num_speculative_tokens"] if spec else 4
     t0 = time.time()
     # enforce_eager: the demo models are tiny and launch-bound either way; skipping torch.compile and
     # CUDA-graph capture keeps ten engine starts inside one call. The 8B benchmark uses graphs.
-    res = measure(str(model_dirs(demo)[name]), str(demo / "draft"), prompts, k, max_tokens=32, temperature=0.0,
+    res = measure(str(model_dirs(art)[name]), str(served_draft(art / "draft")), prompts, k, max_tokens=32, temperature=0.0,
                   gpu_memory_utilization=0.25, max_model_len=1024, batch_sizes=(1, 32), enforce_eager=True,
                   return_tokens=True)
     res["variant"], res["wall_s"] = name, round(time.time() - t0, 1)
@@ -91,7 +90,7 @@ def phase_agreement(out: Path) -> None:
     emit(out, "greedy-agreement", agree)
 
 
-def phase_quality(demo: Path, out: Path) -> None:
+def phase_quality(art: Path, out: Path) -> None:
     import torch
 
     from pipeline.data import read_split
@@ -99,9 +98,9 @@ def phase_quality(demo: Path, out: Path) -> None:
     from pipeline.loading import load_causal_lm, load_tokenizer
     from pipeline.quality import fidelity
 
-    tok = load_tokenizer(demo / "target")
-    examples = [prompt_and_response_ids(tok, m) for m in read_split(demo / "heldout.jsonl")[:64]]
-    dirs = model_dirs(demo)
+    tok = load_tokenizer(art / "models" / "target")
+    examples = [prompt_and_response_ids(tok, m) for m in read_split(art / "data" / "heldout.jsonl")[:64]]
+    dirs = model_dirs(art)
     base = load_causal_lm(dirs["bf16"])
     res = {"device": torch.cuda.get_device_name()}
     for v in VARIANTS:

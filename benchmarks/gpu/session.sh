@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# One GPU session, step by step (each step is one `run` call on the lent GPU host; see README.md).
+#   session.sh collect N          copy carried vLLM bundle part .gpu/pN into /tmp/stage
+#   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
+#   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
+#   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
+# vLLM 0.25 pins compressed-tensors 0.17; llm-compressor 0.14 needs 0.19 (its checkpoints load in both).
+VLLM_PATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
+
+rebuild_bundles() {
+  # Bundles are copies of artifacts/quantized/<v> and artifacts/draft/model plus four small files;
+  # only the small files are carried, and `modelprep verify` proves the rebuilt ones byte-identical.
+  for v in "${VARIANTS[@]}"; do
+    b=artifacts/bundles/$v
+    rm -rf "$b" && mkdir -p "$b" && cp .gpu/bmeta/"$v"/* "$b"/
+    cp -r artifacts/quantized/"$v" "$b"/model && cp -r artifacts/draft/model "$b"/draft
+    PYTHONPATH=/tmp/qsite:. python -c "import sys; from pipeline.cli import main; sys.exit(main())" verify "$b"
+  done
+}
+
+case "$1" in
+  collect) mkdir -p /tmp/stage && cp .gpu/p"$2"/* /tmp/stage/ && ls /tmp/stage ;;
+  install)
+    (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
+    mkdir -p /tmp/vllm && cat /tmp/stage/part* | xz -d | tar -C /tmp/vllm -xf -
+    pip install -q --no-index --no-deps --target /tmp/qsite .gpu/qwheels/*.whl
+    pip install -q --no-index --no-deps --target /tmp/lsite .gpu/lmwheels/*.whl
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    PYTHONPATH=$VLLM_PATH python -c "import vllm, lm_eval, compressed_tensors as c; print('vllm', vllm.__version__, 'ct', c.__version__)" ;;
+  demo)
+    out=$2; mkdir -p "$out"
+    rebuild_bundles
+    PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py demo artifacts "$out"
+    PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py serve artifacts/bundles/gptq-w4a16 "$out"
+    PYTHONPATH=/tmp/qsite:/tmp/vllm/site python benchmarks/gpu/run_gpu.py quality artifacts "$out" ;;
+  evaluate)
+    out=$2; shift 2; mkdir -p "$out"
+    for v in "$@"; do
+      start=$(date +%s)
+      PYTHONPATH=$VLLM_PATH python -m stages.evaluate "$v" > "$out/stage-evaluate-$v.log" 2>&1 \
+        || { echo "ERR evaluate $v"; tail -40 "$out/stage-evaluate-$v.log"; continue; }
+      python - "$v" "$out" "$(( $(date +%s) - start ))" <<'PY'
+import json, sys
+from pathlib import Path
+v, out, wall = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+ev = Path("artifacts/eval") / v
+res = {name: json.loads((ev / f"{name}.json").read_text()) for name in ("summary", "vllm", "lm_eval", "speculative")}
+res["stage_wall_s"] = wall
+(out / f"stage-evaluate-{v}.json").write_text(json.dumps(res, indent=2))
+print("RESULT", v, json.dumps(res["summary"]))
+PY
+    done ;;
+  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT..." >&2; exit 2 ;;
+esac
