@@ -2,13 +2,20 @@
 
 For each held-out prompt the target writes its own continuation (greedy at temperature 0,
 sampled at the serving temperature otherwise: the text speculative decoding produces is
-distributed as the target's own samples); target and draft are then run over it. At each
-position the probability that speculative sampling accepts the draft's token is
-sum_x min(p(x), q(x)) with p, q at the serving temperature (Leviathan et al., 2023); at
-temperature 0 it is 1 when the argmaxes agree and 0 otherwise. A draft of k tokens starting
-at position t gets sum_{j=1..k} prod_{i<j} alpha[t+i] tokens accepted in expectation; the
-target adds one more token per step. With c = draft/target cost per token, one step costs
-1 + k*c target forwards, so the expected speedup is (1 + E[accepted]) / (1 + k*c).
+distributed as the target's own samples), up to its end-of-sequence token, where a server
+stops, plus k-1 tokens past it for the drafts that start near the end; target and draft are
+then run over it. At each position the probability that
+speculative sampling accepts the draft's token is sum_x min(p(x), q(x)) with p, q at the
+serving temperature (Leviathan et al., 2023); at temperature 0 it is 1 when the argmaxes agree
+and 0 otherwise. A draft of k tokens starting at position t gets
+sum_{j=1..k} prod_{i<j} alpha[t+i] tokens accepted in expectation; the target adds one more
+token per step. With c = draft/target cost per token, one step costs 1 + k*c target forwards,
+so the expected speedup is (1 + E[accepted]) / (1 + k*c).
+
+Past EOS a model's continuation is off its training distribution and drafts stop matching: on
+an H100, vLLM's acceptance for the demo fell from 0.84 to 0.43 when generation was forced on
+through EOS (benchmarks/gpu/RESULTS.md). So both this estimator and the GPU path stop at EOS,
+and drafts start only within the response.
 """
 from __future__ import annotations
 
@@ -32,17 +39,30 @@ def _next_token(logits: torch.Tensor, temperature: float) -> int:
     return int(torch.multinomial(F.softmax(logits.float() / temperature, dim=-1), 1))
 
 
+def stop_token_ids(model) -> set[int]:
+    """The ids that end a response: generation_config's eos (an int or a list), else config's."""
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = model.config.eos_token_id
+    return set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+
+
 @torch.no_grad()
-def target_continuation(target, prompt: list[int], n_tokens: int, temperature: float = 0.0) -> list[int]:
-    """n tokens of the target, continuing through EOS like vLLM's ignore_eos=True (the GPU benchmark's
-    setting), so CPU estimates and vLLM measurements see the same token stream."""
+def target_continuation(target, prompt: list[int], n_tokens: int, temperature: float = 0.0,
+                        stop_ids: set[int] | frozenset = frozenset(), overrun: int = 0) -> tuple[list[int], int]:
+    """(tokens, response_length): up to n tokens of the target, the response ending with its first
+    stop token as a server stops, then `overrun` tokens past that end. A draft started near the end
+    still proposes k tokens and vLLM still scores all of them, so the estimator scores them too."""
     out = target(input_ids=torch.tensor([prompt], device=target.device), use_cache=True)
-    tokens = [_next_token(out.logits[0, -1], temperature)]
-    for _ in range(n_tokens - 1):
+    tokens, end = [_next_token(out.logits[0, -1], temperature)], None
+    while True:
+        if end is None and (tokens[-1] in stop_ids or len(tokens) >= n_tokens):
+            end = len(tokens)
+        if end is not None and len(tokens) >= end + overrun:
+            return tokens, end
         out = target(input_ids=torch.tensor([[tokens[-1]]], device=target.device),
                      past_key_values=out.past_key_values, use_cache=True)
         tokens.append(_next_token(out.logits[0, -1], temperature))
-    return tokens
 
 
 @torch.no_grad()
@@ -59,14 +79,16 @@ def position_acceptance(target, draft, prompt: list[int], continuation: list[int
     return torch.minimum(p, q).sum(-1).clamp(max=1.0).cpu()
 
 
-def accepted_per_position(alphas: list[torch.Tensor], k: int) -> list[float]:
-    """P(at least j+1 draft tokens accepted) for j < k: vLLM's accepted_tokens_per_pos / drafts."""
-    totals, starts = torch.zeros(k), 0
-    for a in alphas:
-        for t in range(len(a) - k + 1):
+def accepted_per_position(alphas: list[torch.Tensor], k: int, starts: list[int] | None = None) -> list[float]:
+    """P(at least j+1 draft tokens accepted) for j < k: vLLM's accepted_tokens_per_pos / drafts.
+    A k-token draft starts at each of the first starts[i] positions of sequence i (default: every
+    position with k scored positions after it)."""
+    totals, drafts = torch.zeros(k), 0
+    for i, a in enumerate(alphas):
+        for t in range(len(a) - k + 1 if starts is None else starts[i]):
             totals += torch.cumprod(a[t:t + k], 0)
-            starts += 1
-    return (totals / max(starts, 1)).tolist()
+            drafts += 1
+    return (totals / max(drafts, 1)).tolist()
 
 
 def resolve_cost_ratio(setting, target_dir: str | Path, draft_dir: str | Path) -> float | None:
@@ -135,17 +157,18 @@ def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, 
     times both models on the first prompt."""
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
     torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
-    alphas = []
+    stop_ids, alphas, ends = stop_token_ids(target), [], []
     for prompt in tqdm(prompts, desc="acceptance estimate", mininterval=2):
-        cont = target_continuation(target, prompt, continuation_tokens, temperature)
+        cont, end = target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
         alphas.append(position_acceptance(target, draft, prompt, cont, temperature))
+        ends.append(end)
     if cost_ratio is None:
         cost_ratio = draft_cost_ratio(target, draft, prompts[0])
-    per_pos = accepted_per_position(alphas, max_k)
+    per_pos = accepted_per_position(alphas, max_k, starts=ends)
     k, speedups = choose_k(per_pos, cost_ratio)
     return {
         "temperature": temperature,
-        "acceptance_rate": torch.cat(alphas).mean().item(),
+        "acceptance_rate": torch.cat([a[:end] for a, end in zip(alphas, ends)]).mean().item(),
         "accepted_per_position": per_pos,
         "cost_ratio": cost_ratio,
         "expected_speedup_by_k": {str(j): s for j, s in speedups.items()},

@@ -61,7 +61,7 @@ def test_sampling_acceptance_is_one_minus_total_variation(models, prompts):
     """sum_x min(p, q) at temperature T, checked against 1 - TV(p, q) computed independently."""
     target, draft = models
     temperature = 0.7
-    cont = acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature)
+    cont, _ = acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature)
     alpha = acceptance.position_acceptance(target, draft, prompts[0], cont, temperature)
     ids = torch.tensor([prompts[0] + cont])
     with torch.no_grad():
@@ -78,12 +78,25 @@ def test_continuations_greedy_matches_generate_and_sampling_is_seeded(models, pr
     target, _ = models
     greedy = target.generate(torch.tensor([prompts[0]]), max_new_tokens=N_TOKENS, min_new_tokens=N_TOKENS,
                              do_sample=False, pad_token_id=target.config.eos_token_id)[0, len(prompts[0]):].tolist()
-    assert acceptance.target_continuation(target, prompts[0], N_TOKENS) == greedy
+    assert acceptance.target_continuation(target, prompts[0], N_TOKENS) == (greedy, N_TOKENS)
     runs = []
     for _ in range(2):
         torch.manual_seed(7)
-        runs.append(acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature=1.5))
+        runs.append(acceptance.target_continuation(target, prompts[0], N_TOKENS, temperature=1.5)[0])
     assert runs[0] == runs[1] and len(runs[0]) == N_TOKENS
+
+
+def test_continuation_ends_at_the_stop_token_then_overruns(models, prompts):
+    """A server stops at EOS, so the response ends there (EOS included: the draft must propose it);
+    the overrun tokens past it are what a draft started near the end is scored on."""
+    target, _ = models
+    free, _ = acceptance.target_continuation(target, prompts[0], N_TOKENS)
+    stop = free[3]
+    end = free.index(stop) + 1
+    assert acceptance.target_continuation(target, prompts[0], N_TOKENS, stop_ids={stop}) == (free[:end], end)
+    assert acceptance.target_continuation(target, prompts[0], N_TOKENS, stop_ids={stop}, overrun=3) == \
+        (free[:end + 3], end)
+    assert acceptance.stop_token_ids(target) == {target.generation_config.eos_token_id}
 
 
 def brute_force_per_position(alphas: list[list[int]], k: int) -> list[float]:
@@ -105,6 +118,9 @@ def test_per_position_acceptance_matches_vllm_counters_definition():
     for k in (1, 2, 3):
         got = acceptance.accepted_per_position([torch.tensor(a, dtype=torch.float) for a in alphas], k)
         assert got == pytest.approx(brute_force_per_position(alphas, k))
+    # drafts start only within each response (here its first 4 and 2 positions)
+    got = acceptance.accepted_per_position([torch.tensor(a, dtype=torch.float) for a in alphas], 3, starts=[4, 2])
+    assert got == pytest.approx(brute_force_per_position([alphas[0][:6], alphas[1][:4]], 3))
 
 
 @pytest.mark.parametrize("alpha,cost", [(0.9, 0.05), (0.6, 0.2), (0.3, 0.5), (0.8, 0.0)])

@@ -66,7 +66,7 @@ def phase_demo_one(art: Path, out: Path, name: str) -> None:
     t0 = time.time()
     # enforce_eager: the demo models are tiny and launch-bound either way; skipping torch.compile and
     # CUDA-graph capture keeps ten engine starts inside one call. The 8B benchmark uses graphs.
-    res = measure(str(model_dirs(art)[name]), str(served_draft(art / "draft")), prompts, k, max_tokens=32, temperature=0.0,
+    res = measure(str(model_dirs(art)[name]), str(served_draft(art / "draft")), prompts, k, max_tokens=96, temperature=0.0,
                   gpu_memory_utilization=0.25, max_model_len=1024, batch_sizes=(1, 32), enforce_eager=True,
                   return_tokens=True)
     res["variant"], res["wall_s"] = name, round(time.time() - t0, 1)
