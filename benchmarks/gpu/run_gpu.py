@@ -48,12 +48,12 @@ def model_dirs(art: Path) -> dict[str, Path]:
     return {"bf16": art / "models" / "target", **{v: art / "quantized" / v for v in VARIANTS}}
 
 
-def phase_demo(art: Path, out: Path, variants: list[str]) -> None:
-    """One subprocess per variant: vLLM keeps GPU state per process."""
-    for name in variants:
-        r = subprocess.run([sys.executable, __file__, "demo-one", str(art), str(out), name], text=True)
+def run_each(phase: str, root: Path, out: Path, names: list[str]) -> None:
+    """One subprocess per model: vLLM keeps GPU state per process; a failure is reported, not fatal."""
+    for name in names:
+        r = subprocess.run([sys.executable, __file__, phase, str(root), str(out), name], text=True)
         if r.returncode:
-            print(f"ERR demo {name} exited {r.returncode}", flush=True)
+            print(f"ERR {phase} {name} exited {r.returncode}", flush=True)
 
 
 def phase_demo_one(art: Path, out: Path, name: str) -> None:
@@ -202,13 +202,6 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
         emit(out, f"quant8b-{v}", metrics)
 
 
-def phase_bench8b(root: Path, out: Path, names: list[str]) -> None:
-    for name in names:
-        r = subprocess.run([sys.executable, __file__, "bench8b-one", str(root), str(out), name], text=True)
-        if r.returncode:
-            print(f"ERR bench8b {name} exited {r.returncode}", flush=True)
-
-
 def phase_bench8b_one(root: Path, out: Path, name: str) -> None:
     from vllm import LLM, SamplingParams
 
@@ -230,7 +223,7 @@ if __name__ == "__main__":
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     phase, args = sys.argv[1], sys.argv[2:]
     if phase == "demo":
-        phase_demo(Path(args[0]), Path(args[1]), args[2:] or ["bf16", *VARIANTS])
+        run_each("demo-one", Path(args[0]), Path(args[1]), args[2:] or ["bf16", *VARIANTS])
         phase_agreement(Path(args[1]))
     elif phase == "demo-one":
         phase_demo_one(Path(args[0]), Path(args[1]), args[2])
@@ -243,7 +236,7 @@ if __name__ == "__main__":
     elif phase == "quant8b":
         phase_quant8b(Path(args[0]), Path(args[1]), args[3:], Path(args[2]))
     elif phase == "bench8b":
-        phase_bench8b(Path(args[0]), Path(args[1]), args[2:])
+        run_each("bench8b-one", Path(args[0]), Path(args[1]), args[2:])
     elif phase == "bench8b-one":
         phase_bench8b_one(Path(args[0]), Path(args[1]), args[2])
     else:
