@@ -4,6 +4,7 @@
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
+#   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
@@ -54,5 +55,6 @@ res["stage_wall_s"] = wall
 print("RESULT", v, json.dumps(res["summary"]))
 PY
     done ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT..." >&2; exit 2 ;;
+  test) PYTHONPATH=$VLLM_PATH python -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ;;
+  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test" >&2; exit 2 ;;
 esac
