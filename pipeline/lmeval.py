@@ -71,6 +71,9 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
     check_tasks(manager, tasks)
     name = backend()
     if name == "vllm":
+        from pipeline.vllm_spec import spawn_engine_if_cuda_initialized
+
+        spawn_engine_if_cuda_initialized()
         model_args = {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
                       **(vllm_args or {})}
     else:

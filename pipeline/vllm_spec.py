@@ -6,6 +6,7 @@ pipeline records the skip. Nothing here is ever simulated.
 from __future__ import annotations
 
 import importlib.util
+import os
 import time
 
 
@@ -17,6 +18,13 @@ def unavailable_reason() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed"
     return None
+
+
+def spawn_engine_if_cuda_initialized() -> None:
+    """vLLM forks its engine process by default; after this process has run transformers on the GPU
+    (the evaluate stage, the GPU tests) the forked child cannot initialize CUDA. On the H100 that
+    happened even with torch.cuda.is_initialized() false, so always spawn unless told otherwise."""
+    os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
 
 
 def _spec_metrics(llm) -> dict:
@@ -62,6 +70,7 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
     import torch
     from vllm import LLM, SamplingParams
 
+    spawn_engine_if_cuda_initialized()
     # Stop at EOS as a server does: forced on past it (ignore_eos) the target writes off-distribution
     # text the draft can't predict, and acceptance halved on the H100 run (benchmarks/gpu/RESULTS.md).
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)

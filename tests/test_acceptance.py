@@ -99,28 +99,84 @@ def test_continuation_ends_at_the_stop_token_then_overruns(models, prompts):
     assert acceptance.stop_token_ids(target) == {target.generation_config.eos_token_id}
 
 
-def brute_force_per_position(alphas: list[list[int]], k: int) -> list[float]:
-    """Greedy (0/1) acceptance: start a k-token draft at every position, count how far it gets;
-    position j's share is vLLM's num_accepted_tokens_per_pos[j] / num_drafts."""
+def brute_force_per_position(alphas: list[list[int]], k: int, starts: list[int] | None = None) -> list[float]:
+    """Greedy (0/1) acceptance, stepped the way vLLM steps: draft k tokens at t, count how many are
+    accepted (j), the target adds one, the next step starts at t + j + 1. Position j's share is
+    vLLM's num_accepted_tokens_per_pos[j] / num_drafts."""
     accepted_at, drafts = [0] * k, 0
-    for a in alphas:
-        for start in range(len(a) - k + 1):
+    for i, a in enumerate(alphas):
+        t, end = 0, len(a) - k + 1 if starts is None else starts[i]
+        while t < end:
             drafts += 1
-            for j in range(k):
-                if not a[start + j]:
-                    break
+            j = 0
+            while j < k and a[t + j]:
                 accepted_at[j] += 1
+                j += 1
+            t += j + 1
     return [n / drafts for n in accepted_at]
 
 
 def test_per_position_acceptance_matches_vllm_counters_definition():
-    alphas = [[1, 1, 0, 1, 1, 1, 0, 1], [0, 1, 1, 1, 1, 0]]
+    alphas = [[1, 1, 0, 1, 1, 1, 0, 1, 1, 0], [0, 1, 1, 1, 1, 0, 1, 0]]
+    tensors = [torch.tensor(a, dtype=torch.float) for a in alphas]
     for k in (1, 2, 3):
-        got = acceptance.accepted_per_position([torch.tensor(a, dtype=torch.float) for a in alphas], k)
-        assert got == pytest.approx(brute_force_per_position(alphas, k))
-    # drafts start only within each response (here its first 4 and 2 positions)
-    got = acceptance.accepted_per_position([torch.tensor(a, dtype=torch.float) for a in alphas], 3, starts=[4, 2])
-    assert got == pytest.approx(brute_force_per_position([alphas[0][:6], alphas[1][:4]], 3))
+        assert acceptance.accepted_per_position(tensors, k) == pytest.approx(brute_force_per_position(alphas, k))
+    # drafts start only within each response (here before positions 5 and 3)
+    assert acceptance.accepted_per_position(tensors, 3, starts=[5, 3]) == \
+        pytest.approx(brute_force_per_position(alphas, 3, starts=[5, 3]))
+
+
+def test_per_position_acceptance_is_the_expectation_over_sampled_acceptances():
+    """Fractional acceptance (sampling): the expected schedule equals the average of simulated ones."""
+    gen = torch.Generator().manual_seed(0)
+    alphas = [torch.rand(40, generator=gen), torch.rand(30, generator=gen) ** 0.3]
+    k, runs = 4, 4000
+    accepted_at, drafts = [0] * k, 0
+    for _ in range(runs):
+        for a in alphas:
+            t = 0
+            while t < len(a) - k + 1:
+                drafts += 1
+                j = 0
+                while j < k and torch.rand(1, generator=gen).item() < a[t + j]:
+                    accepted_at[j] += 1
+                    j += 1
+                t += j + 1
+    simulated = [n / drafts for n in accepted_at]
+    assert acceptance.accepted_per_position(alphas, k) == pytest.approx(simulated, abs=0.01)
+
+
+@torch.no_grad()
+def greedy_speculative_decoding(target, draft, prompt: list[int], k: int, max_tokens: int, eos: int) -> list[int]:
+    """A plain greedy speculative-decoding loop (draft k tokens, verify with one target pass, keep the
+    accepted ones plus the target's next token); returns accepted counts per step, like vLLM counts."""
+    seq, produced, accepted = list(prompt), 0, []
+    while True:
+        proposal = []
+        for _ in range(k):
+            proposal.append(int(draft(torch.tensor([seq + proposal])).logits[0, -1].argmax()))
+        choices = target(torch.tensor([seq + proposal])).logits[0, len(seq) - 1:].argmax(-1).tolist()
+        j = 0
+        while j < k and proposal[j] == choices[j]:
+            j += 1
+        accepted.append(j)
+        for token in choices[:j + 1]:
+            seq.append(token)
+            produced += 1
+            if token == eos or produced >= max_tokens:
+                return accepted
+
+
+def test_estimate_matches_a_real_speculative_decoding_loop(models, prompts):
+    """The estimator's expected counters against an actual greedy speculative-decoding run."""
+    target, draft = models
+    k, tokens = 3, 24
+    steps = [greedy_speculative_decoding(target, draft, p, k, tokens, target.generation_config.eos_token_id)
+             for p in prompts]
+    drafts = sum(len(s) for s in steps)
+    measured = [sum(j > pos for s in steps for j in s) / drafts for pos in range(k)]
+    est = acceptance.estimate(target, draft, prompts, tokens, 0.0, k, cost_ratio=0.1)
+    assert est["accepted_per_position_by_k"][str(k)] == pytest.approx(measured, abs=0.02)
 
 
 @pytest.mark.parametrize("alpha,cost", [(0.9, 0.05), (0.6, 0.2), (0.3, 0.5), (0.8, 0.0)])
