@@ -61,20 +61,23 @@ def main(header_text: str) -> str:
     serve = load("serve")
     stage = {v: load(f"stage-evaluate-{v}") for v in VARIANTS}
     cpu = {v: load(f"cpu-eval-{v}") for v in VARIANTS}
+    schedule = {v: load(f"cpu-estimate-{v}") for v in VARIANTS}  # the estimator after the schedule fix
     stage_rows = []
     for v, r in stage.items():
         g, sp = r["vllm"], r["speculative"]
         stage_rows.append([v, r["lm_eval"]["backend"], f(r["summary"]["lm_eval_domain_heldout_byte_perplexity"], 4),
                            f(cpu[v]["lm_eval_domain_heldout_byte_perplexity"], 4), g["num_speculative_tokens"],
-                           f(g["acceptance_rate"], 3), f(sp["accepted_per_draft_token"], 3),
+                           f(g["acceptance_rate"], 3), f(schedule[v]["accepted_per_draft_token"], 3),
+                           f(sp["accepted_per_draft_token"], 3),
                            f(g["baseline_tokens_per_s_bs1"], 0), f(g["speculative_tokens_per_s_bs1"], 0),
                            f(g["measured_speedup_bs1"]), f(g["measured_speedup_bs32"]), r["stage_wall_s"]])
     stage_table = table(["variant", "lm-eval backend", "byte ppl (GPU, vllm)", "byte ppl (CPU, hf)", "k",
-                         "vLLM accepted/drafted", "CPU estimate", "tok/s bs1", "+draft", "speedup bs1",
+                         "vLLM accepted/drafted", "CPU estimate", "CPU estimate, every-position drafts (before)",
+                         "tok/s bs1", "+draft", "speedup bs1",
                          "speedup bs32", "stage wall s"], stage_rows)
     per_pos = table(["variant", "vLLM accepted per position (k=8)", "CPU estimate per position"],
                     [[v, " / ".join(f(a) for a in r["vllm"]["accepted_per_position"]),
-                      " / ".join(f(a) for a in r["speculative"]["accepted_per_position"])] for v, r in stage.items()])
+                      " / ".join(f(a) for a in schedule[v]["accepted_per_position"])] for v, r in stage.items()])
     eos = load("before-eos-fix/eos-diagnosis")
     before = {v: load(f"before-eos-fix/stage-evaluate-{v}") for v in VARIANTS}
     eos_table = table(["generation (gptq-w4a16 + draft, k=8, 64 prompts)", "mean tokens", "ended at EOS",
@@ -107,7 +110,12 @@ prompts, greedy, up to 96 tokens stopping at EOS, CUDA graphs on, the chosen `k`
 
 {per_pos}
 
-The CPU estimate of vLLM's accepted/drafted ratio is within 0.04 of the measurement for every variant. Speed
+The CPU estimate of vLLM's accepted/drafted ratio is within 0.007 of the measurement for every variant. It
+follows vLLM's drafting schedule (the next draft starts after the accepted tokens and the target's own); the
+estimator the run started with put a draft at every position and read 0.01-0.03 low (the "before" column; on the
+toy test pair 0.28 against 0.32 for a real speculative-decoding loop, which the schedule-aware estimate matches
+exactly: `tests/test_acceptance.py`). The CPU estimates are from the same carried artifacts re-scored after the
+fix on the CPU machine (commit in the header), 24 prompts against vLLM's 64. Speed
 is another matter: with CUDA graphs a decode step of this 10M-parameter target is launch-bound, so a draft
 step costs about as much as a target step, not the 0.21 that the weight-bytes cost model assumes
 (`evaluate.acceptance.cost_ratio`). Speculation at k=8 is then slower than plain decoding, and the gate says so:
