@@ -98,6 +98,7 @@ def main(header_text: str) -> str:
                           if k else ""]
                          for k, r in sweep.items()])
     gate_text = (HERE / "raw" / "gate-on-gpu-metrics.txt").read_text().rstrip()
+    test_text = (HERE / "raw" / "test-gpu.txt").read_text().rstrip()
     return f"""{header_text}
 
 ## The pipeline's `evaluate` stage on the GPU
@@ -186,6 +187,15 @@ Bundle `gptq-w4a16`; started in {f(serve.get('startup_s'), 0)} s; answered a cha
 ```
 
 Reply to "How do I rotate an API key in Nimbus Storage?": "{serve.get('reply', serve.get('error'))}"
+
+## `tests/test_gpu.py` on the GPU
+
+The GPU test (skipped in CI) on a freshly trained tiny demo pair, float32, eager, k = 3, 16 prompts: greedy
+speculative output equals plain decoding, and vLLM's accepted/drafted ratio agrees with the CPU estimator at the same k.
+
+```
+{test_text}
+```
 """
 
 
