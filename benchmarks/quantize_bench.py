@@ -1,8 +1,13 @@
 """Time the quantize stage's recipes, each run in a fresh process so its peak memory is its own.
 
-    python benchmarks/quantize_bench.py            # every enabled variant on the demo target -> quantize.md
+    python benchmarks/quantize_bench.py            # every enabled variant on the demo target
+                                                   #   -> raw/quantize.json -> quantize.md
     python benchmarks/quantize_bench.py --offload  # GPU only: offload off vs on at TinyLlama-1.1B shape
-                                                   #   -> quantize-offload.md
+                                                   #   -> raw/quantize-offload.json -> quantize-offload.md
+    python benchmarks/quantize_bench.py --render   # only re-render the markdown from the committed raw JSON
+
+Every run's metrics go to the raw JSON; the markdown (medians, ranges, ratios) is computed from it alone, so
+rendering needs neither the pipeline nor torch. quantize_summary() gives the numbers README.md may quote.
 
 Uses the real params.yaml and the stage's own `quantize_model`: the demo target of
 `artifacts/models/target` (built with params.yaml's `demo:` settings when absent) and the calibration
@@ -20,31 +25,37 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.config import enabled_variant, load_params  # noqa: E402
-from pipeline.data import dedup, drop_too_long, load_traffic, read_split, split, write_split  # noqa: E402
-from pipeline.formatting import full_text  # noqa: E402
-from pipeline.loading import load_tokenizer  # noqa: E402
-
 PARAMS_FILE = ROOT / "params.yaml"
+RAW = ROOT / "benchmarks" / "raw"
+# The pipeline is imported inside the functions that measure: rendering from raw JSON must not need it.
 
 
-def demo_target(params: dict, work: Path) -> tuple[Path, str]:
+def demo_target(params: dict, work: Path, pretrain_steps: int | None = None) -> tuple[Path, str]:
     built = ROOT / "artifacts" / "models" / "target"
     if built.is_dir():
         return built, "artifacts/models/target (built by the `models` stage)"
     from pipeline.demo.models import build_demo_pair
 
-    build_demo_pair(work / "target", work / "draft", params["demo"])
-    return work / "target", "built by this script from params.yaml `demo:`"
+    cfg, note = params["demo"], "built by this script from params.yaml `demo:`"
+    if pretrain_steps is not None:
+        # Quantization work and sizes follow the shapes, not the weights: a shorter pretraining measures the same.
+        cfg = {**cfg, **{role: {**cfg[role], "train_steps": pretrain_steps} for role in ("target", "draft")}}
+        note += f" with pretraining cut to {pretrain_steps} steps (reduced run: same shapes)"
+    build_demo_pair(work / "target", work / "draft", cfg)
+    return work / "target", note
 
 
 def calibration_split(params: dict, target: Path, work: Path) -> Path:
+    from pipeline.data import dedup, drop_too_long, load_traffic, split, write_split
+    from pipeline.loading import load_tokenizer
+
     built = ROOT / "artifacts" / "data" / "calibration.jsonl"
     if built.is_file():
         return built
@@ -57,14 +68,26 @@ def calibration_split(params: dict, target: Path, work: Path) -> Path:
 
 def run_child(variant: str, target: Path, calibration: Path, result: Path, offload: bool) -> None:
     """Child process: one variant, metrics as JSON."""
+    from pipeline.config import enabled_variant, load_params
+    from pipeline.data import read_split
+    from pipeline.formatting import full_text
+    from pipeline.loading import load_tokenizer
     from pipeline.quantize import quantize_model
 
     params = load_params(PARAMS_FILE)
     tokenizer = load_tokenizer(target)
     texts = [full_text(tokenizer, m) for m in read_split(calibration)]
     cfg = {**params["quantize"]["calibration"], "offload": offload}
+    cpu0 = time.process_time()
     with tempfile.TemporaryDirectory() as out:
-        metrics = quantize_model(target, Path(out) / variant, variant, enabled_variant(params, variant), texts, cfg)
+        metrics = quantize_model(target, Path(out) / variant, enabled_variant(params, variant), texts, cfg)
+    # CPU seconds of all threads: on a shared host they inflate far less than wall time does.
+    metrics["cpu_time_s"] = round(time.process_time() - cpu0, 2)
+    # ru_maxrss (the stage's peak_memory_mb) carries the parent's peak across exec on Linux, so a parent that
+    # built the demo target would show up in every child; VmHWM is this process image's own peak.
+    hwm_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                  if line.startswith("VmHWM:"))
+    metrics["peak_memory_mb"] = round(hwm_kb / 1024, 1)
     result.write_text(json.dumps(metrics))
 
 
@@ -80,6 +103,8 @@ def random_llama(tokenizer_dir: Path, dest: Path) -> Path:
     time follow the shapes, not the values."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
+
+    from pipeline.loading import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -121,38 +146,61 @@ def machine() -> dict:
     }
 
 
+def code_commit() -> str | None:
+    """HEAD of the checkout the pipeline runs from (read-only git call; None outside a checkout)."""
+    r = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or None
+
+
 def summarize(runs: list[dict]) -> dict:
     """One row from a variant's repeats: median times (the host is shared), their range, max peak."""
     walls = sorted(r["wall_time_s"] for r in runs)
-    return {**runs[0], "wall_time_s": statistics.median(walls), "wall_range": (walls[0], walls[-1]),
+    return {**runs[0], "wall_time_s": statistics.median(walls), "wall_range": [walls[0], walls[-1]],
             "oneshot_time_s": statistics.median(r["oneshot_time_s"] for r in runs),
+            "cpu_time_s": statistics.median(r["cpu_time_s"] for r in runs),
             "peak_memory_mb": max(r["peak_memory_mb"] for r in runs), "repeats": len(runs)}
 
 
-def render(rows: list[dict], info: dict, target_note: str, params: dict, n_params: int) -> str:
+def quantize_summary(raw: dict | None = None) -> dict:
+    """From benchmarks/raw/quantize.json: per variant ("variants") median wall/oneshot/CPU s, wall range, peak MB,
+    sizes and compression ratio; and the run's rounds, commit, command and date."""
+    raw = raw or json.loads((RAW / "quantize.json").read_text())
+    variants = {variant: summarize(runs) for variant, runs in raw["runs"].items()}
+    return {"variants": variants, "repeats": min(r["repeats"] for r in variants.values()), "commit": raw["commit"],
+            "command": raw["command"], "date": raw["machine"]["date"]}
+
+
+def render(raw: dict) -> str:
+    rows = list(quantize_summary(raw)["variants"].values())
     fastest = min(r["wall_time_s"] for r in rows)
-    cal, repeats = params["quantize"]["calibration"], rows[0]["repeats"]
+    cal, repeats = raw["calibration"], rows[0]["repeats"]
+    rounds = (f"{repeats} rounds over all variants, median reported" if repeats > 1
+              else "a single round over all variants (reduced run: no median, no range)")
     lines = [
         "# Quantization time per variant on the demo target",
         "",
-        "Produced by `python benchmarks/quantize_bench.py` (each variant in its own fresh process, through the "
-        "quantize stage's own `pipeline.quantize.quantize_model`, params.yaml as committed; "
-        f"{repeats} rounds over all variants, median reported).",
-        f"Target: {target_note}, {n_params / 1e6:.1f}M parameters. Calibration: up to {cal['num_samples']} "
-        f"conversations of the traffic's calibration split, at most {cal['max_seq_length']} tokens each.",
-        "Wall time covers load, calibration, compression and save; oneshot is llm-compressor's part of it. "
-        "Peak memory is the process's peak resident set (model, calibration activations, the library itself).",
+        f"Produced by `{raw['command']}` (each variant in its own fresh process, through the quantize stage's own "
+        f"`pipeline.quantize.quantize_model`, params.yaml as committed; code at commit {raw['commit']}; "
+        f"{rounds}). Raw runs: `benchmarks/raw/quantize.json`; this file "
+        "is rendered from it (`python benchmarks/quantize_bench.py --render`).",
+        f"Target: {raw['target']}, {raw['parameters'] / 1e6:.1f}M parameters. Calibration: up to "
+        f"{cal['num_samples']} conversations of the traffic's calibration split, at most {cal['max_seq_length']} "
+        "tokens each.",
+        "Wall time covers load, calibration, compression and save; oneshot is llm-compressor's part of it; CPU "
+        "time is the process's CPU seconds (all threads) over the same span. Peak memory is the process's peak "
+        "resident set (model, calibration activations, the library itself).",
         "",
         "| variant | algorithm | scheme | calibration samples | wall time s | wall time range s | oneshot s "
-        "| peak memory MB | size before MB | size after MB | compression ratio | wall time vs fastest |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| CPU time s | peak memory MB | size before MB | size after MB | compression ratio | wall time vs fastest |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lo, hi = r["wall_range"]
         lines.append(f"| {r['variant']} | {r['algorithm']} | {r['scheme']} | {r['calibration_samples']} "
                      f"| {r['wall_time_s']:.2f} | {lo:.2f}-{hi:.2f} | {r['oneshot_time_s']:.2f} "
-                     f"| {r['peak_memory_mb']:.0f} | {r['size_before_mb']:.2f} | {r['size_after_mb']:.2f} "
-                     f"| {r['compression_ratio']:.2f} | {r['wall_time_s'] / fastest:.1f}x |")
+                     f"| {r['cpu_time_s']:.2f} | {r['peak_memory_mb']:.0f} | {r['size_before_mb']:.2f} "
+                     f"| {r['size_after_mb']:.2f} | {r['compression_ratio']:.2f} | {r['wall_time_s'] / fastest:.1f}x |")
+    info = raw["machine"]
     lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in info.items()]
     if info["device"].startswith("CPU"):
         lines.append("- calibration in float32 on CPU (the stage's CPU setting); the host is shared with other "
@@ -160,65 +208,96 @@ def render(rows: list[dict], info: dict, target_note: str, params: dict, n_param
     return "\n".join(lines) + "\n"
 
 
-def render_offload(rows: list[dict], info: dict, variant: str, n_params: int) -> str:
+def render_offload(raw: dict) -> str:
     lines = [
         "# Quantizing with `quantize.calibration.offload` off and on (GPU)",
         "",
-        f"Produced by `python benchmarks/quantize_bench.py --offload`: `{variant}` on random bf16 weights at "
-        f"TinyLlama-1.1B's shape ({n_params / 1e9:.2f}B parameters, the demo tokenizer's vocabulary), each "
-        "setting in its own fresh process through the stage's own `quantize_model`, params.yaml's calibration "
+        f"Produced by `{raw['command']}` (code at commit {raw['commit']}): `{raw['variant']}` on random bf16 weights "
+        f"at TinyLlama-1.1B's shape ({raw['parameters'] / 1e9:.2f}B parameters, the demo tokenizer's vocabulary), "
+        "each setting in its own fresh process through the stage's own `quantize_model`, params.yaml's calibration "
         "settings. With offload the weights stay in CPU RAM and llm-compressor's sequential pipeline moves one "
-        "decoder layer at a time onto the GPU.",
+        "decoder layer at a time onto the GPU. Raw runs: `benchmarks/raw/quantize-offload.json`.",
         "",
         "| offload | wall time s | oneshot s | peak GPU memory MB | peak host memory MB | size before MB "
         "| size after MB |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
+    for r in raw["runs"]:
         lines.append(f"| {str(r['offload']).lower()} | {r['wall_time_s']:.2f} | {r['oneshot_time_s']:.2f} "
                      f"| {r['peak_gpu_memory_mb']:.0f} | {r['peak_memory_mb']:.0f} | {r['size_before_mb']:.0f} "
                      f"| {r['size_after_mb']:.0f} |")
-    lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in info.items()]
+    lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in raw["machine"].items()]
     return "\n".join(lines) + "\n"
 
 
-def offload_comparison(params: dict, out: Path, variant: str = "gptq-w4a16") -> None:
+# Each raw file and the markdown rendered from it (tests/test_benchmark_docs.py re-renders and compares).
+RENDERERS = {"quantize.json": ("quantize.md", render),
+             "quantize-offload.json": ("quantize-offload.md", render_offload)}
+
+
+def write(raw: dict, raw_path: Path, out: Path, renderer) -> None:
+    raw_path.parent.mkdir(parents=True, exist_ok=True)
+    raw_path.write_text(json.dumps(raw, indent=2) + "\n")
+    out.write_text(renderer(raw))
+    print(f"wrote {raw_path} and {out}")
+
+
+def offload_comparison(params: dict, args, variant: str = "gptq-w4a16") -> None:
     import torch
 
     if not torch.cuda.is_available():
         sys.exit("error: --offload compares GPU memory and needs CUDA")
-    info = machine()
+    raw = {"command": args.command, "commit": args.commit, "machine": machine(), "variant": variant}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         tokenizer_dir, _ = demo_target(params, work)
         calibration = calibration_split(params, tokenizer_dir, work)
         target = random_llama(tokenizer_dir, work / "tinyllama-shape")
-        rows = [{**quantize_in_child(variant, target, calibration, work, offload), "offload": offload}
-                for offload in (False, True)]
-        n_params = parameter_count(target)
-    out.write_text(render_offload(rows, info, variant, n_params))
-    print(f"wrote {out}")
+        raw["runs"] = [{**quantize_in_child(variant, target, calibration, work, offload), "offload": offload}
+                       for offload in (False, True)]
+        raw["parameters"] = parameter_count(target)
+    write(raw, args.raw or RAW / "quantize-offload.json", args.out or ROOT / "benchmarks" / "quantize-offload.md",
+          render_offload)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="default: benchmarks/quantize.md (quantize-offload.md with --offload)")
+    ap.add_argument("--raw", type=Path,
+                    help="default: benchmarks/raw/quantize.json (quantize-offload.json with --offload)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds over all variants; the median is reported")
     ap.add_argument("--offload", action="store_true", help="GPU: offload off vs on at TinyLlama-1.1B shape")
+    ap.add_argument("--render", action="store_true", help="only re-render the markdown from benchmarks/raw/*.json")
+    ap.add_argument("--pretrain-steps", type=int,
+                    help="when this script builds the demo target: pretrain it this many steps (same shapes)")
+    ap.add_argument("--commit", help="commit of the measured code; default: HEAD of this checkout (give it when "
+                                      "running from an export such as `git archive`)")
     # Child mode, one variant: VARIANT TARGET CALIBRATION RESULT_JSON OFFLOAD(0|1).
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         variant, target, calibration, result, offload = args.child
         return run_child(variant, Path(target), Path(calibration), Path(result), offload == "1")
+    if args.render:
+        for raw_name, (md_name, renderer) in RENDERERS.items():
+            if (RAW / raw_name).exists():
+                (ROOT / "benchmarks" / md_name).write_text(renderer(json.loads((RAW / raw_name).read_text())))
+                print(f"wrote benchmarks/{md_name}")
+        return
 
+    from pipeline.config import load_params
+
+    args.command = " ".join(["python", "benchmarks/quantize_bench.py", *sys.argv[1:]])
+    args.commit = args.commit or code_commit()
     params = load_params(PARAMS_FILE)
     if args.offload:
-        return offload_comparison(params, args.out or ROOT / "benchmarks" / "quantize-offload.md")
-    info = machine()
+        return offload_comparison(params, args)
+    cal = params["quantize"]["calibration"]
+    raw = {"command": args.command, "commit": args.commit, "machine": machine(),
+           "calibration": {k: cal[k] for k in ("num_samples", "max_seq_length")}}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        target, target_note = demo_target(params, work)
+        target, raw["target"] = demo_target(params, work, args.pretrain_steps)
         calibration = calibration_split(params, target, work)
         runs = {variant: [] for variant in params["quantize"]["enabled"]}
         # Round-robin, so a burst of load from other work on the host hits all variants alike.
@@ -227,10 +306,10 @@ def main() -> None:
                 results.append(quantize_in_child(variant, target, calibration, work))
                 print(f"round {round_ + 1} {variant}: {results[-1]['wall_time_s']} s, "
                       f"peak {results[-1]['peak_memory_mb']} MB", flush=True)
-        n_params = parameter_count(target)
-    out = args.out or ROOT / "benchmarks" / "quantize.md"
-    out.write_text(render([summarize(results) for results in runs.values()], info, target_note, params, n_params))
-    print(f"wrote {out}")
+        raw["parameters"], raw["runs"] = parameter_count(target), runs
+    # Other work on a shared host slows single runs: the load at the end shows whether there was any.
+    raw["machine"]["load average at end (1 min)"] = f"{os.getloadavg()[0]:.1f}"
+    write(raw, args.raw or RAW / "quantize.json", args.out or ROOT / "benchmarks" / "quantize.md", render)
 
 
 if __name__ == "__main__":

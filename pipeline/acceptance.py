@@ -20,15 +20,36 @@ and drafts start only within the response.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from pipeline.errors import PipelineError
+from pipeline.stage import progress
 
 COST_RATIO_CHOICES = ("weight_bytes", "measured")
+
+
+@dataclass
+class SpeculativeEstimate:
+    """The CPU estimate for one target/draft pair. Two acceptance numbers, never to be mixed up:
+    token_acceptance is the mean per-token probability that a draft token is accepted (every
+    response position counts once); accepted_per_draft_token is what vLLM reports as
+    num_accepted_tokens / num_draft_tokens at k = num_speculative_tokens, which is lower because a
+    rejection discards the rest of the draft."""
+    temperature: float
+    token_acceptance: float
+    accepted_per_draft_token: float
+    num_speculative_tokens: int
+    accepted_per_position: list[float]  # P(at least j accepted), j = 1..k, as vLLM reports it at this k
+    accepted_per_position_by_k: dict[str, list[float]]
+    expected_accepted_tokens: float  # per step, at this k
+    cost_ratio: float  # draft/target cost per token
+    expected_speedup: float
+    expected_speedup_by_k: dict[str, float]
+    prompts: int
 
 
 def _next_token(logits: torch.Tensor, temperature: float) -> int:
@@ -148,11 +169,6 @@ def best_k(expected_accepted: dict[int, float], cost_ratio: float) -> tuple[int,
     return max(speedups, key=speedups.get), speedups
 
 
-def choose_k(per_position: list[float], cost_ratio: float) -> tuple[int, dict[int, float]]:
-    """best_k for k in 1..len(per_position) when every k sees these per-position rates."""
-    return best_k({k: sum(per_position[:k]) for k in range(1, len(per_position) + 1)}, cost_ratio)
-
-
 def check_settings(n_prompts: int, continuation_tokens: int, temperature: float, max_k: int) -> None:
     if n_prompts < 1:
         raise PipelineError("speculative acceptance needs at least one held-out prompt (evaluate.acceptance.prompts)")
@@ -166,13 +182,13 @@ def check_settings(n_prompts: int, continuation_tokens: int, temperature: float,
 
 
 def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
-             cost_ratio: float | None = None, seed: int = 0) -> dict:
+             cost_ratio: float | None = None, seed: int = 0) -> SpeculativeEstimate:
     """Acceptance per position, expected speedup for k = 1..max_k and the best k; cost_ratio None
     times both models on the first prompt."""
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
     torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
     stop_ids, alphas, ends = stop_token_ids(target), [], []
-    for prompt in tqdm(prompts, desc="acceptance estimate", mininterval=2):
+    for prompt in progress(prompts, desc="acceptance estimate"):
         cont, end = target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
         alphas.append(position_acceptance(target, draft, prompt, cont, temperature))
         ends.append(end)
@@ -182,17 +198,16 @@ def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, 
     by_k = {j: accepted_per_position(alphas, j, starts=ends) for j in range(1, max_k + 1)}
     k, speedups = best_k({j: sum(rates) for j, rates in by_k.items()}, cost_ratio)
     per_pos = by_k[k]
-    return {
-        "temperature": temperature,
-        "acceptance_rate": torch.cat([a[:end] for a, end in zip(alphas, ends)]).mean().item(),
-        "accepted_per_position": per_pos,  # at the chosen k, as vLLM reports it when serving with k
-        "accepted_per_position_by_k": {str(j): rates for j, rates in by_k.items()},
-        "cost_ratio": cost_ratio,
-        "expected_speedup_by_k": {str(j): s for j, s in speedups.items()},
-        "num_speculative_tokens": k,
-        "expected_accepted_tokens": sum(per_pos),
-        # vLLM's num_accepted_tokens / num_draft_tokens at this k, to compare with a GPU run
-        "accepted_per_draft_token": sum(per_pos) / k,
-        "expected_speedup": speedups[k],
-        "prompts": len(prompts),
-    }
+    return SpeculativeEstimate(
+        temperature=temperature,
+        token_acceptance=torch.cat([a[:end] for a, end in zip(alphas, ends)]).mean().item(),
+        accepted_per_draft_token=sum(per_pos) / k,
+        num_speculative_tokens=k,
+        accepted_per_position=per_pos,
+        accepted_per_position_by_k={str(j): rates for j, rates in by_k.items()},
+        expected_accepted_tokens=sum(per_pos),
+        cost_ratio=cost_ratio,
+        expected_speedup=speedups[k],
+        expected_speedup_by_k={str(j): s for j, s in speedups.items()},
+        prompts=len(prompts),
+    )

@@ -24,17 +24,40 @@ def _validate_row(row, where: str) -> list[dict]:
         msgs = row["messages"]
         if not isinstance(msgs, list) or not msgs:
             raise PipelineError(f"{where}: 'messages' must be a non-empty list")
-        for m in msgs:
+        for i, m in enumerate(msgs, 1):
             if not isinstance(m, dict) or m.get("role") not in ROLES or not isinstance(m.get("content"), str):
                 raise PipelineError(f"{where}: each message needs a role in {sorted(ROLES)} and a string content")
-        if msgs[-1]["role"] != "assistant" or not any(m["role"] == "user" for m in msgs):
-            raise PipelineError(f"{where}: a conversation needs a user turn and must end with an assistant turn")
+            _check_text(m["content"], f"message {i} ({m['role']}) has empty content", where)
+        _check_turn_order([m["role"] for m in msgs], where)
     else:
         for key in ("prompt", "response"):
-            if not isinstance(row.get(key), str) or not row[key].strip():
+            if not isinstance(row.get(key), str):
                 raise PipelineError(f"{where}: missing or empty string field {key!r} "
                                     "(expected {prompt, response} or {messages: [...]})")
+            _check_text(row[key], f"missing or empty string field {key!r}", where)
     return row_to_messages(row)
+
+
+def _check_text(text: str, empty_message: str, where: str) -> None:
+    if not text.strip():
+        raise PipelineError(f"{where}: {empty_message}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate escape such as "\ud800" would crash writing the splits
+        raise PipelineError(f"{where}: text contains an unpaired surrogate escape (not valid Unicode)") from None
+
+
+def _check_turn_order(roles: list[str], where: str) -> None:
+    """An optional leading system message, then user/assistant alternating, ending with the
+    assistant: the shape chat templates accept and that every training prefix has."""
+    start = 1 if roles[0] == "system" else 0
+    for i in range(start, len(roles)):
+        expected = "user" if (i - start) % 2 == 0 else "assistant"
+        if roles[i] != expected:
+            raise PipelineError(f"{where}: message {i + 1} is from the {roles[i]} where the {expected} is expected "
+                                "(after an optional leading system message, turns alternate user/assistant)")
+    if roles[-1] != "assistant":
+        raise PipelineError(f"{where}: a conversation needs a user turn and must end with an assistant turn")
 
 
 def load_traffic(path: str | Path) -> list[list[dict]]:
@@ -43,11 +66,12 @@ def load_traffic(path: str | Path) -> list[list[dict]]:
     if not path.is_file():
         raise PipelineError(f"traffic file {path} does not exist")
     conversations = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
+    with path.open("rb") as f:  # bytes, so a bad encoding is reported on its own line
+        for lineno, raw in enumerate(f, 1):
+            where = f"{path}:{lineno}"
+            line = _decode(raw, lineno, where)
             if not line.strip():
                 continue
-            where = f"{path}:{lineno}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
@@ -56,6 +80,14 @@ def load_traffic(path: str | Path) -> list[list[dict]]:
     if not conversations:
         raise PipelineError(f"traffic file {path} has no rows")
     return conversations
+
+
+def _decode(raw: bytes, lineno: int, where: str) -> str:
+    try:
+        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # tolerate a leading byte-order mark
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{where}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start} of the "
+                            "line); save the file as UTF-8") from None
 
 
 def conversation_key(messages: list[dict]) -> str:

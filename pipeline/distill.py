@@ -6,10 +6,14 @@ rather than only the human-written ones.
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
-from tqdm import tqdm
 
 from pipeline.formatting import prompt_ids, split_prompt_response
+from pipeline.io import atomic_write_text
+from pipeline.stage import progress
 
 IGNORE_INDEX = -100  # label value the causal-LM loss skips: prompt tokens and padding
 
@@ -27,7 +31,7 @@ def generate_batched(model, tokenizer, prompts: list[list[int]], max_new_tokens:
     sample = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else \
         dict(do_sample=False)
     outs = []
-    for i in tqdm(range(0, len(prompts), batch_size), desc="distill: target generates", mininterval=2):
+    for i in progress(range(0, len(prompts), batch_size), desc="distill: target generates"):
         chunk = prompts[i:i + batch_size]
         width = max(map(len, chunk))
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=model.device)
@@ -56,3 +60,11 @@ def build_distillation_set(target, tokenizer, conversations: list[list[dict]], c
         pairs += [(p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)
                   for p, m in zip(prompts, conversations)]
     return [{"input_ids": p + r, "labels": [IGNORE_INDEX] * len(p) + r} for p, r in pairs if r]
+
+
+def write_examples(path: Path, examples: list[dict]) -> None:
+    atomic_write_text(path, "".join(json.dumps(e) + "\n" for e in examples))
+
+
+def read_examples(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

@@ -1,9 +1,9 @@
-"""The draft stage's work: check the draft fits the target, distill the target's answers,
-fine-tune, and measure speculative acceptance on held-out prompts before and after.
+"""The draft's three jobs, one DVC stage each: distill the target's answers (distill), fine-tune the
+base draft on them (draft_finetune), and produce the draft that is served (draft_quantize: the
+fine-tuned weights as they are, or quantized with a quantize variant's recipe).
 
-The result is a plain HF-layout directory (safetensors, config, generation_config, tokenizer)
-that vLLM loads as speculative_config={"method": "draft_model", "model": <dir>/model}, plus
-<dir>/model-quantized when draft_training.quantize names a quantize variant.
+Every draft directory is a plain HF layout (safetensors, config, generation_config, tokenizer)
+that vLLM loads as speculative_config={"method": "draft_model", "model": <dir>}.
 """
 from __future__ import annotations
 
@@ -11,43 +11,27 @@ import shutil
 from pathlib import Path
 
 import torch
+from transformers import TrainerCallback
 
-from pipeline import acceptance
-from pipeline.config import enabled_variant
-from pipeline.distill import build_distillation_set, pad_id
-from pipeline.draft_compat import check_compatible
 from pipeline.draft_training import check_training_settings, checkpoint_dir, fine_tune, summarize
 from pipeline.errors import PipelineError
-from pipeline.formatting import full_text, prompt_ids, split_prompt_response
-from pipeline.io import atomic_dir
+from pipeline.formatting import full_text
 from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.recipes import VariantSpec
+from pipeline.stage import progress_bar
 
 
-def estimate_acceptance(target, draft, tokenizer, heldout: list[list[dict]], acc_cfg: dict, target_dir: Path,
-                        draft_dir: Path) -> dict:
-    prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout[: acc_cfg["prompts"]]]
-    return acceptance.estimate(target, draft, prompts, acc_cfg["continuation_tokens"], acc_cfg["temperature"],
-                               acc_cfg["max_k"], acceptance.resolve_cost_ratio(acc_cfg["cost_ratio"], target_dir,
-                                                                                draft_dir))
+class ConsoleProgress(TrainerCallback):
+    """The fine-tune's progress bar on the console (Trainer's own bar goes to the stage's log)."""
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = progress_bar("draft fine-tune", total=state.max_steps, initial=state.global_step)
 
-def check_draft_quantization(params: dict, base_dir: Path, calibration: list[list[dict]]) -> dict | None:
-    """The quantize variant for the draft, checked against the draft before training starts."""
-    from pipeline.quantize import check_group_size
-    from pipeline.recipes import needs_calibration, validate_spec, weight_group_size
+    def on_step_end(self, args, state, control, **kwargs):
+        self.bar.update(1)
 
-    name = params["draft_training"]["quantize"]
-    if not name:
-        return None
-    spec = enabled_variant(params, name)
-    validate_spec(name, spec)
-    if needs_calibration(spec) and not calibration:
-        raise PipelineError(f"draft_training.quantize {name!r} needs calibration data but the calibration split "
-                            "is empty")
-    ignore = sorted(set(params["quantize"]["calibration"].get("ignore", [])) | set(spec.get("ignore", [])))
-    check_group_size(load_causal_lm(base_dir, torch.device("cpu")), weight_group_size(spec), ignore)
-    return spec
-
+    def on_train_end(self, args, state, control, **kwargs):
+        self.bar.close()
 
 def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
     """Save in the base draft's own dtype (training ran in float32): same bytes per weight to read
@@ -61,60 +45,37 @@ def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def build_draft(target_dir: Path, base_dir: Path, out_dir: Path, train_convs: list[list[dict]],
-                heldout_convs: list[list[dict]], params: dict, work_root: Path,
-                calibration_convs: list[list[dict]] = ()) -> tuple[dict, list[dict]]:
-    """Write out_dir/model (and model-quantized); return (metrics, Trainer log history)."""
-    cfg, acc_cfg = params["draft_training"], params["evaluate"]["acceptance"]
-    check_compatible(target_dir, base_dir, params["serving"]["max_model_len"])
-    check_training_settings(cfg, len(train_convs))
-    quant_spec = check_draft_quantization(params, base_dir, calibration_convs)
-
-    tokenizer = load_tokenizer(target_dir)
-    target, base = load_causal_lm(target_dir), load_causal_lm(base_dir)
-    train = build_distillation_set(target, tokenizer, train_convs, cfg)
-    evals = build_distillation_set(target, tokenizer, heldout_convs[: cfg["eval_prompts"]], cfg, sampled=False)
-    before = estimate_acceptance(target, base, tokenizer, heldout_convs, acc_cfg, target_dir, base_dir)
-    del base
-
+def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict], cfg: dict, work_root: Path,
+                   out: Path, n_prompts: int) -> tuple[dict, list[dict]]:
+    """Fine-tune the base draft on distilled examples into out (a fresh directory); (metrics, log history).
+    Checkpoints under work_root survive an interruption for `resume` and are cleared after success."""
+    check_training_settings(cfg, n_prompts)
     work = checkpoint_dir(work_root, base_dir, cfg, train, evals)
-    tuned, history = fine_tune(base_dir, pad_id(tokenizer), train, evals, cfg, work)
-    metrics = {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg["lora"]["enabled"],
-               **summarize(history)}
-    with atomic_dir(out_dir) as tmp:
-        save_draft(tuned, load_tokenizer(base_dir), tmp / "model", base_dir)
-        del tuned
-        # Measured on the saved draft, as served (its dtype), not on the in-memory training copy.
-        after = estimate_acceptance(target, load_causal_lm(tmp / "model"), tokenizer, heldout_convs, acc_cfg,
-                                    target_dir, tmp / "model")
-        metrics |= {"acceptance_rate_untrained": before["acceptance_rate"],
-                    "acceptance_rate_finetuned": after["acceptance_rate"],
-                    "expected_speedup_untrained": before["expected_speedup"],
-                    "expected_speedup_finetuned": after["expected_speedup"],
-                    "num_speculative_tokens_finetuned": after["num_speculative_tokens"]}
-        if quant_spec is not None:
-            metrics |= quantize_draft(target, tokenizer, tmp, quant_spec, heldout_convs, calibration_convs, params,
-                                      target_dir)
-    shutil.rmtree(work_root, ignore_errors=True)  # checkpoints only serve an interrupted run
-    return metrics, history
+    tuned, history = fine_tune(base_dir, pad, train, evals, cfg, work, callbacks=[ConsoleProgress()])
+    save_draft(tuned, load_tokenizer(base_dir), out, base_dir)
+    shutil.rmtree(work_root, ignore_errors=True)
+    return {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg["lora"]["enabled"],
+            **summarize(history)}, history
 
 
-def quantize_draft(target, tokenizer, out: Path, spec: dict, heldout_convs, calibration_convs, params: dict,
-                   target_dir: Path) -> dict:
-    """out/model -> out/model-quantized with the quantize stage's own code, and its acceptance."""
+def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
+                             calibration_cfg: dict) -> None:
+    """The variant's recipe checked against the draft before any calibration runs."""
+    from pipeline.quantize import check_group_size
+    from pipeline.recipes import needs_calibration, weight_group_size
+
+    if needs_calibration(spec) and not calibration:
+        raise PipelineError(f"draft_quantize.variant {spec.name!r} needs calibration data but the calibration "
+                            "split is empty")
+    ignore = sorted(set(calibration_cfg.get("ignore", [])) | set(spec.ignore))
+    check_group_size(load_causal_lm(draft_dir, torch.device("cpu")), weight_group_size(spec), ignore)
+
+
+def quantize_draft(draft_dir: Path, out: Path, spec: VariantSpec, calibration: list[list[dict]],
+                   calibration_cfg: dict) -> dict:
+    """draft_dir -> out with the quantize stage's own code, calibrated on the domain's traffic."""
     from pipeline.quantize import quantize_model
 
-    name = params["draft_training"]["quantize"]
-    texts = [full_text(tokenizer, m) for m in calibration_convs]
-    q = quantize_model(out / "model", out / "model-quantized", name, spec, texts, params["quantize"]["calibration"])
-    quantized = estimate_acceptance(target, load_causal_lm(out / "model-quantized"), tokenizer, heldout_convs,
-                                    params["evaluate"]["acceptance"], target_dir, out / "model-quantized")
-    return {"quantized_variant": name, "quantized_size_mb": q["size_after_mb"],
-            "acceptance_rate_finetuned_quantized": quantized["acceptance_rate"],
-            "expected_speedup_finetuned_quantized": quantized["expected_speedup"]}
-
-
-def served_draft(out_dir: str | Path) -> Path:
-    """The draft a bundle ships (the quantized one when built), so evaluation measures that one."""
-    quantized = Path(out_dir) / "model-quantized"
-    return quantized if quantized.exists() else Path(out_dir) / "model"
+    check_draft_quantization(spec, draft_dir, calibration, calibration_cfg)
+    tokenizer = load_tokenizer(draft_dir)
+    return quantize_model(draft_dir, out, spec, [full_text(tokenizer, m) for m in calibration], calibration_cfg)

@@ -5,16 +5,22 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import shutil
+import zipfile
 from pathlib import Path
 
 import torch
 
 from pipeline.distill import IGNORE_INDEX
 from pipeline.errors import PipelineError
+from pipeline.stage import say
 
 # Settings that change neither the weights nor the logged curve, so a run may resume across them.
-NOT_TRAINING_SETTINGS = ("resume", "quantize")
+NOT_TRAINING_SETTINGS = ("resume",)
+CHECKPOINT = re.compile(r"checkpoint-\d+")  # Trainer's checkpoint directory names
+# Full fine-tune, LoRA adapter (merged only at the end) or sharded weights.
+CHECKPOINT_WEIGHTS = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json")
 
 
 class PadCollator:
@@ -69,7 +75,8 @@ def load_for_training(base_dir: Path):
     """float32 master weights whatever the checkpoint's dtype; bf16 autocast does the GPU speed-up."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, trust_remote_code=False)
+    return AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, trust_remote_code=False,
+                                                use_safetensors=True)
 
 
 def apply_lora(model, cfg: dict):
@@ -96,6 +103,49 @@ def training_args(cfg: dict, work_dir: Path, evaluate_first: bool):
     )
 
 
+def resumable_checkpoint(work_dir: Path) -> Path | None:
+    """The newest complete checkpoint in work_dir, or None. Incomplete ones (a run killed while
+    saving) are deleted: Trainer would pick the newest and fail on every later resume."""
+    found = sorted((d for d in work_dir.glob("checkpoint-*") if d.is_dir() and CHECKPOINT.fullmatch(d.name)),
+                   key=lambda d: int(d.name.split("-")[1]), reverse=True)
+    problems = {d: checkpoint_problem(d) for d in found}
+    complete = [d for d in found if problems[d] is None]
+    discarded = [d for d in found if problems[d]]
+    for d in discarded:
+        shutil.rmtree(d)
+    if discarded:
+        say("draft training: discarded incomplete " + ", ".join(f"{d.name} ({problems[d]})" for d in discarded)
+              + (f"; resuming from {complete[0].name}" if complete else "; starting afresh"))
+    return complete[0] if complete else None
+
+
+def checkpoint_problem(checkpoint: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from, or None. Trainer writes trainer_state.json last,
+    so its presence means the run got through the save; the file checks catch a truncated disk."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        state = json.loads((checkpoint / "trainer_state.json").read_text())
+    except FileNotFoundError:
+        return "no trainer_state.json"
+    except (OSError, ValueError):
+        return "unreadable trainer_state.json"
+    if not isinstance(state, dict) or "global_step" not in state:
+        return "unreadable trainer_state.json"
+    if not any((checkpoint / name).is_file() for name in CHECKPOINT_WEIGHTS):
+        return "no model weights"
+    for f in checkpoint.glob("*.safetensors"):
+        try:
+            with safe_open(f, "pt"):
+                pass
+        except (SafetensorError, OSError):
+            return f"truncated {f.name}"
+    for f in [*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth"), *checkpoint.glob("*.bin")]:
+        if not zipfile.is_zipfile(f):  # torch.save's format: a cut-off file has no zip directory
+            return f"truncated {f.name}"
+    return None
+
+
 def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict], cfg: dict, work_dir: Path,
               callbacks: list | None = None):
     """Train the draft in base_dir; returns (merged float32 model, Trainer log history).
@@ -110,13 +160,13 @@ def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict],
     lora = cfg["lora"]["enabled"]
     if lora:
         model = apply_lora(model, cfg["lora"])
-    resume = bool(cfg["resume"]) and any(Path(work_dir).glob("checkpoint-*"))
-    if not resume and Path(work_dir).exists():
+    checkpoint = resumable_checkpoint(Path(work_dir)) if cfg["resume"] else None
+    if checkpoint is None and Path(work_dir).exists():
         shutil.rmtree(work_dir)  # stale checkpoints of a run we are not resuming
-    trainer = Trainer(model=model, args=training_args(cfg, work_dir, evaluate_first=not resume),
+    trainer = Trainer(model=model, args=training_args(cfg, work_dir, evaluate_first=checkpoint is None),
                       train_dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(evals),
                       data_collator=PadCollator(pad_id), callbacks=callbacks)
-    trainer.train(resume_from_checkpoint=True if resume else None)
+    trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.evaluate()  # the final eval loss, whatever step training ended on
     model = trainer.model.merge_and_unload() if lora else trainer.model
     model.config.use_cache = use_cache

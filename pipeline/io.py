@@ -6,42 +6,98 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Iterator
 
-import yaml
-
 
 @contextlib.contextmanager
 def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temp directory beside `final`; on success it replaces `final` in one rename."""
+    """Yield a temp directory beside `final`; on success it replaces `final` (renamed in, then the
+    old one deleted). Temp directories of killed runs are removed when the next run starts."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    remove_stale_temps(final)
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), dir=final.parent))
     try:
         yield tmp
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
 
 
+def swap_in(new: Path, final: Path) -> None:
+    """Old aside, new in, old deleted: an interruption leaves one of them at `final`, never neither.
+    The aside carries the temp prefix, so a run killed before deleting it is cleaned up later."""
+    if not os.path.lexists(final):
+        new.rename(final)
+        return
+    aside = new.with_name(new.name + "-old")
+    final.rename(aside)
+    try:
+        new.rename(final)
+    except BaseException:
+        aside.rename(final)
+        raise
+    remove(aside)
+
+
+def temp_prefix(final: Path) -> str:
+    """The writer's pid is in the name so that a later run can tell its leftovers from live work."""
+    return f".{final.name}.tmp-{os.getpid()}-"
+
+
+def remove_stale_temps(final: Path) -> None:
+    """Delete temp siblings of `final` whose creating process is gone (killed mid-stage)."""
+    pattern = re.compile(rf"\.{re.escape(final.name)}\.tmp-(\d{{1,9}})-")  # 1-9 digits: fits os.kill
+    for sibling in final.parent.iterdir():
+        m = pattern.match(sibling.name)
+        if m and not pid_alive(int(m.group(1))):
+            remove(sibling)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, another user's
+        pass
+    return True
+
+
+def remove(path: Path) -> None:
+    """Delete a file, link or directory; one already gone (another run cleaning up) is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; an artifact is as readable as any file
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: str | os.PathLike, obj) -> None:
@@ -50,14 +106,6 @@ def write_json(path: str | os.PathLike, obj) -> None:
 
 def read_json(path: str | os.PathLike):
     return json.loads(Path(path).read_text())
-
-
-def write_yaml(path: str | os.PathLike, obj) -> None:
-    atomic_write_text(path, yaml.safe_dump(obj, sort_keys=False))
-
-
-def read_yaml(path: str | os.PathLike):
-    return yaml.safe_load(Path(path).read_text())
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:

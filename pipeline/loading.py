@@ -16,7 +16,8 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
 
     device = device or eval_device()
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
+    # safetensors only: a pickled .bin beside the weights is never unpickled.
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_safetensors=True)
     return model.to(device).eval()
 
 

@@ -10,9 +10,9 @@ import math
 
 import torch
 import torch.nn.functional as F
-from tqdm import tqdm
 
 from pipeline.errors import PipelineError
+from pipeline.stage import progress
 
 
 @torch.no_grad()
@@ -27,7 +27,7 @@ def fidelity(baseline, variant, examples: list[tuple[list[int], list[int]]]) -> 
     if not any(response for _, response in examples):
         raise PipelineError("no held-out response tokens to score (evaluate.heldout_limit, data.fractions.heldout)")
     nll_base = nll_var = kl = agree = n = 0.0
-    for prompt, response in tqdm(examples, desc="teacher-forced fidelity", mininterval=2):
+    for prompt, response in progress(examples, desc="teacher-forced fidelity"):
         lp_b = response_logprobs(baseline, prompt, response)
         lp_v = response_logprobs(variant, prompt, response)
         target = torch.tensor(response, device=lp_b.device)
@@ -59,5 +59,5 @@ def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos
     if not prompts:
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     same = sum(greedy_tokens(baseline, p, n_tokens, eos_token_id) == greedy_tokens(variant, p, n_tokens, eos_token_id)
-               for p in tqdm(prompts, desc="greedy match", mininterval=2))
+               for p in progress(prompts, desc="greedy match"))
     return same / len(prompts)

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.recipes import CALIBRATION_KEYS, build_recipe, validate_spec, weight_group_size
+from pipeline.recipes import VariantSpec, build_recipe, weight_group_size
 from pipeline.sizes import dir_size
 
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
@@ -76,9 +76,10 @@ def tracing_failures_as_pipeline_errors(architecture: str):
                             "whole model in one pass (it must fit in memory)") from None
 
 
-def calibration_settings(cfg: dict, spec: dict) -> dict:
+def calibration_settings(cfg: dict, spec: VariantSpec) -> dict:
     """quantize.calibration with the variant's own num_samples / max_seq_length on top."""
-    settings = {**cfg, **{k: spec[k] for k in CALIBRATION_KEYS if k in spec}}
+    own = {"num_samples": spec.num_samples, "max_seq_length": spec.max_seq_length}
+    settings = {**cfg, **{k: v for k, v in own.items() if v is not None}}
     if settings.get("pipeline") not in (None, *PIPELINES):
         raise PipelineError(f"quantize.calibration.pipeline must be one of {list(PIPELINES)} or null, "
                             f"got {settings['pipeline']!r}")
@@ -96,8 +97,9 @@ def load_for_quantization(model_dir: Path, device: str, dtype: torch.dtype, offl
 
         with load_offloaded_model():
             return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map="auto_offload",
-                                                        trust_remote_code=False)
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False).to(device)
+                                                        trust_remote_code=False, use_safetensors=True)
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False,
+                                                use_safetensors=True).to(device)
 
 
 def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
@@ -117,7 +119,7 @@ def peak_memory() -> dict:
     return peak
 
 
-def quantize_model(model_dir: Path, out_dir: Path, name: str, spec: dict, calibration_texts: list[str],
+def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str],
                    cfg: dict) -> dict:
     """Run the variant's recipe and save a compressed checkpoint into out_dir (which must be new/temp).
 
@@ -127,14 +129,13 @@ def quantize_model(model_dir: Path, out_dir: Path, name: str, spec: dict, calibr
     from llmcompressor import oneshot
     from transformers import AutoConfig, AutoTokenizer
 
-    validate_spec(name, spec)
     cfg = calibration_settings(cfg, spec)
     device, dtype = compute_setup()
-    ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.get("ignore", [])))
-    recipe = build_recipe(name, spec, ignore)
+    ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.ignore))
+    recipe = build_recipe(spec, ignore)
     calibrate = any(m.requires_calibration_data for m in recipe)
     if calibrate and not calibration_texts:
-        raise PipelineError(f"variant {name!r} needs calibration data but the calibration split is empty")
+        raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
 
     t0 = time.perf_counter()
     if torch.cuda.is_available():
@@ -154,7 +155,7 @@ def quantize_model(model_dir: Path, out_dir: Path, name: str, spec: dict, calibr
     t1 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
-        if spec["algorithm"] == "awq":
+        if spec.algorithm == "awq":
             stack.enter_context(awq_pinning_off_without_accelerator())
         oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
     oneshot_s = time.perf_counter() - t1
@@ -168,11 +169,11 @@ def quantize_model(model_dir: Path, out_dir: Path, name: str, spec: dict, calibr
 
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
-        "variant": name,
-        "algorithm": spec["algorithm"],
-        "scheme": spec["scheme"],
+        "variant": spec.name,
+        "algorithm": spec.algorithm,
+        "scheme": spec.scheme,
         "group_size": weight_group_size(spec),
-        "kv_cache": spec.get("kv_cache"),
+        "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": len(kwargs.get("dataset", [])),
         "wall_time_s": round(wall, 2),

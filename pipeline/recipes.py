@@ -7,10 +7,13 @@ llm-compressor's own recipes do.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from compressed_tensors.quantization import QuantizationArgs
 from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_name_to_scheme
 
 from pipeline.errors import PipelineError
+from pipeline.names import check_variant_name
 
 # Knobs each algorithm's modifier takes (GPTQModifier / AWQModifier fields); rtn is plain
 # QuantizationModifier: round-to-nearest weights plus observed activation scales.
@@ -31,6 +34,30 @@ KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor"
 # Keys of a variant spec; anything else is a typo.
 SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", *CALIBRATION_KEYS,
              *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One quantize.variants entry, validated once (parse_variant) and passed as this value."""
+    name: str
+    algorithm: str                    # awq | gptq | rtn
+    scheme: str                       # a compressed-tensors preset, e.g. W4A16, FP8_DYNAMIC
+    group_size: int | None = None
+    ignore: list[str] = field(default_factory=list)
+    kv_cache: str | None = None       # fp8: calibrated FP8 KV-cache scales
+    num_samples: int | None = None    # overrides quantize.calibration
+    max_seq_length: int | None = None
+    knobs: dict = field(default_factory=dict)  # the algorithm's own modifier arguments
+
+
+def parse_variant(name: str, raw) -> VariantSpec:
+    """params.yaml's quantize.variants[name] as a VariantSpec, or one error line naming the problem."""
+    check_variant_name(name)
+    validate_spec(name, raw)
+    knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
+    return VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw["scheme"], group_size=raw.get("group_size"),
+                       ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
+                       num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
 
 
 def validate_spec(name: str, spec: dict) -> None:
@@ -62,17 +89,18 @@ def validate_spec(name: str, spec: dict) -> None:
         raise PipelineError(f"variant {name!r}: ignore must be a list of module names or patterns")
 
 
-def scheme_for(spec: dict):
+def scheme_for(spec: VariantSpec):
     """The compressed-tensors scheme: the preset with the spec's overrides applied."""
-    scheme = preset_name_to_scheme(spec["scheme"], ["Linear"])
-    if spec.get("group_size") is not None:
+    scheme = preset_name_to_scheme(spec.scheme, ["Linear"])
+    if spec.group_size is not None:
         if scheme.weights is None or scheme.weights.strategy != "group":
-            raise PipelineError(f"group_size applies to grouped schemes only (e.g. W4A16), not {spec['scheme']}")
-        scheme.weights.group_size = int(spec["group_size"])
+            raise PipelineError(f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), "
+                                f"not {spec.scheme}")
+        scheme.weights.group_size = int(spec.group_size)
     return scheme
 
 
-def weight_group_size(spec: dict) -> int | None:
+def weight_group_size(spec: VariantSpec) -> int | None:
     scheme = scheme_for(spec)
     return scheme.weights.group_size if scheme.weights is not None and scheme.weights.strategy == "group" else None
 
@@ -84,7 +112,7 @@ def _one_line(error: ValueError) -> str:
     return str(error).strip().splitlines()[-1]
 
 
-def build_recipe(name: str, spec: dict, ignore: list[str]) -> list:
+def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
     """Modifier list for oneshot(); imports are local so `--help` paths stay fast.
 
     AWQ in 0.14 is a transform (it only rescales channels), so it is followed by the
@@ -94,12 +122,10 @@ def build_recipe(name: str, spec: dict, ignore: list[str]) -> list:
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
 
-    validate_spec(name, spec)
-    quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.get("ignore", []))))
-    if spec.get("kv_cache"):
-        quant["kv_cache_scheme"] = QuantizationArgs(**KV_CACHE_SCHEMES[spec["kv_cache"]])
-    algorithm = spec["algorithm"]
-    knobs = {k: spec[k] for k in ALGORITHM_KEYS[algorithm] if k in spec}
+    quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.ignore)))
+    if spec.kv_cache:
+        quant["kv_cache_scheme"] = QuantizationArgs(**KV_CACHE_SCHEMES[spec.kv_cache])
+    algorithm, knobs = spec.algorithm, spec.knobs
     try:
         if algorithm == "gptq":
             return [GPTQModifier(**quant, **knobs)]
@@ -107,10 +133,10 @@ def build_recipe(name: str, spec: dict, ignore: list[str]) -> list:
             return [AWQModifier(**knobs), QuantizationModifier(**quant)]
         return [QuantizationModifier(**quant)]
     except ValueError as e:
-        raise PipelineError(f"variant {name!r}: invalid recipe value: {_one_line(e)}") from None
+        raise PipelineError(f"variant {spec.name!r}: invalid recipe value: {_one_line(e)}") from None
 
 
-def needs_calibration(spec: dict) -> bool:
+def needs_calibration(spec: VariantSpec) -> bool:
     """Whether the recipe needs calibration data, as llm-compressor itself decides it: GPTQ and
     AWQ always; RTN when it observes static activation or KV-cache scales (FP8, not FP8_DYNAMIC)."""
-    return any(m.requires_calibration_data for m in build_recipe("variant", spec, []))
+    return any(m.requires_calibration_data for m in build_recipe(spec, []))

@@ -8,6 +8,37 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class VllmMeasurement:
+    """What the evaluate stage records from real vLLM speculative decoding, or why it was skipped."""
+    skipped: str | None = None
+    num_speculative_tokens: int | None = None
+    accepted_per_draft_token: float | None = None  # vLLM's num_accepted_tokens / num_draft_tokens
+    accepted_per_position: list[float] | None = None
+    mean_accepted_tokens: float | None = None  # per draft (per step)
+    speculative_output_matches_baseline: bool | None = None
+    tokens_per_s: dict[str, float] = field(default_factory=dict)  # "baseline_bs1", "speculative_bs32", ...
+    speculative_speedup: dict[str, float] = field(default_factory=dict)  # "bs1": speculative / baseline tokens/s
+    counters: dict[str, Any] = field(default_factory=dict)  # vllm:spec_decode_* as read from LLM.get_metrics()
+
+    @classmethod
+    def from_measure(cls, raw: dict) -> "VllmMeasurement":
+        """The typed view of measure()'s flat result (which GPU benchmark scripts also write as is)."""
+        speed = {k.removesuffix("_tokens_per_s").replace("_tokens_per_s_", "_"): v for k, v in raw.items()
+                 if "_tokens_per_s_bs" in k}
+        return cls(num_speculative_tokens=raw.get("num_speculative_tokens"),
+                   accepted_per_draft_token=raw.get("accepted_per_draft_token"),
+                   accepted_per_position=raw.get("accepted_per_position"),
+                   mean_accepted_tokens=raw.get("mean_accepted_tokens"),
+                   speculative_output_matches_baseline=raw.get("spec_output_matches_baseline"),
+                   tokens_per_s=speed,
+                   speculative_speedup={k.removeprefix("measured_speedup_"): v for k, v in raw.items()
+                                        if k.startswith("measured_speedup_")},
+                   counters=raw.get("vllm_metrics") or {})
 
 
 def unavailable_reason() -> str | None:
@@ -49,11 +80,11 @@ def _tokens_per_s(llm, prompts: list, sampling, batch_size: int, rounds: int) ->
 
 
 def acceptance_from_metrics(m: dict) -> dict:
-    """vLLM's counters -> acceptance rate (accepted / drafted tokens) and P(position j accepted)."""
+    """vLLM's counters -> accepted_per_draft_token (accepted / drafted tokens) and P(position j accepted)."""
     out = {}
     drafted, accepted, drafts = m.get("num_draft_tokens"), m.get("num_accepted_tokens"), m.get("num_drafts")
     if drafted:
-        out["acceptance_rate"] = accepted / drafted
+        out["accepted_per_draft_token"] = accepted / drafted
     if drafts and m.get("num_accepted_tokens_per_pos"):
         out["accepted_per_position"] = [a / drafts for a in m["num_accepted_tokens_per_pos"]]
         out["mean_accepted_tokens"] = accepted / drafts

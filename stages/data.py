@@ -1,17 +1,18 @@
 """Stage `data`: validate, dedup and split the domain traffic."""
 from pathlib import Path
 
-from pipeline.config import load_params, one_line_errors
+from pipeline.config import load_params
 from pipeline.data import dedup, drop_too_long, load_traffic, split, write_split
 from pipeline.io import atomic_dir, write_json
 from pipeline.lmeval import write_task_data
 from pipeline.loading import load_tokenizer
+from pipeline.stage import say, stage_main
 
 OUT = Path("artifacts/data")
 
 
-@one_line_errors
-def main() -> None:
+@stage_main()
+def main(argv: list[str]) -> None:
     p = load_params()["data"]
     rows = load_traffic(p["traffic"])
     unique = dedup(rows)
@@ -24,7 +25,7 @@ def main() -> None:
         write_task_data(splits["heldout"], tokenizer, tmp / "heldout_lmeval.jsonl")  # for evals/domain_heldout
     write_json("metrics/data.json", {"rows": len(rows), "duplicates_dropped": len(rows) - len(unique),
                                      "too_long_dropped": too_long, **{k: len(v) for k, v in splits.items()}})
-    print(f"data: {len(rows)} rows -> " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+    say(f"data: {len(rows)} rows -> " + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
 
 
 if __name__ == "__main__":

@@ -1,23 +1,25 @@
 """Stage `gate`: check every variant against params.yaml thresholds; any failure fails `dvc repro`."""
 import sys
 
-from pipeline import gates
-from pipeline.config import load_params, one_line_errors
-from pipeline.io import read_json, write_csv, write_json
+from pipeline import gates, records
+from pipeline.config import load_params
+from pipeline.io import read_json, write_csv
+from pipeline.stage import stage_main
 
 EVAL_DIR = "artifacts/eval"
 
 
-@one_line_errors
-def main() -> None:
+@stage_main()
+def main(argv: list[str]) -> None:
     p = load_params()
     metrics = {v: read_json(f"{EVAL_DIR}/{v}/summary.json") for v in p["quantize"]["enabled"]}
     report = gates.run(p, metrics)
-    write_json("metrics/gates.json", report)
-    write_json("artifacts/gate/verdict.json", report)
+    records.write("metrics/gates.json", report)
+    records.write("artifacts/gate/verdict.json", report)
     write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
                                      "perplexity_increase_pct": m.get("perplexity_increase_pct"),
-                                     "top1_agreement": m.get("top1_agreement"), "acceptance_rate": m.get("acceptance_rate")}
+                                     "top1_agreement": m.get("top1_agreement"),
+                                     "accepted_per_draft_token": m.get("accepted_per_draft_token")}
                                     for v, m in metrics.items()])
     sys.exit(gates.conclude(report))
 

@@ -1,29 +1,36 @@
-"""Stage `publish`: verify each bundle and push it to the configured registry."""
+"""Stage `publish`: re-check each bundle's gate verdict, verify it and push it to the configured registry.
+
+Each bundle carries its own verdict (GATE.json) and numbers (EVAL.json) under its MANIFEST.json; the
+current gate run's verdicts say whether it is still the build to ship (pipeline/publish.py)."""
 from pathlib import Path
 
-from pipeline.config import load_params, one_line_errors
-from pipeline.io import read_json, write_json
+from pipeline import records
+from pipeline.config import load_params
+from pipeline.errors import PipelineError
+from pipeline.gates import GateReport
+from pipeline.io import write_json
+from pipeline.publish import release_tags
 from pipeline.registry import get_backend
+from pipeline.stage import say, stage_main
 
 
-@one_line_errors
-def main() -> None:
+@stage_main()
+def main(argv: list[str]) -> None:
     p = load_params()
     pub, name = p["publish"], p["serving"]["name"]
     backend = get_backend(pub["backend"])
-    gates = read_json("artifacts/gate/verdict.json")["variants"]
-    receipts = []
-    for variant in p["quantize"]["enabled"]:
+    current = records.read(GateReport, "artifacts/gate/verdict.json")
+    releases = {}
+    for variant in p["quantize"]["enabled"]:  # every bundle checked before any is published
         bundle = Path("artifacts/bundles") / variant
-        manifest = read_json(bundle / "MANIFEST.json")
-        version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else str(pub["version"])
-        summary = read_json(Path("artifacts/eval") / variant / "summary.json")
-        tags = {"variant": variant, "gates": "passed" if gates[variant]["passed"] else "failed-allowed",
-                "acceptance_rate": f"{summary['acceptance_rate']:.3f}",
-                "num_speculative_tokens": str(summary["num_speculative_tokens"])}
+        if not bundle.is_dir():
+            raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
+        releases[variant] = (bundle, *release_tags(bundle, variant, pub, p["gates"].get("allow_fail") or [], current))
+    receipts = []
+    for variant, (bundle, version, tags) in releases.items():
         receipt = backend.publish(bundle, f"{name}-{variant}", version, tags, pub)
         receipts.append(receipt)
-        print(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
+        say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
     write_json("artifacts/publish/receipt.json", {"backend": pub["backend"], "published": receipts})
 
 

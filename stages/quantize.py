@@ -1,18 +1,18 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
-import sys
 from pathlib import Path
 
-from pipeline.config import enabled_variant, load_params, one_line_errors, variant_argument
+from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import full_text
 from pipeline.io import atomic_dir, write_json
 from pipeline.loading import load_tokenizer
 from pipeline.quantize import quantize_model
+from pipeline.stage import say, stage_main
 
 TARGET = Path("artifacts/models/target")
 
 
-@one_line_errors
+@stage_main()
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
     p = load_params()
@@ -21,11 +21,11 @@ def main(argv: list[str]) -> None:
     # Calibrate on the domain's own traffic, formatted as the served model sees it.
     texts = [full_text(tokenizer, m) for m in read_split("artifacts/data/calibration.jsonl")]
     with atomic_dir(Path("artifacts/quantized") / variant) as tmp:
-        metrics = quantize_model(TARGET, tmp, variant, spec, texts, p["quantize"]["calibration"])
+        metrics = quantize_model(TARGET, tmp, spec, texts, p["quantize"]["calibration"])
     write_json(f"metrics/quantize-{variant}.json", metrics)
-    print(f"quantize {variant}: {metrics['wall_time_s']} s, {metrics['size_before_mb']} MB -> "
+    say(f"quantize {variant}: {metrics['wall_time_s']} s, {metrics['size_before_mb']} MB -> "
           f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']})")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

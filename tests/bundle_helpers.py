@@ -14,29 +14,33 @@ from pathlib import Path
 
 import yaml
 
-from conftest import ROOT, tiny_params
+from conftest import ROOT, choose_k, tiny_params
 
 MODELPREP = str(Path(sys.executable).parent / "modelprep")
 # Per-position acceptance P(at least j accepted) and draft/target cost ratio of a good draft.
 PER_POSITION = [0.92, 0.85, 0.77, 0.70, 0.62, 0.55, 0.47, 0.40]
 COST_RATIO = 0.25
 PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase_pct": 0.76,
-           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "acceptance_rate": 0.88,
+           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": 0.88,
            "lm_eval_domain_heldout_acc": 0.41}
 
 
-def speculative_estimate() -> dict:
-    from pipeline.acceptance import choose_k
+def speculative_estimate():
+    """A SpeculativeEstimate whose k is chosen by the pipeline's own best_k."""
+    from pipeline.acceptance import SpeculativeEstimate
 
     k, speedups = choose_k(PER_POSITION, COST_RATIO)
-    return {"temperature": 0.0, "acceptance_rate": PASSING["acceptance_rate"], "accepted_per_position": PER_POSITION,
-            "cost_ratio": COST_RATIO, "num_speculative_tokens": k, "expected_accepted_tokens": sum(PER_POSITION[:k]),
-            "expected_speedup": speedups[k], "expected_speedup_by_k": {str(j): s for j, s in speedups.items()}}
+    return SpeculativeEstimate(
+        temperature=0.0, token_acceptance=PASSING["token_acceptance"], accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
+        num_speculative_tokens=k, accepted_per_position=PER_POSITION[:k],
+        accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups}, expected_accepted_tokens=sum(PER_POSITION[:k]),
+        cost_ratio=COST_RATIO, expected_speedup=speedups[k], expected_speedup_by_k={str(j): s for j, s in speedups.items()},
+        prompts=8)
 
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
-    from pipeline import gates
+    from pipeline import gates, records
     from pipeline.io import read_json, write_json
 
     target, draft = demo_pair
@@ -52,15 +56,17 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         # The key llm-compressor writes into a compressed-tensors checkpoint's config.json.
         config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
         write_json(model / "config.json", config)
-        summaries[variant] = {"variant": variant, **PASSING, "num_speculative_tokens": spec["num_speculative_tokens"],
-                              "expected_speedup": spec["expected_speedup"], **metric_overrides}
+        summaries[variant] = {"variant": variant, **PASSING, "num_speculative_tokens": spec.num_speculative_tokens,
+                              "accepted_per_draft_token": spec.accepted_per_draft_token,
+                              "expected_speedup": spec.expected_speedup, **metric_overrides}
         ev = root / "artifacts/eval" / variant
         write_json(ev / "summary.json", summaries[variant])
-        write_json(ev / "speculative.json", spec)
+        records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
         write_json(root / f"metrics/quantize-{variant}.json",
                    {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
-    write_json(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
+    write_json(root / "metrics/models.json", {"source": "demo"})
+    records.write(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
     return root
 
 

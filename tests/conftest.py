@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from transformers import TrainerCallback
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for a hub
@@ -69,3 +70,22 @@ def copy_project(dest: Path, params: dict | None = None) -> Path:
 
 def run(cmd: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)
+
+
+def choose_k(per_position: list[float], cost_ratio: float) -> tuple[int, dict[int, float]]:
+    """The pipeline's k choice (acceptance.best_k) when every k sees these per-position rates."""
+    from pipeline.acceptance import best_k
+
+    return best_k({k: sum(per_position[:k]) for k in range(1, len(per_position) + 1)}, cost_ratio)
+
+
+class Interrupt(TrainerCallback):
+    """Stops the run like a killed process, right after its first checkpoint is on disk."""
+
+    def on_save(self, args, state, control, **kwargs):
+        raise KeyboardInterrupt
+
+
+class RecordStart(TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start_step = state.global_step

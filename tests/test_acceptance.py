@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from conftest import ROOT, choose_k
 from pipeline import acceptance
 from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
@@ -42,19 +42,19 @@ def random_draft(demo_pair):
 def test_self_draft_is_always_accepted(models, prompts, temperature):
     target, _ = models
     est = acceptance.estimate(target, target, prompts, N_TOKENS, temperature, MAX_K, cost_ratio=0.25)
-    assert est["acceptance_rate"] == pytest.approx(1.0, abs=1e-4)
-    assert est["accepted_per_position"] == pytest.approx([1.0] * MAX_K, abs=1e-4)
+    assert est.token_acceptance == pytest.approx(1.0, abs=1e-4)
+    assert est.accepted_per_position == pytest.approx([1.0] * MAX_K, abs=1e-4)
     # every drafted token accepted: the longest draft wins and yields (1 + k) / (1 + k c)
-    assert est["num_speculative_tokens"] == MAX_K
-    assert est["expected_speedup"] == pytest.approx((1 + MAX_K) / (1 + MAX_K * 0.25), rel=1e-4)
+    assert est.num_speculative_tokens == MAX_K
+    assert est.expected_speedup == pytest.approx((1 + MAX_K) / (1 + MAX_K * 0.25), rel=1e-4)
 
 
 def test_random_draft_is_almost_never_accepted(models, prompts, random_draft):
     target, _ = models
     est = acceptance.estimate(target, random_draft, prompts, N_TOKENS, 0.0, MAX_K, cost_ratio=0.25)
-    assert est["acceptance_rate"] < 0.1
-    assert est["expected_speedup"] < 1.0  # speculation with a useless draft costs time
-    assert est["num_speculative_tokens"] == 1
+    assert est.token_acceptance < 0.1
+    assert est.expected_speedup < 1.0  # speculation with a useless draft costs time
+    assert est.num_speculative_tokens == 1
 
 
 def test_sampling_acceptance_is_one_minus_total_variation(models, prompts):
@@ -176,14 +176,14 @@ def test_estimate_matches_a_real_speculative_decoding_loop(models, prompts):
     drafts = sum(len(s) for s in steps)
     measured = [sum(j > pos for s in steps for j in s) / drafts for pos in range(k)]
     est = acceptance.estimate(target, draft, prompts, tokens, 0.0, k, cost_ratio=0.1)
-    assert est["accepted_per_position_by_k"][str(k)] == pytest.approx(measured, abs=0.02)
+    assert est.accepted_per_position_by_k[str(k)] == pytest.approx(measured, abs=0.02)
 
 
 @pytest.mark.parametrize("alpha,cost", [(0.9, 0.05), (0.6, 0.2), (0.3, 0.5), (0.8, 0.0)])
 def test_choose_k_maximizes_the_closed_form_speedup(alpha, cost):
     """Constant per-token acceptance alpha: E[accepted + 1] = (1 - alpha^(k+1)) / (1 - alpha)."""
     per_pos = acceptance.accepted_per_position([torch.full((64,), alpha)], 8)
-    k, speedups = acceptance.choose_k(per_pos, cost)
+    k, speedups = choose_k(per_pos, cost)
     closed = {j: (1 - alpha ** (j + 1)) / ((1 - alpha) * (1 + j * cost)) for j in range(1, 9)}
     assert speedups == pytest.approx(closed, rel=1e-5)
     assert k == max(closed, key=closed.get)
@@ -191,9 +191,9 @@ def test_choose_k_maximizes_the_closed_form_speedup(alpha, cost):
 
 def test_choose_k_trades_draft_length_against_cost():
     per_pos = acceptance.accepted_per_position([torch.full((32,), 0.7)], 8)
-    assert acceptance.choose_k(per_pos, 0.0)[0] == 8       # free drafts: always draft the most
-    assert acceptance.choose_k(per_pos, 1.0)[0] == 1       # a draft as costly as the target
-    cheap, dear = acceptance.choose_k(per_pos, 0.02)[0], acceptance.choose_k(per_pos, 0.3)[0]
+    assert choose_k(per_pos, 0.0)[0] == 8       # free drafts: always draft the most
+    assert choose_k(per_pos, 1.0)[0] == 1       # a draft as costly as the target
+    cheap, dear = choose_k(per_pos, 0.02)[0], choose_k(per_pos, 0.3)[0]
     assert cheap > dear
 
 
@@ -203,7 +203,7 @@ def test_cost_ratio_settings(demo_pair, models, prompts):
     assert acceptance.resolve_cost_ratio("weight_bytes", target_dir, draft_dir) == pytest.approx(sizes[0] / sizes[1])
     assert acceptance.resolve_cost_ratio(0.2, target_dir, draft_dir) == 0.2
     assert acceptance.resolve_cost_ratio("measured", target_dir, draft_dir) is None
-    measured = acceptance.estimate(*models, prompts[:1], N_TOKENS, 0.0, MAX_K, cost_ratio=None)["cost_ratio"]
+    measured = acceptance.estimate(*models, prompts[:1], N_TOKENS, 0.0, MAX_K, cost_ratio=None).cost_ratio
     assert 0 < measured < 10
     for bad in ("fast", -1, 0, True, None):
         with pytest.raises(PipelineError, match="cost_ratio"):

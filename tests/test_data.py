@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT, copy_project, run, tiny_params
+from conftest import copy_project, run
 from pipeline.data import dedup, load_traffic, split
 from pipeline.errors import PipelineError
 

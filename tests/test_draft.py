@@ -1,5 +1,6 @@
-"""The draft stage on the tiny demo pair: compatibility checks, distillation fine-tuning that
-raises speculative acceptance, LoRA merged back, determinism and resume from a checkpoint."""
+"""The draft stages on the tiny demo pair: compatibility checks (in the models stage), distillation
+fine-tuning that raises speculative acceptance, LoRA merged back, determinism, resume from a
+checkpoint, and the served draft quantized with a quantize variant's recipe."""
 from __future__ import annotations
 
 import json
@@ -12,14 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForCausalLM, TrainerCallback
+from transformers import AutoModelForCausalLM
 
-from conftest import ROOT, copy_project, run, tiny_params
+from conftest import ROOT, Interrupt, RecordStart, copy_project, run, tiny_params
 from pipeline.acceptance import position_acceptance
 from pipeline.demo.models import train_tokenizer
 from pipeline.demo.traffic import generate_general_text, generate_traffic
+from pipeline.config import enabled_variant
 from pipeline.distill import build_distillation_set, generate_batched, pad_id
-from pipeline.draft import build_draft, save_draft
+from pipeline.draft import finetune_draft, quantize_draft, save_draft
 from pipeline.draft_compat import check_compatible
 from pipeline.draft_training import checkpoint_dir, fine_tune, loss_curve_rows
 from pipeline.errors import PipelineError
@@ -101,47 +103,49 @@ def test_other_chat_template_is_rejected(demo_pair, tmp_path):
         check_compatible(target_dir, other, MAX_MODEL_LEN)
 
 
-def test_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, traffic, tmp_path):
+def test_models_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, tmp_path):
+    """The check runs in the models stage, before any quantization or training."""
     target_dir, draft_dir = demo_pair
-    models, data = tmp_path / "artifacts" / "models", tmp_path / "artifacts" / "data"
-    models.mkdir(parents=True)
-    data.mkdir()
-    (models / "target").symlink_to(target_dir)
-    other_tokenizer_draft(draft_dir, models / "draft-base")
-    for name, convs in (("draft_train", traffic[0]), ("heldout", traffic[1]), ("calibration", traffic[1])):
-        (data / f"{name}.jsonl").write_text("".join(json.dumps({"messages": m}) + "\n" for m in convs))
-    (tmp_path / "params.yaml").write_text(json.dumps(draft_params()))
-    r = run([sys.executable, "-m", "stages.draft"], tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    bad = other_tokenizer_draft(draft_dir, tmp_path / "bad-draft")
+    params = draft_params()
+    params["target"]["source"], params["draft"]["source"] = str(target_dir), str(bad)
+    (tmp_path / "params.yaml").write_text(json.dumps(params))
+    r = run([sys.executable, "-m", "stages.models"], tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2, r.stdout + r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: draft tokenizer vocabulary differs"), r.stderr
-    assert r.stdout == ""  # no distillation or training progress
-    assert not (tmp_path / "artifacts" / "draft").exists() and not (tmp_path / "artifacts" / ".cache").exists()
+    assert not (tmp_path / "artifacts" / "models").exists() or not any((tmp_path / "artifacts" / "models").iterdir())
 
 
 @pytest.mark.parametrize("bad, message", [
-    ({"quantize": "int3"}, "unknown variant 'int3'"),
     ({"save_steps": 3}, r"save_steps \(3\) must be a multiple of logging_steps \(2\)"),
     ({"logging_steps": 1000}, "logging_steps 1000 exceeds"),
 ])
-def test_bad_settings_are_rejected_before_training(demo_pair, traffic, tmp_path, bad, message):
-    target_dir, draft_dir = demo_pair
+def test_bad_settings_are_rejected_before_training(demo_pair, distilled, traffic, tmp_path, bad, message):
+    _, draft_dir = demo_pair
     with pytest.raises(PipelineError, match=message):
-        build_draft(target_dir, draft_dir, tmp_path / "out", *traffic, draft_params(**bad), tmp_path / "w")
+        finetune_draft(draft_dir, 0, *distilled, draft_params(**bad)["draft_training"], tmp_path / "w", tmp_path / "out",
+                       len(traffic[0]))
     assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
 
 
-# --- the stage's work end to end, through pipeline/ -----------------------------------------------
+# --- the draft stages' work end to end, through pipeline/ ----------------------------------------
 
 @pytest.fixture(scope="module")
 def built(demo_pair, traffic, tmp_path_factory):
-    """build_draft on the demo pair, also quantizing the draft with the gptq-w4a16 variant."""
+    """distill -> fine-tune -> quantize (gptq-w4a16) on the demo pair, as the three draft stages do."""
     target_dir, draft_dir = demo_pair
-    out = tmp_path_factory.mktemp("built") / "draft"
-    params = draft_params(quantize="gptq-w4a16", epochs=3, eval_prompts=8, logging_steps=4, save_steps=12)
-    metrics, history = build_draft(target_dir, draft_dir, out, *traffic, params, out.parent / "checkpoints",
-                                   calibration_convs=traffic[0][:16])
-    return out, metrics, history
+    root = tmp_path_factory.mktemp("built")
+    params = draft_params(epochs=3, eval_prompts=8, logging_steps=4, save_steps=12)
+    cfg = params["draft_training"]
+    target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
+    train = build_distillation_set(target, tok, traffic[0], cfg)
+    evals = build_distillation_set(target, tok, traffic[1][: cfg["eval_prompts"]], cfg, sampled=False)
+    metrics, history = finetune_draft(draft_dir, pad_id(tok), train, evals, cfg, root / "checkpoints",
+                                      root / "finetuned", len(traffic[0]))
+    quantize_draft(root / "finetuned", root / "quantized", enabled_variant(params, "gptq-w4a16"), traffic[0][:16],
+                   params["quantize"]["calibration"])
+    return root, metrics, history
 
 
 def per_prompt_acceptance(target, draft, prompts, continuations) -> torch.Tensor:
@@ -149,41 +153,39 @@ def per_prompt_acceptance(target, draft, prompts, continuations) -> torch.Tensor
 
 
 def test_fine_tuning_raises_acceptance_on_heldout(built, demo_pair, traffic):
-    out, metrics, _ = built
+    root, _, _ = built
     target_dir, draft_dir = demo_pair
-    assert metrics["acceptance_rate_finetuned"] > metrics["acceptance_rate_untrained"], metrics
     # Paired over held-out prompts: the gain must stand well clear of the prompt-to-prompt spread.
     target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
     prompts = [prompt_ids(tok, split_prompt_response(m)[0]) for m in traffic[1]]
     continuations = generate_batched(target, tok, prompts, max_new_tokens=16, batch_size=16)
     before = per_prompt_acceptance(target, load_causal_lm(draft_dir), prompts, continuations)
-    after = per_prompt_acceptance(target, load_causal_lm(out / "model"), prompts, continuations)
+    after = per_prompt_acceptance(target, load_causal_lm(root / "finetuned"), prompts, continuations)
     gain = after - before
     stderr = gain.std() / math.sqrt(len(gain))
     assert gain.mean() > 3 * stderr and gain.mean() > 0, (before.mean().item(), after.mean().item(), stderr.item())
 
 
 def test_saved_draft_is_a_plain_hf_directory(built, demo_pair):
-    out, metrics, _ = built
+    root, _, _ = built
     _, draft_dir = demo_pair
-    model_dir = out / "model"
+    model_dir = root / "finetuned"
     names = {p.name for p in model_dir.iterdir()}
     assert {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json"} <= names
     assert not any(n.endswith((".bin", ".pt", ".pth")) or n.startswith("adapter") for n in names)
     config, base = (json.loads((d / "config.json").read_text()) for d in (model_dir, draft_dir))
     assert config["dtype"] == base["dtype"] and config["use_cache"] is True  # as served, not as trained
     assert load_tokenizer(model_dir).get_vocab() == load_tokenizer(draft_dir).get_vocab()
-    assert not any(out.parent.glob("checkpoints/*"))  # checkpoints are cleared after success
-    # The quantize stage's recipe, applied to the draft: a compressed-tensors INT4 checkpoint.
-    qconfig = json.loads((out / "model-quantized" / "config.json").read_text())["quantization_config"]
-    assert qconfig["quant_method"] == "compressed-tensors"
-    assert metrics["quantized_variant"] == "gptq-w4a16" and 0 <= metrics["acceptance_rate_finetuned_quantized"] <= 1
+    assert not (root / "checkpoints").exists()  # checkpoints are cleared after success
+    # The quantize stage's recipe, applied to the draft: a compressed-tensors INT4 checkpoint that reloads.
+    qconfig = json.loads((root / "quantized" / "config.json").read_text())["quantization_config"]
+    assert qconfig["quant_method"] == "compressed-tensors" and qconfig["format"] == "pack-quantized"
+    load_causal_lm(root / "quantized", torch.device("cpu"))
 
 
 def test_metrics_and_loss_curve(built, tmp_path):
     _, metrics, history = built
-    for key in ("train_loss_first", "train_loss_last", "eval_loss_untrained", "eval_loss_finetuned",
-                "acceptance_rate_untrained", "acceptance_rate_finetuned", "expected_speedup_finetuned"):
+    for key in ("train_loss_first", "train_loss_last", "eval_loss_untrained", "eval_loss_finetuned"):
         assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
     assert metrics["eval_loss_finetuned"] < metrics["eval_loss_untrained"]
     rows = loss_curve_rows(history)
@@ -233,18 +235,6 @@ def test_same_seed_same_weights(demo_pair, distilled, seed0_run, tmp_path):
     assert any(not torch.equal(v, state_dict(other)[k]) for k, v in seed0_run[0].items())
 
 
-class Interrupt(TrainerCallback):
-    """Stops the run like a killed process, right after its first checkpoint is on disk."""
-
-    def on_save(self, args, state, control, **kwargs):
-        raise KeyboardInterrupt
-
-
-class RecordStart(TrainerCallback):
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start_step = state.global_step
-
-
 def test_resume_continues_an_interrupted_run(demo_pair, distilled, seed0_run, tmp_path):
     _, draft_dir = demo_pair
     pad, cfg = pad_id(load_tokenizer(draft_dir)), draft_params(resume=True)["draft_training"]
@@ -263,7 +253,7 @@ def test_checkpoint_key_tracks_what_shapes_training(demo_pair, distilled, tmp_pa
     _, draft_dir = demo_pair
     cfg = draft_params()["draft_training"]
     key = checkpoint_dir(tmp_path, draft_dir, cfg, *distilled)
-    assert key == checkpoint_dir(tmp_path, draft_dir, {**cfg, "resume": False, "quantize": "gptq-w4a16"}, *distilled)
+    assert key == checkpoint_dir(tmp_path, draft_dir, {**cfg, "resume": False}, *distilled)
     assert key != checkpoint_dir(tmp_path, draft_dir, {**cfg, "learning_rate": 1e-3}, *distilled)
     assert key != checkpoint_dir(tmp_path, draft_dir, cfg, distilled[0][1:], distilled[1])
     other_base = shutil.copytree(draft_dir, tmp_path / "other-base")

@@ -8,11 +8,12 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, run, tiny_params
+from conftest import ROOT, choose_k, run, tiny_params
 from pipeline import acceptance, gates, vllm_spec
 from pipeline.bundle import model_card
-from pipeline.config import gate_thresholds
+from pipeline.config import enabled_variant, gate_thresholds, validate
 from pipeline.errors import PipelineError
+from pipeline.vllm_spec import VllmMeasurement
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 
@@ -23,7 +24,7 @@ def passing_metrics(params: dict, variant: str) -> dict:
     return {"perplexity_increase_pct": t["max_perplexity_increase_pct"] * 0.9,
             "kl_divergence": t["max_kl_divergence"] * 0.9,
             "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
-            "acceptance_rate": min(1.0, t["min_acceptance_rate"] + 0.05),
+            "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
             "greedy_match": 1.0}
 
 
@@ -31,39 +32,49 @@ def test_defaults_are_stricter_for_fp8_than_int4():
     p = tiny_params()
     assert gate_thresholds(p, FP8)["max_perplexity_increase_pct"] == 1.0
     assert gate_thresholds(p, INT4)["max_perplexity_increase_pct"] == 3.0
-    assert gate_thresholds(p, INT4)["min_acceptance_rate"] == 0.6
+    assert gate_thresholds(p, INT4)["min_accepted_per_draft_token"] == 0.6
     # the same 2% perplexity increase passes as INT4 and fails as FP8
     metrics = {v: {**passing_metrics(p, INT4), "perplexity_increase_pct": 2.0} for v in (INT4, FP8)}
     report = gates.run(p, metrics)
-    assert report["variants"][INT4]["passed"] and not report["variants"][FP8]["passed"]
-    assert not report["passed"]
+    assert report.variants[INT4].passed and not report.variants[FP8].passed
+    assert not report.passed
 
 
 def test_every_check_is_recorded_and_passes():
     p = tiny_params()
     report = gates.run(p, {INT4: passing_metrics(p, INT4)})
-    assert report["passed"]
-    checks = {c["check"]: c for c in report["variants"][INT4]["checks"]}
-    # measured_speedup was not measured (no GPU run): skipped, not failed
-    assert set(checks) == set(gates.CHECKS) - {"min_measured_speedup"}
+    assert report.passed
+    checks = {c.check: c for c in report.variants[INT4].checks}
+    # the vLLM speedup was not measured (no GPU run): skipped, not failed
+    assert set(checks) == set(gates.CHECKS) - {"min_vllm_speculative_speedup"}
     for c in checks.values():
-        assert c["passed"] and "value" in c and "threshold" in c
+        assert c.passed and c.value is not None
 
 
-def test_measured_speedup_is_checked_when_present():
+def test_vllm_numbers_are_gated_when_present():
     p = tiny_params()
-    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "measured_speedup": 0.95}})
-    failed = [c["check"] for c in report["variants"][INT4]["checks"] if not c["passed"]]
-    assert failed == ["min_measured_speedup"]
+    measured = {**passing_metrics(p, INT4), "vllm_speculative_speedup": 0.95, "vllm_accepted_per_draft_token": 0.3}
+    report = gates.run(p, {INT4: measured})
+    failed = {c.check: c for c in report.variants[INT4].checks if not c.passed}
+    assert set(failed) == {"min_vllm_speculative_speedup", "min_accepted_per_draft_token"}
+    # a measurement outranks the CPU estimate of the same ratio
+    assert failed["min_accepted_per_draft_token"].metric == "vllm_accepted_per_draft_token"
+
+
+def test_failure_message_says_what_was_needed_and_by_how_much():
+    p = tiny_params()
+    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "top1_agreement": 0.8956}})
+    [line] = gates.failed_checks(report, allowed=False)
+    assert line == f"{INT4}: min_top1_agreement (top1_agreement=0.8956, needs >= 0.9 (short by 0.0044))"
 
 
 @pytest.mark.parametrize("metric,check", [("kl_divergence", "max_kl_divergence"),
-                                          ("acceptance_rate", "min_acceptance_rate")])
+                                          ("accepted_per_draft_token", "min_accepted_per_draft_token")])
 def test_failure_names_the_check(metric, check):
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), metric: 0.5 if metric == "kl_divergence" else 0.1}
     report = gates.run(p, {INT4: bad})
-    assert not report["passed"]
+    assert not report.passed
     failed = gates.failed_checks(report, allowed=False)
     assert len(failed) == 1 and failed[0].startswith(f"{INT4}: {check} ")
 
@@ -73,53 +84,63 @@ def test_missing_required_metric_fails():
     metrics = passing_metrics(p, INT4)
     del metrics["top1_agreement"]
     report = gates.run(p, {INT4: metrics})
-    [c] = [c for c in report["variants"][INT4]["checks"] if not c["passed"]]
-    assert c["check"] == "min_top1_agreement" and c["note"] == "metric missing"
+    [c] = [c for c in report.variants[INT4].checks if not c.passed]
+    assert c.check == "min_top1_agreement" and c.note == "metric missing"
 
 
 def test_nan_metric_fails():
     p = tiny_params()
     report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": float("nan")}})
-    assert not report["passed"]
+    assert not report.passed
 
 
-def test_bad_thresholds_are_rejected():
+@pytest.mark.parametrize("edit, message", [
+    (lambda p: p["gates"]["thresholds"].update(max_latency_ms=10), "unknown gate thresholds.*max_latency_ms"),
+    (lambda p: p["gates"]["thresholds"].update(max_kl_divergence="low"), "must be numbers"),
+    (lambda p: p["gates"]["thresholds"].pop("min_top1_agreement"), "missing required checks.*min_top1_agreement"),
+    (lambda p: p["gates"]["overrides"].update({"gptq-w4a61": {"max_kl_divergence": 1}}),
+     "gates.overrides names unknown variants.*gptq-w4a61"),
+    (lambda p: p["publish"].update(version=1.1), "publish.version must be a string.*quote it"),
+    (lambda p: p["serving"].update(name="../escape"), "serving.name"),
+    (lambda p: p["quantize"]["variants"].update({"../x": {"algorithm": "rtn", "scheme": "FP8"}}), "invalid variant name"),
+])
+def test_bad_params_are_rejected_up_front(edit, message, tmp_path):
+    """The schema load_params checks before any stage works: one line naming the param."""
     p = tiny_params()
-    p["gates"]["thresholds"]["max_latency_ms"] = 10
-    with pytest.raises(PipelineError, match="unknown gate thresholds.*max_latency_ms"):
-        gates.run(p, {INT4: passing_metrics(tiny_params(), INT4)})
-    p = tiny_params()
-    p["gates"]["thresholds"]["max_kl_divergence"] = "low"
-    with pytest.raises(PipelineError, match="must be numbers"):
-        gates.run(p, {INT4: passing_metrics(tiny_params(), INT4)})
+    edit(p)
+    with pytest.raises(PipelineError, match=message) as err:
+        validate(p, tmp_path / "params.yaml")
+    assert "\n" not in str(err.value) and "params.yaml" in str(err.value)
 
 
 def test_allow_fail_passes_the_gate_but_flags_the_variant():
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), "kl_divergence": 1.0}
     metrics = {INT4: bad, FP8: passing_metrics(p, FP8)}
-    assert not gates.run(p, metrics)["passed"]
+    assert not gates.run(p, metrics).passed
     for report in (gates.run(p, metrics, allow_fail=[INT4]),
                    gates.run({**p, "gates": {**p["gates"], "allow_fail": [INT4]}}, metrics)):
-        assert report["passed"]
-        assert report["variants"][INT4]["allowed_failure"] and not report["variants"][INT4]["passed"]
-        assert not report["variants"][FP8]["allowed_failure"]
+        assert report.passed
+        assert report.variants[INT4].allowed_failure and not report.variants[INT4].passed
+        assert not report.variants[FP8].allowed_failure
         assert gates.conclude(report) == 0
     with pytest.raises(PipelineError, match="unknown variants"):
         gates.run(p, metrics, allow_fail=["gptq-w4a61"])
 
 
-def card_for(report: dict, variant: str) -> str:
+def card_for(report, variant: str) -> str:
     p = tiny_params()
     per_pos = acceptance.accepted_per_position([torch.full((16,), 0.7)], 4)
-    k, speedups = acceptance.choose_k(per_pos, 0.1)
-    speculative = {"temperature": 0.0, "acceptance_rate": 0.7, "accepted_per_position": per_pos, "cost_ratio": 0.1,
-                   "num_speculative_tokens": k, "expected_accepted_tokens": sum(per_pos[:k]),
-                   "expected_speedup": speedups[k]}
+    k, speedups = choose_k(per_pos, 0.1)
+    speculative = acceptance.SpeculativeEstimate(
+        temperature=0.0, token_acceptance=0.7, accepted_per_draft_token=sum(per_pos[:k]) / k, num_speculative_tokens=k,
+        accepted_per_position=per_pos[:k], accepted_per_position_by_k={str(k): per_pos[:k]},
+        expected_accepted_tokens=sum(per_pos[:k]), cost_ratio=0.1, expected_speedup=speedups[k],
+        expected_speedup_by_k={str(j): x for j, x in speedups.items()}, prompts=1)
     summary = {**passing_metrics(p, variant), "perplexity_baseline": 2.0, "perplexity": 2.01}
     quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
-    return model_card(variant, p["quantize"]["variants"][variant], summary, speculative, report["variants"][variant],
-                      quant, p["serving"], {"skipped": vllm_spec.unavailable_reason() or "measured elsewhere"})
+    return model_card(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant], quant,
+                      p["serving"], VllmMeasurement(skipped=vllm_spec.unavailable_reason() or "measured elsewhere"))
 
 
 def test_allowed_failure_carries_a_warning_in_the_card():
@@ -142,7 +163,7 @@ def test_gpu_path_reports_why_it_is_skipped_here():
     from stages.evaluate import gpu_measurement
 
     p = tiny_params()
-    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == {"skipped": expected}
+    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == VllmMeasurement(skipped=expected)
     p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     with pytest.raises(PipelineError, match=expected):
         gpu_measurement(ROOT, [[1, 2, 3]], 2, p)

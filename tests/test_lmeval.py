@@ -78,8 +78,8 @@ def test_missing_heldout_file_names_the_task(demo_pair, tmp_path, monkeypatch):
 def test_standard_task_without_local_data_fails_in_one_line(demo_pair, tmp_path):
     """A standard lm-eval task whose dataset is not in the (empty) HF cache: offline, so no wait on a
     hub; the stage's error contract gives exit 2 and one line naming the task."""
-    script = ("import sys; from pipeline import lmeval; from pipeline.config import one_line_errors; "
-              "one_line_errors(lmeval.run_tasks)(sys.argv[1], ['arc_easy'], 2)")
+    script = ("import sys; from pipeline import lmeval; from pipeline.stage import stage_main; "
+              "stage_main('lmeval')(lambda argv: lmeval.run_tasks(argv[0], ['arc_easy'], 2))(sys.argv[1:])")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))
     r = subprocess.run([sys.executable, "-c", script, str(demo_pair[0])], cwd=tmp_path, env=env,

@@ -84,7 +84,7 @@ def test_publish_registers_a_version_that_reads_back(workspace, mlflow_server, t
     assert mv.tags["variant"] == "fp8-static"
     assert mv.tags["gates"] == "passed"
     assert mv.tags["num_speculative_tokens"] == str(spec["num_speculative_tokens"])
-    assert float(mv.tags["acceptance_rate"]) == pytest.approx(spec["acceptance_rate"], abs=1e-3)
+    assert float(mv.tags["accepted_per_draft_token"]) == pytest.approx(spec["accepted_per_draft_token"], abs=1e-3)
     assert mv.tags["bundle_digest"] == digest and mv.tags["version_label"] == digest[:12]
     run = client.get_run(mv.run_id)
     assert run.info.status == "FINISHED" and mv.source == f"{run.info.artifact_uri}/bundle"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import yaml
@@ -38,23 +39,59 @@ def test_repro_publishes_every_variant(project):
         assert run(["modelprep", "verify", str(bundle)], project).returncode == 0
     gates = json.loads((project / "metrics" / "gates.json").read_text())
     assert gates["passed"] is True
+    draft = json.loads((project / "metrics" / "draft.json").read_text())
+    assert draft["token_acceptance_finetuned"] > draft["token_acceptance_untrained"], draft
+
+
+def test_console_shows_pipeline_lines_and_library_noise_goes_to_logs(project):
+    r = run(["dvc", "repro", "--force", "--single-item", "gate"], project)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "gate " in r.stdout and "PASS" in r.stdout
+    logs = {p.name for p in (project / "artifacts" / "logs").iterdir()}
+    assert {"models.log", "data.log", "distill.log", "draft_finetune.log", "gate.log"} <= logs
+    assert any(name.startswith("quantize@") for name in logs)
+    assert "GPTQ" not in r.stdout + r.stderr  # llm-compressor's METRIC lines stay in the log files
+
+
+def test_metrics_are_committed_the_dvc_way(project):
+    """metrics/ is tracked by git (not ignored), so `dvc metrics diff` compares a change with HEAD."""
+    for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "build"]):
+        assert run(cmd, project).returncode == 0
+    r = run(["dvc", "metrics", "diff", "--json"], project)
+    assert r.returncode == 0 and "failed to load" not in r.stderr, r.stderr
 
 
 def test_second_repro_is_a_noop(project):
     r = run(["dvc", "repro"], project)
     assert r.returncode == 0
-    assert stages_run(r.stdout) == []
+    assert stages_run(r.stdout) == ["sources"]  # always fingerprints the model sources; nothing else is stale
 
 
-def test_threshold_change_reruns_only_gate_onward(project):
-    params = yaml.safe_load((project / "params.yaml").read_text())
-    params["gates"]["thresholds"]["max_kl_divergence"] = 0.049
-    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    r = run(["dvc", "repro"], project)
-    assert r.returncode == 0, r.stderr[-2000:]
-    ran = stages_run(r.stdout)
-    assert ran and ran[0] == "gate"
-    assert all(s == "gate" or s.startswith("bundle@") or s == "publish" for s in ran), ran
+def stale_after(project, edit) -> set[str]:
+    """The stages `dvc status` finds changed after editing params.yaml (their downstream follows)."""
+    path = project / "params.yaml"
+    before = path.read_text()
+    params = yaml.safe_load(before)
+    edit(params)
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+    try:
+        r = run(["dvc", "status", "--json"], project)
+        assert r.returncode == 0, r.stderr
+        return set(json.loads(r.stdout)) - {"sources"}  # always changed: it fingerprints the sources
+    finally:
+        path.write_text(before)
+
+
+def test_params_invalidate_only_the_stages_that_read_them(project):
+    assert stale_after(project, lambda p: p["gates"]["thresholds"].update(max_kl_divergence=0.049)) == {"gate"}
+    # A GPTQ knob: that variant's quantize and bundle (its card states the recipe), the gate (which knows
+    # the variants) and the served-draft stage (which can quantize the draft with any variant's recipe;
+    # with none set it copies, so nothing after it changes). Never the distillation or the fine-tune.
+    stale = stale_after(project, lambda p: p["quantize"]["variants"]["gptq-w4a16"].update(dampening_frac=0.02))
+    assert stale == {"quantize@gptq-w4a16", "bundle@gptq-w4a16", "draft_quantize", "gate"}, stale
+    assert stale_after(project, lambda p: p["draft_training"].update(epochs=3)) == {"draft_finetune"}
+    assert stale_after(project, lambda p: p["serving"].update(max_num_seqs=8)) == {f"bundle@{v}" for v in
+                                                                                 tiny_params()["quantize"]["enabled"]}
 
 
 def test_failed_gate_fails_repro_naming_the_check(project):
@@ -66,3 +103,9 @@ def test_failed_gate_fails_repro_naming_the_check(project):
     assert "min_top1_agreement" in r.stderr + r.stdout
     report = json.loads((project / "metrics" / "gates.json").read_text())
     assert report["passed"] is False
+    # Running publish by hand after the failure publishes nothing: the bundles on disk are from
+    # another gate run than the current (failed) one.
+    index = (project / "registry" / "index.json").read_text()
+    r = run([sys.executable, "-m", "stages.publish"], project)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and "another gate run" in r.stderr, r.stderr
+    assert (project / "registry" / "index.json").read_text() == index

@@ -21,7 +21,7 @@ from pipeline.formatting import full_text, prompt_and_response_ids
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.quality import fidelity
 from pipeline.quantize import awq_pinning_off_without_accelerator, quantize_model
-from pipeline.recipes import scheme_for
+from pipeline.recipes import parse_variant, scheme_for
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
@@ -55,6 +55,11 @@ def baseline(demo_pair):
     return load_causal_lm(demo_pair[0])
 
 
+def quantize(model_dir: Path, out: Path, name: str, raw_spec: dict, texts: list[str], cfg: dict) -> dict:
+    """The quantize stage's path: the params entry parsed into a VariantSpec, then quantize_model."""
+    return quantize_model(model_dir, out, parse_variant(name, raw_spec), texts, cfg)
+
+
 def quantization_config(out: Path) -> dict:
     return json.loads((out / "config.json").read_text())["quantization_config"]
 
@@ -69,10 +74,10 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
                                                                heldout_examples, baseline, tmp_path):
     spec = VARIANTS[variant]
     out = tmp_path / variant
-    metrics = quantize_model(demo_pair[0], out, variant, spec, calibration_texts, CALIBRATION)
+    metrics = quantize(demo_pair[0], out, variant, spec, calibration_texts, CALIBRATION)
 
     qc = quantization_config(out)
-    expected = scheme_for(spec)
+    expected = scheme_for(parse_variant(variant, spec))
     group = qc["config_groups"]["group_0"]
     assert qc["quant_method"] == "compressed-tensors"
     assert qc["format"] == FORMATS[expected.weights.type]
@@ -111,7 +116,7 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
 def test_recipe_overrides_pass_straight_through(demo_pair, calibration_texts, tmp_path):
     spec = {"algorithm": "gptq", "scheme": "W4A16", "group_size": 64, "actorder": None, "dampening_frac": 0.05,
             "ignore": ["re:.*down_proj"], "num_samples": 4, "max_seq_length": 64}
-    metrics = quantize_model(demo_pair[0], tmp_path / "q", "custom", spec, calibration_texts, CALIBRATION)
+    metrics = quantize(demo_pair[0], tmp_path / "q", "custom", spec, calibration_texts, CALIBRATION)
     qc = quantization_config(tmp_path / "q")
     assert qc["config_groups"]["group_0"]["weights"]["group_size"] == 64
     assert qc["config_groups"]["group_0"]["weights"]["actorder"] is None
@@ -127,7 +132,7 @@ def test_offloaded_load_quantizes(demo_pair, calibration_texts, tmp_path):
     """offload: true goes through compressed-tensors' offloaded loading; the result is the same kind
     of checkpoint (on a GPU host the sequential pipeline onloads one layer at a time)."""
     cfg = {**CALIBRATION, "offload": True, "pipeline": "sequential"}
-    metrics = quantize_model(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
+    metrics = quantize(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
                              cfg)
     assert quantization_config(tmp_path / "q")["format"] == "pack-quantized"
     assert metrics["compression_ratio"] > 1
@@ -145,14 +150,14 @@ def test_offloaded_load_quantizes(demo_pair, calibration_texts, tmp_path):
 ])
 def test_bad_recipes_are_refused_before_calibration(spec, message, demo_pair, calibration_texts, tmp_path):
     with pytest.raises(PipelineError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
-        quantize_model(demo_pair[0], tmp_path / "q", "bad", spec, calibration_texts, CALIBRATION)
+        quantize(demo_pair[0], tmp_path / "q", "bad", spec, calibration_texts, CALIBRATION)
     assert "\n" not in str(err.value)
     assert not (tmp_path / "q").exists()
 
 
 def test_unknown_calibration_pipeline_is_refused(demo_pair, calibration_texts, tmp_path):
     with pytest.raises(PipelineError, match="pipeline must be one of"):
-        quantize_model(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
+        quantize(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
                        {**CALIBRATION, "pipeline": "layerwise"})
 
 
@@ -176,10 +181,10 @@ def test_untraceable_architecture_is_refused_with_the_basic_pipeline_as_way_out(
     target = untraceable_target(demo_pair[0], tmp_path / "trocr")
     spec = VARIANTS["gptq-w4a16"]
     with pytest.raises(PipelineError, match="cannot trace TrOCRForCausalLM.*pipeline: basic") as err:
-        quantize_model(target, tmp_path / "q", "gptq-w4a16", spec, calibration_texts, CALIBRATION)
+        quantize(target, tmp_path / "q", "gptq-w4a16", spec, calibration_texts, CALIBRATION)
     assert "\n" not in str(err.value)
     # The remedy the message names works: the whole model calibrated in one pass.
-    quantize_model(target, tmp_path / "basic", "gptq-w4a16", spec, calibration_texts,
+    quantize(target, tmp_path / "basic", "gptq-w4a16", spec, calibration_texts,
                    {**CALIBRATION, "pipeline": "basic"})
     assert quantization_config(tmp_path / "basic")["format"] == "pack-quantized"
 

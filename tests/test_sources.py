@@ -43,7 +43,7 @@ def test_hub_source_offline_fails_with_one_line(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("target, draft, expected", [
     ("./no/such/model", "./no/such/draft", "target model directory no/such/model does not exist"),
-    ("someorg/somemodel", "someorg/somedraft", "could not download 'someorg/somemodel'"),
+    ("someorg/somemodel", "someorg/somedraft", "could not resolve target model 'someorg/somemodel'"),
     ("demo", "./some/draft", "both be 'demo'"),
 ])
 def test_models_stage_bad_source_exits_2_with_one_line(tmp_path, target, draft, expected):

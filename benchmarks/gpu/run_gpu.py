@@ -57,7 +57,6 @@ def run_each(phase: str, root: Path, out: Path, names: list[str]) -> None:
 
 
 def phase_demo_one(art: Path, out: Path, name: str) -> None:
-    from pipeline.draft import served_draft
     from pipeline.vllm_spec import measure
 
     prompts = heldout_prompts(art, 64)
@@ -66,13 +65,14 @@ def phase_demo_one(art: Path, out: Path, name: str) -> None:
     t0 = time.time()
     # enforce_eager: the demo models are tiny and launch-bound either way; skipping torch.compile and
     # CUDA-graph capture keeps ten engine starts inside one call. The 8B benchmark uses graphs.
-    res = measure(str(model_dirs(art)[name]), str(served_draft(art / "draft")), prompts, k, max_tokens=96, temperature=0.0,
+    res = measure(str(model_dirs(art)[name]), str(art / "draft" / "model"), prompts, k, max_tokens=96, temperature=0.0,
                   gpu_memory_utilization=0.25, max_model_len=1024, batch_sizes=(1, 32), enforce_eager=True,
                   return_tokens=True)
     res["variant"], res["wall_s"] = name, round(time.time() - t0, 1)
     if spec:
         res["cpu_estimate"] = {"accepted_per_position": spec["accepted_per_position"][:k],
-                               "acceptance_rate": spec["acceptance_rate"],
+                               "token_acceptance": spec["token_acceptance"],
+                               "accepted_per_draft_token": spec["accepted_per_draft_token"],
                                "expected_accepted_tokens": spec["expected_accepted_tokens"]}
     tokens = res.pop("tokens", None)
     (out / f"tokens-{name}.json").write_text(json.dumps(tokens))
@@ -192,13 +192,14 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
     from pipeline.formatting import full_text
     from pipeline.loading import load_tokenizer
     from pipeline.quantize import quantize_model
+    from pipeline.recipes import parse_variant
 
     params = yaml.safe_load(Path("params.yaml").read_text())
     tok = load_tokenizer(root / "bf16")
     texts = [full_text(tok, m) for m in read_split(calib_file)]
     cfg = {**params["quantize"]["calibration"], "num_samples": 64, "max_seq_length": 512}
     for v in variants:
-        metrics = quantize_model(root / "bf16", root / v, v, params["quantize"]["variants"][v], texts, cfg)
+        metrics = quantize_model(root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]), texts, cfg)
         emit(out, f"quant8b-{v}", metrics)
 
 

@@ -5,6 +5,9 @@
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
 #   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
+# and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
+#   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
+#   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
@@ -57,5 +60,24 @@ print("RESULT", v, json.dumps(res["summary"]))
 PY
     done ;;
   test) PYTHONPATH=$VLLM_PATH python -m pytest -q -s -rs -p no:cacheprovider tests/test_gpu.py ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test" >&2; exit 2 ;;
+  cpu-raw)
+    # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
+    for v in "${VARIANTS[@]}"; do
+      cp metrics/eval-"$v".json benchmarks/gpu/raw/cpu-eval-"$v".json
+      cp artifacts/eval/"$v"/speculative.json benchmarks/gpu/raw/cpu-estimate-"$v".json
+    done ;;
+  gate-raw)
+    # The gate as the pipeline runs it, on the metrics the GPU run of the evaluate stage wrote.
+    raw=benchmarks/gpu/raw dir=$(mktemp -d)
+    for v in "${VARIANTS[@]}"; do
+      python -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2))' \
+        "$raw/stage-evaluate-$v.json" > "$dir/eval-$v.json"
+    done
+    { echo '$ modelprep gate --metrics-dir <eval-*.json from the GPU run of the evaluate stage>'
+      rc=0; PYTHONPATH=. python -c "import sys; from pipeline.cli import main; sys.exit(main())" \
+        gate --metrics-dir "$dir" 2>&1 || rc=$?
+      echo "exit status: $rc"; } > "$raw/gate-on-gpu-metrics.txt"
+    cat "$raw/gate-on-gpu-metrics.txt" ;;
+  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | cpu-raw | gate-raw" >&2
+     exit 2 ;;
 esac

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from pipeline.demo.traffic import generate_general_text, generate_traffic
 from pipeline.formatting import row_to_messages
+from pipeline.stage import progress_bar
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 # Llama-3-like chat layout with the roles as single special tokens.
@@ -74,7 +74,7 @@ def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     model.train()
     losses = []
-    bar = tqdm(range(steps), desc=desc, mininterval=2)
+    bar = progress_bar(desc, items=range(steps))
     for _ in bar:
         batch = rows[torch.randint(len(rows), (batch_size,), generator=gen)]
         loss = model(input_ids=batch, labels=batch).loss

@@ -6,13 +6,10 @@ immutable: the same content again is "already published", different content is r
 """
 from __future__ import annotations
 
-import re
-
 from pipeline.errors import PipelineError
+from pipeline.names import check_name, check_version  # noqa: F401 - the backends' checks, defined with the other names
 
 BACKENDS = ("local", "mlflow", "hf")
-# A version becomes a directory name, an MLflow tag value in a filter string and a git tag on the Hub.
-VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def get_backend(name: str):
@@ -36,13 +33,6 @@ def already_published(name: str, version: str, existing_digest: str | None, dige
         raise PipelineError(f"{name} version {version} already exists in {where} with different content; "
                             "versions are immutable, publish under a new version")
     return True
-
-
-def check_version(version: str) -> None:
-    if version == "latest":
-        raise PipelineError("publish version 'latest' is reserved for the alias; choose another")
-    if not VERSION_PATTERN.fullmatch(version) or ".." in version:
-        raise PipelineError(f"invalid publish version {version!r}: use letters, digits, '.', '_' and '-'")
 
 
 def first_line(error: BaseException) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.manifest import MANIFEST, verify
-from pipeline.registry import already_published, check_version, first_line
+from pipeline.registry import already_published, check_name, check_version, first_line
 
 
 def _token() -> str:
@@ -38,6 +38,7 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     import httpx
     from huggingface_hub import HfApi, errors
 
+    check_name(name)  # a name with '/' would be another namespace's repo
     check_version(version)
     manifest = verify(bundle)
     api = HfApi(token=_token())

@@ -12,10 +12,12 @@ import os
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from pipeline.errors import PipelineError
 from pipeline.manifest import verify
-from pipeline.registry import already_published, check_version, first_line
+from pipeline.redact import redact_uri
+from pipeline.registry import already_published, check_name, check_version, first_line
 
 ARTIFACT_PATH = "bundle"
 HEALTH_TIMEOUT_S = 10
@@ -34,13 +36,17 @@ def check_reachable(uri: str) -> None:
     (MLFLOW_HTTP_REQUEST_MAX_RETRIES), which takes minutes."""
     if not uri.startswith(("http://", "https://")):
         return
+    # urllib takes `user:password@` for part of the host name; /health needs no credentials anyway.
+    parts = urlsplit(uri)
+    probe = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
     try:
-        with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S):
+        with urllib.request.urlopen(probe.rstrip("/") + "/health", timeout=HEALTH_TIMEOUT_S):
             pass
     except urllib.error.HTTPError:
         return  # it answered (e.g. 401 behind an auth proxy); MLflow's client brings the credentials
     except (urllib.error.URLError, OSError) as e:
-        raise PipelineError(f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)})") from None
+        raise PipelineError(redact_uri(f"MLflow tracking server {uri} is unreachable ({getattr(e, 'reason', e)})")) \
+            from None
 
 
 def _label_filter(name: str, version: str) -> str:
@@ -51,6 +57,7 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
+    check_name(name)
     check_version(version)
     manifest = verify(bundle)
     digest = manifest["bundle_digest"]
@@ -60,7 +67,7 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     try:
         existing = client.search_model_versions(_label_filter(name, version))
         if already_published(name, version, existing[0].tags.get("bundle_digest") if existing else None,
-                             digest, f"MLflow registry {uri}"):
+                             digest, f"MLflow registry {redact_uri(uri)}"):
             return {"name": name, "version": version, "uri": f"models:/{name}/{existing[0].version}",
                     "status": "already published"}
         run_id = _log_bundle(client, bundle, name, version, tags, manifest, cfg)
@@ -75,7 +82,8 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
             tags={**{k: str(v) for k, v in tags.items()}, "version_label": version, "bundle_digest": digest},
             description=f"modelprep bundle {version} (sha256 digest {digest})")
     except (MlflowException, OSError) as e:  # OSError covers requests' connection errors mid-upload
-        raise PipelineError(f"MLflow registry {uri}: {first_line(e)}") from None
+        # MLflow's messages repeat the request URL, credentials included.
+        raise PipelineError(redact_uri(f"MLflow registry {uri}: {first_line(e)}")) from None
     return {"name": name, "version": version, "uri": f"models:/{name}/{mv.version}", "status": "published"}
 
 

@@ -1,0 +1,45 @@
+"""What may be published: a verified bundle whose own gate verdict is the current one and shippable.
+
+The bundle carries its verdict (GATE.json) and its numbers (EVAL.json), both hashed by its
+MANIFEST.json. A bundle left over from an earlier build (its verdict differs from the current
+gate run), a failed one not in gates.allow_fail, or one whose files don't match its manifest is
+refused with one line, whoever runs the publish stage and however.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from pipeline import records
+from pipeline.errors import PipelineError
+from pipeline.gates import GateReport, VariantVerdict
+from pipeline.io import read_json
+from pipeline.manifest import verify
+
+GATE = "GATE.json"
+EVAL = "EVAL.json"
+
+
+def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fail: list[str]) -> VariantVerdict:
+    verdict = records.read(VariantVerdict, bundle / GATE)
+    now = current.variants.get(variant)
+    if now is None or dataclasses.asdict(now) != dataclasses.asdict(verdict):
+        raise PipelineError(f"{bundle} was built from another gate run than the current one "
+                            "(artifacts/gate/verdict.json); rebuild it with `dvc repro`")
+    if not verdict.passed and not (verdict.allowed_failure and variant in allow_fail):
+        failed = ", ".join(c.check for c in verdict.checks if not c.passed)
+        raise PipelineError(f"{variant} failed its gates ({failed}) and is not in gates.allow_fail; not published")
+    return verdict
+
+
+def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport
+                 ) -> tuple[str, dict]:
+    """(version, tags) of a bundle that may be published; verified and its verdict re-checked."""
+    manifest = verify(bundle)
+    verdict = shippable_verdict(bundle, variant, current, allow_fail)
+    summary = read_json(bundle / EVAL)
+    version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
+    tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",
+            "accepted_per_draft_token": f"{summary['accepted_per_draft_token']:.3f}",
+            "num_speculative_tokens": str(summary["num_speculative_tokens"])}
+    return version, tags

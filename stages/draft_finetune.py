@@ -1,0 +1,34 @@
+"""Stage `draft_finetune`: fine-tune the base draft on the distilled examples (resumable)."""
+from pathlib import Path
+
+from pipeline.config import load_params
+from pipeline.data import read_split
+from pipeline.distill import pad_id, read_examples
+from pipeline.draft import finetune_draft
+from pipeline.draft_training import loss_curve_rows
+from pipeline.io import atomic_dir, write_csv, write_json
+from pipeline.loading import load_tokenizer
+from pipeline.stage import say, stage_main
+
+BASE = Path("artifacts/models/draft-base")
+DISTILLED, OUT = Path("artifacts/distill"), Path("artifacts/draft-finetuned")
+# Outside DVC's outputs, so checkpoints survive an interrupted `dvc repro` for `resume`.
+CHECKPOINTS = Path("artifacts/.cache/draft")
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    cfg = load_params()["draft_training"]
+    train, evals = read_examples(DISTILLED / "train.jsonl"), read_examples(DISTILLED / "eval.jsonl")
+    n_prompts = len(read_split("artifacts/data/draft_train.jsonl"))
+    with atomic_dir(OUT) as tmp:
+        metrics, history = finetune_draft(BASE, pad_id(load_tokenizer(BASE)), train, evals, cfg, CHECKPOINTS, tmp,
+                                          n_prompts)
+    write_csv("plots/draft_loss.csv", loss_curve_rows(history))
+    write_json("metrics/draft_training.json", metrics)
+    say(f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
+        f"{metrics['eval_loss_finetuned']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Stage `draft_quantize`: the draft that bundles serve, the fine-tuned one as trained or quantized
+with a quantize variant's recipe (draft_quantize.variant)."""
+import shutil
+from pathlib import Path
+
+from pipeline import records
+from pipeline.config import enabled_variant, load_params
+from pipeline.data import read_split
+from pipeline.draft import quantize_draft
+from pipeline.io import atomic_dir
+from pipeline.served_draft import DRAFT_DIR, MODEL, RECORD, ServedDraft
+from pipeline.sizes import dir_size
+from pipeline.stage import say, stage_main
+
+FINETUNED = Path("artifacts/draft-finetuned")
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    p = load_params()
+    name = p["draft_quantize"]["variant"]
+    with atomic_dir(DRAFT_DIR) as tmp:
+        if name is None:
+            shutil.copytree(FINETUNED, tmp / MODEL.name)
+        else:
+            quantize_draft(FINETUNED, tmp / MODEL.name, enabled_variant(p, name),
+                           read_split("artifacts/data/calibration.jsonl"), p["quantize"]["calibration"])
+        size_mb = round(dir_size(tmp / MODEL.name, ".safetensors") / 2**20, 3)
+        served = ServedDraft(quantized_variant=name, size_mb=size_mb)
+        records.write(tmp / RECORD.name, served)
+    say(f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "
+        f"({served.size_mb} MB)")
+
+
+if __name__ == "__main__":
+    main()

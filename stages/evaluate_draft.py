@@ -1,0 +1,44 @@
+"""Stage `evaluate_draft`: what fine-tuning bought, as speculative acceptance on held-out prompts
+against the unquantized target: the base draft, the fine-tuned one, and the served one (quantized
+when draft_quantize.variant is set)."""
+from pathlib import Path
+
+from pipeline import acceptance, records
+from pipeline.config import load_params
+from pipeline.data import read_split
+from pipeline.formatting import prompt_ids, split_prompt_response
+from pipeline.io import write_json
+from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.served_draft import MODEL, RECORD, ServedDraft
+from pipeline.stage import say, stage_main
+
+TARGET = Path("artifacts/models/target")
+DRAFTS = {"untrained": Path("artifacts/models/draft-base"), "finetuned": Path("artifacts/draft-finetuned"),
+          "served": MODEL}
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    cfg = load_params()["evaluate"]["acceptance"]
+    served = records.read(ServedDraft, RECORD)
+    tokenizer, target = load_tokenizer(TARGET), load_causal_lm(TARGET)
+    prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0])
+               for m in read_split("artifacts/data/heldout.jsonl")[: cfg["prompts"]]]
+    drafts = {k: v for k, v in DRAFTS.items() if k != "served" or served.quantized_variant}  # else served == finetuned
+    metrics = {"served_draft_quantized_variant": served.quantized_variant}
+    for label, draft_dir in drafts.items():
+        est = acceptance.estimate(target, load_causal_lm(draft_dir), prompts, cfg["continuation_tokens"],
+                                  cfg["temperature"], cfg["max_k"],
+                                  acceptance.resolve_cost_ratio(cfg["cost_ratio"], TARGET, draft_dir))
+        metrics |= {f"token_acceptance_{label}": est.token_acceptance,
+                    f"accepted_per_draft_token_{label}": est.accepted_per_draft_token,
+                    f"num_speculative_tokens_{label}": est.num_speculative_tokens,
+                    f"expected_speedup_{label}": est.expected_speedup}
+    write_json("metrics/draft.json", metrics)
+    say(f"evaluate_draft: token acceptance {metrics['token_acceptance_untrained']:.3f} (untrained) -> "
+        f"{metrics['token_acceptance_finetuned']:.3f} (fine-tuned)"
+        + (f" -> {metrics['token_acceptance_served']:.3f} ({served.quantized_variant})" if "served" in drafts else ""))
+
+
+if __name__ == "__main__":
+    main()

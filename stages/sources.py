@@ -1,0 +1,22 @@
+"""Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
+re-runs when a local model directory is edited in place or a Hub revision moves, and only then."""
+from pipeline.config import load_params
+from pipeline.io import write_json
+from pipeline.sources import source_fingerprint
+from pipeline.stage import say, stage_main
+
+OUT = "artifacts/sources.json"
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    p = load_params()
+    prints = {"target": source_fingerprint(p["target"]["source"], "target", p["target"].get("revision")),
+              "draft": source_fingerprint(p["draft"]["source"], "draft")}
+    write_json(OUT, prints)
+    say("sources: " + ", ".join(f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
+                                for role, fp in prints.items()))
+
+
+if __name__ == "__main__":
+    main()

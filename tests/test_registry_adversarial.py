@@ -1,0 +1,364 @@
+"""Attacks on bundles and registries, run against the real code: concurrent publishers, hostile names,
+doctored manifests, tampered stored copies, corrupt indexes, failing disks, leaked credentials."""
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from bundle_helpers import free_port, one_error_line
+from pipeline.errors import PipelineError
+from pipeline.io import read_json, write_json
+from pipeline.manifest import MANIFEST, verify, write_manifest
+from pipeline.registry import get_backend, local
+
+TREE = Path(pipeline.__file__).resolve().parents[1]  # child processes run the code under test
+ENV = {**os.environ, "PYTHONPATH": str(TREE), "PYTHONDONTWRITEBYTECODE": "1"}
+MODELPREP = str(Path(sys.executable).parent / "modelprep")
+TRIALS = 5
+
+# A publisher that waits for the go file, so that two of them run check-copy-index at the same time.
+RACER = """
+import sys, time
+from pathlib import Path
+from pipeline.errors import PipelineError
+from pipeline.registry import local
+bundle, name, version, registry, go = sys.argv[1:]
+print("ready", flush=True)
+while not Path(go).exists():
+    time.sleep(0.0005)
+try:
+    print(local.publish(Path(bundle), name, version, {}, {"registry_dir": registry})["status"])
+except PipelineError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+# A publisher whose writes fail past a size limit (EFBIG, as a full disk fails with ENOSPC).
+SMALL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+from pipeline.errors import PipelineError
+from pipeline.registry import local
+try:
+    local.publish(Path(sys.argv[1]), "m", "1", {}, {"registry_dir": sys.argv[2]})
+except PipelineError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def make_bundle(path: Path, marker: str = "a", weights: int = 4096) -> Path:
+    files = {"README.md": f"bundle {marker}\n", "model/config.json": '{"layers": 2}\n',
+             "model/weights.bin": marker * weights}
+    files.update({f"draft/shard-{i}.bin": f"{marker}{i}" * 64 for i in range(12)})  # a copy that takes a moment
+    for name, text in files.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    write_manifest(path, {"variant": marker})
+    return path
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([MODELPREP, *args], cwd=cwd, capture_output=True, text=True, timeout=60, env=ENV)
+
+
+def race(tmp: Path, jobs: list[tuple]) -> list[tuple[int, str, str]]:
+    tmp.mkdir()
+    go = tmp / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", RACER, *map(str, job), str(go)], env=ENV, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for job in jobs]
+    for p in procs:
+        assert p.stdout.readline() == "ready\n"
+    go.touch()
+    outputs = [p.communicate(timeout=60) for p in procs]
+    return [(p.returncode, *out) for p, out in zip(procs, outputs)]
+
+
+@pytest.fixture
+def bundles(tmp_path):
+    return make_bundle(tmp_path / "a", "a"), make_bundle(tmp_path / "b", "b")
+
+
+# 1. Concurrent publishers
+
+def test_concurrent_publishes_of_different_models_keep_both_index_entries(tmp_path, bundles):
+    for trial in range(TRIALS):
+        registry = tmp_path / f"registry-{trial}"
+        results = race(tmp_path / f"t{trial}", [(bundles[0], "model-a", "1", registry),
+                                                (bundles[1], "model-b", "1", registry)])
+        assert [r[0] for r in results] == [0, 0], results
+        assert set(read_json(registry / "index.json")["models"]) == {"model-a", "model-b"}
+        for name in ("model-a", "model-b"):
+            verify(local.resolve(registry, name))
+
+
+def test_concurrent_publishes_of_one_version_with_different_content_admit_one(tmp_path, bundles):
+    for trial in range(TRIALS):
+        registry = tmp_path / f"registry-{trial}"
+        results = race(tmp_path / f"t{trial}", [(b, "m", "1", registry) for b in bundles])
+        assert sorted(r[0] for r in results) == [0, 2], results
+        winner = bundles[[r[0] for r in results].index(0)]
+        loser_err = next(r[2] for r in results if r[0] == 2)
+        assert "m version 1 already exists" in loser_err and "different content" in loser_err
+        stored = verify(registry / "m" / "1")
+        assert stored["bundle_digest"] == read_json(winner / MANIFEST)["bundle_digest"]
+        assert read_json(registry / "index.json")["models"]["m"]["versions"]["1"]["bundle_digest"] == \
+            stored["bundle_digest"]
+
+
+# 2. Names reach the filesystem
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "..", "", ".hidden", "a..b", "x" * 129, "index.json"])
+def test_hostile_names_write_nothing(tmp_path, bundles, name):
+    registry = tmp_path / "deep" / "registry"
+    with pytest.raises(PipelineError, match="name"):
+        local.publish(bundles[0], name, "1", {}, {"registry_dir": str(registry)})
+    assert not (tmp_path / "deep").exists() and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("backend", ["mlflow", "hf"])
+def test_remote_backends_check_names_before_anything(tmp_path, bundles, backend):
+    cfg = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}"}, "hf": {"namespace": "acme"}}
+    with pytest.raises(PipelineError, match="invalid model name '../x'"):
+        get_backend(backend).publish(bundles[0], "../x", "1", {}, cfg)
+
+
+# 3. verify() against doctored bundles
+
+def test_symlinked_file_is_refused_even_with_the_right_content(tmp_path, bundles):
+    outside = tmp_path / "outside-readme"
+    outside.write_text((bundles[0] / "README.md").read_text())
+    (bundles[0] / "README.md").unlink()
+    (bundles[0] / "README.md").symlink_to(outside)
+    with pytest.raises(PipelineError, match="README.md is a symlink"):
+        verify(bundles[0])
+
+
+def test_symlinked_directory_is_refused(tmp_path, bundles):
+    (bundles[0] / "model").rename(tmp_path / "outside-model")
+    (bundles[0] / "model").symlink_to(tmp_path / "outside-model")
+    with pytest.raises(PipelineError, match="model is a symlink"):
+        verify(bundles[0])
+
+
+@pytest.mark.parametrize("kind", ["fifo", "socket"])
+def test_special_files_are_refused(bundles, kind):
+    path = bundles[0] / "model" / kind
+    if kind == "fifo":
+        os.mkfifo(path)
+        made = None
+    else:
+        made = socket.socket(socket.AF_UNIX)
+        made.bind(str(path))
+    try:
+        with pytest.raises(PipelineError, match=f"model/{kind} is not a regular file"):
+            verify(bundles[0])
+    finally:
+        if made:
+            made.close()
+
+
+def test_nested_manifest_is_refused(bundles):
+    (bundles[0] / "model" / MANIFEST).write_text("{}\n")  # used to be skipped: unverified content
+    with pytest.raises(PipelineError, match="nested model/MANIFEST.json"):
+        verify(bundles[0])
+
+
+@pytest.mark.parametrize("entry", ["../outside", "/etc/passwd", "model/../README.md", "model//x"])
+def test_manifest_entries_outside_the_bundle_are_refused(bundles, entry):
+    manifest = read_json(bundles[0] / MANIFEST)
+    manifest["files"][entry] = {"sha256": "0" * 64, "size": 1}
+    write_json(bundles[0] / MANIFEST, manifest)
+    with pytest.raises(PipelineError, match="unsafe path"):
+        verify(bundles[0])
+
+
+def test_edited_digest_is_refused_and_never_published(tmp_path, bundles):
+    manifest = read_json(bundles[0] / MANIFEST)
+    manifest["bundle_digest"] = "f" * 64
+    write_json(bundles[0] / MANIFEST, manifest)
+    with pytest.raises(PipelineError, match="bundle_digest in MANIFEST.json does not match its files"):
+        verify(bundles[0])
+    with pytest.raises(PipelineError, match="does not match"):
+        local.publish(bundles[0], "m", "ffffffffffff", {}, {"registry_dir": str(tmp_path / "registry")})
+    assert not (tmp_path / "registry").exists()
+
+
+@pytest.mark.parametrize("text", [
+    "{not json", "[]", '{"files": {}}', '{"bundle_digest": "%s", "files": []}' % ("0" * 64),
+    '{"bundle_digest": "%s", "files": {"a": {"size": 1}}}' % ("0" * 64),
+    '{"bundle_digest": "%s", "files": {"a": {"sha256": "%s", "size": "1"}}}' % ("0" * 64, "0" * 64),
+    '{"bundle_digest": 5, "files": {}}', b"\xff\xfe{}",
+], ids=["bad-json", "list", "no-digest", "files-list", "no-sha", "size-str", "digest-int", "bad-utf8"])
+def test_malformed_manifest_is_one_pipeline_error_naming_it(bundles, text):
+    path = bundles[0] / MANIFEST
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(PipelineError, match="MANIFEST.json") as e:
+        verify(bundles[0])
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_doctored_bundles_are_one_line_from_the_cli(tmp_path, bundles):
+    (bundles[0] / MANIFEST).write_text("{not json")
+    assert "MANIFEST.json is not valid JSON" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+    os.mkfifo(bundles[1] / "pipe")
+    assert "pipe is not a regular file" in one_error_line(cli("verify", str(bundles[1]), cwd=tmp_path))
+
+
+# 4. The registry does not trust its own copies; team-readable modes
+
+def tamper(path: Path) -> None:
+    path.chmod(0o644)
+    path.write_text(path.read_text() + "tampered\n")
+
+
+def test_tampered_stored_version_is_refused_and_latest_stays(tmp_path, bundles):
+    cfg = {"registry_dir": str(tmp_path / "registry")}
+    local.publish(bundles[0], "m", "1", {}, cfg)
+    local.publish(bundles[1], "m", "2", {}, cfg)
+    tamper(tmp_path / "registry/m/1/README.md")
+    with pytest.raises(PipelineError, match="stored m version 1 in registry .* fails verification: .*README.md"):
+        local.publish(bundles[0], "m", "1", {}, cfg)  # a rollback to 1 must not land on the tampered copy
+    assert (tmp_path / "registry/m/latest").read_text() == "2\n"
+    assert read_json(tmp_path / "registry/index.json")["models"]["m"]["latest"] == "2"
+    with pytest.raises(PipelineError, match="fails verification"):
+        local.resolve(cfg["registry_dir"], "m", "1")
+
+
+def test_remanifested_stored_version_is_caught_by_the_index_digest(tmp_path, bundles):
+    cfg = {"registry_dir": str(tmp_path / "registry")}
+    local.publish(bundles[0], "m", "1", {}, cfg)
+    stored = tmp_path / "registry/m/1"
+    tamper(stored / "README.md")
+    (stored / MANIFEST).chmod(0o644)
+    write_manifest(stored, {})  # self-consistent again, but not what was published
+    with pytest.raises(PipelineError, match="fails verification: its digest differs from the one the index"):
+        local.resolve(cfg["registry_dir"], "m")
+
+
+def test_published_files_are_team_readable_whatever_the_umask(tmp_path, bundles):
+    for path in [*bundles[0].rglob("*"), bundles[0]]:
+        path.chmod(0o700 if path.is_dir() else 0o600)
+    old = os.umask(0o077)
+    try:
+        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(tmp_path / "registry")})
+    finally:
+        os.umask(old)
+    registry = tmp_path / "registry"
+    for path in [registry, registry / "m", *(registry / "m").rglob("*"), registry / "index.json"]:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        assert mode == (0o755 if path.is_dir() else 0o644), (path, oct(mode))
+
+
+# 5. Corrupt index, failing copies
+
+@pytest.mark.parametrize("text", ["{not json", '{"models": []}', '{"models": {"m": {"versions": 1}}}'])
+def test_corrupt_index_is_one_line_naming_it(tmp_path, bundles, text):
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    (registry / "index.json").write_text(text)
+    for action in (lambda: local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)}),
+                   lambda: local.resolve(registry, "m")):
+        with pytest.raises(PipelineError, match=f"registry index {registry / 'index.json'} is corrupt") as e:
+            action()
+        assert "\n" not in str(e.value)
+    assert not (registry / "m" / "1").exists()
+
+
+def test_failing_copy_is_one_line_and_leaves_no_partial_version(tmp_path):
+    bundle = make_bundle(tmp_path / "big", "z", weights=65536)
+    registry = tmp_path / "registry"
+    r = subprocess.run([sys.executable, "-c", SMALL_DISK, str(bundle), str(registry)], capture_output=True,
+                       text=True, timeout=60, env=ENV)
+    line = one_error_line(r)
+    assert "weights.bin" in line and "File too large" in line
+    assert list((registry / "m").iterdir()) == []  # no version, no temp dir
+    assert not (registry / "index.json").exists()
+
+
+# 6. Registry references through the CLI
+
+@pytest.fixture
+def registry_with_two(tmp_path, bundles):
+    cfg = {"registry_dir": str(tmp_path / "registry")}
+    local.publish(bundles[0], "m", "1.0", {}, cfg)
+    local.publish(bundles[1], "m", "2.0", {}, cfg)
+    return tmp_path / "registry"
+
+
+def test_verify_accepts_registry_references(tmp_path, registry_with_two):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for ref, version in [("m@latest", "2.0"), ("m@1.0", "1.0")]:
+        r = cli("verify", ref, "--registry", str(registry_with_two), cwd=elsewhere)
+        assert r.returncode == 0 and f"registry/m/{version})" in r.stdout, r.stderr
+    r = cli("verify", "registry/m/latest", cwd=tmp_path)  # the alias file names its version
+    assert r.returncode == 0 and "registry/m/2.0" in r.stdout, r.stderr
+    r = cli("verify", "m@1.0", cwd=tmp_path)  # default: ./registry
+    assert r.returncode == 0, r.stderr
+    (elsewhere / "params.yaml").write_text(f"publish:\n  registry_dir: {registry_with_two}\n")
+    r = cli("verify", "m@latest", cwd=elsewhere)  # default: publish.registry_dir
+    assert r.returncode == 0 and "m/2.0" in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("ref, expected", [
+    ("m@9.9", "m has no version '9.9'"), ("nope@latest", "no model 'nope'"),
+    ("../m@1.0", "invalid model name"), ("m@../1.0", "invalid publish version"),
+])
+def test_bad_references_are_one_line(tmp_path, registry_with_two, ref, expected):
+    assert expected in one_error_line(cli("verify", ref, cwd=tmp_path))
+
+
+def test_references_to_tampered_versions_are_one_line(tmp_path, registry_with_two):
+    tamper(registry_with_two / "m/2.0/model/config.json")
+    for ref in ("m@latest", "registry/m/latest"):
+        assert "fails verification" in one_error_line(cli("verify", ref, cwd=tmp_path))
+    (registry_with_two / "m/latest").write_text("../../etc\n")
+    assert "invalid publish version" in one_error_line(cli("verify", "registry/m/latest", cwd=tmp_path))
+
+
+# 7. Secrets
+
+def test_mlflow_errors_never_show_the_tracking_password(bundles):
+    uri = f"http://alice:s3cret-pw@127.0.0.1:{free_port()}"
+    with pytest.raises(PipelineError, match="unreachable") as e:
+        get_backend("mlflow").publish(bundles[0], "m", "1", {}, {"mlflow": {"tracking_uri": uri}})
+    assert "s3cret" not in str(e.value) and "alice" not in str(e.value)
+    assert "http://***@127.0.0.1" in str(e.value)
+
+
+def test_redaction_of_uris_and_params():
+    from pipeline.redact import redact_params, redact_uri
+
+    assert redact_uri("at http://alice:s3cret@host:5000/x, https://bob@h/ and http://h:1/p") == \
+        "at http://***@host:5000/x, https://***@h/ and http://h:1/p"
+    assert redact_uri("postgresql://u:p@ss@db/x") == "postgresql://***@db/x"  # unescaped '@' in the password
+    params = {"publish": {"mlflow": {"tracking_uri": "http://u:pw@h:5000"}, "hf": {"token": "hf_abc"}},
+              "creds": [{"db_password": "pw", "apiKey": "k", "HF_TOKEN": None}],
+              "draft_training": {"max_new_tokens": 96}, "client_secret": {"nested": "x"}}
+    redacted = redact_params(params)
+    assert redacted == {"publish": {"mlflow": {"tracking_uri": "http://***@h:5000"}, "hf": {"token": "***"}},
+                        "creds": [{"db_password": "***", "apiKey": "***", "HF_TOKEN": None}],
+                        "draft_training": {"max_new_tokens": 96}, "client_secret": "***"}
+    assert params["publish"]["hf"]["token"] == "hf_abc"  # a copy; the input is untouched
+
+
+# 8. Status of a variant published under allow_fail
+
+def test_status_flags_allowed_failures(tmp_path):
+    (tmp_path / "params.yaml").write_text("publish:\n  registry_dir: registry\n")
+    write_json(tmp_path / "artifacts/gate/verdict.json", {"variants": {
+        "good": {"passed": True, "allowed_failure": False, "checks": []},
+        "flagged": {"passed": False, "allowed_failure": True, "checks": []},
+        "bad": {"passed": False, "allowed_failure": False, "checks": []}}})
+    out = cli("status", cwd=tmp_path).stdout.splitlines()  # dvc status fails here (no repo); gates still print
+    assert {"gate good: pass", "gate flagged: FAIL (allowed, flagged)", "gate bad: FAIL"} <= set(out), out
