@@ -24,9 +24,12 @@ def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
-def _range(values, digits: int = 2) -> str:
+def _range(values, digits: int = 2, signed: bool = False) -> str:
     lo, hi = min(values), max(values)
-    return f"{lo:.{digits}f}" if round(lo, digits) == round(hi, digits) else f"{lo:.{digits}f}-{hi:.{digits}f}"
+    fmt = f"{{:{'+' if signed else ''}.{digits}f}}"
+    if round(lo, digits) == round(hi, digits):
+        return fmt.format(lo)
+    return f"from {fmt.format(lo)} to {fmt.format(hi)}" if signed else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
 def render() -> str:
@@ -37,11 +40,11 @@ def render() -> str:
     gates = _json(ROOT / "metrics/gates.json")
     q = quantize_summary()
     g = gpu_summary()
-    second = ", ".join(build["second_repro_ran"]) or "nothing"
+    second = ", ".join(f"`{s}`" for s in build["second_repro_ran"]) or "no stage"
     lines = [
         f"CPU: on the {build['cpus']}-core, {build['memory_gib']:.0f} GiB dev machine (no GPU), the first command above on a "
         f"fresh clone of {build['commit'][:7]} took {build['first_command_s'] / 60:.1f} min (install plus the whole "
-        f"`dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran {second} "
+        f"`dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran only {second} "
         "(`benchmarks/cpu/raw/demo-build.json`). The demo build (`metrics/`, from the `dvc repro` recorded in `dvc.lock`):",
         "",
         "- quantize (`benchmarks/quantize.md`): " + ", ".join(
@@ -50,7 +53,7 @@ def render() -> str:
         f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
         f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
         f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};",
-        f"- variants: perplexity change {_range([e['perplexity_increase_pct'] for e in evals.values()])} %, KL <= "
+        f"- variants: perplexity change {_range([e['perplexity_increase_pct'] for e in evals.values()], signed=True)} %, KL <= "
         f"{max(e['kl_divergence'] for e in evals.values()):.1e}, top-1 agreement >= "
         f"{min(e['top1_agreement'] for e in evals.values()):.3f}, accepted per draft token "
         f"{_range([e['accepted_per_draft_token'] for e in evals.values()], 3)} at k = "
