@@ -1,0 +1,1 @@
+"""Thin DVC entry points: `python -m stages.<name> [VARIANT]`, one per stage in dvc.yaml."""

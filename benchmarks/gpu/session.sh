@@ -47,7 +47,7 @@ case "$1" in
     for v in "$@"; do
       start=$(date +%s)
       PYTHONPATH=$VLLM_PATH python -m stages.evaluate "$v" > "$out/stage-evaluate-$v.log" 2>&1 \
-        || { echo "ERR evaluate $v"; tail -40 "$out/stage-evaluate-$v.log"; continue; }
+        || { echo "ERR evaluate $v"; tail -40 "$out/stage-evaluate-$v.log" "artifacts/logs/evaluate@$v.log"; continue; }
       python - "$v" "$out" "$(( $(date +%s) - start ))" <<'PY'
 import json, sys
 from pathlib import Path

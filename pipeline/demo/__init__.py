@@ -1,0 +1,1 @@
+"""The embedded demo: a tiny target/draft pair and synthetic support traffic, built offline."""
