@@ -107,6 +107,24 @@ def gpu_summary() -> dict:
     return s
 
 
+REFACTOR_VARIANTS = ["fp8-dynamic", "gptq-w4a16"]
+
+
+def refactor_table() -> str:
+    """The evaluate stage after the DVC-graph refactor (typed records, new metric names), on the GPU."""
+    rows = []
+    for v in REFACTOR_VARIANTS:
+        r = load(f"after-graph-refactor/stage-evaluate-{v}")
+        m, g = r["summary"], r["vllm"]
+        rows.append([v, r["stage_wall_s"], f(m["perplexity_increase_pct"], 3), f(m["kl_divergence"], 5),
+                     f(m["top1_agreement"], 4), g["num_speculative_tokens"], f(m["accepted_per_draft_token"], 3),
+                     f(g["accepted_per_draft_token"], 3), f(abs(m["accepted_per_draft_token"] - g["accepted_per_draft_token"]), 3),
+                     f(g["speculative_speedup"]["bs1"]), f(g["speculative_speedup"]["bs32"]),
+                     "yes" if g["speculative_output_matches_baseline"] else "NO"])
+    return table(["variant", "stage wall s", "ppl change %", "KL", "top-1", "k", "estimate accepted/draft token",
+                  "vLLM accepted/draft token", "abs diff", "vLLM speedup bs1", "bs32", "greedy output identical"], rows)
+
+
 def render() -> str:
     header_text = (HERE / "header.md").read_text()
     s = gpu_summary()
@@ -179,6 +197,15 @@ def render() -> str:
     gate_text = (RAW / "gate-on-gpu-metrics.txt").read_text().rstrip()
     test_text = (RAW / "test-gpu.txt").read_text().rstrip()
     return f"""{header_text}
+
+## The `evaluate` stage after the DVC-graph refactor (commit ff4d3ac)
+
+The same stage after the truthful-graph work (typed records, `accepted_per_draft_token` / `token_acceptance`,
+library output to `artifacts/logs/`), on a fresh `dvc repro` of the demo carried to the H100 and run by
+`session.sh evaluate`, one call per variant. The stage's acceptance estimator ran on the GPU here (in bf16), and
+k is the one the stage chose from it.
+
+{refactor_table()}
 
 ## The pipeline's `evaluate` stage on the GPU
 
