@@ -1,6 +1,8 @@
 """Model sources: demo, local directory, Hugging Face Hub (offline here)."""
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 
 import pytest
@@ -54,3 +56,26 @@ def test_models_stage_bad_source_exits_2_with_one_line(tmp_path, target, draft, 
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], r.stderr
     assert not (proj / "artifacts" / "models" / "target").exists()
+
+
+def test_editing_a_local_source_in_place_makes_models_stale(tmp_path, demo_pair):
+    """Real DVC: the always-run `sources` stage fingerprints a local model directory, so an in-place
+    edit re-runs `models` (and what follows), while an untouched directory leaves it up to date."""
+
+    target, draft = (shutil.copytree(d, tmp_path / name) for d, name in zip(demo_pair, ("target", "draft")))
+    params = tiny_params(target={"source": str(target), "revision": None}, draft={"source": str(draft)})
+    (tmp_path / "proj").mkdir()
+    proj = copy_project(tmp_path / "proj", params)
+    assert run(["dvc", "repro", "models"], proj).returncode == 0
+    recorded = json.loads((proj / "metrics/models.json").read_text())
+    assert recorded["target"]["kind"] == "local" and str(tmp_path) not in json.dumps(recorded)  # hashes, no paths
+
+    def models_stale() -> bool:
+        assert run(["dvc", "repro", "--single-item", "sources"], proj).returncode == 0
+        r = run(["dvc", "status", "--json", "models"], proj)
+        return "models" in json.loads(r.stdout or "{}")
+
+    assert not models_stale()
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, "rope_theta": config.get("rope_theta", 10000.0) * 2}))
+    assert models_stale()
