@@ -11,7 +11,7 @@ EVAL_DIR = "artifacts/eval"
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params()
+    p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
     metrics = {v: read_json(f"{EVAL_DIR}/{v}/summary.json") for v in p["quantize"]["enabled"]}
     report = gates.run(p, metrics)
     records.write("metrics/gates.json", report)

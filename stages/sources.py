@@ -1,5 +1,6 @@
 """Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
-re-runs when a local model directory is edited in place or a Hub revision moves, and only then."""
+re-runs when a local model directory is edited in place or a Hub revision moves, and only then.
+Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included."""
 from pipeline.config import load_params
 from pipeline.io import write_json
 from pipeline.sources import source_fingerprint
