@@ -80,7 +80,9 @@ def cmd_gate(args) -> int:
     from pipeline.config import load_params
 
     params = load_params(args.params, check_recipes=False)
-    report = gates.run(params, gates.load_eval_metrics(args.metrics_dir, args.variants or None), args.allow_fail)
+    metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
+    serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, params["serving"]["baseline_variant"]])
+    report = gates.run(params, metrics, args.allow_fail, serve)
     return gates.conclude(report)
 
 
@@ -103,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "else registry)")
     verify.set_defaults(func=cmd_verify)
     gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__)
-    gate.add_argument("--metrics-dir", required=True, help="directory holding eval-<variant>.json files")
+    gate.add_argument("--metrics-dir", required=True,
+                      help="directory holding eval-<variant>.json files, and serve-<variant>.json where the serving "
+                           "benchmark ran")
     gate.add_argument("--params", default="params.yaml", help="params file with the gates section")
     gate.add_argument("--variant", dest="variants", action="append", help="gate only these variants (repeatable)")
     gate.add_argument("--allow-fail", action="append", default=[], metavar="VARIANT",

@@ -15,7 +15,7 @@ from pipeline.errors import PipelineError
 
 PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
 SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
-            "serving", "publish")
+            "serving", "serve_bench", "publish")
 
 
 def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True) -> dict:
@@ -43,7 +43,7 @@ def _section(params: dict, dotted: str, path: Path) -> dict:
 
 def validate(params, path: Path, check_recipes: bool = True) -> None:
     """Raise PipelineError naming the first bad param; no model or data is read."""
-    from pipeline.gates import CHECKS, check_thresholds
+    from pipeline.thresholds import CHECKS, check_thresholds
     from pipeline.names import check_name, check_variant_name, check_version
 
     if not isinstance(params, dict):
@@ -90,13 +90,55 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     draft_quant = _section(params, "draft_quantize", path).get("variant")
     if draft_quant is not None:
         _known([draft_quant], variants, "draft_quantize.variant", path)
-    _check_wrapped(check_name, _section(params, "serving", path).get("name"), "serving.name", path)
+    serving = _section(params, "serving", path)
+    _check_wrapped(check_name, serving.get("name"), "serving.name", path)
+    check_serving(params, serving, variants, path)
     version = _section(params, "publish", path).get("version")
     if not isinstance(version, str):
         raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> None:
+    """The serving section and the serving benchmark's settings (no GPU or model needed)."""
+    _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
+    gain = _section(params, "serving.speculation", path).get("min_gain")
+    if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain > 0:
+        raise PipelineError(f"{path}: serving.speculation.min_gain must be a positive number, got {gain!r}")
+    env = serving.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
+                                            and not isinstance(v, bool) for k, v in env.items()):
+        raise PipelineError(f"{path}: serving.env must map environment variable names to strings, got {env!r}")
+    check_serve_bench(_section(params, "serve_bench", path), serving, path)
+
+
+def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
+    levels = cfg.get("concurrency")
+    if not isinstance(levels, list) or not levels or not all(_positive_int(c) for c in levels) \
+            or len(set(levels)) != len(levels):
+        raise PipelineError(f"{path}: serve_bench.concurrency must be a non-empty list of distinct positive integers, "
+                            f"got {levels!r}")
+    target = serving.get("target_concurrency")
+    if target not in levels:
+        raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
+                            f"{levels}: the speculative setting is chosen from a measurement at it")
+    for key in ("prompts_per_concurrency", "min_prompts", "max_tokens", "startup_timeout_s", "port"):
+        if not _positive_int(cfg.get(key)):
+            raise PipelineError(f"{path}: serve_bench.{key} must be a positive integer, got {cfg.get(key)!r}")
+    warmups = cfg.get("warmup_requests")
+    if not (_positive_int(warmups) or warmups == 0) or isinstance(warmups, bool):
+        raise PipelineError(f"{path}: serve_bench.warmup_requests must be a non-negative integer, got {warmups!r}")
+    if cfg.get("enabled") not in (True, False, "auto"):
+        raise PipelineError(f"{path}: serve_bench.enabled must be auto, true or false, got {cfg.get('enabled')!r}")
+    k = cfg.get("num_speculative_tokens")
+    if k != "auto" and not _positive_int(k):
+        raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _known(names: list, variants: dict, param: str, path: Path) -> None:

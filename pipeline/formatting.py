@@ -28,6 +28,14 @@ def prompt_ids(tokenizer, prompt_messages: list[dict]) -> list[int]:
     return ids
 
 
+def prompt_text(tokenizer, prompt_messages: list[dict]) -> tuple[str, bool]:
+    """(text, add_special_tokens): the prompt as a server receives it over the completions API, such
+    that tokenizing text with that flag gives exactly prompt_ids (a chat template carries its own BOS)."""
+    if tokenizer.chat_template:
+        return tokenizer.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=False), False
+    return "\n".join(m["content"] for m in prompt_messages) + "\n", True
+
+
 def prompt_and_response_ids(tokenizer, messages: list[dict]) -> tuple[list[int], list[int]]:
     """(prompt ids, response ids) such that their concatenation is the full formatted turn."""
     prompt_messages, response = split_prompt_response(messages)

@@ -1,32 +1,16 @@
 """Release gates: every check's value, threshold and verdict, from evaluation metrics."""
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from pipeline import records, speculation
 from pipeline.errors import PipelineError
-from pipeline.io import read_json
+from pipeline.serve_records import ServeBenchRecord
+from pipeline.speculation import SpeculationDecision
 from pipeline.stage import say, warn
-
-
-@dataclass(frozen=True)
-class Check:
-    """threshold key -> the metric(s) it reads, first present wins, and the comparison."""
-    metrics: tuple[str, ...]
-    op: str  # "<=", ">=" or ">"
-    required: bool  # a gate can't pass on missing quality numbers; GPU-only metrics are skipped
-
-
-CHECKS = {
-    "max_perplexity_increase_pct": Check(("perplexity_increase_pct",), "<=", True),
-    "max_kl_divergence": Check(("kl_divergence",), "<=", True),
-    "min_top1_agreement": Check(("top1_agreement",), ">=", True),
-    # vLLM's accepted/drafted token ratio: measured when a GPU run exists, else the CPU estimate of it.
-    "min_accepted_per_draft_token": Check(("vllm_accepted_per_draft_token", "accepted_per_draft_token"), ">=", True),
-    "min_vllm_speculative_speedup": Check(("vllm_speculative_speedup",), ">", False),
-}
+from pipeline.thresholds import CHECKS, QUALITY, SERVING, SPECULATION, is_number
 
 
 @dataclass
@@ -38,9 +22,13 @@ class GateCheck:
     op: str
     passed: bool
     note: str | None = None
+    group: str = QUALITY
+    skipped: str | None = None  # why a check that needs a GPU measurement was not applied
 
     def describe(self) -> str:
         """'top1_agreement=0.8956, needs >= 0.9 (short by 0.0044)': what failed and by how much."""
+        if self.skipped:
+            return f"{self.metric}: skipped ({self.skipped})"
         if self.value is None or self.note:
             return f"{self.metric}: {self.note or 'missing'}, needs {self.op} {self.threshold}"
         text = f"{self.metric}={_short(self.value)}, needs {self.op} {self.threshold}"
@@ -52,9 +40,10 @@ class GateCheck:
 
 @dataclass
 class VariantVerdict:
-    passed: bool
+    passed: bool  # every quality and serving check passed (speculation checks only turn the draft off)
     allowed_failure: bool
     checks: list[GateCheck] = field(default_factory=list)
+    speculation: SpeculationDecision | None = None
 
     @property
     def shippable(self) -> bool:
@@ -71,45 +60,75 @@ class GateReport:
     variants: dict[str, VariantVerdict]
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def check_thresholds(thresholds: dict, where: str) -> None:
-    unknown = set(thresholds) - set(CHECKS)
-    if unknown:
-        raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)}")
-    bad = {k: v for k, v in thresholds.items() if not _is_number(v) or math.isnan(v)}
-    if bad:
-        raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")
-
-
-def check_variant(metrics: dict, thresholds: dict) -> list[GateCheck]:
+def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None
+                  ) -> list[GateCheck]:
+    """The checks of one group (all when None). A missing optional metric is a skipped check, reported
+    with skip_reason; a missing required one fails."""
     results = []
     for name, threshold in thresholds.items():
         spec = CHECKS[name]
+        if group is not None and spec.group != group:
+            continue
         metric = next((m for m in spec.metrics if metrics.get(m) is not None), spec.metrics[-1])
         value = metrics.get(metric)
         if value is None:
             if spec.required:
-                results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing"))
+                results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
+            else:
+                results.append(GateCheck(name, metric, None, threshold, spec.op, True, None, spec.group,
+                                         skip_reason or "not measured"))
             continue
-        if not _is_number(value):
-            results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})"))
+        if not is_number(value):
+            results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})",
+                                     spec.group))
             continue
         # NaN compares false everywhere, so a NaN metric fails its check.
         passed = (value <= threshold if spec.op == "<=" else value >= threshold if spec.op == ">="
                   else value > threshold)
-        results.append(GateCheck(name, metric, value, threshold, spec.op, bool(passed)))
+        results.append(GateCheck(name, metric, value, threshold, spec.op, bool(passed), None, spec.group))
     return results
 
 
-def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str]) -> GateReport:
-    report = {}
-    for variant, metrics in metrics_by_variant.items():
-        checks = check_variant(metrics, thresholds_for(variant))
-        passed = all(c.passed for c in checks)
-        report[variant] = VariantVerdict(passed, (not passed) and variant in allow_fail, checks)
+@dataclass
+class ServingContext:
+    """What the speculation decision and the serving checks need besides a variant's own metrics."""
+    target_concurrency: int
+    min_gain: float
+    baseline: ServeBenchRecord | None  # the baseline variant's serving benchmark (speedup_vs_bf16)
+
+
+def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
+                 allowed: bool) -> VariantVerdict:
+    """Decide the speculative setting, check it, then check quality and the config that ships.
+
+    A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
+    its card says why); only quality and serving checks fail a variant."""
+    decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain)
+    metrics = {**summary, **speculation.speculative_metrics(serve, ctx.target_concurrency)}
+    if decision.num_speculative_tokens:
+        spec_checks = check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")
+        failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
+        if failed:
+            decision = speculation.without_speculation(decision, "; ".join(failed))
+    else:
+        spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
+                       for c in check_variant(metrics, thresholds, SPECULATION)]
+    metrics |= speculation.shipped_metrics(serve, ctx.baseline, decision.num_speculative_tokens,
+                                           ctx.target_concurrency)
+    not_served = serve.skipped if serve is not None and serve.skipped else "no serving benchmark"
+    checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
+              + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}"))
+    passed = all(c.passed for c in checks if c.group != SPECULATION)
+    return VariantVerdict(passed, (not passed) and allowed, checks, decision)
+
+
+def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str],
+                   serve_by_variant: dict[str, ServeBenchRecord] | None = None,
+                   ctx: ServingContext | None = None) -> GateReport:
+    serve_by_variant = serve_by_variant or {}
+    ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
+    report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
+              for v, m in metrics_by_variant.items()}
     return GateReport(all(v.shippable for v in report.values()), report)
 
 
@@ -118,14 +137,16 @@ def failed_checks(report: GateReport, allowed: bool) -> list[str]:
     or of allow_fail (allowed=True) variants."""
     return [f"{variant}: {c.check} ({c.describe()})"
             for variant, v in report.variants.items() if not v.passed and v.allowed_failure == allowed
-            for c in v.checks if not c.passed]
+            for c in v.checks if not c.passed and c.group != SPECULATION]
 
 
 def conclude(report: GateReport) -> int:
     """One line per variant, a warning for allowed failures, every blocking failure named; the exit code."""
     for variant, v in report.variants.items():
-        failed = [c.check for c in v.checks if not c.passed]
-        say(f"gate {variant}: {v.label}" + (f" ({', '.join(failed)})" if failed else f" ({len(v.checks)} checks)"))
+        failed = [c.check for c in v.checks if not c.passed and c.group != SPECULATION]
+        applied = sum(1 for c in v.checks if not c.skipped)
+        say(f"gate {variant}: {v.label}" + (f" ({', '.join(failed)})" if failed else f" ({applied} checks)")
+            + _shipped_setting(v.speculation))
     allowed = failed_checks(report, allowed=True)
     if allowed:
         warn("warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "
@@ -137,20 +158,19 @@ def conclude(report: GateReport) -> int:
     return 0
 
 
+def _shipped_setting(decision: SpeculationDecision | None) -> str:
+    if decision is None:
+        return ""
+    k = decision.num_speculative_tokens
+    return f"; ships {'k=' + str(k) if k else 'without speculation'} ({decision.basis})"
+
+
 def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:
     """eval-<variant>.json files from a metrics directory (this pipeline's or another runner's)."""
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {}
-    for f in sorted(metrics_dir.glob("eval-*.json")):
-        try:
-            metrics = read_json(f)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise PipelineError(f"{f} is not valid JSON ({e})") from None
-        if not isinstance(metrics, dict):
-            raise PipelineError(f"{f} must hold a JSON object of metrics")
-        found[f.stem.removeprefix("eval-")] = metrics
+    found = {f.stem.removeprefix("eval-"): records.read_object(f) for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
         if missing:
@@ -161,9 +181,16 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     return found
 
 
-def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None) -> GateReport:
+def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str, ServeBenchRecord]:
+    """serve-<variant>.json files (the serving benchmark's records) present in a metrics directory."""
+    return {v: records.read(ServeBenchRecord, f) for v in variants
+            if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
+
+
+def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None,
+        serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
     """Gate every variant with params.yaml's thresholds (validated by load_params); allow_fail adds
-    to gates.allow_fail."""
+    to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
     from pipeline.config import gate_thresholds
 
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
@@ -171,7 +198,12 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
     unknown = [v for v in allowed if v not in known]
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
-    return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed)
+    serve_by_variant = serve_by_variant or {}
+    serving = params["serving"]
+    ctx = ServingContext(target_concurrency=serving["target_concurrency"],
+                         min_gain=serving["speculation"]["min_gain"],
+                         baseline=serve_by_variant.get(serving["baseline_variant"]))
+    return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
 
 
 def _short(v):

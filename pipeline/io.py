@@ -108,9 +108,10 @@ def read_json(path: str | os.PathLike):
     return json.loads(Path(path).read_text())
 
 
-def write_csv(path: str | os.PathLike, rows: list[dict]) -> None:
+def write_csv(path: str | os.PathLike, rows: list[dict], fieldnames: list[str] | None = None) -> None:
+    """fieldnames: the header when rows may be empty (a header-only file is still a valid plot)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    writer = csv.DictWriter(buf, fieldnames=fieldnames or list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, buf.getvalue())

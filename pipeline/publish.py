@@ -41,5 +41,7 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
     tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",
             "accepted_per_draft_token": f"{summary['accepted_per_draft_token']:.3f}",
-            "num_speculative_tokens": str(summary["num_speculative_tokens"])}
+            "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
+                                          else summary["num_speculative_tokens"]),
+            "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated"}
     return version, tags

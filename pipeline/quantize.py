@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import resource
+import shutil
 import time
 import traceback
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.recipes import VariantSpec, build_recipe, weight_group_size
+from pipeline.recipes import VariantSpec, build_recipe, is_unquantized, weight_group_size
 from pipeline.sizes import dir_size
 
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
@@ -126,6 +127,8 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     cfg: num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload (see params.yaml);
     the spec may override num_samples and max_seq_length.
     """
+    if is_unquantized(spec):
+        return copy_unquantized(model_dir, out_dir, spec)
     from llmcompressor import oneshot
     from transformers import AutoConfig, AutoTokenizer
 
@@ -167,6 +170,19 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     tokenizer.save_pretrained(out_dir)
     wall = time.perf_counter() - t0
 
+    return quantize_metrics(spec, model_dir, out_dir, device, len(kwargs.get("dataset", [])), wall, oneshot_s)
+
+
+def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
+    """The baseline variant: the target's own files, byte for byte (real copies, so the variant does not
+    change when the target directory is rebuilt)."""
+    t0 = time.perf_counter()
+    shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
+    return quantize_metrics(spec, model_dir, out_dir, "none", 0, time.perf_counter() - t0, 0.0)
+
+
+def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
+                     oneshot_s: float) -> dict:
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
         "variant": spec.name,
@@ -175,7 +191,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
         "group_size": weight_group_size(spec),
         "kv_cache": spec.kv_cache,
         "device": device,
-        "calibration_samples": len(kwargs.get("dataset", [])),
+        "calibration_samples": samples,
         "wall_time_s": round(wall, 2),
         "oneshot_time_s": round(oneshot_s, 2),
         **peak_memory(),

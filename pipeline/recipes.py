@@ -3,7 +3,8 @@
 A variant spec names an `algorithm` (awq, gptq, rtn) and a compressed-tensors preset
 `scheme`; everything else passes straight through as overrides (group size, ignore list,
 kv-cache scheme, the algorithm's own knobs, calibration sample count and length), the way
-llm-compressor's own recipes do.
+llm-compressor's own recipes do. `algorithm: none` (no scheme) is the unquantized target in its
+own dtype: the BF16 baseline every quality and speed ratio is taken against, in the same run.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ ALGORITHM_KEYS = {
     "gptq": ("actorder", "dampening_frac", "block_size"),
     "awq": ("duo_scaling", "n_grid", "offload_device"),
     "rtn": (),
+    "none": (),  # the unquantized target (the BF16 baseline variant): no recipe, no scheme
 }
 ALGORITHMS = tuple(ALGORITHM_KEYS)
 # What GPTQ 0.14 runs: weight-ordered columns ("static" is its alias) or none; the old "group"
@@ -41,7 +43,7 @@ class VariantSpec:
     """One quantize.variants entry, validated once (parse_variant) and passed as this value."""
     name: str
     algorithm: str                    # awq | gptq | rtn
-    scheme: str                       # a compressed-tensors preset, e.g. W4A16, FP8_DYNAMIC
+    scheme: str | None                # a compressed-tensors preset, e.g. W4A16, FP8_DYNAMIC; None for `none`
     group_size: int | None = None
     ignore: list[str] = field(default_factory=list)
     kv_cache: str | None = None       # fp8: calibrated FP8 KV-cache scales
@@ -55,7 +57,7 @@ def parse_variant(name: str, raw) -> VariantSpec:
     check_variant_name(name)
     validate_spec(name, raw)
     knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
-    return VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw["scheme"], group_size=raw.get("group_size"),
+    return VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
                        ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
                        num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
 
@@ -73,6 +75,11 @@ def validate_spec(name: str, spec: dict) -> None:
     if foreign:
         raise PipelineError(f"variant {name!r}: {sorted(foreign)} do not apply to algorithm {algorithm!r} "
                             f"(its keys: {list(ALGORITHM_KEYS[algorithm]) or 'none'})")
+    if algorithm == "none":
+        extra = sorted(set(spec) - {"algorithm"})
+        if extra:
+            raise PipelineError(f"variant {name!r}: algorithm 'none' is the unquantized target; {extra} do not apply")
+        return
     if spec.get("scheme") not in PRESET_SCHEMES:
         raise PipelineError(f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
                             f"(compressed-tensors presets: {', '.join(sorted(PRESET_SCHEMES))})")
@@ -100,7 +107,13 @@ def scheme_for(spec: VariantSpec):
     return scheme
 
 
+def is_unquantized(spec: VariantSpec) -> bool:
+    return spec.algorithm == "none"
+
+
 def weight_group_size(spec: VariantSpec) -> int | None:
+    if is_unquantized(spec):
+        return None
     scheme = scheme_for(spec)
     return scheme.weights.group_size if scheme.weights is not None and scheme.weights.strategy == "group" else None
 
@@ -118,6 +131,8 @@ def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
     AWQ in 0.14 is a transform (it only rescales channels), so it is followed by the
     QuantizationModifier that actually quantizes; the old single-AWQModifier form is deprecated.
     """
+    if is_unquantized(spec):
+        return []
     from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier

@@ -76,8 +76,8 @@ def _convert(value: Any, hint: Any, where: str) -> Any:
     return value
 
 
-def read(cls: type[R], path: str | Path) -> R:
-    """A record from a JSON file; a missing or malformed file is one error line naming it."""
+def read_object(path: str | Path) -> dict:
+    """A JSON object from a file; missing, malformed or not an object is one error line naming it."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -85,7 +85,14 @@ def read(cls: type[R], path: str | Path) -> R:
         raise PipelineError(f"{path} not found; run the stage that writes it (dvc repro)") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise PipelineError(f"{path} is not valid JSON ({e})") from None
-    return from_dict(cls, data, str(path))
+    if not isinstance(data, dict):
+        raise PipelineError(f"{path} must hold a JSON object")
+    return data
+
+
+def read(cls: type[R], path: str | Path) -> R:
+    """A record from a JSON file; a missing or malformed file is one error line naming it."""
+    return from_dict(cls, read_object(path), str(path))
 
 
 def write(path: str | Path, record) -> None:

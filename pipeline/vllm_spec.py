@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipeline.errors import PipelineError
+
 
 @dataclass
 class VllmMeasurement:
@@ -49,6 +51,17 @@ def unavailable_reason() -> str | None:
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed"
     return None
+
+
+def skip_reason(enabled, param: str) -> str | None:
+    """Why a GPU path (param: auto | true | false) does not run here, or None when it runs; `true`
+    without CUDA and vLLM is an error rather than a silent skip."""
+    if enabled not in (True, False, "auto"):
+        raise PipelineError(f"{param} must be auto, true or false, got {enabled!r}")
+    reason = f"disabled in params ({param})" if enabled is False else unavailable_reason()
+    if reason and enabled is True:
+        raise PipelineError(f"{param} is true but the GPU path cannot run: {reason}")
+    return reason
 
 
 def spawn_engine_if_cuda_initialized() -> None:

@@ -3,16 +3,28 @@ from pathlib import Path
 
 from pipeline import records
 from pipeline.acceptance import SpeculativeEstimate
-from pipeline.bundle import build_bundle, checkpoint_quantization, engine_args, model_card, provenance
+from pipeline.bundle import build_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.errors import PipelineError
 from pipeline.gates import GateReport
 from pipeline.io import atomic_dir, read_json
+from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
 from pipeline.served_draft import MODEL
+from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import say, stage_main
 from pipeline.vllm_spec import VllmMeasurement
 
 DRAFT = MODEL
+
+
+def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, k: int, shipped: str) -> None:
+    """The serve.yaml that ships is byte for byte the one the serving benchmark ran."""
+    if serve.skipped:
+        return
+    measured = serve_dir / f"serve-{SPECULATIVE if k else PLAIN}.yaml"
+    if not measured.is_file() or measured.read_text() != shipped:
+        raise PipelineError(f"the bundle's serve.yaml differs from {measured}, which serve_bench measured; "
+                            "re-run `dvc repro` so both come from the same params")
 
 
 @stage_main()
@@ -21,24 +33,28 @@ def main(argv: list[str]) -> None:
     p = load_params()
     spec = enabled_variant(p, variant)
     verdict = records.read(GateReport, "artifacts/gate/verdict.json").variants.get(variant)
-    if verdict is None:
+    if verdict is None or verdict.speculation is None:
         raise PipelineError(f"artifacts/gate/verdict.json has no verdict for {variant}; run the gate stage")
     if not verdict.shippable:
         raise PipelineError(f"{variant} failed its gates; it is not bundled (gates.allow_fail publishes it flagged)")
-    ev = Path("artifacts/eval") / variant
+    ev, serve_dir = Path("artifacts/eval") / variant, Path("artifacts/serve") / variant
     summary = read_json(ev / "summary.json")
     est = records.read(SpeculativeEstimate, ev / "speculative.json")
     gpu = records.read(VllmMeasurement, ev / "vllm.json")
+    serve = records.read(ServeBenchRecord, serve_dir / "record.json")
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = Path("artifacts/quantized") / variant
-    args = engine_args(spec, p["serving"], est.num_speculative_tokens, has_draft=True,
-                       quantization=checkpoint_quantization(model_dir))
-    card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu)
+    k = verdict.speculation.num_speculative_tokens
+    args = engine_args(spec, p["serving"], k, checkpoint_quantization(model_dir))
+    check_measured_config(serve_dir, serve, k, serve_yaml(args))
+    card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve)
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
-        manifest = build_bundle(tmp, variant, model_dir, DRAFT, args, card, record, verdict, summary)
+        manifest = build_bundle(tmp, variant, model_dir, DRAFT if k else None, args, card, record, verdict, summary,
+                                p["serving"].get("env") or {})
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
-        f"gates {verdict.label}, k={est.num_speculative_tokens}")
+        f"gates {verdict.label}, " + (f"speculation k={k}" if k else "no speculation")
+        + f" ({verdict.speculation.basis})")
 
 
 if __name__ == "__main__":

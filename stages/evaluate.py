@@ -4,7 +4,6 @@ from pathlib import Path
 from pipeline import acceptance, lmeval, quality, records, vllm_spec
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import read_split
-from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
 from pipeline.io import atomic_dir, write_csv, write_json
 from pipeline.loading import load_causal_lm, load_tokenizer
@@ -17,11 +16,7 @@ TARGET, DRAFT = Path("artifacts/models/target"), MODEL
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> VllmMeasurement:
     cfg = p["evaluate"]["vllm"]
-    if cfg["enabled"] not in (True, False, "auto"):
-        raise PipelineError(f"evaluate.vllm.enabled must be auto, true or false, got {cfg['enabled']!r}")
-    reason = "disabled in params (evaluate.vllm.enabled)" if cfg["enabled"] is False else vllm_spec.unavailable_reason()
-    if reason and cfg["enabled"] is True:
-        raise PipelineError(f"evaluate.vllm.enabled is true but the GPU path cannot run: {reason}")
+    reason = vllm_spec.skip_reason(cfg["enabled"], "evaluate.vllm.enabled")
     if reason:
         return VllmMeasurement(skipped=reason)
     return VllmMeasurement.from_measure(vllm_spec.measure(

@@ -1,19 +1,24 @@
 """Stage `gate`: check every variant against params.yaml thresholds; any failure fails `dvc repro`."""
 import sys
 
+from pathlib import Path
+
 from pipeline import gates, records
 from pipeline.config import load_params
-from pipeline.io import read_json, write_csv
+from pipeline.io import write_csv
+from pipeline.serve_records import ServeBenchRecord
 from pipeline.stage import stage_main
 
-EVAL_DIR = "artifacts/eval"
+EVAL_DIR, SERVE_DIR = Path("artifacts/eval"), Path("artifacts/serve")
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
-    metrics = {v: read_json(f"{EVAL_DIR}/{v}/summary.json") for v in p["quantize"]["enabled"]}
-    report = gates.run(p, metrics)
+    enabled = p["quantize"]["enabled"]
+    metrics = {v: records.read_object(EVAL_DIR / v / "summary.json") for v in enabled}
+    serve = {v: records.read(ServeBenchRecord, SERVE_DIR / v / "record.json") for v in enabled}
+    report = gates.run(p, metrics, serve_by_variant=serve)
     records.write("metrics/gates.json", report)
     records.write("artifacts/gate/verdict.json", report)
     write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),

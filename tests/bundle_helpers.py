@@ -42,6 +42,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
     from pipeline import gates, records
     from pipeline.io import read_json, write_json
+    from pipeline.serve_records import ServeBenchRecord
 
     target, draft = demo_pair
     params = tiny_params(quantize={"enabled": list(variants)}, **overrides)
@@ -63,6 +64,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         write_json(ev / "summary.json", summaries[variant])
         records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
+        records.write(root / "artifacts/serve" / variant / "record.json", ServeBenchRecord(variant, skipped="no CUDA device"))
         write_json(root / f"metrics/quantize-{variant}.json",
                    {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
     write_json(root / "metrics/models.json", {"source": "demo"})

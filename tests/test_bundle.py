@@ -11,7 +11,10 @@ import yaml
 
 from conftest import tiny_params
 from bundle_helpers import PER_POSITION, one_error_line, run_stage, speculative_estimate, stage_workspace, verify_cli
-from pipeline.bundle import SPEC_METRICS, engine_args, model_card
+from pipeline.bundle import SPEC_METRICS, model_card
+from pipeline.serve_records import ServeBenchRecord
+from pipeline.serving_config import engine_args
+from pipeline.speculation import SpeculationDecision
 from pipeline.gates import VariantVerdict
 from pipeline.recipes import parse_variant
 from pipeline.vllm_spec import VllmMeasurement
@@ -90,7 +93,7 @@ def test_model_card_is_a_runbook(workspace):
     spec = speculative_estimate()
     assert "vllm serve --config serve.yaml" in card and "engine_args.json" in card
     assert "modelprep verify" in card and "sha256sum --check" in card
-    assert f"Chosen `num_speculative_tokens`: {spec.num_speculative_tokens}" in card
+    assert f"**Shipped: the draft with `num_speculative_tokens: {spec.num_speculative_tokens}`.**" in card
     assert " / ".join(f"{a:.2f}" for a in spec.accepted_per_position) in card
     assert f"x{spec.expected_speedup:.2f}" in card
     assert "not measured in this build (no CUDA device)" in card
@@ -113,8 +116,10 @@ def test_card_shows_measured_gpu_numbers():
     card = model_card("fp8-static", parse_variant("fp8-static", {"algorithm": "rtn", "scheme": "FP8"}),
                       {"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                        "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}, spec,
-                      VariantVerdict(passed=True, allowed_failure=False), {"size_before_mb": 2, "size_after_mb": 1,
-                      "compression_ratio": 2}, {"name": "svc"}, gpu)
+                      VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
+                          spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
+                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
+                      ServeBenchRecord("fp8-static", skipped="no CUDA device"))
     assert "- speculative speedup at bs1: x1.73" in card and "- accepted per draft token: 0.810" in card
     assert "per position 0.90 / 0.75" in card and "num_drafts" not in card.split("## 4.")[1].split("## 5.")[0]
     assert "not measured" not in card
@@ -135,7 +140,7 @@ def test_failed_variant_is_not_bundled(workspace):
 
 def test_engine_args_without_draft_or_quantization():
     args = engine_args(parse_variant("v", {"algorithm": "rtn", "scheme": "FP8"}), {"name": "svc", "max_model_len": 512, "gpu_memory_utilization": 0.5,
-                                               "max_num_seqs": 4}, k=3, has_draft=False)
+                                               "max_num_seqs": 4}, k=0)
     assert "speculative_config" not in args and "quantization" not in args and "kv_cache_dtype" not in args
 
 

@@ -32,10 +32,16 @@ def test_repro_publishes_every_variant(project):
         latest = index["models"][name]["latest"]
         bundle = project / "registry" / name / latest
         assert (bundle / "model" / "config.json").is_file()
-        assert (bundle / "draft" / "config.json").is_file()
         serve = yaml.safe_load((bundle / "serve.yaml").read_text())
         assert serve["model"] == "./model"
-        assert serve["speculative-config"]["method"] == "draft_model"  # a YAML mapping (vLLM 0.25 --config)
+        # The speculative setting the gate decided ships, and nothing else: the draft with its k, or neither.
+        k = json.loads((bundle / "GATE.json").read_text())["speculation"]["num_speculative_tokens"]
+        assert (bundle / "draft" / "config.json").is_file() == bool(k)
+        if k:
+            assert serve["speculative-config"] == {"method": "draft_model", "model": "./draft",  # a YAML mapping
+                                                   "num_speculative_tokens": k}
+        else:
+            assert "speculative-config" not in serve
         assert run(["modelprep", "verify", str(bundle)], project).returncode == 0
     gates = json.loads((project / "metrics" / "gates.json").read_text())
     assert gates["passed"] is True
@@ -88,10 +94,14 @@ def test_params_invalidate_only_the_stages_that_read_them(project):
     # the variants) and the served-draft stage (which can quantize the draft with any variant's recipe;
     # with none set it copies, so nothing after it changes). Never the distillation or the fine-tune.
     stale = stale_after(project, lambda p: p["quantize"]["variants"]["gptq-w4a16"].update(dampening_frac=0.02))
-    assert stale == {"quantize@gptq-w4a16", "bundle@gptq-w4a16", "draft_quantize", "gate"}, stale
+    assert stale == {"quantize@gptq-w4a16", "serve_bench@gptq-w4a16", "bundle@gptq-w4a16", "draft_quantize", "gate"}, stale
     assert stale_after(project, lambda p: p["draft_training"].update(epochs=3)) == {"draft_finetune"}
-    assert stale_after(project, lambda p: p["serving"].update(max_num_seqs=8)) == {f"bundle@{v}" for v in
-                                                                                 tiny_params()["quantize"]["enabled"]}
+    # Serving settings change what is served: the serving benchmark measures it again, and the bundles ship it.
+    assert stale_after(project, lambda p: p["serving"].update(max_num_seqs=8)) == {
+        f"{stage}@{v}" for v in tiny_params()["quantize"]["enabled"] for stage in ("serve_bench", "bundle")}
+    # A decision threshold re-decides from the same measurements: nothing is benchmarked again.
+    assert stale_after(project, lambda p: p["serving"]["speculation"].update(min_gain=1.5)) == {
+        "gate", *(f"bundle@{v}" for v in tiny_params()["quantize"]["enabled"])}
 
 
 def test_failed_gate_fails_repro_naming_the_check(project):

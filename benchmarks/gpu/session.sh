@@ -5,12 +5,15 @@
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
 #   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
+#   session.sh serve-bench OUT V...  the pipeline's own `serve_bench` stage per variant (vllm serve + vllm bench
+#                                 serve), its records and raw load-generator output packed into OUT
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
 #   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
+SERVE_VARIANTS=(bf16 fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 # vLLM 0.25 pins compressed-tensors 0.17; llm-compressor 0.14 needs 0.19 (its checkpoints load in both).
 VLLM_PATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
@@ -31,8 +34,9 @@ case "$1" in
   install)
     (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
     mkdir -p /tmp/vllm && cat /tmp/stage/part* | xz -d | tar -C /tmp/vllm -xf -
-    pip install -q --no-index --no-deps --target /tmp/qsite .gpu/qwheels/*.whl
-    pip install -q --no-index --no-deps --target /tmp/lsite .gpu/lmwheels/*.whl
+    # llm-compressor and lm-eval wheels: only `demo`, `evaluate` and `test` need them (serve-bench does not).
+    if [ -d .gpu/qwheels ]; then pip install -q --no-index --no-deps --target /tmp/qsite .gpu/qwheels/*.whl; fi
+    if [ -d .gpu/lmwheels ]; then pip install -q --no-index --no-deps --target /tmp/lsite .gpu/lmwheels/*.whl; fi
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     # lm-eval is only needed by `demo`/`evaluate`; `test` runs without it.
     PYTHONPATH=$VLLM_PATH python -c "import importlib.util as u, vllm, compressed_tensors as c; print('vllm', vllm.__version__, 'ct', c.__version__, 'lm_eval', bool(u.find_spec('lm_eval')))" ;;
@@ -60,6 +64,18 @@ print("RESULT", v, json.dumps(res["summary"]))
 PY
     done ;;
   test) PYTHONPATH=$VLLM_PATH python -m pytest -q -s -rs -p no:cacheprovider tests/test_gpu.py ;;
+  serve-bench)
+    # The stage exactly as `dvc repro` runs it (vLLM from the offline install; nothing else is needed:
+    # serve_bench imports no llm-compressor or lm-eval). One tarball per call: OUT takes 8 files at most.
+    out=$2; shift 2; mkdir -p "$out"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    for v in "$@"; do
+      start=$(date +%s)
+      PYTHONPATH=/tmp/vllm/site:. python -m stages.serve_bench "$v" 2>&1 | tee "$out/serve-bench-$v.log" \
+        || echo "ERR serve_bench $v"
+      echo "stage_wall_s $v $(( $(date +%s) - start ))" | tee -a "$out/walls.txt"
+    done
+    tar czf "$out/serve-bench-$(echo "$@" | tr ' ' '_').tgz" metrics/serve-*.json artifacts/serve artifacts/logs/serve_bench@* ;;
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
     for v in "${VARIANTS[@]}"; do
@@ -78,6 +94,6 @@ PY
         gate --metrics-dir "$dir" 2>&1 || rc=$?
       echo "exit status: $rc"; } > "$raw/gate-on-gpu-metrics.txt"
     cat "$raw/gate-on-gpu-metrics.txt" ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | cpu-raw | gate-raw" >&2
+  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | cpu-raw | gate-raw" >&2
      exit 2 ;;
 esac

@@ -1,0 +1,68 @@
+"""What the serving benchmark records (metrics/serve-<variant>.json), as typed values: written by the
+serve_bench stage, read by the gate, the bundle and `modelprep gate --metrics-dir`."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PLAIN, SPECULATIVE = "plain", "speculative"  # the two serve.yaml configurations measured per variant
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass
+class LoadLevel:
+    """One `vllm bench serve` run at a fixed concurrency. Latencies in ms, keyed p50/p90/p99/mean."""
+    concurrency: int
+    num_prompts: int
+    completed: int
+    failed: int
+    duration_s: float
+    request_throughput: float  # requests/s
+    output_throughput: float  # output tokens/s
+    ttft_ms: dict[str, float]
+    tpot_ms: dict[str, float]
+    itl_ms: dict[str, float]
+    e2el_ms: dict[str, float]
+    accepted_per_draft_token: float | None = None  # from the vllm:spec_decode_* deltas; None without a draft
+    mean_acceptance_length: float | None = None  # tokens per target step (1 + accepted per draft)
+    accepted_per_position: list[float] | None = None
+    kv_cache_usage_max: float | None = None  # fraction of the KV cache in use, scraped during the run
+    kv_cache_usage_mean: float | None = None
+    requests_waiting_max: float | None = None
+    errors: list[str] = field(default_factory=list)  # distinct error messages of failed requests (first 5)
+
+
+@dataclass
+class ServeConfigResult:
+    """One serve.yaml (plain or with the draft) measured over the concurrency sweep."""
+    num_speculative_tokens: int  # 0: no speculative-config
+    startup_s: float  # vllm serve start until /health answered
+    levels: dict[str, LoadLevel]  # "c1", "c8", ...
+
+    def at(self, concurrency: int) -> LoadLevel | None:
+        return self.levels.get(level_key(concurrency))
+
+    @property
+    def failed_requests(self) -> int:
+        return sum(level.failed for level in self.levels.values())
+
+
+@dataclass
+class ServeBenchRecord:
+    """metrics/serve-<variant>.json: what the serving benchmark measured, or why it did not run."""
+    variant: str
+    skipped: str | None = None
+    gpu: str | None = None
+    vllm_version: str | None = None
+    date: str | None = None
+    load_generator: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    configs: dict[str, ServeConfigResult] = field(default_factory=dict)
+
+
+def level_key(concurrency: int) -> str:
+    return f"c{concurrency}"
+
+
+def level_key(concurrency: int) -> str:
+    return f"c{concurrency}"

@@ -1,0 +1,54 @@
+"""The release-gate checks: which metric each threshold reads, how it compares, and what it decides.
+
+Kept apart from the gate logic so that params.yaml can be validated by every stage without making
+every stage depend on the gate's and the serving benchmark's code.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pipeline.errors import PipelineError
+
+QUALITY, SPECULATION, SERVING = "quality", "speculation", "serving"
+
+
+@dataclass(frozen=True)
+class Check:
+    """threshold key -> the metric(s) it reads, first present wins, and the comparison."""
+    metrics: tuple[str, ...]
+    op: str  # "<=", ">=" or ">"
+    required: bool  # a gate can't pass on missing quality numbers; GPU-only metrics are skipped
+    group: str = QUALITY  # speculation checks decide whether the draft ships, not whether the variant does
+
+
+CHECKS = {
+    "max_perplexity_increase_pct": Check(("perplexity_increase_pct",), "<=", True),
+    "max_kl_divergence": Check(("kl_divergence",), "<=", True),
+    "min_top1_agreement": Check(("top1_agreement",), ">=", True),
+    # vLLM's accepted/drafted token ratio: as served under load, else from the evaluate stage's vLLM run,
+    # else the CPU estimate of it.
+    "min_accepted_per_draft_token": Check(("served_accepted_per_draft_token", "vllm_accepted_per_draft_token",
+                                           "accepted_per_draft_token"), ">=", True, SPECULATION),
+    "min_vllm_speculative_speedup": Check(("served_speculative_speedup", "vllm_speculative_speedup"), ">", False,
+                                          SPECULATION),
+    # The config that ships, measured by the serving benchmark at serving.target_concurrency.
+    "max_p99_itl_ms": Check(("p99_itl_ms",), "<=", False, SERVING),
+    "max_p99_ttft_ms": Check(("p99_ttft_ms",), "<=", False, SERVING),
+    "max_failed_requests": Check(("failed_requests",), "<=", False, SERVING),
+    # Output tokens/s at concurrency 1 over the baseline variant's plain decoding, same run.
+    "min_speedup_vs_bf16": Check(("speedup_vs_bf16",), ">=", False, SERVING),
+}
+
+
+def is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_thresholds(thresholds: dict, where: str) -> None:
+    unknown = set(thresholds) - set(CHECKS)
+    if unknown:
+        raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)}")
+    bad = {k: v for k, v in thresholds.items() if not is_number(v) or math.isnan(v)}
+    if bad:
+        raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")

@@ -1,0 +1,108 @@
+"""Stage `serve_bench@<variant>`: the variant served as it would ship, under load, with and without the draft.
+
+On a CUDA host with vLLM: `vllm serve --config serve-<config>.yaml` (the file the bundle would ship,
+rendered by the same code) from a directory laid out like the bundle, then `vllm bench serve` over
+held-out traffic at every concurrency of serve_bench.concurrency. Elsewhere the record says why it
+was skipped, and the gate falls back to the CPU estimate.
+"""
+import datetime
+import importlib.metadata
+import shutil
+import tempfile
+from pathlib import Path
+
+from pipeline import records, serve_bench, vllm_spec
+from pipeline.acceptance import SpeculativeEstimate
+from pipeline.config import enabled_variant, load_params, variant_argument
+from pipeline.data import read_split
+from pipeline.formatting import prompt_text, split_prompt_response
+from pipeline.io import atomic_dir, write_csv
+from pipeline.loading import load_tokenizer
+from pipeline.served_draft import MODEL as DRAFT
+from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord, ServeConfigResult, level_key
+from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
+from pipeline.vllm_server import serve, vllm_command
+
+
+def measure(out: Path, variant: str, k: int, p: dict) -> ServeBenchRecord:
+    import torch
+
+    cfg, serving = p["serve_bench"], p["serving"]
+    model_dir = Path("artifacts/quantized") / variant
+    tokenizer = load_tokenizer(model_dir)
+    rendered = [prompt_text(tokenizer, split_prompt_response(m)[0]) for m in read_split("artifacts/data/heldout.jsonl")]
+    add_special = rendered[0][1] if rendered else False
+    temperature = p["evaluate"]["acceptance"]["temperature"]
+    quantization = checkpoint_quantization(model_dir)
+    spec = enabled_variant(p, variant)
+    configs = {}
+    # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
+    # serve.yaml files are exactly what the bundle stage renders.
+    with tempfile.TemporaryDirectory(prefix="modelprep-serve-") as tmp:
+        serving_dir = Path(tmp)
+        (serving_dir / "model").symlink_to(model_dir.resolve())
+        (serving_dir / "draft").symlink_to(DRAFT.resolve())
+        dataset = serving_dir / "prompts.jsonl"
+        serve_bench.write_dataset(dataset, [text for text, _ in rendered])
+        bar = progress_bar(f"serve_bench {variant}", total=2 * len(cfg["concurrency"]))
+        for name, kk in ((PLAIN, 0), (SPECULATIVE, k)):
+            config = out / f"serve-{name}.yaml"
+            config.write_text(serve_yaml(engine_args(spec, serving, kk, quantization)))
+            shutil.copy(config, serving_dir / config.name)
+            # Logs outside the output directory, which is discarded when the stage fails.
+            with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{name}-server.log",
+                       cfg["startup_timeout_s"],
+                       cfg["port"], {k_: str(v) for k_, v in (serving.get("env") or {}).items()}) as server:
+                levels = {}
+                for c in cfg["concurrency"]:
+                    result = out / "raw" / f"{name}-c{c}.json"
+                    result.parent.mkdir(exist_ok=True)
+                    command = serve_bench.bench_command(
+                        vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset, c,
+                        serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
+                        warmups=cfg["warmup_requests"])
+                    levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
+                                                                             LOG_DIR / f"serve_bench@{variant}.{name}-bench.log")
+                    bar.update()
+                configs[name] = ServeConfigResult(num_speculative_tokens=kk, startup_s=server.startup_s, levels=levels)
+        bar.close()
+    version = importlib.metadata.version("vllm")
+    return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
+                            date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
+                            load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
+                            temperature=temperature, configs=configs)
+
+
+def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
+    if record.skipped:
+        return f"serve_bench {record.variant}: skipped ({record.skipped})"
+    parts = []
+    for name, config in record.configs.items():
+        level = config.at(concurrency)
+        parts.append(f"{name} {level.output_throughput:.0f} tok/s, p99 ITL {level.itl_ms['p99']:.1f} ms"
+                     + (f", {level.failed} failed" if level.failed else ""))
+    return f"serve_bench {record.variant} at concurrency {concurrency}: " + "; ".join(parts)
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    variant = variant_argument(argv, "serve_bench")
+    p = load_params()
+    enabled_variant(p, variant)
+    cfg = p["serve_bench"]
+    est = records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / "speculative.json")
+    k = est.num_speculative_tokens if cfg["num_speculative_tokens"] == "auto" else cfg["num_speculative_tokens"]
+    reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled")
+    with atomic_dir(Path("artifacts/serve") / variant) as tmp:
+        record = ServeBenchRecord(variant=variant, skipped=reason) if reason else measure(tmp, variant, k, p)
+        records.write(tmp / "record.json", record)
+    records.write(f"metrics/serve-{variant}.json", record)
+    for directory, (column, value) in serve_bench.PLOTS.items():
+        rows, header = serve_bench.plot_rows(record, column, value)
+        write_csv(f"{directory}/{variant}.csv", rows, header)
+    say(summary_line(record, min(cfg["concurrency"])))
+
+
+if __name__ == "__main__":
+    main()
