@@ -144,8 +144,9 @@ def conclude(report: GateReport) -> int:
     """One line per variant, a warning for allowed failures, every blocking failure named; the exit code."""
     for variant, v in report.variants.items():
         failed = [c.check for c in v.checks if not c.passed and c.group != SPECULATION]
-        applied = sum(1 for c in v.checks if not c.skipped)
-        say(f"gate {variant}: {v.label}" + (f" ({', '.join(failed)})" if failed else f" ({applied} checks)")
+        skipped = sum(1 for c in v.checks if c.skipped)
+        counted = f"{len(v.checks) - skipped} checks" + (f", {skipped} skipped" if skipped else "")
+        say(f"gate {variant}: {v.label}" + (f" ({', '.join(failed)})" if failed else f" ({counted})")
             + _shipped_setting(v.speculation))
     allowed = failed_checks(report, allowed=True)
     if allowed:

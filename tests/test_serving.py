@@ -6,6 +6,9 @@ test is what the pipeline decides and gates from them."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -14,6 +17,7 @@ import yaml
 from bundle_helpers import run_stage, stage_workspace
 from conftest import ROOT, run, tiny_params
 from pipeline import gates, records, serve_bench
+from pipeline.errors import PipelineError
 from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 from pipeline.speculation import decide
 
@@ -230,3 +234,45 @@ def test_benchmark_prompts_tokenize_to_the_evaluated_prompt_ids(demo_pair):
         prompt = split_prompt_response(messages)[0]
         text, add_special = prompt_text(tokenizer, prompt)
         assert tokenizer(text, add_special_tokens=add_special)["input_ids"] == prompt_ids(tokenizer, prompt)
+
+
+# ---- the real `vllm bench serve` output (benchmarks/cpu/bench_client.py: vLLM 0.25's client against a CPU
+# reference server, one run clean and one with every 3rd request answered with HTTP 500)
+
+BENCH_RAW = ROOT / "benchmarks/cpu/raw/vllm-bench-serve"
+
+
+@pytest.mark.parametrize("name", ["ok-c1", "ok-c4", "failing-c1", "failing-c4"])
+def test_parses_vllm_bench_serve_results(name):
+    raw = json.loads((BENCH_RAW / f"{name}.json").read_text())
+    lvl = serve_bench.parse_result(raw, name)
+    assert lvl.concurrency == raw["max_concurrency"] and lvl.num_prompts == raw["num_prompts"]
+    assert lvl.completed + lvl.failed == lvl.num_prompts
+    assert lvl.output_throughput == raw["output_throughput"] and lvl.itl_ms["p99"] == raw["p99_itl_ms"]
+    for latency in (lvl.ttft_ms, lvl.tpot_ms, lvl.itl_ms, lvl.e2el_ms):
+        assert latency["p50"] <= latency["p90"] <= latency["p99"]
+    assert lvl.accepted_per_draft_token is None  # no draft on that server: no spec_decode counters
+    if name.startswith("failing"):
+        # every failure is counted and its error kept; the latencies cover the successful requests only
+        assert lvl.failed == sum(1 for e in raw["errors"] if e) > 0 and lvl.errors == ["Internal Server Error"]
+    else:
+        assert lvl.failed == 0 and lvl.errors == []
+
+
+def test_a_result_without_a_percentile_is_one_error_line():
+    raw = json.loads((BENCH_RAW / "ok-c1.json").read_text())
+    del raw["p99_itl_ms"]
+    with pytest.raises(PipelineError, match=r"^x.json: `vllm bench serve` result has no 'p99_itl_ms'$"):
+        serve_bench.parse_result(raw, "x.json")
+
+
+def test_bench_command_runs_the_real_client_when_vllm_is_here(tmp_path):
+    """Live version of the above: set VLLM_BENCH_PYTHON to a Python with vLLM 0.25 (CI has none)."""
+    python = os.environ.get("VLLM_BENCH_PYTHON")
+    if not python:
+        pytest.skip("VLLM_BENCH_PYTHON is not set: vLLM's client is not installed here (CI never has it)")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks/cpu/bench_client.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=600, env={**os.environ, "VLLM_BENCH_PYTHON": python})
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["ok-c4"]["failed"] == 0 and summary["failing-c4"]["failed"] == 3
