@@ -8,3 +8,8 @@ python -m pip install -q --upgrade pip
 # 2.13.0 is the CPU build on local disk; installing it first keeps pip from pulling CUDA wheels.
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[dev]"
+# promtool checks and unit-tests the bundles' Prometheus rules (tests/test_handoff.py). Debian's package, where
+# this runs as root with apt (CI does); elsewhere those tests skip and say why.
+if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi

@@ -85,19 +85,22 @@ def serving_rows(serve: ServeBenchRecord) -> list[dict]:
 
 
 def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
-               quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord) -> str:
-    """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2."""
+               quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
+               alerts=None) -> str:
+    """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2. tiers, alerts: the handoff
+    kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one."""
     return _template().render(
         variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
-        decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve),
+        decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS])
 
 
-def build_bundle(out: Path, variant: str, model_dir: Path, draft_dir: Path | None, args: dict, card: str,
-                 provenance_record: dict, verdict: VariantVerdict, summary: dict, env: dict) -> dict:
-    """draft_dir None: the bundle ships without a draft (no speculative-config)."""
+def build_bundle(out: Path, model_dir: Path, draft_dir: Path | None, args: dict, provenance_record: dict,
+                 verdict: VariantVerdict, summary: dict, env: dict) -> None:
+    """The model, the draft (None: the bundle ships without one, no speculative-config) and the configs;
+    the card and the manifest come last (they describe everything else)."""
     # Real copies, not hard links: a bundle must not change when its sources do.
     shutil.copytree(model_dir, out / "model")
     if draft_dir is not None:
@@ -106,8 +109,11 @@ def build_bundle(out: Path, variant: str, model_dir: Path, draft_dir: Path | Non
         atomic_write_text(out / "serve.env", serve_env(env))
     atomic_write_text(out / "serve.yaml", serve_yaml(args))
     write_json(out / "engine_args.json", args)
-    atomic_write_text(out / "README.md", card)
     write_json(out / PROVENANCE, provenance_record)
     write_json(out / GATE, dataclasses.asdict(verdict))  # publish re-checks it against the current gate run
     write_json(out / EVAL, summary)
+
+
+def finish_bundle(out: Path, variant: str, card: str) -> dict:
+    atomic_write_text(out / "README.md", card)
     return write_manifest(out, {"variant": variant})

@@ -7,6 +7,7 @@ version is a YAML float, rather than after hours of quantization and training.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import yaml
@@ -14,8 +15,9 @@ import yaml
 from pipeline.errors import PipelineError
 
 PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # Kubernetes object and namespace names
 SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
-            "serving", "serve_bench", "publish")
+            "serving", "serve_bench", "deploy", "monitoring", "publish")
 
 
 def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True) -> dict:
@@ -112,6 +114,53 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
                                             and not isinstance(v, bool) for k, v in env.items()):
         raise PipelineError(f"{path}: serving.env must map environment variable names to strings, got {env!r}")
     check_serve_bench(_section(params, "serve_bench", path), serving, path)
+    check_handoff(params, serving, path)
+
+
+def check_handoff(params: dict, serving: dict, path: Path) -> None:
+    """Serving tiers, deployment manifests and monitoring: the bundle stage's inputs, checked up front."""
+    from pipeline.tiers import parse_tiers, select
+
+    deploy = _section(params, "deploy", path)
+    try:
+        select(parse_tiers(serving), deploy.get("tiers"))
+        check_deploy(deploy)
+        check_monitoring(_section(params, "monitoring", path))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+
+
+def check_deploy(deploy: dict) -> None:
+    """deploy section of params.yaml: one line naming the bad key (checked before any stage works)."""
+    image = deploy.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise PipelineError(f"deploy.image must name a container image (e.g. vllm/vllm-openai:v0.25.0), got {image!r}")
+    for key in ("namespace", "models_claim"):
+        if not isinstance(deploy.get(key), str) or not DNS_LABEL.match(deploy[key]):
+            raise PipelineError(f"deploy.{key} must be a Kubernetes name (lowercase letters, digits, '-'), "
+                                f"got {deploy.get(key)!r}")
+    for key in ("port", "startup_seconds_default", "warmup_prompts"):
+        v = deploy.get(key)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise PipelineError(f"deploy.{key} must be a positive integer, got {v!r}")
+    margin = deploy.get("startup_margin")
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < 1:
+        raise PipelineError(f"deploy.startup_margin must be a number >= 1, got {margin!r}")
+    for key in ("cpu", "memory", "shm_size"):
+        if not isinstance(deploy.get(key), str) or not deploy[key]:
+            raise PipelineError(f"deploy.{key} must be a Kubernetes quantity string (e.g. '8', '32Gi'), "
+                                f"got {deploy.get(key)!r}")
+    root = deploy.get("bundle_root")
+    if not isinstance(root, str) or not root.startswith("/") or ".." in root.split("/"):
+        raise PipelineError(f"deploy.bundle_root must be an absolute path in the container, got {root!r}")
+
+
+def check_monitoring(cfg: dict) -> None:
+    for key, lo, hi in (("kv_cache_usage_max", 0.0, 1.0), ("acceptance_warning_fraction", 0.0, 1.0),
+                        ("latency_margin", 1.0, 100.0)):
+        v = cfg.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not lo < v <= hi:
+            raise PipelineError(f"monitoring.{key} must be a number in ({lo}, {hi}], got {v!r}")
 
 
 def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:

@@ -20,6 +20,9 @@ def engine_args(variant_spec: VariantSpec, serving: dict, k: int | None, quantiz
     """Arguments for vllm.LLM(...) relative to the bundle directory; k None or 0: no speculative decoding."""
     args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
             "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"]}
+    for key in ("tensor_parallel_size", "max_num_batched_tokens", "enable_chunked_prefill"):  # tiers set these
+        if serving.get(key) is not None:
+            args[key] = serving[key]
     if quantization:
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
     if variant_spec.kv_cache == "fp8":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
+from pipeline.tiers import Tier
 
 MEASURED, ESTIMATED = "measured", "estimated"
 
@@ -101,3 +102,19 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
     if mine is not None and theirs is not None and theirs.output_throughput:
         out["speedup_vs_bf16"] = mine.output_throughput / theirs.output_throughput
     return out
+
+
+def tier_speculation(tier: Tier, shipped_k: int, shipped_concurrency: int, serve: ServeBenchRecord | None,
+                     min_gain: float) -> tuple[int, str]:
+    """(num_speculative_tokens, why) for a tier. shipped_k: the gate's decision (0: the bundle has no draft)."""
+    if not shipped_k:
+        return 0, "the bundle ships no draft"
+    if tier.speculation == "off":
+        return 0, f"off for this tier (serving.tiers.{tier.name}.speculation)"
+    if tier.concurrency == shipped_concurrency:
+        return shipped_k, "the gate's decision at this concurrency"
+    if measured_pair(serve, tier.concurrency) is not None:
+        d = decide({}, serve, tier.concurrency, min_gain)
+        return d.num_speculative_tokens, d.reason
+    return 0, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
+               "shown to pay")

@@ -3,11 +3,15 @@ from pathlib import Path
 
 from pipeline import records
 from pipeline.acceptance import SpeculativeEstimate
-from pipeline.bundle import build_bundle, model_card, provenance
+from pipeline.bundle import build_bundle, finish_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
+from pipeline.data import read_split
 from pipeline.errors import PipelineError
+from pipeline.formatting import prompt_text, split_prompt_response
 from pipeline.gates import GateReport
+from pipeline.handoff import write_handoff
 from pipeline.io import atomic_dir, read_json
+from pipeline.loading import load_tokenizer
 from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
 from pipeline.served_draft import MODEL
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
@@ -45,13 +49,18 @@ def main(argv: list[str]) -> None:
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = Path("artifacts/quantized") / variant
     k = verdict.speculation.num_speculative_tokens
-    args = engine_args(spec, p["serving"], k, checkpoint_quantization(model_dir))
+    quantization = checkpoint_quantization(model_dir)
+    args = engine_args(spec, p["serving"], k, quantization)
     check_measured_config(serve_dir, serve, k, serve_yaml(args))
-    card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve)
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
+    tokenizer = load_tokenizer(model_dir)
+    warm = [prompt_text(tokenizer, split_prompt_response(m)[0])
+            for m in read_split("artifacts/data/heldout.jsonl")[: p["deploy"]["warmup_prompts"]]]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
-        manifest = build_bundle(tmp, variant, model_dir, DRAFT if k else None, args, card, record, verdict, summary,
-                                p["serving"].get("env") or {})
+        build_bundle(tmp, model_dir, DRAFT if k else None, args, record, verdict, summary, p["serving"].get("env") or {})
+        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
+        card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts)
+        manifest = finish_bundle(tmp, variant, card)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
         f"gates {verdict.label}, " + (f"speculation k={k}" if k else "no speculation")
         + f" ({verdict.speculation.basis})")

@@ -5,6 +5,7 @@ chosen num_speculative_tokens are computed by the pipeline's own code from them.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -41,6 +42,7 @@ def speculative_estimate():
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
     from pipeline import gates, records
+    from pipeline.formatting import row_to_messages
     from pipeline.io import read_json, write_json
     from pipeline.serve_records import ServeBenchRecord
 
@@ -68,6 +70,10 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         write_json(root / f"metrics/quantize-{variant}.json",
                    {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
     write_json(root / "metrics/models.json", {"source": "demo"})
+    heldout = root / "artifacts/data/heldout.jsonl"  # the demo traffic's first conversations (warm-up prompts)
+    heldout.parent.mkdir(parents=True, exist_ok=True)
+    rows = (ROOT / "data/demo/traffic.jsonl").read_text().splitlines()[:12]
+    heldout.write_text("".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in rows))
     records.write(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
     return root
 

@@ -20,7 +20,7 @@ def test_unknown_variant_is_one_line(stage, tmp_path):
     r = run([sys.executable, "-m", f"stages.{stage}", "int3-magic"], proj)
     assert r.returncode == 2
     assert r.stderr.strip() == ("error: unknown variant 'int3-magic'; known variants: "
-                                "awq-w4a16, fp8-dynamic, fp8-static, gptq-w4a16")
+                                "awq-w4a16, bf16, fp8-dynamic, fp8-static, gptq-w4a16")
 
 
 @pytest.mark.parametrize("stage", ["quantize", "evaluate", "bundle"])

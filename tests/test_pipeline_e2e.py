@@ -67,6 +67,16 @@ def test_metrics_are_committed_the_dvc_way(project):
     assert r.returncode == 0 and "failed to load" not in r.stderr, r.stderr
 
 
+def test_dvc_plots_draw_the_serving_curves_per_variant(project):
+    """`dvc plots show` renders every declared plot; without a GPU the serving curves are empty, not errors."""
+    r = run(["dvc", "plots", "show", "--json"], project)
+    assert r.returncode == 0, r.stderr
+    shown = json.loads(r.stdout)
+    assert not shown.get("errors"), shown.get("errors")
+    for variant in tiny_params()["quantize"]["enabled"]:
+        assert f"plots/serve_itl/{variant}.csv" in shown["data"] and f"plots/serve_throughput/{variant}.csv" in shown["data"]
+
+
 def test_second_repro_is_a_noop(project):
     r = run(["dvc", "repro"], project)
     assert r.returncode == 0

@@ -25,7 +25,8 @@ from pipeline.recipes import parse_variant, scheme_for
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
-VARIANTS = PARAMS["quantize"]["variants"]
+# The quantized variants (bf16, `algorithm: none`, is the unquantized baseline: tested on its own below).
+VARIANTS = {k: v for k, v in PARAMS["quantize"]["variants"].items() if v["algorithm"] != "none"}
 # compressed-tensors checkpoint format per weight type: INT4 packs 8 values per int32, FP8 stores float8.
 FORMATS = {"int": "pack-quantized", "float": "float-quantized"}
 METRIC_KEYS = {"wall_time_s", "peak_memory_mb", "size_before_mb", "size_after_mb", "compression_ratio"}
@@ -58,6 +59,21 @@ def baseline(demo_pair):
 def quantize(model_dir: Path, out: Path, name: str, raw_spec: dict, texts: list[str], cfg: dict) -> dict:
     """The quantize stage's path: the params entry parsed into a VariantSpec, then quantize_model."""
     return quantize_model(model_dir, out, parse_variant(name, raw_spec), texts, cfg)
+
+
+def test_baseline_variant_is_the_target_byte_for_byte(demo_pair, tmp_path):
+    import hashlib
+
+    raw = PARAMS["quantize"]["variants"]["bf16"]
+    metrics = quantize(demo_pair[0], tmp_path / "bf16", "bf16", raw, [], CALIBRATION)
+
+    def digests(d: Path) -> dict:
+        return {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in d.rglob("*") if p.is_file()}
+    assert digests(tmp_path / "bf16") == digests(demo_pair[0])
+    assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
+    assert metrics["compression_ratio"] == 1.0 and metrics["calibration_samples"] == 0 and metrics["scheme"] is None
+    with pytest.raises(PipelineError, match="algorithm 'none' is the unquantized target"):
+        parse_variant("bf16", {"algorithm": "none", "group_size": 128})
 
 
 def quantization_config(out: Path) -> dict:

@@ -7,8 +7,8 @@ and the parser of that file are exercised by the real client on this machine.
 
 The config file names the model directory and the served name (`model`, `served-model-name`, as in
 serve.yaml); `fail-every: N` answers every Nth completion request with HTTP 500, so that failed
-requests can be seen in the client's result. Endpoints: /health, /v1/models, /v1/completions (SSE
-stream with usage). Requests are served one at a time.
+requests can be seen in the client's result. Endpoints: /health, /v1/models, /v1/completions (an SSE
+stream with usage when asked to stream, else one JSON answer). Requests are served one at a time.
 """
 from __future__ import annotations
 
@@ -65,22 +65,28 @@ def main(argv: list[str]) -> None:
             if failing:
                 return self._json(500, {"error": "injected failure (fail-every)"})
             ids = tokenizer(body["prompt"], add_special_tokens=body.get("add_special_tokens", True))["input_ids"]
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            produced = 0
+            stream = bool(body.get("stream"))
+            if stream:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+            produced = []
             with lock, torch.no_grad():  # one request at a time: a CPU reference, not a server to measure
                 out = model(input_ids=torch.tensor([ids]), use_cache=True)
                 for _ in range(int(body.get("max_tokens") or 16)):
                     token = int(out.logits[0, -1].argmax())
-                    produced += 1
-                    self._chunk({"choices": [{"index": 0, "text": tokenizer.decode([token]), "finish_reason": None}]})
+                    produced.append(token)
+                    if stream:
+                        self._chunk({"choices": [{"index": 0, "text": tokenizer.decode([token]), "finish_reason": None}]})
                     if token == tokenizer.eos_token_id:
                         break
                     out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
-            self._chunk({"choices": [], "usage": {"prompt_tokens": len(ids), "completion_tokens": produced,
-                                                  "total_tokens": len(ids) + produced}})
+            usage = {"prompt_tokens": len(ids), "completion_tokens": len(produced), "total_tokens": len(ids) + len(produced)}
+            if not stream:
+                return self._json(200, {"object": "text_completion", "usage": usage,
+                                        "choices": [{"index": 0, "text": tokenizer.decode(produced), "finish_reason": "stop"}]})
+            self._chunk({"choices": [], "usage": usage})
             self._chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
 

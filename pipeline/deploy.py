@@ -1,0 +1,91 @@
+"""Kubernetes manifests for a bundle: a Deployment and a Service per serving tier, in deploy/<tier>.yaml.
+
+The container runs the stock vLLM OpenAI server with `--config serve-<tier>.yaml` from the bundle's
+directory on a read-only models volume: the file the bundle ships (and serve_bench measured for the
+default tier) is the configuration, not a copy of it in container args. GPUs come from the tier's
+tensor parallelism, /dev/shm is a memory-backed volume (vLLM's workers share tensors through it), the
+startup probe's budget is the measured engine start times a margin, and readiness waits for the
+warm-up (deploy/warmup.py, started by the postStart hook) as well as /health.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+import yaml
+
+from pipeline.tiers import Tier
+
+WARM_MARKER = "/tmp/modelprep-warm"
+PROBE_PERIOD_S = 10
+
+
+def object_name(serving_name: str, variant: str, tier: str) -> str:
+    """A DNS-1123 label for the Deployment and Service (at most 63 characters)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"{serving_name}-{variant}-{tier}".lower()).strip("-")
+    return name[:63].rstrip("-")
+
+
+def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
+    """How long the startup probe lets the engine load: the measured start times the margin, else the default."""
+    if measured_startup_s is None:
+        return int(deploy["startup_seconds_default"])
+    return max(60, int(math.ceil(measured_startup_s * deploy["startup_margin"])))
+
+
+def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path: str, startup_s: int,
+              annotations: dict[str, str]) -> str:
+    """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream."""
+    name = object_name(serving["name"], variant, tier.name)
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
+              "modelprep/variant": variant, "modelprep/tier": tier.name}
+    port = deploy["port"]
+    env = [{"name": k, "value": str(v)} for k, v in sorted((serving.get("env") or {}).items())]
+    warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
+                             "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
+    container = {
+        "name": "vllm",
+        "image": deploy["image"],
+        "workingDir": bundle_path,  # serve.yaml's paths (./model, ./draft) are relative to the bundle
+        "command": ["vllm", "serve"],
+        "args": ["--config", tier.serve_file, "--host", "0.0.0.0", "--port", str(port)],
+        "env": env + [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": port}],
+        "resources": {"requests": {"cpu": deploy["cpu"], "memory": deploy["memory"], "nvidia.com/gpu": tier.gpus},
+                      "limits": {"memory": deploy["memory"], "nvidia.com/gpu": tier.gpus}},
+        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+                         "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
+                          "timeoutSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {"exec": {"command": warm}, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
+        "lifecycle": {"postStart": {"exec": {"command": [
+            "/bin/sh", "-c",
+            f"nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model {serving['name']} "
+            f"--port {port} --marker {WARM_MARKER} > /tmp/modelprep-warmup.log 2>&1 &"]}}},
+        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
+                         {"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
+            "template": {
+                "metadata": {"labels": dict(labels), "annotations": {"prometheus.io/scrape": "true",
+                                                               "prometheus.io/port": str(port),
+                                                               "prometheus.io/path": "/metrics", **annotations}},
+                "spec": {"containers": [container], "terminationGracePeriodSeconds": 60,
+                         "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": deploy["models_claim"],
+                                                                                  "readOnly": True}},
+                                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy["shm_size"]}}]},
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "spec": {"selector": {"app.kubernetes.io/name": name},
+                 "ports": [{"name": "http", "port": port, "targetPort": "http"}]},
+    }
+    return yaml.safe_dump_all([deployment, service], sort_keys=False)

@@ -1,0 +1,98 @@
+"""The handoff kit a bundle carries besides its model: serving tiers (serve-<tier>.yaml), Kubernetes
+manifests and the warm-up (deploy/), Prometheus rules, their unit test and a Grafana dashboard
+(monitoring/). Everything is rendered from the same values the bundle ships and was gated on."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import deploy, monitoring, warmup
+from pipeline.gates import VariantVerdict
+from pipeline.io import atomic_write_text
+from pipeline.recipes import VariantSpec
+from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
+from pipeline.serving_config import engine_args, serve_yaml
+from pipeline.speculation import tier_speculation
+from pipeline.tiers import DEFAULT, parse_tiers, select
+
+RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
+
+
+@dataclass
+class TierPlan:
+    """What one tier ships: its speculation and why, and the files that describe it."""
+    name: str
+    num_speculative_tokens: int
+    why: str
+    concurrency: int
+    gpus: int
+    serve_file: str
+    manifest: str | None  # deploy/<tier>.yaml, when deploy.tiers includes it
+
+
+def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
+                 target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
+    k = verdict.speculation.num_speculative_tokens if verdict.speculation else 0
+    acceptance = next((c for c in verdict.checks if c.check == "min_accepted_per_draft_token" and c.value is not None),
+                      None)
+    config = serve.configs.get(SPECULATIVE if k else PLAIN) if not serve.skipped else None
+    level = config.at(target_concurrency) if config else None
+    margin = cfg["latency_margin"]
+    if level is not None:
+        ttft, itl = level.ttft_ms["p99"] * margin / 1000, level.itl_ms["p99"] * margin / 1000
+        source = (f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}")
+    else:  # the thresholds this variant's latency gates were checked against (recorded in its verdict)
+        gate = {c.check: c.threshold / 1000 for c in verdict.checks if c.check in ("max_p99_ttft_ms", "max_p99_itl_ms")}
+        ttft, itl = gate.get("max_p99_ttft_ms"), gate.get("max_p99_itl_ms")
+        source = "the latency gates' thresholds (no serving benchmark in this build)"
+    return monitoring.AlertLevels(
+        served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
+        acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k else None,
+        ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
+        kv_cache_usage_max=cfg["kv_cache_usage_max"], warning_fraction=cfg["acceptance_warning_fraction"])
+
+
+def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
+                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]]
+                  ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`."""
+    serving, deploy_cfg = params["serving"], params["deploy"]
+    shipped = verdict.speculation
+    tiers = parse_tiers(serving)
+    deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
+    bundle_path = f"{deploy_cfg['bundle_root'].rstrip('/')}/{serving['name']}-{variant}"
+    startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
+    startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
+    plans = []
+    (out / "deploy").mkdir(exist_ok=True)
+    for tier in tiers:
+        k, why = tier_speculation(tier, shipped.num_speculative_tokens, serving["target_concurrency"], serve,
+                                  serving["speculation"]["min_gain"])
+        if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
+            atomic_write_text(out / tier.serve_file,
+                              serve_yaml(engine_args(spec, {**serving, **tier.engine}, k, quantization)))
+        manifest = None
+        if tier.name in deployed:
+            manifest = f"deploy/{tier.name}.yaml"
+            sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
+            atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
+                                                               {"modelprep/serve-config-sha256": sha}))
+        plans.append(TierPlan(tier.name, k, why, tier.concurrency, tier.gpus, tier.serve_file, manifest))
+    shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
+    atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
+        json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
+        for text, special in warmup_prompts[: deploy_cfg["warmup_prompts"]]))
+
+    levels = alert_levels(serving["name"], verdict, cost_ratio, serve, serving["target_concurrency"],
+                          params["monitoring"])
+    (out / "monitoring").mkdir(exist_ok=True)
+    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving['name']}-{variant}"))
+    test = monitoring.rules_unit_test(levels, Path(RULES).name)
+    if test:
+        atomic_write_text(out / RULES_TEST, test)
+    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving['name']} {variant}",
+                                                                 f"modelprep-{serving['name']}-{variant}"[:40]))
+    return plans, levels

@@ -1,0 +1,147 @@
+"""Prometheus rules and a Grafana dashboard for a bundle, with the bundle's own numbers (monitoring/).
+
+Metric names are those vLLM 0.25 exports (vllm/v1/metrics/loggers.py, label `model_name` = the served
+name); counters carry prometheus_client's `_total` suffix and histograms `_bucket`. Thresholds come from
+this build: the acceptance it was evaluated at (served under load when measured), the draft/target cost
+ratio below which speculation is slower than plain decoding, and the serving benchmark's p99 TTFT and ITL
+at the target concurrency times `monitoring.latency_margin` (the latency gates' thresholds where nothing
+was measured). The queue-time alert uses the TTFT bound, since time in the queue is part of TTFT.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import yaml
+
+
+ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
+KV_CACHE = "vllm:kv_cache_usage_perc"
+TTFT, ITL, QUEUE = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds"
+GENERATED = "vllm:generation_tokens_total"
+# Recording rules (level:metric:operations).
+ACCEPTANCE_RATIO = "model_name:vllm_spec_decode_acceptance:ratio_rate5m"
+P99 = {TTFT: "model_name:vllm_time_to_first_token_seconds:p99_5m", ITL: "model_name:vllm_inter_token_latency_seconds:p99_5m",
+       QUEUE: "model_name:vllm_request_queue_time_seconds:p99_5m"}
+
+
+@dataclass
+class AlertLevels:
+    """The numbers the alerts compare against, and where each came from."""
+    served_name: str
+    acceptance: float | None  # accepted per draft token the bundle was evaluated at; None: no speculation
+    acceptance_source: str
+    cost_ratio: float | None  # below this accepted/drafted ratio speculation is slower than plain decoding
+    ttft_p99_s: float | None
+    itl_p99_s: float | None
+    latency_source: str
+    kv_cache_usage_max: float
+    warning_fraction: float
+
+
+def _selector(name: str) -> str:
+    return '{model_name="%s"}' % name.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def rules(levels: AlertLevels, group: str) -> dict:
+    """A Prometheus rule file (`promtool check rules` format): recording rules, then alerts."""
+    sel = _selector(levels.served_name)
+    recording = [{"record": P99[m], "expr": f"histogram_quantile(0.99, sum by (model_name, le) "
+                                             f"(rate({m}_bucket{sel}[5m])))"} for m in (TTFT, ITL, QUEUE)]
+    alerts = [{"alert": "VllmKvCacheNearlyFull",
+               "expr": f"max by (model_name) ({KV_CACHE}{sel}) > {levels.kv_cache_usage_max}", "for": "5m",
+               "labels": {"severity": "warning"},
+               "annotations": {"summary": f"KV cache above {levels.kv_cache_usage_max:.0%} on {{{{ $labels.model_name }}}}",
+                               "description": "Requests will queue or be preempted; add replicas or lower max_num_seqs."}}]
+    if levels.acceptance is not None:
+        recording.insert(0, {"record": ACCEPTANCE_RATIO,
+                             "expr": f"sum by (model_name) (rate({ACCEPTED}{sel}[5m])) / "
+                                     f"sum by (model_name) (rate({DRAFTED}{sel}[5m]))"})
+        warn_at = levels.acceptance * levels.warning_fraction
+        alerts.append({"alert": "SpeculativeAcceptanceLow", "expr": f"{ACCEPTANCE_RATIO}{sel} < {warn_at:.4g}",
+                       "for": "15m", "labels": {"severity": "warning"},
+                       "annotations": {"summary": f"Accepted/drafted tokens below {warn_at:.3f} "
+                                                  f"({levels.warning_fraction:.0%} of the evaluated {levels.acceptance:.3f})",
+                                       "description": f"Evaluated at {levels.acceptance:.3f} ({levels.acceptance_source}); "
+                                                      "traffic may have drifted from the draft's training domain."}})
+        if levels.cost_ratio is not None:
+            alerts.append({"alert": "SpeculationSlowerThanPlainDecoding",
+                           "expr": f"{ACCEPTANCE_RATIO}{sel} < {levels.cost_ratio:.4g}", "for": "15m",
+                           "labels": {"severity": "critical"},
+                           "annotations": {"summary": "Speculative decoding is slower than plain decoding",
+                                           "description": f"Accepted/drafted below the draft/target cost ratio "
+                                                          f"{levels.cost_ratio:.3f}: lower num_speculative_tokens or "
+                                                          "remove speculative-config (roll back to a plain bundle)."}})
+    for metric, bound, what in ((TTFT, levels.ttft_p99_s, "time to first token"),
+                                (ITL, levels.itl_p99_s, "inter-token latency"),
+                                (QUEUE, levels.ttft_p99_s, "queue time")):
+        if bound is None:
+            continue
+        alerts.append({"alert": f"Vllm{''.join(w.title() for w in what.split()).replace('-', '')}P99High",
+                       "expr": f"{P99[metric]}{sel} > {bound:.4g}", "for": "10m", "labels": {"severity": "warning"},
+                       "annotations": {"summary": f"p99 {what} above {bound * 1000:.1f} ms",
+                                       "description": f"Bound: {levels.latency_source}."}})
+    return {"groups": [{"name": f"{group}.recording", "interval": "30s", "rules": recording},
+                       {"name": f"{group}.alerts", "rules": alerts}]}
+
+
+def rules_yaml(levels: AlertLevels, group: str) -> str:
+    return yaml.safe_dump(rules(levels, group), sort_keys=False, width=200)
+
+
+def rules_unit_test(levels: AlertLevels, rule_file: str) -> str | None:
+    """A `promtool test rules` file that feeds the acceptance rules synthetic counters: at 50% of the warning
+    level the warning fires, at the evaluated acceptance nothing does. None when no speculation ships."""
+    if levels.acceptance is None:
+        return None
+    sel = _selector(levels.served_name)
+    drafted_per_min = 1000
+
+    def series(ratio: float) -> list[dict]:
+        accepted = int(round(drafted_per_min * ratio))
+        return [{"series": f"{DRAFTED}{sel}", "values": f"0+{drafted_per_min}x40"},
+                {"series": f"{ACCEPTED}{sel}", "values": f"0+{accepted}x40"}]
+
+    annotations = {r["alert"]: r["annotations"] for g in rules(levels, "")["groups"] for r in g["rules"] if "alert" in r}
+
+    def fired(alert: str, severity: str) -> list[dict]:
+        return [{"exp_labels": {"severity": severity, "model_name": levels.served_name},
+                 "exp_annotations": annotations[alert]}]
+
+    low = levels.acceptance * levels.warning_fraction * 0.5
+    critical = levels.cost_ratio is not None and low < levels.cost_ratio
+    tests = [{"interval": "1m", "input_series": series(low), "alert_rule_test": [
+                 {"eval_time": "30m", "alertname": "SpeculativeAcceptanceLow",
+                  "exp_alerts": fired("SpeculativeAcceptanceLow", "warning")},
+                 {"eval_time": "30m", "alertname": "SpeculationSlowerThanPlainDecoding",
+                  "exp_alerts": fired("SpeculationSlowerThanPlainDecoding", "critical") if critical else []}]},
+             {"interval": "1m", "input_series": series(levels.acceptance), "alert_rule_test": [
+                 {"eval_time": "30m", "alertname": "SpeculativeAcceptanceLow", "exp_alerts": []}]}]
+    return yaml.safe_dump({"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+
+
+def dashboard_json(levels: AlertLevels, title: str, uid: str) -> str:
+    """A Grafana dashboard built with grafana-foundation-sdk (models generated from Grafana's schema)."""
+    from grafana_foundation_sdk.builders import dashboard, prometheus, timeseries
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+    sel = _selector(levels.served_name)
+    source = DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+    def panel(name: str, expr: str, unit: str, legend: str = "{{model_name}}"):
+        return (timeseries.Panel().title(name).unit(unit).datasource(source).height(8).span(12)
+                .with_target(prometheus.Dataquery().expr(expr).legend_format(legend)))
+
+    board = (dashboard.Dashboard(title).uid(uid).tags(["vllm", "modelprep"]).refresh("30s").time("now-6h", "now")
+             .with_variable(dashboard.DatasourceVariable("datasource").type("prometheus").label("Prometheus")))
+    if levels.acceptance is not None:
+        board = board.with_panel(panel(f"Accepted / drafted tokens (evaluated {levels.acceptance:.3f})",
+                                       f"{ACCEPTANCE_RATIO}{sel}", "percentunit"))
+    board = (board.with_panel(panel("KV cache usage", f"max by (model_name) ({KV_CACHE}{sel})", "percentunit"))
+             .with_panel(panel("p99 time to first token", f"{P99[TTFT]}{sel}", "s"))
+             .with_panel(panel("p99 inter-token latency", f"{P99[ITL]}{sel}", "s"))
+             .with_panel(panel("p99 queue time", f"{P99[QUEUE]}{sel}", "s"))
+             .with_panel(panel("Generated tokens/s", f"sum by (model_name) (rate({GENERATED}{sel}[5m]))", "short")))
+    return json.dumps(board.build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"

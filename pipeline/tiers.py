@@ -1,0 +1,92 @@
+"""Serving tiers: named variations of the serving settings (latency-first, throughput-first, multi-GPU),
+each rendered into every bundle as its own `serve-<tier>.yaml` and Kubernetes manifest.
+
+The `default` tier is `serving` itself (the bundle's `serve.yaml`, what serve_bench measured). A tier
+overrides engine settings and says at which concurrency it will run; its speculation follows the
+measurement at that concurrency, never a guess: the gate's decision where the tier runs at the target
+concurrency, a serving-benchmark decision where the sweep measured the tier's concurrency, and no
+speculation where nothing says it pays there.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from pipeline.errors import PipelineError
+
+DEFAULT = "default"
+# Engine settings a tier may override (vLLM engine args of the same names).
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "tensor_parallel_size")
+TIER_KEYS = {*ENGINE_KEYS, "gpus", "concurrency", "speculation"}
+SPECULATION = ("auto", "off")
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # part of Kubernetes object names
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    engine: dict = field(default_factory=dict)  # overrides of the serving section's engine settings
+    gpus: int = 1  # GPUs a replica requests; tensor_parallel_size must fit in them
+    concurrency: int = 1  # the load it is sized for: where its speculative setting is decided
+    speculation: str = "auto"  # auto: what was measured (or estimated) to pay at that concurrency; off
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return int(self.engine.get("tensor_parallel_size", 1))
+
+    @property
+    def serve_file(self) -> str:
+        return "serve.yaml" if self.name == DEFAULT else f"serve-{self.name}.yaml"
+
+
+def parse_tiers(serving: dict) -> list[Tier]:
+    """The default tier and serving.tiers, validated; one error line naming the bad key."""
+    default_engine = {k: serving[k] for k in ("tensor_parallel_size",) if serving.get(k) is not None}
+    tp = int(default_engine.get("tensor_parallel_size", 1))
+    tiers = [Tier(DEFAULT, default_engine, gpus=tp, concurrency=serving["target_concurrency"])]
+    raw = serving.get("tiers") or {}
+    if not isinstance(raw, dict):
+        raise PipelineError("serving.tiers must map tier names to settings")
+    for name, spec in raw.items():
+        where = f"serving.tiers.{name}"
+        if not isinstance(name, str) or not NAME.match(name) or name == DEFAULT:
+            raise PipelineError(f"serving.tiers: invalid tier name {name!r} (lowercase letters, digits and '-', "
+                                f"at most 32; {DEFAULT!r} is the serving section itself)")
+        if not isinstance(spec, dict):
+            raise PipelineError(f"{where} must be a mapping of settings")
+        unknown = sorted(set(spec) - TIER_KEYS)
+        if unknown:
+            raise PipelineError(f"{where}: unknown settings {unknown}; known: {sorted(TIER_KEYS)}")
+        for key in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size", "gpus", "concurrency"):
+            if key in spec and not _positive_int(spec[key]):
+                raise PipelineError(f"{where}.{key} must be a positive integer, got {spec[key]!r}")
+        if "enable_chunked_prefill" in spec and not isinstance(spec["enable_chunked_prefill"], bool):
+            raise PipelineError(f"{where}.enable_chunked_prefill must be true or false")
+        speculation = spec.get("speculation", "auto")
+        if speculation not in SPECULATION:
+            raise PipelineError(f"{where}.speculation must be one of {list(SPECULATION)}, got {speculation!r}")
+        engine = {k: spec[k] for k in ENGINE_KEYS if k in spec}
+        tp = int(engine.get("tensor_parallel_size", 1))
+        gpus = spec.get("gpus", tp)
+        if tp > gpus:
+            raise PipelineError(f"{where}: tensor_parallel_size {tp} exceeds the {gpus} GPUs the tier declares (gpus)")
+        concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving["max_num_seqs"]))
+        tiers.append(Tier(name, engine, gpus, concurrency, speculation))
+    return tiers
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def select(tiers: list[Tier], wanted) -> list[Tier]:
+    """deploy.tiers: `all`, or a list of tier names (an unknown one is an error)."""
+    if wanted == "all":
+        return tiers
+    known = {t.name for t in tiers}
+    if not isinstance(wanted, list) or not wanted:
+        raise PipelineError(f"deploy.tiers must be `all` or a non-empty list of tiers, got {wanted!r}")
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise PipelineError(f"deploy.tiers names unknown tiers {unknown}; known: {sorted(known)}")
+    return [t for t in tiers if t.name in wanted]
