@@ -86,12 +86,13 @@ def serving_rows(serve: ServeBenchRecord) -> list[dict]:
 
 def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
-               alerts=None) -> str:
+               alerts=None, deploy: dict | None = None, bundle_path: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2. tiers, alerts: the handoff
     kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one."""
     return _template().render(
         variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
+        deploy=deploy or {}, bundle_path=bundle_path,
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS])

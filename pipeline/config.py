@@ -110,9 +110,13 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
     if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain > 0:
         raise PipelineError(f"{path}: serving.speculation.min_gain must be a positive number, got {gain!r}")
     env = serving.get("env") or {}
+    # Values end up in serve.env (`env $(cat serve.env) vllm serve`), Kubernetes env and the benchmark's server:
+    # no whitespace, quotes or shell metacharacters that one of them would split or expand.
+    value = re.compile(r"^[A-Za-z0-9_.,:=/@+%-]*$")
     if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
-                                            and not isinstance(v, bool) for k, v in env.items()):
-        raise PipelineError(f"{path}: serving.env must map environment variable names to strings, got {env!r}")
+                                            and not isinstance(v, bool) and value.match(str(v)) for k, v in env.items()):
+        raise PipelineError(f"{path}: serving.env must map environment variable names to plain values (letters, "
+                            f"digits and _.,:=/@+%-), got {env!r}")
     check_serve_bench(_section(params, "serve_bench", path), serving, path)
     check_handoff(params, serving, path)
 
@@ -139,6 +143,8 @@ def check_deploy(deploy: dict) -> None:
         if not isinstance(deploy.get(key), str) or not DNS_LABEL.match(deploy[key]):
             raise PipelineError(f"deploy.{key} must be a Kubernetes name (lowercase letters, digits, '-'), "
                                 f"got {deploy.get(key)!r}")
+    if not isinstance(deploy.get("warmup_from_traffic"), bool):
+        raise PipelineError(f"deploy.warmup_from_traffic must be true or false, got {deploy.get('warmup_from_traffic')!r}")
     for key in ("port", "startup_seconds_default", "warmup_prompts"):
         v = deploy.get(key)
         if not isinstance(v, int) or isinstance(v, bool) or v <= 0:

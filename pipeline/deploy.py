@@ -9,6 +9,7 @@ warm-up (deploy/warmup.py, started by the postStart hook) as well as /health.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 
@@ -17,13 +18,20 @@ import yaml
 from pipeline.tiers import Tier
 
 WARM_MARKER = "/tmp/modelprep-warm"
+WARMUP_ALLOWANCE_S = 600  # added to the startup budget for the rollout deadline
 PROBE_PERIOD_S = 10
 
 
-def object_name(serving_name: str, variant: str, tier: str) -> str:
-    """A DNS-1123 label for the Deployment and Service (at most 63 characters)."""
-    name = re.sub(r"[^a-z0-9-]+", "-", f"{serving_name}-{variant}-{tier}".lower()).strip("-")
-    return name[:63].rstrip("-")
+def object_name(serving_name: str, variant: str, tier: str, limit: int = 63) -> str:
+    """A DNS-1035 label for the Deployment and Service: lowercase, starts with a letter, at most `limit`
+    characters. Characters Kubernetes refuses are folded to '-', so a short hash of the exact
+    (name, variant, tier) keeps two bundles or tiers from ever sharing an object name."""
+    exact = f"{serving_name}\0{variant}\0{tier}"
+    digest = hashlib.sha256(exact.encode()).hexdigest()[:8]
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{serving_name}-{variant}-{tier}".lower()).strip("-")
+    if not base[:1].isalpha():
+        base = f"m-{base}"
+    return f"{base[: limit - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
@@ -35,7 +43,8 @@ def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
 
 def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path: str, startup_s: int,
               annotations: dict[str, str]) -> str:
-    """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream."""
+    """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream. bundle_path: where the bundle
+    lies in the container, under deploy.bundle_root (the models volume's mount)."""
     name = object_name(serving["name"], variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
               "modelprep/variant": variant, "modelprep/tier": tier.name}
@@ -61,8 +70,9 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
         "lifecycle": {"postStart": {"exec": {"command": [
             "/bin/sh", "-c",
             f"nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model {serving['name']} "
-            f"--port {port} --marker {WARM_MARKER} > /tmp/modelprep-warmup.log 2>&1 &"]}}},
-        "volumeMounts": [{"name": "models", "mountPath": "/models", "readOnly": True},
+            # its output goes to the container's own log (kubectl logs), not a file nobody reads
+            f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &"]}}},
+        "volumeMounts": [{"name": "models", "mountPath": deploy["bundle_root"], "readOnly": True},
                          {"name": "shm", "mountPath": "/dev/shm"}],
     }
     deployment = {
@@ -70,12 +80,17 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
         "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
         "spec": {
             "replicas": 1,
+            # A rollout waits for the engine to load and warm up; the default 600 s deadline is often shorter.
+            "progressDeadlineSeconds": startup_s + WARMUP_ALLOWANCE_S,
+            # Replace pods in place: a surge pod would need a spare GPU the node usually does not have.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": {"prometheus.io/scrape": "true",
                                                                "prometheus.io/port": str(port),
                                                                "prometheus.io/path": "/metrics", **annotations}},
                 "spec": {"containers": [container], "terminationGracePeriodSeconds": 60,
+                         "automountServiceAccountToken": False,  # the server never talks to the Kubernetes API
                          "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": deploy["models_claim"],
                                                                                   "readOnly": True}},
                                      {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy["shm_size"]}}]},

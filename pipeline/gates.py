@@ -115,7 +115,8 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
                        for c in check_variant(metrics, thresholds, SPECULATION)]
     metrics |= speculation.shipped_metrics(serve, ctx.baseline, decision.num_speculative_tokens,
                                            ctx.target_concurrency)
-    not_served = serve.skipped if serve is not None and serve.skipped else "no serving benchmark"
+    not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
+                  else "no serving benchmark of the baseline variant on the same GPU and vLLM")
     checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
               + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}"))
     passed = all(c.passed for c in checks if c.group != SPECULATION)

@@ -21,6 +21,25 @@ from pipeline.tiers import DEFAULT, parse_tiers, select
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
 
 
+# Prompts the warm-up sends unless deploy.warmup_from_traffic: neutral text, so that no user traffic is copied
+# into bundles that get published (registries, the Hub). They exercise the same engine paths (prefill, decode,
+# the draft); held-out traffic would only match the domain's lengths more closely.
+GENERIC_PROMPTS = [
+    "Summarize the main steps to reset a password.",
+    "Explain what a service level objective is in two sentences.",
+    "List three ways to reduce the latency of a web request.",
+    "Write a short, polite reply confirming that an issue was fixed.",
+    "What information should a good bug report contain?",
+    "Describe how to roll back a software deployment.",
+    "Give a one-paragraph overview of how caching works.",
+    "How do I check which version of an application is installed?",
+]
+
+
+def bundle_location(deploy_cfg: dict, served_name: str, variant: str) -> str:
+    return f"{deploy_cfg['bundle_root'].rstrip('/')}/{served_name}-{variant}"
+
+
 @dataclass
 class TierPlan:
     """What one tier ships: its speculation and why, and the files that describe it."""
@@ -63,7 +82,7 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
     shipped = verdict.speculation
     tiers = parse_tiers(serving)
     deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
-    bundle_path = f"{deploy_cfg['bundle_root'].rstrip('/')}/{serving['name']}-{variant}"
+    bundle_path = bundle_location(deploy_cfg, serving["name"], variant)
     startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
     startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
     plans = []
@@ -73,7 +92,7 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
                                   serving["speculation"]["min_gain"])
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file,
-                              serve_yaml(engine_args(spec, {**serving, **tier.engine}, k, quantization)))
+                              serve_yaml(engine_args(spec, serving, k, quantization, tier.engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
@@ -94,5 +113,5 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
     if test:
         atomic_write_text(out / RULES_TEST, test)
     atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving['name']} {variant}",
-                                                                 f"modelprep-{serving['name']}-{variant}"[:40]))
+                                                                 deploy.object_name(serving["name"], variant, "dash", 40)))
     return plans, levels

@@ -20,6 +20,15 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 TTFT, ITL, QUEUE = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds"
 GENERATED = "vllm:generation_tokens_total"
+# Histogram bucket bounds vLLM 0.25 uses (loggers.py). histogram_quantile interpolates inside a bucket, so a
+# threshold inside one compares against an estimate, not a measurement: thresholds are raised to the next bound
+# (and queue time, whose first bucket ends at 0.3 s, is never alerted on below it).
+BUCKETS = {
+    TTFT: [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+           80.0, 160.0, 640.0, 2560.0],
+    ITL: [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0],
+    QUEUE: [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0],
+}
 # Recording rules (level:metric:operations).
 ACCEPTANCE_RATIO = "model_name:vllm_spec_decode_acceptance:ratio_rate5m"
 P99 = {TTFT: "model_name:vllm_time_to_first_token_seconds:p99_5m", ITL: "model_name:vllm_inter_token_latency_seconds:p99_5m",
@@ -38,6 +47,11 @@ class AlertLevels:
     latency_source: str
     kv_cache_usage_max: float
     warning_fraction: float
+
+
+def bucket_bound(metric: str, seconds: float) -> float:
+    """The smallest bucket bound of the metric's histogram at or above `seconds` (the largest past the last)."""
+    return next((b for b in BUCKETS[metric] if b >= seconds - 1e-12), BUCKETS[metric][-1])
 
 
 def _selector(name: str) -> str:
@@ -65,7 +79,9 @@ def rules(levels: AlertLevels, group: str) -> dict:
                                                   f"({levels.warning_fraction:.0%} of the evaluated {levels.acceptance:.3f})",
                                        "description": f"Evaluated at {levels.acceptance:.3f} ({levels.acceptance_source}); "
                                                       "traffic may have drifted from the draft's training domain."}})
-        if levels.cost_ratio is not None:
+        # Only where the evaluated acceptance is above the break-even ratio: otherwise the alert would fire on a
+        # deployment behaving exactly as evaluated (speculation then shipped because it was measured to pay).
+        if levels.cost_ratio is not None and levels.acceptance > levels.cost_ratio:
             alerts.append({"alert": "SpeculationSlowerThanPlainDecoding",
                            "expr": f"{ACCEPTANCE_RATIO}{sel} < {levels.cost_ratio:.4g}", "for": "15m",
                            "labels": {"severity": "critical"},
@@ -73,15 +89,17 @@ def rules(levels: AlertLevels, group: str) -> dict:
                                            "description": f"Accepted/drafted below the draft/target cost ratio "
                                                           f"{levels.cost_ratio:.3f}: lower num_speculative_tokens or "
                                                           "remove speculative-config (roll back to a plain bundle)."}})
-    for metric, bound, what in ((TTFT, levels.ttft_p99_s, "time to first token"),
-                                (ITL, levels.itl_p99_s, "inter-token latency"),
-                                (QUEUE, levels.ttft_p99_s, "queue time")):
-        if bound is None:
+    for metric, measured, what in ((TTFT, levels.ttft_p99_s, "time to first token"),
+                                   (ITL, levels.itl_p99_s, "inter-token latency"),
+                                   (QUEUE, levels.ttft_p99_s, "queue time")):
+        if measured is None:
             continue
+        bound = bucket_bound(metric, measured)
         alerts.append({"alert": f"Vllm{''.join(w.title() for w in what.split()).replace('-', '')}P99High",
                        "expr": f"{P99[metric]}{sel} > {bound:.4g}", "for": "10m", "labels": {"severity": "warning"},
                        "annotations": {"summary": f"p99 {what} above {bound * 1000:.1f} ms",
-                                       "description": f"Bound: {levels.latency_source}."}})
+                                       "description": f"{measured * 1000:.1f} ms from {levels.latency_source}, "
+                                                      "raised to the histogram's next bucket bound."}})
     return {"groups": [{"name": f"{group}.recording", "interval": "30s", "rules": recording},
                        {"name": f"{group}.alerts", "rules": alerts}]}
 
@@ -110,14 +128,15 @@ def rules_unit_test(levels: AlertLevels, rule_file: str) -> str | None:
                  "exp_annotations": annotations[alert]}]
 
     low = levels.acceptance * levels.warning_fraction * 0.5
-    critical = levels.cost_ratio is not None and low < levels.cost_ratio
+    critical = "SpeculationSlowerThanPlainDecoding" in annotations and low < levels.cost_ratio
     tests = [{"interval": "1m", "input_series": series(low), "alert_rule_test": [
                  {"eval_time": "30m", "alertname": "SpeculativeAcceptanceLow",
                   "exp_alerts": fired("SpeculativeAcceptanceLow", "warning")},
                  {"eval_time": "30m", "alertname": "SpeculationSlowerThanPlainDecoding",
                   "exp_alerts": fired("SpeculationSlowerThanPlainDecoding", "critical") if critical else []}]},
              {"interval": "1m", "input_series": series(levels.acceptance), "alert_rule_test": [
-                 {"eval_time": "30m", "alertname": "SpeculativeAcceptanceLow", "exp_alerts": []}]}]
+                 {"eval_time": "30m", "alertname": name, "exp_alerts": []}
+                 for name in ("SpeculativeAcceptanceLow", "SpeculationSlowerThanPlainDecoding")]}]
     return yaml.safe_dump({"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 from pipeline.serve_records import PERCENTILES, PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord
-from pipeline.vllm_server import log_tail
+from pipeline.vllm_server import failure
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # Counters and gauges read from /metrics (names as vLLM 0.25 exports them, vllm/v1/metrics/loggers.py).
@@ -140,7 +140,7 @@ def run_level(command: list[str], base_url: str, result: Path, log: Path) -> Loa
         except subprocess.TimeoutExpired:
             raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}") from None
     if proc.returncode != 0 or not result.is_file():
-        raise PipelineError(f"`vllm bench serve` failed (exit {proc.returncode}); last lines of {log}:\n{log_tail(log)}")
+        raise failure(f"`vllm bench serve` failed (exit {proc.returncode})", log)
     return sampler.apply(parse_result(json.loads(result.read_text()), str(result)))
 
 

@@ -62,7 +62,3 @@ class ServeBenchRecord:
 
 def level_key(concurrency: int) -> str:
     return f"c{concurrency}"
-
-
-def level_key(concurrency: int) -> str:
-    return f"c{concurrency}"

@@ -16,13 +16,13 @@ def checkpoint_quantization(model_dir: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def engine_args(variant_spec: VariantSpec, serving: dict, k: int | None, quantization: str | None = None) -> dict:
-    """Arguments for vllm.LLM(...) relative to the bundle directory; k None or 0: no speculative decoding."""
+def engine_args(variant_spec: VariantSpec, serving: dict, k: int | None, quantization: str | None = None,
+                tier_engine: dict | None = None) -> dict:
+    """Arguments for vllm.LLM(...) relative to the bundle directory; k None or 0: no speculative decoding.
+    tier_engine: a serving tier's engine overrides (pipeline/tiers.py ENGINE_KEYS)."""
     args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
             "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"]}
-    for key in ("tensor_parallel_size", "max_num_batched_tokens", "enable_chunked_prefill"):  # tiers set these
-        if serving.get(key) is not None:
-            args[key] = serving[key]
+    args.update(tier_engine or {})
     if quantization:
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
     if variant_spec.kv_cache == "fp8":

@@ -85,19 +85,22 @@ def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int) -> dic
 
 def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, k: int,
                     concurrency: int) -> dict:
-    """Latency, throughput and failures of the config that ships, for the serving checks; the speedup
-    against the baseline variant's plain decoding at concurrency 1 (same run, same GPU)."""
+    """Latency, throughput and failed requests (over its whole sweep) of the config that ships, for the serving
+    checks; the speedup against the baseline variant's plain decoding at concurrency 1, only when both were
+    measured on the same GPU model with the same vLLM."""
     if serve is None or serve.skipped:
         return {}
     config = serve.configs.get(SPECULATIVE if k else PLAIN)
     if config is None:
         return {}
-    out: dict = {"failed_requests": sum(c.failed_requests for c in serve.configs.values())}
+    out: dict = {"failed_requests": config.failed_requests}
     level = config.at(concurrency)
     if level is not None:
         out |= {"p99_itl_ms": level.itl_ms["p99"], "p99_ttft_ms": level.ttft_ms["p99"],
                 "served_output_tokens_per_s": level.output_throughput}
-    base = baseline.configs.get(PLAIN) if baseline is not None and not baseline.skipped else None
+    comparable = (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
+                  and baseline.vllm_version == serve.vllm_version)  # a ratio across GPUs or vLLMs means nothing
+    base = baseline.configs.get(PLAIN) if comparable else None
     mine, theirs = config.at(1), base.at(1) if base else None
     if mine is not None and theirs is not None and theirs.output_throughput:
         out["speedup_vs_bf16"] = mine.output_throughput / theirs.output_throughput
@@ -115,6 +118,6 @@ def tier_speculation(tier: Tier, shipped_k: int, shipped_concurrency: int, serve
         return shipped_k, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency) is not None:
         d = decide({}, serve, tier.concurrency, min_gain)
-        return d.num_speculative_tokens, d.reason
+        return d.num_speculative_tokens, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
     return 0, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
                "shown to pay")

@@ -41,9 +41,7 @@ class Tier:
 
 def parse_tiers(serving: dict) -> list[Tier]:
     """The default tier and serving.tiers, validated; one error line naming the bad key."""
-    default_engine = {k: serving[k] for k in ("tensor_parallel_size",) if serving.get(k) is not None}
-    tp = int(default_engine.get("tensor_parallel_size", 1))
-    tiers = [Tier(DEFAULT, default_engine, gpus=tp, concurrency=serving["target_concurrency"])]
+    tiers = [Tier(DEFAULT, {}, gpus=1, concurrency=serving["target_concurrency"])]
     raw = serving.get("tiers") or {}
     if not isinstance(raw, dict):
         raise PipelineError("serving.tiers must map tier names to settings")
@@ -60,8 +58,9 @@ def parse_tiers(serving: dict) -> list[Tier]:
         for key in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size", "gpus", "concurrency"):
             if key in spec and not _positive_int(spec[key]):
                 raise PipelineError(f"{where}.{key} must be a positive integer, got {spec[key]!r}")
-        if "enable_chunked_prefill" in spec and not isinstance(spec["enable_chunked_prefill"], bool):
-            raise PipelineError(f"{where}.enable_chunked_prefill must be true or false")
+        if "enable_chunked_prefill" in spec and spec["enable_chunked_prefill"] is not True:
+            # vLLM's --config drops false flags, so false would silently keep its default (on): refuse it
+            raise PipelineError(f"{where}.enable_chunked_prefill can only be true (leave it out for vLLM's default)")
         speculation = spec.get("speculation", "auto")
         if speculation not in SPECULATION:
             raise PipelineError(f"{where}.speculation must be one of {list(SPECULATION)}, got {speculation!r}")

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -57,6 +58,32 @@ def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except FileNotFoundError:
         return "(no server log)"
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def failure(what: str, log_path: Path) -> PipelineError:
+    """One error line (what happened, the log's last line, where the log is); the log's last lines go to
+    stderr, which is the stage's log file while a stage runs."""
+    tail = log_tail(log_path)
+    print(f"{what}; last lines of {log_path}:\n{tail}", file=sys.stderr, flush=True)
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+    return PipelineError(f"{what}: {last[:300]} (log: {log_path})")
+
+
+@contextlib.contextmanager
+def stop_on_termination():
+    """SIGTERM and SIGHUP (a cancelled `dvc repro`, a CI timeout, a closed session) end Python without unwinding,
+    which would leave the server, in its own session, holding the GPU: raise instead, so `finally` stops it."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def http_status(url: str, timeout: float = 2.0) -> int | None:
@@ -120,6 +147,11 @@ def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, pre
     """
     command = command or vllm_command()
     port = pick_port(preferred_port)
+    with stop_on_termination():
+        yield from _serve(command, config, cwd, log_path, startup_timeout_s, port, env)
+
+
+def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
     for attempt in range(1, PORT_ATTEMPTS + 1):
         handle = _start(command, config, cwd, log_path, port, env)
         try:
@@ -127,8 +159,8 @@ def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, pre
         except _PortTaken:
             stop_process_group(handle.proc)
             if attempt == PORT_ATTEMPTS:
-                raise PipelineError(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries "
-                                    f"(last {port}); server log: {log_path}") from None
+                raise failure(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})",
+                              log_path) from None
             port = pick_port(None)
             continue
         except BaseException:
@@ -159,16 +191,15 @@ def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
     while True:
         code = handle.proc.poll()
         if code is not None:
-            tail = log_tail(handle.log_path)
-            if ADDRESS_IN_USE in tail.lower():
+            # Only our HTTP port: vLLM's internal ports (ZMQ, distributed init) failing is another error.
+            if any(ADDRESS_IN_USE in line.lower() and str(handle.port) in line
+                   for line in log_tail(handle.log_path).splitlines()):
                 raise _PortTaken()
-            raise PipelineError(f"vllm serve exited with status {code} before it was ready; last lines of "
-                                f"{handle.log_path}:\n{tail}")
+            raise failure(f"vllm serve exited with status {code} before it was ready", handle.log_path)
         if http_status(f"{handle.base_url}/health") == 200:
             handle.startup_s = time.monotonic() - t0
             return
         if time.monotonic() - t0 > timeout_s:
-            raise PipelineError(f"vllm serve did not answer /health within {timeout_s:.0f} s "
-                                f"(serve_bench.startup_timeout_s); it was stopped. Last lines of "
-                                f"{handle.log_path}:\n{log_tail(handle.log_path)}")
+            raise failure(f"vllm serve did not answer /health within {timeout_s:.0f} s "
+                          "(serve_bench.startup_timeout_s) and was stopped", handle.log_path)
         time.sleep(1.0)

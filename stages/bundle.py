@@ -9,7 +9,7 @@ from pipeline.data import read_split
 from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_text, split_prompt_response
 from pipeline.gates import GateReport
-from pipeline.handoff import write_handoff
+from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.io import atomic_dir, read_json
 from pipeline.loading import load_tokenizer
 from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
@@ -54,12 +54,16 @@ def main(argv: list[str]) -> None:
     check_measured_config(serve_dir, serve, k, serve_yaml(args))
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
-    warm = [prompt_text(tokenizer, split_prompt_response(m)[0])
-            for m in read_split("artifacts/data/heldout.jsonl")[: p["deploy"]["warmup_prompts"]]]
+    n = p["deploy"]["warmup_prompts"]
+    prompts = ([split_prompt_response(m)[0] for m in read_split("artifacts/data/heldout.jsonl")[:n]]
+               if p["deploy"]["warmup_from_traffic"] else
+               [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
+    warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
         build_bundle(tmp, model_dir, DRAFT if k else None, args, record, verdict, summary, p["serving"].get("env") or {})
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
-        card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts)
+        card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
+                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant))
         manifest = finish_bundle(tmp, variant, card)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
         f"gates {verdict.label}, " + (f"speculation k={k}" if k else "no speculation")

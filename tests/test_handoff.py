@@ -16,6 +16,7 @@ from conftest import ROOT, tiny_params
 from pipeline import records
 from pipeline.config import validate
 from pipeline.errors import PipelineError
+from pipeline.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 V = "fp8-dynamic"
@@ -79,7 +80,7 @@ def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
     warn_at = summary["accepted_per_draft_token"] * tiny_params()["monitoring"]["acceptance_warning_fraction"]
     assert alerts["SpeculativeAcceptanceLow"]["expr"].endswith(f"< {warn_at:.4g}")
     # no serving benchmark: the latency alerts fall back to the latency gates' thresholds
-    itl = tiny_params()["gates"]["thresholds"]["max_p99_itl_ms"] / 1000
+    itl = bucket_bound(ITL, tiny_params()["gates"]["thresholds"]["max_p99_itl_ms"] / 1000)
     assert alerts["VllmInterTokenLatencyP99High"]["expr"].endswith(f"> {itl:.4g}")
 
 
@@ -139,8 +140,11 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     rules = yaml.safe_load((b / "monitoring/rules.yaml").read_text())
     alerts = {r["alert"]: r["expr"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     margin = p["monitoring"]["latency_margin"]
-    assert alerts["VllmInterTokenLatencyP99High"].endswith(f"> {8.0 * margin / 1000:.4g}")  # shipped: speculative
-    assert alerts["VllmTimeToFirstTokenP99High"].endswith(f"> {30.0 * margin / 1000:.4g}")
+    # the shipped (speculative) config's p99 x margin, raised to the next bound of vLLM's histogram buckets
+    itl_bound, ttft_bound = bucket_bound(ITL, 8.0 * margin / 1000), bucket_bound(TTFT, 30.0 * margin / 1000)
+    assert 8.0 * margin / 1000 <= itl_bound and alerts["VllmInterTokenLatencyP99High"].endswith(f"> {itl_bound:.4g}")
+    assert alerts["VllmTimeToFirstTokenP99High"].endswith(f"> {ttft_bound:.4g}")
+    assert alerts["VllmQueueTimeP99High"].endswith("> 0.3")  # never inside the queue histogram's first bucket
     assert "speculative-config" not in yaml.safe_load((b / "serve-throughput.yaml").read_text())  # x0.9 at 64
     assert "measured x0.90" in (b / "README.md").read_text()
 
