@@ -7,9 +7,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-import yaml
-from transformers import TrainerCallback
+# Under `-n auto` two workers share the 2 cores and each starts stage processes: one math thread per process
+# keeps them from oversubscribing the cores (the tiny models gain nothing from a second one). Set before torch loads.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach for a hub
