@@ -86,6 +86,17 @@ def cmd_gate(args) -> int:
     return gates.conclude(report)
 
 
+def cmd_profile(args) -> int:
+    """Write a profile's values (profiles/<name>.yaml, or a .yaml path) over params.yaml; `dvc repro` then
+    re-runs what they change. The GPU demo profile: `modelprep profile gpu`."""
+    from pipeline.profiles import apply_profile
+
+    changed = apply_profile(args.profile, Path(args.params))
+    print(f"{args.params}: {len(changed)} params set from profile {args.profile}"
+          + (f" ({', '.join(changed)})" if changed else " (already applied)"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelprep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -113,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--allow-fail", action="append", default=[], metavar="VARIANT",
                       help="do not fail on this variant's gates (it is flagged in its card)")
     gate.set_defaults(func=cmd_gate)
+    profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
+                             description=cmd_profile.__doc__)
+    profile.add_argument("profile", help="profile name under profiles/ (gpu) or a .yaml overlay path")
+    profile.add_argument("--params", default="params.yaml", help="params file to update")
+    profile.set_defaults(func=cmd_profile)
     return parser
 
 

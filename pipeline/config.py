@@ -95,12 +95,37 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     serving = _section(params, "serving", path)
     _check_wrapped(check_name, serving.get("name"), "serving.name", path)
     check_serving(params, serving, variants, path)
+    check_gpu_knobs(params, path)
     version = _section(params, "publish", path).get("version")
     if not isinstance(version, str):
         raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+def check_gpu_knobs(params: dict, path: Path) -> None:
+    """The knobs the GPU demo profile turns: generic corpus, distillation engine, evaluate's vLLM path."""
+    corpus = _section(params, "demo", path).get("general_corpus", "synthetic")
+    if corpus not in ("synthetic", "python-docs"):
+        raise PipelineError(f"{path}: demo.general_corpus must be synthetic or python-docs, got {corpus!r}")
+    training = _section(params, "draft_training", path)
+    if training.get("generator", "auto") not in ("auto", "transformers", "vllm"):
+        raise PipelineError(f"{path}: draft_training.generator must be auto, transformers or vllm, "
+                            f"got {training.get('generator')!r}")
+    engine = training.get("vllm") or {}
+    util = engine.get("gpu_memory_utilization", 0.5)
+    if not isinstance(util, (int, float)) or isinstance(util, bool) or not 0 < util <= 1:
+        raise PipelineError(f"{path}: draft_training.vllm.gpu_memory_utilization must be in (0, 1], got {util!r}")
+    vllm = _section(params, "evaluate.vllm", path)
+    sizes = vllm.get("throughput_batch_sizes", [])
+    if not isinstance(sizes, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes):
+        raise PipelineError(f"{path}: evaluate.vllm.throughput_batch_sizes must be a list of positive integers, "
+                            f"got {sizes!r}")
+    for key, value in (("evaluate.vllm.enforce_eager", vllm.get("enforce_eager", False)),
+                       ("draft_training.vllm.enforce_eager", engine.get("enforce_eager", True))):
+        if not isinstance(value, bool):
+            raise PipelineError(f"{path}: {key} must be true or false, got {value!r}")
 
 
 def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> None:

@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import torch
 
+from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_ids, split_prompt_response
 from pipeline.io import atomic_write_text
-from pipeline.stage import progress
+from pipeline.stage import progress, say
 
 IGNORE_INDEX = -100  # label value the causal-LM loss skips: prompt tokens and padding
+GENERATORS = ("auto", "transformers", "vllm")
+# generate(prompts, temperature, seed) -> one response per prompt, cut after the first EOS
+Generate = Callable[[list[list[int]], float, int], list[list[int]]]
 
 
 def pad_id(tokenizer) -> int:
@@ -43,18 +48,60 @@ def generate_batched(model, tokenizer, prompts: list[list[int]], max_new_tokens:
     return outs
 
 
-def build_distillation_set(target, tokenizer, conversations: list[list[dict]], cfg: dict,
+def transformers_generate(model, tokenizer, max_new_tokens: int, batch_size: int) -> Generate:
+    return lambda prompts, temperature, seed: generate_batched(model, tokenizer, prompts, max_new_tokens, batch_size,
+                                                               temperature, seed)
+
+
+def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,
+                  engine: dict) -> Generate:
+    """Generation through vLLM's offline engine (one engine for every call); as served, so a 1B
+    target answers thousands of prompts in seconds rather than transformers' minutes."""
+    from vllm import LLM, SamplingParams
+
+    from pipeline.vllm_spec import spawn_engine_if_cuda_initialized
+
+    spawn_engine_if_cuda_initialized()
+    llm = LLM(model=str(Path(model_dir).resolve()), max_model_len=max_model_len, seed=0,
+              gpu_memory_utilization=engine["gpu_memory_utilization"], enforce_eager=engine["enforce_eager"])
+
+    def generate(prompts: list[list[int]], temperature: float, seed: int) -> list[list[int]]:
+        params = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        responses = []
+        for o in outs:
+            ids = list(o.outputs[0].token_ids)
+            # A response that stopped at EOS ends with it, as generate_batched's do (the draft learns to stop).
+            if o.outputs[0].finish_reason == "stop" and eos_token_id is not None and ids[-1:] != [eos_token_id]:
+                ids.append(eos_token_id)
+            responses.append(ids)
+        return responses
+    return generate
+
+
+def resolve_generator(setting) -> str:
+    """`auto`: vLLM where CUDA and vLLM are present, else transformers; `vllm` without them is an error."""
+    from pipeline.vllm_spec import unavailable_reason
+
+    if setting not in GENERATORS:
+        raise PipelineError(f"draft_training.generator must be one of {list(GENERATORS)}, got {setting!r}")
+    if setting == "transformers":
+        return setting
+    reason = unavailable_reason()
+    if reason and setting == "vllm":
+        raise PipelineError(f"draft_training.generator is vllm but vLLM cannot run here: {reason}")
+    return "transformers" if reason else "vllm"
+
+
+def build_distillation_set(generate: Generate, tokenizer, conversations: list[list[dict]], cfg: dict,
                            sampled: bool = True) -> list[dict]:
     """Examples {input_ids, labels}, the prompt masked out of the loss: the target's greedy answer to
     each prompt, cfg.sampled_responses sampled answers (when `sampled`), and the original answer
     when cfg.include_original_responses."""
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in conversations]
-    gen = dict(max_new_tokens=cfg["max_new_tokens"], batch_size=cfg["generation_batch_size"])
-    responses = generate_batched(target, tokenizer, prompts, **gen)
-    pairs = list(zip(prompts, responses))
+    pairs = list(zip(prompts, generate(prompts, 0.0, cfg["seed"])))
     for s in range(cfg["sampled_responses"] if sampled else 0):
-        pairs += zip(prompts, generate_batched(target, tokenizer, prompts, temperature=cfg["temperature"],
-                                               seed=cfg["seed"] + s + 1, **gen))
+        pairs += zip(prompts, generate(prompts, cfg["temperature"], cfg["seed"] + s + 1))
     if cfg["include_original_responses"]:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         pairs += [(p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)

@@ -3,7 +3,8 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.data import read_split
-from pipeline.distill import build_distillation_set, write_examples
+from pipeline.distill import (build_distillation_set, resolve_generator, transformers_generate, vllm_generate,
+                              write_examples)
 from pipeline.io import atomic_dir
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.stage import say, stage_main
@@ -13,16 +14,24 @@ TARGET, DATA, OUT = Path("artifacts/models/target"), Path("artifacts/data"), Pat
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    cfg = load_params()["draft_training"]
+    p = load_params()
+    cfg = p["draft_training"]
+    generator = resolve_generator(cfg["generator"])
     train_convs = read_split(DATA / "draft_train.jsonl")
     eval_convs = read_split(DATA / "heldout.jsonl")[: cfg["eval_prompts"]]
-    target, tokenizer = load_causal_lm(TARGET), load_tokenizer(TARGET)
-    train = build_distillation_set(target, tokenizer, train_convs, cfg)
-    evals = build_distillation_set(target, tokenizer, eval_convs, cfg, sampled=False)
+    tokenizer = load_tokenizer(TARGET)
+    if generator == "vllm":
+        generate = vllm_generate(TARGET, tokenizer.eos_token_id, cfg["max_new_tokens"], p["serving"]["max_model_len"],
+                                 cfg["vllm"])
+    else:
+        generate = transformers_generate(load_causal_lm(TARGET), tokenizer, cfg["max_new_tokens"],
+                                         cfg["generation_batch_size"])
+    train = build_distillation_set(generate, tokenizer, train_convs, cfg)
+    evals = build_distillation_set(generate, tokenizer, eval_convs, cfg, sampled=False)
     with atomic_dir(OUT) as tmp:
         write_examples(tmp / "train.jsonl", train)
         write_examples(tmp / "eval.jsonl", evals)
-    say(f"distill: {len(train)} training and {len(evals)} eval examples from {len(train_convs)} prompts, "
+    say(f"distill ({generator}): {len(train)} training and {len(evals)} eval examples from {len(train_convs)} prompts, "
         f"{sum(len(e['input_ids']) for e in train)} tokens")
 
 

@@ -21,7 +21,8 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict
         return VllmMeasurement(skipped=reason)
     return VllmMeasurement.from_measure(vllm_spec.measure(
         str(variant_dir.resolve()), str(DRAFT.resolve()), prompts[: cfg["prompts"]], k, cfg["max_tokens"],
-        p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], p["serving"]["max_model_len"]))
+        p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], p["serving"]["max_model_len"],
+        batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"]))
 
 
 def summarize(variant: str, fidelity: dict, spec: acceptance.SpeculativeEstimate, lm_eval: dict,
@@ -35,7 +36,8 @@ def summarize(variant: str, fidelity: dict, spec: acceptance.SpeculativeEstimate
                **{f"lm_eval_{t}_{k}": v for t, s in lm_eval["scores"].items() for k, v in s.items()}}
     if gpu.skipped is None:
         summary["vllm_accepted_per_draft_token"] = gpu.accepted_per_draft_token
-        summary["vllm_speculative_speedup"] = gpu.speculative_speedup.get("bs1")
+        if "bs1" in gpu.speculative_speedup:  # measured only with evaluate.vllm.throughput_batch_sizes
+            summary["vllm_speculative_speedup"] = gpu.speculative_speedup["bs1"]
     return summary
 
 

@@ -20,7 +20,7 @@ from pipeline.acceptance import position_acceptance
 from pipeline.demo.models import train_tokenizer
 from pipeline.demo.traffic import generate_general_text, generate_traffic
 from pipeline.config import enabled_variant
-from pipeline.distill import build_distillation_set, generate_batched, pad_id
+from pipeline.distill import build_distillation_set, generate_batched, pad_id, transformers_generate
 from pipeline.draft import finetune_draft, quantize_draft, save_draft
 from pipeline.draft_compat import check_compatible
 from pipeline.draft_training import checkpoint_dir, fine_tune, loss_curve_rows
@@ -51,9 +51,10 @@ def distilled(demo_pair, traffic):
     """(train, eval) examples distilled from the tiny target, for the fine_tune-level tests."""
     target_dir, _ = demo_pair
     cfg = draft_params()["draft_training"]
-    target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
-    return (build_distillation_set(target, tok, traffic[0][:16], cfg),
-            build_distillation_set(target, tok, traffic[1][:4], cfg, sampled=False))
+    tok = load_tokenizer(target_dir)
+    generate = transformers_generate(load_causal_lm(target_dir), tok, cfg["max_new_tokens"], cfg["generation_batch_size"])
+    return (build_distillation_set(generate, tok, traffic[0][:16], cfg),
+            build_distillation_set(generate, tok, traffic[1][:4], cfg, sampled=False))
 
 
 def other_tokenizer_draft(draft_dir: Path, dest: Path) -> Path:
@@ -139,8 +140,9 @@ def built(demo_pair, traffic, tmp_path_factory):
     params = draft_params(epochs=3, eval_prompts=8, logging_steps=4, save_steps=12)
     cfg = params["draft_training"]
     target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
-    train = build_distillation_set(target, tok, traffic[0], cfg)
-    evals = build_distillation_set(target, tok, traffic[1][: cfg["eval_prompts"]], cfg, sampled=False)
+    generate = transformers_generate(target, tok, cfg["max_new_tokens"], cfg["generation_batch_size"])
+    train = build_distillation_set(generate, tok, traffic[0], cfg)
+    evals = build_distillation_set(generate, tok, traffic[1][: cfg["eval_prompts"]], cfg, sampled=False)
     metrics, history = finetune_draft(draft_dir, pad_id(tok), train, evals, cfg, root / "checkpoints",
                                       root / "finetuned", len(traffic[0]))
     quantize_draft(root / "finetuned", root / "quantized", enabled_variant(params, "gptq-w4a16"), traffic[0][:16],

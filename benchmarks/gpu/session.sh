@@ -7,6 +7,9 @@
 #   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
 #   session.sh serve-bench OUT V...  the pipeline's own `serve_bench` stage per variant (vllm serve + vllm bench
 #                                 serve), its records and raw load-generator output packed into OUT
+#   session.sh gpu-profile OUT S  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml) in /tmp/gp,
+#                                 started in the background (it outlives this call), then gpu-watch
+#   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
 #   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
@@ -76,6 +79,49 @@ PY
       echo "stage_wall_s $v $(( $(date +%s) - start ))" | tee -a "$out/walls.txt"
     done
     tar czf "$out/serve-bench-$(echo "$@" | tr ' ' '_').tgz" metrics/serve-*.json artifacts/serve artifacts/logs/serve_bench@* ;;
+  gpu-profile)
+    # dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM / llm-compressor / lm-eval sites.
+    pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
+    rm -rf /tmp/gp && mkdir -p /tmp/gp /tmp/gpbin
+    tar --exclude=./artifacts --exclude=./.gpu --exclude=./metrics --exclude=./plots --exclude=./registry -cf - . \
+      | tar -C /tmp/gp -xf -
+    # One interpreter, two pins: llm-compressor 0.14 needs compressed-tensors 0.19 (and vLLM's pydantic behind it),
+    # vLLM 0.25 its own 0.17. DVC runs `python -m stages.<name>`; this `python` puts the right site first.
+    cat > /tmp/gpbin/python <<'SH'
+#!/bin/bash
+case " $* " in
+  *" stages.quantize "*|*" stages.draft_quantize"*|*" stages.draft_finetune"*)
+    export PYTHONPATH=/tmp/dvcsite:/tmp/qsite:/tmp/vllm/site ;;
+  *) export PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite ;;
+esac
+exec python3 "$@"
+SH
+    chmod +x /tmp/gpbin/python
+    cd /tmp/gp
+    export PATH=/tmp/gpbin:$PATH DVC_NO_ANALYTICS=1
+    # dvc's pydantic (through gto) is vLLM's, as llm-compressor's is.
+    DVC_PATH=/tmp/dvcsite:/tmp/vllm/site
+    dvc() { PYTHONPATH=$DVC_PATH python3 -m dvc "$@"; }
+    dvc config core.no_scm true && dvc config cache.type hardlink,copy
+    PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile gpu
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > /tmp/gp-gpu.txt
+    # setsid: the repro outlives this call (the host stays ours while calls follow within its idle window).
+    DVC_PATH=$DVC_PATH setsid bash -c 'start=$(date +%s); PYTHONPATH=$DVC_PATH python3 -m dvc repro 2>&1 \
+        | while IFS= read -r line; do printf "%s %s\n" "$(( $(date +%s) - start ))" "$line"; done > /tmp/gp-repro.log;
+        echo "${PIPESTATUS[0]}" > /tmp/gp-repro.rc' < /dev/null > /dev/null 2>&1 &
+    cd - > /dev/null
+    exec bash "$0" gpu-watch "$2" "$3" ;;
+  gpu-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/gp-repro.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    grep -v -E "it/s|s/it" /tmp/gp-repro.log | tail -n 30 | cut -c1-400 || true
+    [ -f /tmp/gp-repro.rc ] && echo "repro exit status: $(cat /tmp/gp-repro.rc)" || echo "repro still running"
+    cd /tmp/gp
+    small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null)
+    tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc 2>/dev/null) \
+      -C /tmp/gp params.yaml $(ls -d dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
+        artifacts/publish artifacts/sources.json artifacts/distill 2>/dev/null) $small 2>/dev/null || true
+    ls -la "$out" ;;
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
     for v in "${VARIANTS[@]}"; do
@@ -94,6 +140,6 @@ PY
         gate --metrics-dir "$dir" 2>&1 || rc=$?
       echo "exit status: $rc"; } > "$raw/gate-on-gpu-metrics.txt"
     cat "$raw/gate-on-gpu-metrics.txt" ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | cpu-raw | gate-raw" >&2
+  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw" >&2
      exit 2 ;;
 esac

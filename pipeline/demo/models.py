@@ -4,18 +4,24 @@ BPE tokenizer trained locally, each pretrained briefly so their outputs are not 
 The target learns the domain (support answers) and generic prose; the draft mostly learns
 generic prose, like an off-the-shelf small model would. That gap is what the `draft`
 stage's domain fine-tuning closes. Deterministic by seed on a given machine.
+
+On a GPU (the `gpu` profile: a 1B-parameter target) pretraining runs there in bf16 autocast with
+float32 master weights; on CPU it is float32 throughout, as before.
 """
 from __future__ import annotations
 
 import math
 import random
+import time
 from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from pipeline.demo.corpus import docstring_paragraphs
 from pipeline.demo.traffic import generate_general_text, generate_traffic
+from pipeline.errors import PipelineError
 from pipeline.formatting import row_to_messages
 from pipeline.stage import progress_bar
 
@@ -65,10 +71,25 @@ def pack(token_lists: list[list[int]], seq_len: int) -> torch.Tensor:
     return torch.tensor(flat[: n * seq_len]).view(n, seq_len)
 
 
+def general_text(cfg: dict, seed: int) -> list[str]:
+    """Generic text: templated sentences (CPU demo) or installed Python docstrings (GPU profile)."""
+    kind = cfg.get("general_corpus", "synthetic")
+    if kind == "synthetic":
+        return generate_general_text(cfg["general_sentences"], seed=seed)
+    if kind == "python-docs":
+        return docstring_paragraphs(cfg["general_chars"])
+    raise PipelineError(f"demo.general_corpus must be synthetic or python-docs, got {kind!r}")
+
+
 def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int,
              desc: str) -> list[float]:
+    """Cosine-decayed AdamW on random packed rows. On CUDA: bf16 autocast, fused AdamW, rows on the GPU."""
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
+    cuda = next(model.parameters()).is_cuda
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95),
+                            **({"fused": True} if cuda else {}))
+    if cuda:
+        rows = rows.cuda()
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
@@ -76,8 +97,9 @@ def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size
     losses = []
     bar = progress_bar(desc, items=range(steps))
     for _ in bar:
-        batch = rows[torch.randint(len(rows), (batch_size,), generator=gen)]
-        loss = model(input_ids=batch, labels=batch).loss
+        batch = rows[torch.randint(len(rows), (batch_size,), generator=gen).to(rows.device)]
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            loss = model(input_ids=batch, labels=batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(), sched.step(), opt.zero_grad(set_to_none=True)
@@ -94,14 +116,18 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: dict) -> dict:
     random.seed(seed)
     # A pretraining corpus drawn from the same domain generator as the traffic, with its own seed.
     domain_rows = generate_traffic(cfg["domain_rows"], seed=seed + 1000)
-    general = generate_general_text(cfg["general_sentences"], seed=seed + 2000)
+    general = general_text(cfg, seed=seed + 2000)
     tokenizer = train_tokenizer([m["content"] for r in domain_rows for m in row_to_messages(r)] + general,
                                 cfg["vocab_size"])
+    if len(tokenizer) < cfg["vocab_size"]:
+        raise PipelineError(f"demo.vocab_size {cfg['vocab_size']}: the demo corpus supports only {len(tokenizer)} "
+                            "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)")
     domain_ids = [tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False)
                   for r in domain_rows]
-    general_ids = [tokenizer(s + "\n")["input_ids"] for s in general]
+    general_ids = tokenizer([s + "\n" for s in general])["input_ids"]
     seq_len = cfg["seq_len"]
-    summary = {"vocab_size": len(tokenizer)}
+    summary = {"vocab_size": len(tokenizer), "device": "cuda" if torch.cuda.is_available() else "cpu",
+               "pretraining_tokens": {"domain": sum(map(len, domain_ids)), "general": sum(map(len, general_ids))}}
     for role, out_dir, docs in (
         ("target", target_dir, domain_ids + general_ids),
         # The draft is a generic small model: mostly prose, a sliver of the domain.
@@ -110,12 +136,16 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: dict) -> dict:
         spec = cfg[role]
         shuffled = list(docs)
         random.Random(seed).shuffle(shuffled)
-        model = LlamaForCausalLM(llama_config(spec, tokenizer, cfg["max_position_embeddings"]))
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # initialized where it trains
+            model = LlamaForCausalLM(llama_config(spec, tokenizer, cfg["max_position_embeddings"]))
+        started = time.perf_counter()
         losses = pretrain(model, pack(shuffled, seq_len), spec["train_steps"], cfg["batch_size"], spec["lr"],
                           seed, desc=f"pretrain demo {role}")
+        train_s = time.perf_counter() - started
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         # Saved in bf16 like real checkpoints; the pipeline upcasts to float32 on CPU.
         model.to(torch.bfloat16).save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
-        summary[role] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": losses[-1]}
+        summary[role] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": losses[-1],
+                         "train_steps": spec["train_steps"], "train_s": round(train_s, 1)}
     return summary
