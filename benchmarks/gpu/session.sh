@@ -117,7 +117,7 @@ SH
     grep -v -E "it/s|s/it" /tmp/gp-repro.log | tail -n 30 | cut -c1-400 || true
     [ -f /tmp/gp-repro.rc ] && echo "repro exit status: $(cat /tmp/gp-repro.rc)" || echo "repro still running"
     cd /tmp/gp
-    small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null)
+    small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null || true)
     tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc 2>/dev/null) \
       -C /tmp/gp params.yaml $(ls -d dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/distill 2>/dev/null) $small 2>/dev/null || true
