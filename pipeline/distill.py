@@ -12,13 +12,11 @@ from typing import Callable
 
 import torch
 
-from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_ids, split_prompt_response
 from pipeline.io import atomic_write_text
-from pipeline.stage import progress, say
+from pipeline.stage import progress
 
 IGNORE_INDEX = -100  # label value the causal-LM loss skips: prompt tokens and padding
-GENERATORS = ("auto", "transformers", "vllm")
 # generate(prompts, temperature, seed) -> one response per prompt, cut after the first EOS
 Generate = Callable[[list[list[int]], float, int], list[list[int]]]
 
@@ -51,46 +49,6 @@ def generate_batched(model, tokenizer, prompts: list[list[int]], max_new_tokens:
 def transformers_generate(model, tokenizer, max_new_tokens: int, batch_size: int) -> Generate:
     return lambda prompts, temperature, seed: generate_batched(model, tokenizer, prompts, max_new_tokens, batch_size,
                                                                temperature, seed)
-
-
-def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,
-                  engine: dict) -> Generate:
-    """Generation through vLLM's offline engine (one engine for every call); as served, so a 1B
-    target answers thousands of prompts in seconds rather than transformers' minutes."""
-    from vllm import LLM, SamplingParams
-
-    from pipeline.vllm_spec import spawn_engine_if_cuda_initialized
-
-    spawn_engine_if_cuda_initialized()
-    llm = LLM(model=str(Path(model_dir).resolve()), max_model_len=max_model_len, seed=0,
-              gpu_memory_utilization=engine["gpu_memory_utilization"], enforce_eager=engine["enforce_eager"])
-
-    def generate(prompts: list[list[int]], temperature: float, seed: int) -> list[list[int]]:
-        params = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
-        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
-        responses = []
-        for o in outs:
-            ids = list(o.outputs[0].token_ids)
-            # A response that stopped at EOS ends with it, as generate_batched's do (the draft learns to stop).
-            if o.outputs[0].finish_reason == "stop" and eos_token_id is not None and ids[-1:] != [eos_token_id]:
-                ids.append(eos_token_id)
-            responses.append(ids)
-        return responses
-    return generate
-
-
-def resolve_generator(setting) -> str:
-    """`auto`: vLLM where CUDA and vLLM are present, else transformers; `vllm` without them is an error."""
-    from pipeline.vllm_spec import unavailable_reason
-
-    if setting not in GENERATORS:
-        raise PipelineError(f"draft_training.generator must be one of {list(GENERATORS)}, got {setting!r}")
-    if setting == "transformers":
-        return setting
-    reason = unavailable_reason()
-    if reason and setting == "vllm":
-        raise PipelineError(f"draft_training.generator is vllm but vLLM cannot run here: {reason}")
-    return "transformers" if reason else "vllm"
 
 
 def build_distillation_set(generate: Generate, tokenizer, conversations: list[list[dict]], cfg: dict,

@@ -3,8 +3,8 @@ from pathlib import Path
 
 from pipeline.config import load_params
 from pipeline.data import read_split
-from pipeline.distill import (build_distillation_set, resolve_generator, transformers_generate, vllm_generate,
-                              write_examples)
+from pipeline.distill import build_distillation_set, transformers_generate, write_examples
+from pipeline.distill_vllm import resolve_generator, vllm_generate
 from pipeline.io import atomic_dir
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.stage import say, stage_main

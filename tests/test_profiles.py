@@ -1,0 +1,104 @@
+"""The GPU demo profile and the knobs it turns: overlay onto params.yaml, generic corpus, distillation engine."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from pipeline.config import load_params
+from pipeline.demo.corpus import docstring_paragraphs
+from pipeline.distill_vllm import resolve_generator
+from pipeline.errors import PipelineError
+from pipeline.profiles import apply_profile
+from tests.conftest import ROOT, tiny_params
+
+
+@pytest.fixture
+def params_copy(tmp_path):
+    path = tmp_path / "params.yaml"
+    shutil.copy(ROOT / "params.yaml", path)
+    return path
+
+
+def test_gpu_profile_sets_a_1b_target_and_keeps_comments(params_copy):
+    changed = apply_profile("gpu", params_copy)
+    p = load_params(params_copy)
+    t, d = p["demo"]["target"], p["demo"]["draft"]
+    assert "demo.target.hidden_size" in changed and p["demo"]["vocab_size"] >= 32000 and t["hidden_size"] >= 2048
+    # Llama parameter count from the shapes: embeddings + lm_head + layers (attention with GQA, SwiGLU MLP).
+    def params(s):
+        h, kv = s["hidden_size"], s["hidden_size"] * s["num_key_value_heads"] // s["num_attention_heads"]
+        layer = 2 * h * h + 2 * h * kv + 3 * h * s["intermediate_size"] + 2 * h
+        return 2 * p["demo"]["vocab_size"] * h + s["num_hidden_layers"] * layer + h
+    assert params(t) >= 1e9 and 10 <= params(t) / params(d) <= 20
+    assert p["serve_bench"]["enabled"] is True and p["draft_training"]["generator"] == "vllm"
+    text = params_copy.read_text()
+    assert "# serving temperature; 0 = greedy acceptance" in text  # a comment params.yaml had
+    assert "revision: null" in text
+    assert apply_profile("gpu", params_copy) == []  # applied twice: nothing left to change
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ({"demo": {"hidden": 1}}, "profile sets demo.hidden, which params.yaml does not have"),
+    ({"draft_training": {"generator": "gpu"}}, "draft_training.generator must be"),
+    ({"evaluate": {"vllm": {"throughput_batch_sizes": [0]}}}, "evaluate.vllm.throughput_batch_sizes"),
+    ({"demo": {"general_corpus": "web"}}, "demo.general_corpus must be"),
+])
+def test_bad_profile_is_one_error_and_leaves_params_untouched(params_copy, tmp_path, overlay, message):
+    before = params_copy.read_bytes()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(overlay))
+    with pytest.raises(PipelineError, match=message):
+        apply_profile(str(bad), params_copy)
+    assert params_copy.read_bytes() == before
+
+
+def test_profile_cli(params_copy):
+    cli = [sys.executable, "-c", "from pipeline.cli import main; main()", "profile"]
+    ok = subprocess.run([*cli, "gpu", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0 and "params set from profile gpu" in ok.stdout
+    bad = subprocess.run([*cli, "../etc/passwd", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "profile name" in bad.stderr
+    missing = subprocess.run([*cli, "nosuch", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 2 and "nosuch.yaml not found" in missing.stderr
+
+
+def test_docstring_corpus_is_deterministic_and_capped(tmp_path):
+    (tmp_path / "b.py").write_text('"""Module b explains how the second file documents its own behaviour."""\n'
+                                   'def f():\n    """A function docstring that is long enough to be kept here."""\n')
+    (tmp_path / "a.py").write_text('"""Module a: the first file in sorted order, with a long docstring."""\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text('"""A test module docstring that must never be read at all."""\n')
+    (tmp_path / "broken.py").write_text("def (:\n")
+    paras = docstring_paragraphs(10_000, roots=[tmp_path])
+    assert paras[0].startswith("Module a") and len(paras) == 3 and not any("test module" in p for p in paras)
+    assert docstring_paragraphs(10_000, roots=[tmp_path]) == paras
+    assert docstring_paragraphs(10, roots=[tmp_path]) == paras[:1]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(PipelineError, match="no docstrings found"):
+        docstring_paragraphs(100, roots=[empty])
+
+
+def test_demo_vocab_larger_than_the_corpus_fails_before_training(tmp_path):
+    from pipeline.demo.models import build_demo_pair
+
+    cfg = tiny_params(demo={"vocab_size": 32000})["demo"]
+    with pytest.raises(PipelineError, match="demo.vocab_size 32000: the demo corpus supports only"):
+        build_demo_pair(tmp_path / "t", tmp_path / "d", cfg)
+    assert not (tmp_path / "t").exists()
+
+
+def test_distillation_generator_choice():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU fallback; this machine has CUDA")
+    assert resolve_generator("auto") == "transformers" and resolve_generator("transformers") == "transformers"
+    with pytest.raises(PipelineError, match="generator is vllm but vLLM cannot run here: no CUDA device"):
+        resolve_generator("vllm")
+    with pytest.raises(PipelineError, match="must be one of"):
+        resolve_generator("tgi")
