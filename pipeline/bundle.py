@@ -48,8 +48,11 @@ def provenance(spec: VariantSpec, serving: dict, sources: dict) -> dict:
             versions[lib] = importlib.metadata.version(lib)
         except importlib.metadata.PackageNotFoundError:
             pass
+    from pipeline.hardware import requirements
+
     return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
-            "variant": spec.name, "recipe": dataclasses.asdict(spec), "serving": redact_params(serving),
+            "variant": spec.name, "recipe": dataclasses.asdict(spec), "hardware": requirements(spec).as_record(),
+            "serving": redact_params(serving),
             "sources": redact_params(sources), "libraries": versions}
 
 
@@ -89,10 +92,12 @@ def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeE
                alerts=None, deploy: dict | None = None, bundle_path: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2. tiers, alerts: the handoff
     kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one."""
+    from pipeline.hardware import requirements
+
     return _template().render(
         variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
-        deploy=deploy or {}, bundle_path=bundle_path,
+        deploy=deploy or {}, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS])

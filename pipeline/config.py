@@ -68,6 +68,16 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if not isinstance(enabled, list) or not enabled or len(set(map(str, enabled))) != len(enabled):
         raise PipelineError(f"{path}: quantize.enabled must be a non-empty list of distinct variant names")
     _known(enabled, variants, "quantize.enabled", path)
+    if check_recipes:
+        from pipeline.hardware import check_runs_on
+        from pipeline.recipes import parse_variant
+
+        gpu = _section(params, "serving", path).get("gpu")
+        for name in enabled:
+            try:
+                check_runs_on(parse_variant(name, variants[name]), gpu)
+            except PipelineError as e:
+                raise PipelineError(f"{path}: {e}") from None
 
     gates = _section(params, "gates", path)
     thresholds = _section(params, "gates.thresholds", path)
@@ -76,6 +86,8 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if required:
         raise PipelineError(f"{path}: gates.thresholds is missing required checks {required}; a release gate "
                             "can't be dropped by deleting its threshold")
+    check_lm_eval_thresholds(params, [thresholds, *(v for v in (gates.get("overrides") or {}).values()
+                                                    if isinstance(v, dict))], path)
     overrides = gates.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise PipelineError(f"{path}: gates.overrides must map variant names to thresholds")
@@ -102,6 +114,18 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Path) -> None:
+    """An lm-eval score bound must name a task that evaluate.lm_eval.tasks runs, or it could never pass."""
+    from pipeline.thresholds import LM_EVAL_OPS, lm_eval_task_of
+
+    tasks = (params.get("evaluate", {}).get("lm_eval") or {}).get("tasks") or []
+    for thresholds in threshold_sets:
+        for key in thresholds:
+            if any(key.startswith(p) for p in LM_EVAL_OPS) and lm_eval_task_of(key, tasks) is None:
+                raise PipelineError(f"{path}: gate threshold {key} names no task of evaluate.lm_eval.tasks {tasks} "
+                                    "(min_lm_eval_<task>_<metric>)")
 
 
 def check_gpu_knobs(params: dict, path: Path) -> None:

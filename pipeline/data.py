@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.formatting import row_to_messages
+from pipeline.formatting import row_to_messages, split_prompt_response
 
 ROLES = {"system", "user", "assistant"}
 SPLITS = ("calibration", "draft_train", "heldout")
@@ -137,3 +137,8 @@ def drop_too_long(conversations: list[list[dict]], tokenizer, max_tokens: int) -
     kept = [m for m in conversations if len(tokenizer(full_text(tokenizer, m), add_special_tokens=False)["input_ids"])
             <= max_tokens]
     return kept, len(conversations) - len(kept)
+
+
+def heldout_prompts(path: str | Path, limit: int | None = None) -> list[list[dict]]:
+    """Each conversation's prompt messages (everything before its final answer), the first `limit` of them."""
+    return [split_prompt_response(m)[0] for m in read_split(path)[:limit]]

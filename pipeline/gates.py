@@ -10,7 +10,7 @@ from pipeline.errors import PipelineError
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.speculation import SpeculationDecision
 from pipeline.stage import say, warn
-from pipeline.thresholds import CHECKS, QUALITY, SERVING, SPECULATION, is_number
+from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for, is_number
 
 
 @dataclass
@@ -66,7 +66,7 @@ def check_variant(metrics: dict, thresholds: dict, group: str | None = None, ski
     with skip_reason; a missing required one fails."""
     results = []
     for name, threshold in thresholds.items():
-        spec = CHECKS[name]
+        spec = check_for(name)
         if group is not None and spec.group != group:
             continue
         metric = next((m for m in spec.metrics if metrics.get(m) is not None), spec.metrics[-1])

@@ -33,8 +33,10 @@ CALIBRATION_KEYS = ("num_samples", "max_seq_length")
 # FP8 KV cache with calibrated per-tensor scales: lets vLLM serve with kv_cache_dtype=fp8.
 KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
                             "symmetric": True}}
+# SmoothQuant (migrate activation outliers into the weights) before GPTQ or RTN: INT8 W8A8 needs it.
+SMOOTHING_ALGORITHMS = ("gptq", "rtn")
 # Keys of a variant spec; anything else is a typo.
-SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", *CALIBRATION_KEYS,
+SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", *CALIBRATION_KEYS,
              *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
 
 
@@ -47,6 +49,7 @@ class VariantSpec:
     group_size: int | None = None
     ignore: list[str] = field(default_factory=list)
     kv_cache: str | None = None       # fp8: calibrated FP8 KV-cache scales
+    smoothing_strength: float | None = None  # SmoothQuant before the quantizer (INT8 W8A8)
     num_samples: int | None = None    # overrides quantize.calibration
     max_seq_length: int | None = None
     knobs: dict = field(default_factory=dict)  # the algorithm's own modifier arguments
@@ -59,6 +62,7 @@ def parse_variant(name: str, raw) -> VariantSpec:
     knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
     return VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
                        ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
+                       smoothing_strength=raw.get("smoothing_strength"),
                        num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
 
 
@@ -85,6 +89,13 @@ def validate_spec(name: str, spec: dict) -> None:
                             f"(compressed-tensors presets: {', '.join(sorted(PRESET_SCHEMES))})")
     if spec.get("kv_cache") not in (None, *KV_CACHE_SCHEMES):
         raise PipelineError(f"variant {name!r}: kv_cache must be one of {list(KV_CACHE_SCHEMES)} or absent")
+    strength = spec.get("smoothing_strength")
+    if strength is not None:
+        if algorithm not in SMOOTHING_ALGORITHMS:
+            raise PipelineError(f"variant {name!r}: smoothing_strength (SmoothQuant) applies to {list(SMOOTHING_ALGORITHMS)}, "
+                                f"not {algorithm!r}")
+        if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not 0 < strength < 1:
+            raise PipelineError(f"variant {name!r}: smoothing_strength must be a number in (0, 1), got {strength!r}")
     if spec.get("actorder") not in GPTQ_ACTORDERS:
         raise PipelineError(f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got {spec['actorder']!r}")
     for key in ("group_size", *CALIBRATION_KEYS):
@@ -135,6 +146,7 @@ def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
         return []
     from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
 
     quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.ignore)))
@@ -142,11 +154,13 @@ def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
         quant["kv_cache_scheme"] = QuantizationArgs(**KV_CACHE_SCHEMES[spec.kv_cache])
     algorithm, knobs = spec.algorithm, spec.knobs
     try:
+        # llm-compressor's W8A8 INT8 example: SmoothQuant, then GPTQ (or RTN) with the W8A8 scheme.
+        smooth = [SmoothQuantModifier(smoothing_strength=spec.smoothing_strength)] if spec.smoothing_strength else []
         if algorithm == "gptq":
-            return [GPTQModifier(**quant, **knobs)]
+            return [*smooth, GPTQModifier(**quant, **knobs)]
         if algorithm == "awq":
             return [AWQModifier(**knobs), QuantizationModifier(**quant)]
-        return [QuantizationModifier(**quant)]
+        return [*smooth, QuantizationModifier(**quant)]
     except ValueError as e:
         raise PipelineError(f"variant {spec.name!r}: invalid recipe value: {_one_line(e)}") from None
 

@@ -38,7 +38,30 @@ CHECKS = {
     "max_failed_requests": Check(("failed_requests",), "<=", False, SERVING),
     # Output tokens/s at concurrency 1 over the baseline variant's plain decoding, same run.
     "min_speedup_vs_bf16": Check(("speedup_vs_bf16",), ">=", False, SERVING),
+    # Absolute quality: the checks above compare each variant with its own target, so a broken target passes
+    # them all; these catch it. Perplexity of the held-out responses (not relative to anything).
+    "max_heldout_perplexity": Check(("perplexity",), "<=", False),
 }
+# Absolute lm-eval thresholds, one per task score: min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>
+# read metrics' lm_eval_<task>_<metric> (e.g. min_lm_eval_domain_heldout_acc). A score that is missing fails.
+LM_EVAL_OPS = {"min_lm_eval_": ">=", "max_lm_eval_": "<="}
+
+
+def check_for(name: str) -> Check:
+    """The check a threshold key names: a fixed one, or an lm-eval score bound."""
+    if name in CHECKS:
+        return CHECKS[name]
+    for prefix, op in LM_EVAL_OPS.items():
+        if name.startswith(prefix) and len(name) > len(prefix):
+            return Check((name[len("min_"):],), op, True)
+    raise PipelineError(f"unknown gate threshold {name!r}")
+
+
+def lm_eval_task_of(name: str, tasks: list[str]) -> str | None:
+    """The task an lm-eval threshold names (the longest task name it starts with), None if none."""
+    rest = name[len("min_lm_eval_"):]
+    matches = [t for t in tasks if rest.startswith(f"{t}_")]
+    return max(matches, key=len) if matches else None
 
 
 def is_number(v) -> bool:
@@ -46,9 +69,10 @@ def is_number(v) -> bool:
 
 
 def check_thresholds(thresholds: dict, where: str) -> None:
-    unknown = set(thresholds) - set(CHECKS)
+    unknown = {k for k in thresholds if k not in CHECKS and not any(k.startswith(p) and len(k) > len(p) for p in LM_EVAL_OPS)}
     if unknown:
-        raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)}")
+        raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)} and "
+                            "min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>")
     bad = {k: v for k, v in thresholds.items() if not is_number(v) or math.isnan(v)}
     if bad:
         raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")

@@ -5,9 +5,9 @@ from pipeline import records
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.bundle import build_bundle, finish_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import read_split
+from pipeline.data import heldout_prompts
 from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_text, split_prompt_response
+from pipeline.formatting import prompt_text
 from pipeline.gates import GateReport
 from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.io import atomic_dir, read_json
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> None:
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
     n = p["deploy"]["warmup_prompts"]
-    prompts = ([split_prompt_response(m)[0] for m in read_split("artifacts/data/heldout.jsonl")[:n]]
+    prompts = (heldout_prompts("artifacts/data/heldout.jsonl", n)
                if p["deploy"]["warmup_from_traffic"] else
                [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
     warm = [prompt_text(tokenizer, messages) for messages in prompts]

@@ -14,8 +14,8 @@ from pathlib import Path
 from pipeline import records, serve_bench, vllm_spec
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import read_split
-from pipeline.formatting import prompt_text, split_prompt_response
+from pipeline.data import heldout_prompts
+from pipeline.formatting import prompt_text
 from pipeline.io import atomic_dir, write_csv
 from pipeline.loading import load_tokenizer
 from pipeline.served_draft import MODEL as DRAFT
@@ -31,7 +31,7 @@ def measure(out: Path, variant: str, k: int, p: dict) -> ServeBenchRecord:
     cfg, serving = p["serve_bench"], p["serving"]
     model_dir = Path("artifacts/quantized") / variant
     tokenizer = load_tokenizer(model_dir)
-    rendered = [prompt_text(tokenizer, split_prompt_response(m)[0]) for m in read_split("artifacts/data/heldout.jsonl")]
+    rendered = [prompt_text(tokenizer, m) for m in heldout_prompts("artifacts/data/heldout.jsonl")]
     add_special = rendered[0][1] if rendered else False
     temperature = p["evaluate"]["acceptance"]["temperature"]
     quantization = checkpoint_quantization(model_dir)

@@ -27,7 +27,8 @@ def passing_metrics(params: dict, variant: str) -> dict:
             "kl_divergence": t["max_kl_divergence"] * 0.9,
             "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
             "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
-            "num_speculative_tokens": 4, "expected_speedup": 2.0, "greedy_match": 1.0}
+            "num_speculative_tokens": 4, "expected_speedup": 2.0, "greedy_match": 1.0,
+            "perplexity": t["max_heldout_perplexity"] * 0.5}
 
 
 def test_defaults_are_stricter_for_fp8_than_int4():
@@ -55,6 +56,37 @@ def test_every_check_is_recorded_and_passes():
     assert "no serving benchmark" in checks["max_p99_itl_ms"].describe()
     for name, c in checks.items():
         assert c.passed and (c.value is not None or name in gpu_only)
+
+
+def test_absolute_gates_catch_a_broken_target_that_every_variant_matches():
+    """A target with held-out perplexity in the tens of thousands and lm-eval accuracy 0: every variant
+    matches it exactly (relative checks pass), yet the absolute thresholds fail them."""
+    p = tiny_params(gates={"thresholds": {"min_lm_eval_domain_heldout_acc": 0.3}})
+    broken = {**passing_metrics(p, INT4), "perplexity_increase_pct": 0.0, "kl_divergence": 0.0,
+              "top1_agreement": 1.0, "perplexity": 31000.0, "lm_eval_domain_heldout_acc": 0.0}
+    verdict = gates.run(p, {INT4: broken}).variants[INT4]
+    failed = {c.check: c for c in verdict.checks if not c.passed}
+    assert set(failed) == {"max_heldout_perplexity", "min_lm_eval_domain_heldout_acc"} and not verdict.passed
+    assert failed["min_lm_eval_domain_heldout_acc"].value == 0.0
+    # a task score the metrics lack fails (the task did not run), it is not skipped
+    missing = {k: v for k, v in broken.items() if not k.startswith("lm_eval_")}
+    check = next(c for c in gates.run(p, {INT4: missing}).variants[INT4].checks
+                 if c.check == "min_lm_eval_domain_heldout_acc")
+    assert not check.passed and not check.skipped
+    # the same thresholds pass a healthy target
+    healthy = {**broken, "perplexity": 3.0, "lm_eval_domain_heldout_acc": 0.4}
+    assert gates.run(p, {INT4: healthy}).variants[INT4].passed
+
+
+@pytest.mark.parametrize("threshold, message", [
+    ("min_lm_eval_mmlu_acc", "names no task of evaluate.lm_eval.tasks"),
+    ("min_lm_eval_", "unknown gate thresholds"),
+    ("max_perplexity", "unknown gate thresholds"),
+])
+def test_bad_absolute_thresholds_are_one_line(threshold, message, tmp_path):
+    p = tiny_params(gates={"thresholds": {threshold: 1.0}})
+    with pytest.raises(PipelineError, match=message):
+        validate(p, tmp_path / "params.yaml")
 
 
 def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():

@@ -21,14 +21,15 @@ from pipeline.formatting import full_text, prompt_and_response_ids
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.quality import fidelity
 from pipeline.quantize import awq_pinning_off_without_accelerator, quantize_model
-from pipeline.recipes import parse_variant, scheme_for
+from pipeline.recipes import needs_calibration, parse_variant, scheme_for
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
 # The quantized variants (bf16, `algorithm: none`, is the unquantized baseline: tested on its own below).
 VARIANTS = {k: v for k, v in PARAMS["quantize"]["variants"].items() if v["algorithm"] != "none"}
 # compressed-tensors checkpoint format per weight type: INT4 packs 8 values per int32, FP8 stores float8.
-FORMATS = {"int": "pack-quantized", "float": "float-quantized"}
+# compressed-tensors' checkpoint format by weight type and bits: INT4 packs eight to an int32, INT8 is stored as is.
+FORMATS = {("int", 4): "pack-quantized", ("int", 8): "int-quantized", ("float", 8): "float-quantized"}
 METRIC_KEYS = {"wall_time_s", "peak_memory_mb", "size_before_mb", "size_after_mb", "compression_ratio"}
 
 
@@ -96,7 +97,7 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
     expected = scheme_for(parse_variant(variant, spec))
     group = qc["config_groups"]["group_0"]
     assert qc["quant_method"] == "compressed-tensors"
-    assert qc["format"] == FORMATS[expected.weights.type]
+    assert qc["format"] == FORMATS[expected.weights.type, expected.weights.num_bits]
     for field in ("num_bits", "type", "symmetric", "strategy", "group_size"):
         assert group["weights"][field] == getattr(expected.weights, field), field
     if expected.input_activations is None:
@@ -121,7 +122,8 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
     assert METRIC_KEYS <= set(metrics)
     assert metrics["compression_ratio"] > 1
     assert metrics["size_after_mb"] < metrics["size_before_mb"]
-    assert metrics["calibration_samples"] == (0 if variant == "fp8-dynamic" else CALIBRATION["num_samples"])
+    spec_value = parse_variant(variant, spec)
+    assert metrics["calibration_samples"] == (CALIBRATION["num_samples"] if needs_calibration(spec_value) else 0)
 
     model = load_causal_lm(out, torch.device("cpu"))  # compressed-tensors decompresses on load
     quality = fidelity(baseline, model, heldout_examples)

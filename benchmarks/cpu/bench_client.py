@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from pipeline import serve_bench  # noqa: E402
-from pipeline.data import read_split  # noqa: E402
-from pipeline.formatting import prompt_text, split_prompt_response  # noqa: E402
+from pipeline.data import heldout_prompts  # noqa: E402
+from pipeline.formatting import prompt_text  # noqa: E402
 from pipeline.io import write_json  # noqa: E402
 from pipeline.loading import load_tokenizer  # noqa: E402
 from pipeline.vllm_server import serve  # noqa: E402
@@ -40,8 +40,7 @@ def main(out: Path) -> None:
         sys.exit("set VLLM_BENCH_PYTHON to a Python that has vLLM 0.25 installed")
     client = [python, "-m", "vllm.entrypoints.cli.main"]
     tokenizer = load_tokenizer(TARGET)
-    rendered = [prompt_text(tokenizer, split_prompt_response(m)[0])
-                for m in read_split(ROOT / "artifacts/data/heldout.jsonl")]
+    rendered = [prompt_text(tokenizer, m) for m in heldout_prompts(ROOT / "artifacts/data/heldout.jsonl")]
     out.mkdir(parents=True, exist_ok=True)
     summary = {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,0 +1,60 @@
+"""Which GPUs can serve a variant in vLLM: compute capability needed, and the kernel family it runs on.
+
+From vLLM's quantization support matrix (docs: "Supported Hardware for Quantization Kernels"): BF16 needs
+Ampere (8.0); W4A16/W8A16 integer weights run on Marlin from 8.0 (Machete on Hopper); INT8 W8A8 on CUTLASS
+from Turing (7.5); FP8 W8A8 natively from Ada/Hopper (8.9), and on 8.0-8.6 through the weight-only FP8 Marlin
+path; NVFP4 activations need Blackwell (10.0). `serving.gpu` names the fleet's GPU; a variant that can't run
+there is refused when params.yaml is loaded, before any stage does work.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from pipeline.errors import PipelineError
+from pipeline.recipes import VariantSpec, is_unquantized, scheme_for
+
+# Compute capability of the GPUs `serving.gpu` may name.
+GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
+        "b200": 10.0}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    min_compute_capability: float     # below this vLLM can't serve the checkpoint
+    native_compute_capability: float  # from here its GEMMs run natively (not through a weight-only fallback)
+    kernels: str
+
+    def runs_on(self) -> list[str]:
+        return [g for g, cc in GPUS.items() if cc >= self.min_compute_capability]
+
+    def as_record(self) -> dict:
+        return {**asdict(self), "runs_on": self.runs_on()}
+
+
+def requirements(spec: VariantSpec) -> Hardware:
+    if is_unquantized(spec):
+        return Hardware(8.0, 8.0, "BF16 GEMMs (bfloat16 needs compute capability 8.0)")
+    scheme = scheme_for(spec)
+    w, a = scheme.weights, scheme.input_activations
+    if w.type == "float" and w.num_bits == 4:
+        if a is not None:
+            return Hardware(10.0, 10.0, "NVFP4 W4A4 (Blackwell FP4 tensor cores)")
+        return Hardware(8.0, 10.0, "NVFP4 weights: FP4 Marlin weight-only before Blackwell")
+    if w.type == "float":
+        return Hardware(8.0, 8.9, "FP8 W8A8 (CUTLASS) from 8.9; weight-only FP8 Marlin on 8.0-8.6")
+    if a is None:
+        return Hardware(8.0, 8.0, f"INT{w.num_bits} weight-only: Marlin from 8.0 (Machete on 9.0)")
+    return Hardware(7.5, 7.5, f"INT{w.num_bits} W{w.num_bits}A{a.num_bits} (CUTLASS) from 7.5")
+
+
+def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
+    """One line when serving.gpu can't serve the variant; nothing when gpu is None (no fleet named)."""
+    if gpu is None:
+        return
+    if gpu not in GPUS:
+        raise PipelineError(f"serving.gpu must be one of {sorted(GPUS)} or null, got {gpu!r}")
+    need = requirements(spec)
+    if GPUS[gpu] < need.min_compute_capability:
+        raise PipelineError(f"variant {spec.name} can't be served on serving.gpu {gpu} (compute capability "
+                            f"{GPUS[gpu]}): it needs {need.min_compute_capability}+ ({need.kernels}); remove it from "
+                            "quantize.enabled or pick another scheme")

@@ -1,0 +1,53 @@
+"""Schemes beyond FP8/W4A16 (recipes) and which GPUs a variant can be served on (`serving.gpu`)."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import tiny_params
+from pipeline.config import validate
+from pipeline.errors import PipelineError
+from pipeline.hardware import GPUS, check_runs_on, requirements
+from pipeline.recipes import build_recipe, needs_calibration, parse_variant
+
+VARIANTS = tiny_params()["quantize"]["variants"]
+
+
+def spec(name):
+    return parse_variant(name, VARIANTS[name])
+
+
+def test_int8_w8a8_is_smoothquant_then_gptq():
+    recipe = build_recipe(spec("int8-w8a8"), ["lm_head"])
+    assert [type(m).__name__ for m in recipe] == ["SmoothQuantModifier", "GPTQModifier"]
+    assert recipe[0].smoothing_strength == VARIANTS["int8-w8a8"]["smoothing_strength"]
+    assert needs_calibration(spec("int8-w8a8")) and not needs_calibration(spec("fp8-block"))
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"algorithm": "awq", "scheme": "W4A16", "smoothing_strength": 0.5}, "applies to"),
+    ({"algorithm": "gptq", "scheme": "W8A8", "smoothing_strength": 1.5}, r"number in \(0, 1\)"),
+])
+def test_bad_smoothing_is_one_line(raw, message):
+    with pytest.raises(PipelineError, match=message):
+        parse_variant("x", raw)
+
+
+def test_requirements_by_scheme():
+    assert requirements(spec("bf16")).min_compute_capability == 8.0
+    assert requirements(spec("int8-w8a8")).min_compute_capability == 7.5
+    fp8 = requirements(spec("fp8-dynamic"))
+    assert (fp8.min_compute_capability, fp8.native_compute_capability) == (8.0, 8.9)
+    assert "t4" not in requirements(spec("gptq-w4a16")).runs_on() and "t4" in requirements(spec("int8-w8a8")).runs_on()
+    for gpu in (g for g, cc in GPUS.items() if cc >= 8.9):
+        check_runs_on(spec("fp8-block"), gpu)  # FP8 serves natively from Ada/Hopper on
+    check_runs_on(spec("bf16"), None)  # no fleet named: nothing refused
+
+
+def test_serving_gpu_refuses_what_it_cannot_run_before_any_stage(tmp_path):
+    ok = tiny_params(quantize={"enabled": ["int8-w8a8"]}, serving={"gpu": "t4"})
+    validate(ok, tmp_path / "params.yaml")
+    bad = tiny_params(serving={"gpu": "t4"})  # bf16 and INT4 Marlin need 8.0
+    with pytest.raises(PipelineError, match=r"variant bf16 can't be served on serving.gpu t4 \(compute capability 7.5\)"):
+        validate(bad, tmp_path / "params.yaml")
+    with pytest.raises(PipelineError, match="serving.gpu must be one of"):
+        validate(tiny_params(serving={"gpu": "h800x"}), tmp_path / "params.yaml")
