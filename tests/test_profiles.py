@@ -86,7 +86,7 @@ def test_docstring_corpus_is_deterministic_and_capped(tmp_path):
 def test_demo_vocab_larger_than_the_corpus_fails_before_training(tmp_path):
     from pipeline.demo.models import build_demo_pair
 
-    cfg = tiny_params(demo={"vocab_size": 32000})["demo"]
+    cfg = tiny_params(demo={"vocab_size": 32000, "general_corpus": "python-docs", "general_chars": 20000})["demo"]
     with pytest.raises(PipelineError, match="demo.vocab_size 32000: the demo corpus supports only"):
         build_demo_pair(tmp_path / "t", tmp_path / "d", cfg)
     assert not (tmp_path / "t").exists()

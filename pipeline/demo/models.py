@@ -119,7 +119,9 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: dict) -> dict:
     general = general_text(cfg, seed=seed + 2000)
     tokenizer = train_tokenizer([m["content"] for r in domain_rows for m in row_to_messages(r)] + general,
                                 cfg["vocab_size"])
-    if len(tokenizer) < cfg["vocab_size"]:
+    # With real text (the GPU profile) the vocabulary size is the point: a shortfall is an error. The CPU demo's
+    # templated corpus saturates below demo.vocab_size by design (metrics/models.json records the real size).
+    if cfg.get("general_corpus") == "python-docs" and len(tokenizer) < cfg["vocab_size"]:
         raise PipelineError(f"demo.vocab_size {cfg['vocab_size']}: the demo corpus supports only {len(tokenizer)} "
                             "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)")
     domain_ids = [tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False)
