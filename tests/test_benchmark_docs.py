@@ -39,6 +39,12 @@ def test_quantize_markdown_is_rendered_from_raw():
             f"{md_name} differs from its rendering: run python benchmarks/quantize_bench.py --render"
 
 
+def test_calibration_markdown_is_rendered_from_raw():
+    sweep = load_module(BENCH / "calibration_sweep.py")
+    assert sweep.render(json.loads(sweep.RAW.read_text())) == sweep.MARKDOWN.read_text(), \
+        "calibration.md differs from its rendering: run python benchmarks/calibration_sweep.py --render"
+
+
 def test_every_raw_file_has_a_producer():
     patterns = [p for table in PRODUCER_TABLES for line in table.read_text().splitlines()
                 if line.startswith("| `benchmarks/") for p in re.findall(r"`([^`]+)`", line.split("|")[1])]

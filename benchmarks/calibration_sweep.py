@@ -1,0 +1,105 @@
+"""Quality against calibration sample count: is quantize.calibration.num_samples big enough?
+
+    python benchmarks/calibration_sweep.py           # after `dvc repro` of the demo: -> raw/calibration-sweep.json
+                                                     #   -> calibration.md
+    python benchmarks/calibration_sweep.py --render  # only re-render calibration.md from the committed raw JSON
+
+Each calibrated variant (params.yaml's recipe, the stage's own `quantize_model` and the evaluate stage's
+`fidelity`) is quantized from the demo build's `artifacts/models/target` with the first N rows of
+`artifacts/data/calibration.jsonl`, for each N in SAMPLES (the split's size is the largest), then scored
+against the target on the held-out split (evaluate.heldout_limit conversations). llm-compressor's guidance is
+128-512 samples; the demo's calibration split is smaller, so this measures the range it has.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+RAW = ROOT / "benchmarks" / "raw" / "calibration-sweep.json"
+MARKDOWN = ROOT / "benchmarks" / "calibration.md"
+VARIANTS = ["gptq-w4a16", "awq-w4a16", "fp8-static"]
+SAMPLES = [8, 16, 32, 64]
+
+
+def measure() -> dict:
+    import torch
+
+    from pipeline.config import load_params
+    from pipeline.data import read_split
+    from pipeline.formatting import full_text, prompt_and_response_ids
+    from pipeline.loading import load_causal_lm, load_tokenizer
+    from pipeline.quality import fidelity
+    from pipeline.quantize import quantize_model
+    from pipeline.recipes import parse_variant
+
+    target = ROOT / "artifacts/models/target"
+    if not (target / "model.safetensors").is_file():
+        sys.exit("no demo build: run `dvc repro` first (artifacts/models/target)")
+    p = load_params(ROOT / "params.yaml")
+    tokenizer = load_tokenizer(target)
+    texts = [full_text(tokenizer, m) for m in read_split(ROOT / "artifacts/data/calibration.jsonl")]
+    heldout = read_split(ROOT / "artifacts/data/heldout.jsonl")[: p["evaluate"]["heldout_limit"]]
+    examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
+    baseline = load_causal_lm(target, torch.device("cpu"))
+    runs = []
+    for variant in VARIANTS:
+        for n in [*SAMPLES, len(texts)]:
+            spec = parse_variant(variant, {**p["quantize"]["variants"][variant], "num_samples": n})
+            with tempfile.TemporaryDirectory() as tmp:
+                t0 = time.perf_counter()
+                quantize_model(target, Path(tmp) / "q", spec, texts, p["quantize"]["calibration"])
+                wall = time.perf_counter() - t0
+                quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", torch.device("cpu")), examples)
+            runs.append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),
+                         **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence", "top1_agreement")}})
+            print(json.dumps(runs[-1]), flush=True)
+    digest = hashlib.md5((target / "model.safetensors").read_bytes()).hexdigest()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    return {"commit": commit, "target_md5": digest, "calibration_rows": len(texts), "heldout": len(examples),
+            "default_num_samples": p["quantize"]["calibration"]["num_samples"], "runs": runs}
+
+
+def render(raw: dict) -> str:
+    rows = ["| variant | samples | KL vs target | ppl change % | top-1 | quantize s |", "|---|---|---|---|---|---|"]
+    rows += [f"| {r['variant']} | {r['num_samples']} | {r['kl_divergence']:.2e} | {r['perplexity_increase_pct']:+.3f} | "
+             f"{r['top1_agreement']:.4f} | {r['wall_time_s']:.1f} |" for r in raw["runs"]]
+    variants = list(dict.fromkeys(r["variant"] for r in raw["runs"]))
+    by = {v: {r["num_samples"]: r["kl_divergence"] for r in raw["runs"] if r["variant"] == v} for v in variants}
+    largest, default = raw["calibration_rows"], raw["default_num_samples"]
+    best = {v: min(kl, key=kl.get) for v, kl in by.items()}
+    over = {v: kl[default] / kl[largest] - 1 for v, kl in by.items()}
+    # KL rising with more samples can only be noise: its largest step is this sweep's noise floor.
+    rises = {(v, a, b): kl[b] / kl[a] - 1 for v, kl in by.items() for a, b in zip(sorted(kl), sorted(kl)[1:])}
+    (nv, na, nb), noise = max(rises.items(), key=lambda item: item[1])
+    return f"""# Calibration sample count vs. quality (demo target, CPU)
+
+`python benchmarks/calibration_sweep.py` at commit {raw['commit'][:7]} (target md5 {raw['target_md5'][:12]}): each
+calibrated variant quantized with the first N of the {raw['calibration_rows']} calibration rows, scored against the target
+on {raw['heldout']} held-out conversations by the evaluate stage's scorer. Raw: `benchmarks/raw/calibration-sweep.json`.
+
+{chr(10).join(rows)}
+
+Lowest KL at: {", ".join(f"{v} N={n}" for v, n in best.items())}. With the default of the time
+(`num_samples: {default}`) KL was {", ".join(f"{v} {x:+.0%}" for v, x in over.items())} against all {largest} rows. The smallest
+counts are not monotonic: KL rose by up to {noise:+.0%} with more samples ({nv}, {na} -> {nb}), the noise of this
+single-seed sweep, so each step alone means little; the largest count is best for every variant. The default is now 256 (params.yaml): every row of a split this small, and
+inside llm-compressor's 128-512 guidance for real traffic (not measured here beyond {largest} rows, nor on the GPU profile).
+"""
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--render", action="store_true", help="only re-render calibration.md from the raw JSON")
+    args = parser.parse_args()
+    if not args.render:
+        RAW.write_text(json.dumps(measure(), indent=2) + "\n")
+    MARKDOWN.write_text(render(json.loads(RAW.read_text())))
+    print(f"wrote {MARKDOWN}")
