@@ -20,6 +20,7 @@ and drafts start only within the response.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,8 @@ class SpeculativeEstimate:
     expected_speedup: float
     expected_speedup_by_k: dict[str, float]
     prompts: int
+    method: str = "draft_model"  # pipeline/methods.py
+    drafted_tokens_per_step: float | None = None  # k for a model drafter; n-gram lookups propose fewer
 
 
 def _next_token(logits: torch.Tensor, temperature: float) -> int:
@@ -100,29 +103,55 @@ def position_acceptance(target, draft, prompt: list[int], continuation: list[int
     return torch.minimum(p, q).sum(-1).clamp(max=1.0).cpu()
 
 
-def accepted_per_position(alphas: list[torch.Tensor], k: int, starts: list[int] | None = None) -> list[float]:
-    """P(at least j+1 draft tokens accepted) for j < k, as vLLM's accepted_tokens_per_pos / num_drafts.
+def reach_from_alphas(alpha: torch.Tensor, k: int, end: int) -> torch.Tensor:
+    """[end, k]: P(at least j+1 of the k tokens drafted at t accepted) for a drafter whose proposal for a
+    position does not depend on where its draft started (a draft model with the whole context)."""
+    padded = torch.cat([alpha.float(), torch.zeros(max(0, end + k - 1 - len(alpha)))])
+    return padded[: end + k - 1].unfold(0, k, 1).cumprod(1)
 
-    Follows vLLM's schedule: a step at position t drafts k tokens; with j accepted, the target adds
-    one and the next step starts at t + j + 1. Where drafts start depends on what was accepted, so
-    this is the expected schedule (a distribution over start positions) rather than a draft at every
-    position, which misweights mixed stretches (on the demo: 0.84 vs 0.86 of the real loop).
-    Drafts start before position starts[i] of sequence i (default: where k positions remain)."""
-    totals, drafts = torch.zeros(k), 0.0
-    for i, a in enumerate(alphas):
-        end = len(a) - k + 1 if starts is None else starts[i]
-        start_mass = torch.zeros(end + k + 1)  # P(a step starts at position t)
+
+@dataclass
+class Schedule:
+    accepted_per_position: list[float]  # P(at least j accepted) per draft, as vLLM reports it
+    accepted_per_step: float  # E[accepted tokens] per decoding step (a step without a draft accepts 0)
+    drafted_per_step: float  # E[draft tokens] per step (k for a model drafter; less for n-gram lookups)
+
+
+def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | None = None) -> Schedule:
+    """vLLM's schedule in expectation over sequences: a step at position t drafts lengths[t] tokens (k when
+    None) whose acceptance reach is reaches[t]; with j accepted the target adds one and the next step
+    starts at t + j + 1. Where drafts start depends on what was accepted, so this is a distribution over
+    start positions rather than a draft at every position, which misweights mixed stretches (on the
+    demo: 0.84 vs 0.86 of the real loop). reaches[i] is [T_i, k]: drafts start before T_i."""
+    totals, drafts, steps, drafted = torch.zeros(k), 0.0, 0.0, 0.0
+    for i, reach_all in enumerate(reaches):
+        n_starts = reach_all.shape[0]
+        start_mass = torch.zeros(n_starts + k + 1)  # P(a step starts at position t)
         start_mass[0] = 1.0
-        for t in range(end):
+        for t in range(n_starts):
             mass = float(start_mass[t])
             if mass == 0.0:
                 continue
-            reach = torch.cumprod(a[t:t + k].float(), 0)  # P(at least j+1 accepted)
-            totals += mass * reach
-            drafts += mass
+            reach = reach_all[t, :k].float()
+            n = k if lengths is None else int(lengths[i][t])
+            steps += mass
+            if n:
+                totals += mass * reach
+                drafts += mass
+                drafted += mass * n
             exactly = torch.cat([torch.ones(1), reach]) - torch.cat([reach, torch.zeros(1)])  # P(exactly j)
             start_mass[t + 1:t + k + 2] += mass * exactly
-    return (totals / max(drafts, 1e-12)).tolist()
+    return Schedule(accepted_per_position=(totals / max(drafts, 1e-12)).tolist(),
+                    accepted_per_step=float(totals.sum()) / max(steps, 1e-12),
+                    drafted_per_step=drafted / max(steps, 1e-12))
+
+
+def accepted_per_position(alphas: list[torch.Tensor], k: int, starts: list[int] | None = None) -> list[float]:
+    """P(at least j+1 draft tokens accepted) for j < k, as vLLM's accepted_tokens_per_pos / num_drafts, for
+    a draft model's per-position acceptance alphas; drafts start before starts[i] (default: where k
+    positions remain)."""
+    ends = [len(a) - k + 1 if starts is None else starts[i] for i, a in enumerate(alphas)]
+    return schedule([reach_from_alphas(a, k, end) for a, end in zip(alphas, ends)], k).accepted_per_position
 
 
 def resolve_cost_ratio(setting, target_dir: str | Path, draft_dir: str | Path) -> float | None:
@@ -163,9 +192,12 @@ def weight_bytes_ratio(target_dir, draft_dir) -> float:
     return draft_bytes / target_bytes
 
 
-def best_k(expected_accepted: dict[int, float], cost_ratio: float) -> tuple[int, dict[int, float]]:
-    """The k with the highest expected speedup (1 + E[accepted | k]) / (1 + k * cost_ratio)."""
-    speedups = {k: (1 + accepted) / (1 + k * cost_ratio) for k, accepted in expected_accepted.items()}
+def best_k(expected_accepted: dict[int, float], cost_ratio: float,
+           drafted: dict[int, float] | None = None) -> tuple[int, dict[int, float]]:
+    """The k with the highest expected speedup (1 + E[accepted | k]) / (1 + E[drafted | k] * cost_ratio);
+    drafted defaults to k tokens per step (a model drafter)."""
+    speedups = {k: (1 + accepted) / (1 + (k if drafted is None else drafted[k]) * cost_ratio)
+                for k, accepted in expected_accepted.items()}
     return max(speedups, key=speedups.get), speedups
 
 
@@ -181,33 +213,58 @@ def check_settings(n_prompts: int, continuation_tokens: int, temperature: float,
         raise PipelineError(f"evaluate.acceptance.temperature must be >= 0, got {temperature}")
 
 
+# A method's scorer: (prompt, continuation, end, max_k) -> (reach [end, max_k], draft lengths [end] or None
+# for always max_k). reach[t, j]: P(at least j+1 of the tokens drafted at continuation position t accepted).
+Scorer = Callable[[list[int], list[int], int, int], tuple[torch.Tensor, torch.Tensor | None]]
+
+
+def draft_model_scorer(target, draft, temperature: float) -> Scorer:
+    def score(prompt, cont, end, max_k):
+        return reach_from_alphas(position_acceptance(target, draft, prompt, cont, temperature), max_k, end), None
+    return score
+
+
 def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
              cost_ratio: float | None = None, seed: int = 0) -> SpeculativeEstimate:
-    """Acceptance per position, expected speedup for k = 1..max_k and the best k; cost_ratio None
-    times both models on the first prompt."""
+    """The draft model's estimate; cost_ratio None times both models on the first prompt."""
+    if cost_ratio is None:
+        cost_ratio = draft_cost_ratio(target, draft, prompts[0]) if prompts else 0.0
+    return estimate_method(target, draft_model_scorer(target, draft, temperature), prompts, continuation_tokens,
+                           temperature, max_k, cost_ratio, method="draft_model", seed=seed)
+
+
+def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuation_tokens: int, temperature: float,
+                    max_k: int, cost_ratio: float, method: str, seed: int = 0) -> SpeculativeEstimate:
+    """Acceptance per position, expected speedup for k = 1..max_k and the best k, for any drafter: the
+    target writes each continuation, the scorer says how its drafts would be accepted along it."""
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
     torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
-    stop_ids, alphas, ends = stop_token_ids(target), [], []
-    for prompt in progress(prompts, desc="acceptance estimate"):
+    stop_ids, reaches, lengths = stop_token_ids(target), [], []
+    for prompt in progress(prompts, desc=f"acceptance estimate ({method})"):
         cont, end = target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
-        alphas.append(position_acceptance(target, draft, prompt, cont, temperature))
-        ends.append(end)
-    if cost_ratio is None:
-        cost_ratio = draft_cost_ratio(target, draft, prompts[0])
-    # Each k has its own schedule (where the next draft starts depends on k), so each is scored.
-    by_k = {j: accepted_per_position(alphas, j, starts=ends) for j in range(1, max_k + 1)}
-    k, speedups = best_k({j: sum(rates) for j, rates in by_k.items()}, cost_ratio)
-    per_pos = by_k[k]
+        reach, length = scorer(prompt, cont, end, max_k)
+        reaches.append(reach)
+        lengths.append(torch.full((end,), max_k) if length is None else length)
+    # Each k has its own schedule (where the next draft starts depends on k), so each is scored; a k-token
+    # draft is the first k tokens of the max_k one (true of all three methods).
+    by_k = {j: schedule([r[:, :j] for r in reaches], j, [n.clamp(max=j) for n in lengths])
+            for j in range(1, max_k + 1)}
+    k, speedups = best_k({j: s.accepted_per_step for j, s in by_k.items()}, cost_ratio,
+                         {j: s.drafted_per_step for j, s in by_k.items()})
+    chosen = by_k[k]
+    proposed = torch.cat([r[:, 0][n > 0] for r, n in zip(reaches, lengths)])
     return SpeculativeEstimate(
         temperature=temperature,
-        token_acceptance=torch.cat([a[:end] for a, end in zip(alphas, ends)]).mean().item(),
-        accepted_per_draft_token=sum(per_pos) / k,
+        token_acceptance=proposed.mean().item() if len(proposed) else 0.0,
+        accepted_per_draft_token=chosen.accepted_per_step / chosen.drafted_per_step if chosen.drafted_per_step else 0.0,
         num_speculative_tokens=k,
-        accepted_per_position=per_pos,
-        accepted_per_position_by_k={str(j): rates for j, rates in by_k.items()},
-        expected_accepted_tokens=sum(per_pos),
+        accepted_per_position=chosen.accepted_per_position,
+        accepted_per_position_by_k={str(j): s.accepted_per_position for j, s in by_k.items()},
+        expected_accepted_tokens=chosen.accepted_per_step,
         cost_ratio=cost_ratio,
         expected_speedup=speedups[k],
-        expected_speedup_by_k={str(j): s for j, s in speedups.items()},
+        expected_speedup_by_k={str(j): v for j, v in speedups.items()},
         prompts=len(prompts),
+        method=method,
+        drafted_tokens_per_step=chosen.drafted_per_step,
     )

@@ -100,17 +100,33 @@ def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeE
         deploy=deploy or {}, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
-        spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS])
+        spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
+        method_names=METHOD_NAMES)
 
 
-def build_bundle(out: Path, model_dir: Path, draft_dir: Path | None, args: dict, provenance_record: dict,
+METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",
+                "ngram": "n-gram prompt lookup", None: "none"}
+
+
+def method_rows(summary: dict, decision) -> list[dict]:
+    """Each compared method: its CPU estimate (evaluate) and, where served, its measured speedup."""
+    measured = ((decision.compared or {decision.method: decision.speedup})
+                if decision is not None and decision.basis == "measured" else {})
+    return [{"method": m, "k": summary.get(f"num_speculative_tokens_{m}"),
+             "accepted": summary.get(f"accepted_per_draft_token_{m}"), "expected": summary[key],
+             "measured": measured.get(m)}
+            for key in summary if key.startswith("expected_speedup_") and (m := key.removeprefix("expected_speedup_"))]
+
+
+def build_bundle(out: Path, model_dir: Path, drafter: tuple[Path, str] | None, args: dict, provenance_record: dict,
                  verdict: VariantVerdict, summary: dict, env: dict) -> None:
-    """The model, the draft (None: the bundle ships without one, no speculative-config) and the configs;
+    """The model, the shipped method's weights (drafter: (source, directory in the bundle), e.g. the draft
+    model to ./draft or the EAGLE-3 head to ./eagle3; None for n-gram or no speculation) and the configs;
     the card and the manifest come last (they describe everything else)."""
     # Real copies, not hard links: a bundle must not change when its sources do.
     shutil.copytree(model_dir, out / "model")
-    if draft_dir is not None:
-        shutil.copytree(draft_dir, out / "draft")
+    if drafter is not None:
+        shutil.copytree(drafter[0], out / drafter[1])
     if env:
         atomic_write_text(out / "serve.env", serve_env(env))
     atomic_write_text(out / "serve.yaml", serve_yaml(args))

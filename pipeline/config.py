@@ -18,18 +18,31 @@ PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # Kubernetes object and namespace names
 SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
             "serving", "serve_bench", "deploy", "monitoring", "publish")
+# Allowed values of params that heavy modules act on (distill_vllm, demo.models import torch): defined here,
+# where validate can check them without importing those modules.
+GENERATORS = ("auto", "transformers", "vllm")  # draft_training.generator
+GENERAL_CORPORA = ("synthetic", "python-docs")  # demo.general_corpus
+
+
+def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
+    """The mapping in a YAML file, or one line: `[<what> ]<path> not found<hint>`, not valid YAML, or not a
+    mapping. Shared by load_params and profiles so params.yaml and a profile fail alike."""
+    if not path.is_file():
+        raise PipelineError(f"{what} {path} not found{hint}".lstrip())
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise PipelineError(f"{path}: expected a mapping")
+    return data
 
 
 def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True) -> dict:
     """check_recipes=False skips building each variant's recipe (compressed-tensors takes seconds to
     import), for commands that only read the gates, such as `modelprep gate` on a metrics directory."""
     path = Path(path)
-    if not path.is_file():
-        raise PipelineError(f"{path} not found; run from the project root")
-    try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+    params = read_yaml_mapping(path, hint="; run from the project root")
     validate(params, path, check_recipes)
     return params
 
@@ -46,6 +59,7 @@ def _section(params: dict, dotted: str, path: Path) -> dict:
 def validate(params, path: Path, check_recipes: bool = True) -> None:
     """Raise PipelineError naming the first bad param; no model or data is read."""
     from pipeline.thresholds import CHECKS, check_thresholds
+    from pipeline import methods
     from pipeline.names import check_name, check_variant_name, check_version
 
     if not isinstance(params, dict):
@@ -54,12 +68,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
     variants = _section(params, "quantize.variants", path)
+    specs = {}  # name -> parsed VariantSpec, reused by the serving.gpu check below
     for name, raw in variants.items():
         try:
             if check_recipes:
                 from pipeline.recipes import parse_variant
 
-                parse_variant(name, raw)
+                specs[name] = parse_variant(name, raw)
             else:
                 check_variant_name(name)
         except PipelineError as e:
@@ -70,12 +85,11 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     _known(enabled, variants, "quantize.enabled", path)
     if check_recipes:
         from pipeline.hardware import check_runs_on
-        from pipeline.recipes import parse_variant
 
         gpu = _section(params, "serving", path).get("gpu")
         for name in enabled:
             try:
-                check_runs_on(parse_variant(name, variants[name]), gpu)
+                check_runs_on(specs[name], gpu)
             except PipelineError as e:
                 raise PipelineError(f"{path}: {e}") from None
 
@@ -108,6 +122,10 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     _check_wrapped(check_name, serving.get("name"), "serving.name", path)
     check_serving(params, serving, variants, path)
     check_gpu_knobs(params, path)
+    try:
+        methods.check(params)  # draft.method, draft.ngram, draft.eagle3: before any training
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
     version = _section(params, "publish", path).get("version")
     if not isinstance(version, str):
         raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
@@ -131,11 +149,11 @@ def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Pat
 def check_gpu_knobs(params: dict, path: Path) -> None:
     """The knobs the GPU demo profile turns: generic corpus, distillation engine, evaluate's vLLM path."""
     corpus = _section(params, "demo", path).get("general_corpus", "synthetic")
-    if corpus not in ("synthetic", "python-docs"):
-        raise PipelineError(f"{path}: demo.general_corpus must be synthetic or python-docs, got {corpus!r}")
+    if corpus not in GENERAL_CORPORA:
+        raise PipelineError(f"{path}: demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {corpus!r}")
     training = _section(params, "draft_training", path)
-    if training.get("generator", "auto") not in ("auto", "transformers", "vllm"):
-        raise PipelineError(f"{path}: draft_training.generator must be auto, transformers or vllm, "
+    if training.get("generator", "auto") not in GENERATORS:
+        raise PipelineError(f"{path}: draft_training.generator must be {one_of(GENERATORS)}, "
                             f"got {training.get('generator')!r}")
     engine = training.get("vllm") or {}
     util = engine.get("gpu_memory_utilization", 0.5)
@@ -239,6 +257,11 @@ def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
     k = cfg.get("num_speculative_tokens")
     if k != "auto" and not _positive_int(k):
         raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
+
+
+def one_of(values: tuple[str, ...]) -> str:
+    """'a, b or c': the allowed values as an error message lists them."""
+    return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else values[0]
 
 
 def _positive_int(v) -> bool:

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.config import GENERATORS  # the allowed values live with params validation
 from pipeline.distill import Generate
 from pipeline.errors import PipelineError
 from pipeline.vllm_spec import spawn_engine_if_cuda_initialized, unavailable_reason
-
-GENERATORS = ("auto", "transformers", "vllm")
 
 
 def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,

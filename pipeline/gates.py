@@ -104,7 +104,7 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
     its card says why); only quality and serving checks fail a variant."""
     decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain)
-    metrics = {**summary, **speculation.speculative_metrics(serve, ctx.target_concurrency)}
+    metrics = {**summary, **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method)}
     if decision.num_speculative_tokens:
         spec_checks = check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")
         failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
@@ -113,8 +113,7 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     else:
         spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
-    metrics |= speculation.shipped_metrics(serve, ctx.baseline, decision.num_speculative_tokens,
-                                           ctx.target_concurrency)
+    metrics |= speculation.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
     not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
                   else "no serving benchmark of the baseline variant on the same GPU and vLLM")
     checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
@@ -164,7 +163,7 @@ def _shipped_setting(decision: SpeculationDecision | None) -> str:
     if decision is None:
         return ""
     k = decision.num_speculative_tokens
-    return f"; ships {'k=' + str(k) if k else 'without speculation'} ({decision.basis})"
+    return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis})"
 
 
 def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:

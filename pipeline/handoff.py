@@ -13,9 +13,10 @@ from pipeline import deploy, monitoring, warmup
 from pipeline.gates import VariantVerdict
 from pipeline.io import atomic_write_text
 from pipeline.recipes import VariantSpec
-from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
+from pipeline.serve_records import ServeBenchRecord
 from pipeline.serving_config import engine_args, serve_yaml
-from pipeline.speculation import tier_speculation
+from pipeline.methods import Speculation, speculative_config
+from pipeline.speculation import config_of, tier_speculation
 from pipeline.tiers import DEFAULT, parse_tiers, select
 
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
@@ -46,6 +47,7 @@ class TierPlan:
     name: str
     num_speculative_tokens: int
     why: str
+    method: str | None  # the speculative method at this tier (None: none)
     concurrency: int
     gpus: int
     serve_file: str
@@ -54,10 +56,11 @@ class TierPlan:
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
                  target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
-    k = verdict.speculation.num_speculative_tokens if verdict.speculation else 0
+    shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
+    k = shipped.k
     acceptance = next((c for c in verdict.checks if c.check == "min_accepted_per_draft_token" and c.value is not None),
                       None)
-    config = serve.configs.get(SPECULATIVE if k else PLAIN) if not serve.skipped else None
+    config = config_of(serve, shipped) if not serve.skipped else None
     level = config.at(target_concurrency) if config else None
     margin = cfg["latency_margin"]
     if level is not None:
@@ -69,7 +72,7 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         source = "the latency gates' thresholds (no serving benchmark in this build)"
     return monitoring.AlertLevels(
         served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
-        acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k else None,
+        acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
         ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
         kv_cache_usage_max=cfg["kv_cache_usage_max"], warning_fraction=cfg["acceptance_warning_fraction"])
 
@@ -88,18 +91,19 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
     plans = []
     (out / "deploy").mkdir(exist_ok=True)
     for tier in tiers:
-        k, why = tier_speculation(tier, shipped.num_speculative_tokens, serving["target_concurrency"], serve,
-                                  serving["speculation"]["min_gain"])
+        chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
+                                       serving["speculation"]["min_gain"])
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
-            atomic_write_text(out / tier.serve_file,
-                              serve_yaml(engine_args(spec, serving, k, quantization, tier.engine)))
+            atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
+                spec, serving, speculative_config(chosen, params["draft"].get("ngram")), quantization, tier.engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
             atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
                                                                {"modelprep/serve-config-sha256": sha}))
-        plans.append(TierPlan(tier.name, k, why, tier.concurrency, tier.gpus, tier.serve_file, manifest))
+        plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
+                              manifest))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
-from pipeline.config import validate
+from pipeline.config import read_yaml_mapping, validate
 from pipeline.errors import PipelineError
 from pipeline.io import atomic_write_text
 
@@ -43,18 +41,6 @@ def overlay(base: dict, values: dict, where: str = "") -> tuple[dict, list[str]]
     return out, changed
 
 
-def load_yaml(path: Path, what: str) -> dict:
-    if not path.is_file():
-        raise PipelineError(f"{what} {path} not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(data, dict):
-        raise PipelineError(f"{path}: expected a mapping")
-    return data
-
-
 def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) -> None:
     """Set the changed keys in params.yaml's own text (ruamel round trip, as `dvc exp run -S` does),
     so its comments stay."""
@@ -79,7 +65,8 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
 
 def apply_profile(name_or_path: str, params_path: Path) -> list[str]:
     """Write the profile over params_path (validated first); returns the dotted keys changed."""
-    merged, changed = overlay(load_yaml(params_path, "params file"), load_yaml(profile_path(name_or_path), "profile"))
+    merged, changed = overlay(read_yaml_mapping(params_path, "params file"),
+                              read_yaml_mapping(profile_path(name_or_path), "profile"))
     validate(merged, params_path)
     if changed:
         write_keeping_comments(params_path, merged, changed)

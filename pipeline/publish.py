@@ -43,5 +43,7 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
             "accepted_per_draft_token": f"{summary['accepted_per_draft_token']:.3f}",
             "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
                                           else summary["num_speculative_tokens"]),
-            "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated"}
+            "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",
+            "speculative_method": (verdict.speculation.method or "none") if verdict.speculation
+                                  and verdict.speculation.num_speculative_tokens else "none"}
     return version, tags

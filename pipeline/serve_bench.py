@@ -16,7 +16,8 @@ import urllib.request
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-from pipeline.serve_records import PERCENTILES, PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord
+from pipeline.methods import METHODS
+from pipeline.serve_records import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
 from pipeline.vllm_server import failure
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -144,21 +145,23 @@ def run_level(command: list[str], base_url: str, result: Path, log: Path) -> Loa
     return sampler.apply(parse_result(json.loads(result.read_text()), str(result)))
 
 
-# dvc plots: one directory per curve (dvc.yaml's top-level plots), one file per variant, the plain and
-# speculative configs as two lines against concurrency.
+# dvc plots: one directory per curve (dvc.yaml's top-level plots), one file per variant, plain decoding and
+# each speculative method as lines against concurrency.
 PLOTS = {"plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
          "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput)}
+CONFIG_NAMES = (PLAIN, *METHODS)  # every column a plot can have; the unmeasured ones stay empty
 
 
 def plot_rows(record: ServeBenchRecord, column: str, value) -> tuple[list[dict], list[str]]:
-    """(rows, header) of one curve: a row per concurrency, `plain_<column>` and `speculative_<column>`."""
-    header = ["concurrency", f"{PLAIN}_{column}", f"{SPECULATIVE}_{column}"]
+    """(rows, header) of one curve: a row per concurrency, `<config>_<column>` per config name."""
+    configs = {PLAIN: record.configs.get(PLAIN), **record.speculative()}
+    header = ["concurrency", *(f"{name}_{column}" for name in CONFIG_NAMES)]
     levels = sorted({lvl.concurrency for c in record.configs.values() for lvl in c.levels.values()})
     rows = []
     for concurrency in levels:
         row: dict = {"concurrency": concurrency}
-        for name in (PLAIN, SPECULATIVE):
-            lvl = record.configs[name].at(concurrency) if name in record.configs else None
+        for name in CONFIG_NAMES:
+            lvl = configs[name].at(concurrency) if configs.get(name) else None
             row[f"{name}_{column}"] = value(lvl) if lvl else None
         rows.append(row)
     return rows, header

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-PLAIN, SPECULATIVE = "plain", "speculative"  # the two serve.yaml configurations measured per variant
+PLAIN = "plain"  # no speculative-config; every other config is named after its method (pipeline/methods.py)
+SPECULATIVE = "speculative"  # records written before draft.method: the draft model's config
 PERCENTILES = (50, 90, 99)
 
 
@@ -58,6 +59,11 @@ class ServeBenchRecord:
     max_tokens: int | None = None
     temperature: float | None = None
     configs: dict[str, ServeConfigResult] = field(default_factory=dict)
+    failed_configs: dict[str, str] = field(default_factory=dict)  # speculative configs vLLM could not serve: why
+
+    def speculative(self) -> dict[str, ServeConfigResult]:
+        """The measured speculative configs by method (a legacy `speculative` config is the draft model's)."""
+        return {("draft_model" if name == SPECULATIVE else name): c for name, c in self.configs.items() if name != PLAIN}
 
 
 def level_key(concurrency: int) -> str:

@@ -16,10 +16,11 @@ def checkpoint_quantization(model_dir: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def engine_args(variant_spec: VariantSpec, serving: dict, k: int | None, quantization: str | None = None,
-                tier_engine: dict | None = None) -> dict:
-    """Arguments for vllm.LLM(...) relative to the bundle directory; k None or 0: no speculative decoding.
-    tier_engine: a serving tier's engine overrides (pipeline/tiers.py ENGINE_KEYS)."""
+def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: dict | None,
+                quantization: str | None = None, tier_engine: dict | None = None) -> dict:
+    """Arguments for vllm.LLM(...) relative to the bundle directory; speculative_config from
+    methods.speculative_config (None: no speculative decoding). tier_engine: a serving tier's engine
+    overrides (pipeline/tiers.py ENGINE_KEYS)."""
     args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
             "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"]}
     args.update(tier_engine or {})
@@ -27,8 +28,8 @@ def engine_args(variant_spec: VariantSpec, serving: dict, k: int | None, quantiz
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
     if variant_spec.kv_cache == "fp8":
         args["kv_cache_dtype"] = "fp8"  # per-tensor KV scales were calibrated into the checkpoint
-    if k:
-        args["speculative_config"] = {"method": "draft_model", "model": "./draft", "num_speculative_tokens": k}
+    if speculative_config:
+        args["speculative_config"] = speculative_config
     return args
 
 

@@ -1,16 +1,17 @@
-"""Which speculative setting a bundle ships: the draft at some k, or none (k = 0).
+"""Which speculative setting a bundle ships: one method (draft model, EAGLE-3, n-gram) at some k, or none.
 
-Measured beats estimated. With a serving benchmark of the variant (GPU, vLLM), the setting that gave
-more output tokens/s at `serving.target_concurrency` ships, speculation only when it beats plain
-decoding by `serving.speculation.min_gain`. Without one, the CPU estimate decides the same way: its
-best k ships only when the expected speedup clears the same margin; "no speculation" is always a
-candidate, so a draft that doesn't pay is never shipped because it was the least bad k.
+Measured beats estimated. With a serving benchmark of the variant (GPU, vLLM), the method that gave the
+most output tokens/s at `serving.target_concurrency` ships, and only when it beats plain decoding by
+`serving.speculation.min_gain`. Without one, the CPU estimate decides the same way: the method and k with
+the best expected speedup ship only when it clears the same margin; "no speculation" is always a
+candidate, so a method that doesn't pay is never shipped because it was the least bad one.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
+from pipeline.methods import DRAFT_MODEL, Speculation
+from pipeline.serve_records import PLAIN, ServeBenchRecord
 from pipeline.tiers import Tier
 
 MEASURED, ESTIMATED = "measured", "estimated"
@@ -24,55 +25,79 @@ class SpeculationDecision:
     speedup: float | None  # speculative / plain output tokens/s (measured) or the expected speedup
     concurrency: int | None  # where a measured speedup was taken
     reason: str
+    method: str | None = DRAFT_MODEL  # the candidate's method (pipeline/methods.py)
+    compared: dict[str, float] | None = None  # every method's speedup, where more than one was weighed
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(self.method if self.num_speculative_tokens else None, self.num_speculative_tokens)
 
 
-def measured_pair(serve: ServeBenchRecord | None, concurrency: int):
-    """(plain, speculative) LoadLevels at the concurrency, when the benchmark measured both."""
-    if serve is None or serve.skipped or PLAIN not in serve.configs or SPECULATIVE not in serve.configs:
+def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str):
+    """(plain, speculative) LoadLevels of one method at the concurrency, when the benchmark measured both."""
+    if serve is None or serve.skipped or PLAIN not in serve.configs:
         return None
-    plain, spec = serve.configs[PLAIN].at(concurrency), serve.configs[SPECULATIVE].at(concurrency)
+    config = serve.speculative().get(method)
+    if config is None:
+        return None
+    plain, spec = serve.configs[PLAIN].at(concurrency), config.at(concurrency)
     return (plain, spec) if plain and spec else None
 
 
 def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float) -> SpeculationDecision:
-    pair = measured_pair(serve, concurrency)
-    if pair is None:
-        k, expected = summary.get("num_speculative_tokens"), summary.get("expected_speedup")
-        if not k or expected is None:
-            return SpeculationDecision(0, 0, ESTIMATED, None, None,
-                                       "the metrics carry no speculative estimate (num_speculative_tokens, expected_speedup)")
-        k, expected = int(k), float(expected)
-        pays = expected >= min_gain
-        return SpeculationDecision(
-            num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected,
-            concurrency=None,
-            reason=(f"CPU estimate: x{expected:.2f} expected at k={k}"
-                    + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
-                       f", below serving.speculation.min_gain {min_gain}: plain decoding is expected to be "
-                       "as fast or faster")))
-    plain, spec = pair
-    k = serve.configs[SPECULATIVE].num_speculative_tokens
-    if plain.failed or spec.failed:
-        return SpeculationDecision(0, k, MEASURED, None, concurrency,
+    measured = {m: pair for m in (serve.speculative() if serve and not serve.skipped else {})
+                if (pair := measured_pair(serve, concurrency, m)) is not None}
+    if not measured:
+        return _estimated(summary, min_gain)
+    failed = {m: (plain.failed, spec.failed) for m, (plain, spec) in measured.items() if plain.failed or spec.failed}
+    if failed:
+        method, (plain_failed, spec_failed) = next(iter(failed.items()))
+        return SpeculationDecision(0, serve.speculative()[method].num_speculative_tokens, MEASURED, None, concurrency,
                                    f"failed requests in the serving benchmark at concurrency {concurrency} "
-                                   f"(plain {plain.failed}, speculative {spec.failed}); no speedup can be claimed")
-    gain = spec.output_throughput / plain.output_throughput
+                                   f"(plain {plain_failed}, {method} {spec_failed}); no speedup can be claimed",
+                                   method=method)
+    gains = {m: spec.output_throughput / plain.output_throughput for m, (plain, spec) in measured.items()}
+    method = max(gains, key=gains.get)
+    gain, k = gains[method], serve.speculative()[method].num_speculative_tokens
     pays = gain >= min_gain
+    others = "".join(f"; {m} x{g:.2f}" for m, g in gains.items() if m != method)
     return SpeculationDecision(
         num_speculative_tokens=k if pays else 0, candidate_k=k, basis=MEASURED, speedup=gain, concurrency=concurrency,
-        reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with k={k}"
+        reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with {method} k={k}"
                 + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
-                   f", below serving.speculation.min_gain {min_gain}")))
+                   f", below serving.speculation.min_gain {min_gain}") + others),
+        method=method, compared=gains if len(gains) > 1 else None)
+
+
+def _estimated(summary: dict, min_gain: float) -> SpeculationDecision:
+    """The CPU estimate's best method and k (the evaluate stage picked them), against min_gain."""
+    k, expected = summary.get("num_speculative_tokens"), summary.get("expected_speedup")
+    method = summary.get("speculative_method", DRAFT_MODEL)
+    if not k or expected is None:
+        return SpeculationDecision(0, 0, ESTIMATED, None, None,
+                                   "the metrics carry no speculative estimate (num_speculative_tokens, expected_speedup)",
+                                   method=method)
+    k, expected = int(k), float(expected)
+    pays = expected >= min_gain
+    compared = {m.removeprefix("expected_speedup_"): float(v) for m, v in summary.items()
+                if m.startswith("expected_speedup_")}
+    return SpeculationDecision(
+        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected, concurrency=None,
+        reason=(f"CPU estimate: x{expected:.2f} expected with {method} k={k}"
+                + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
+                   f", below serving.speculation.min_gain {min_gain}: plain decoding is expected to be "
+                   "as fast or faster")),
+        method=method, compared=compared if len(compared) > 1 else None)
 
 
 def without_speculation(decision: SpeculationDecision, why: str) -> SpeculationDecision:
     return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}")
 
 
-def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int) -> dict:
-    """Metrics of the speculative config as served, for the speculation checks (they take precedence
+def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None) -> dict:
+    """Metrics of the candidate method's config as served, for the speculation checks (they take precedence
     over the evaluate stage's offline vLLM numbers and the CPU estimate)."""
-    pair = measured_pair(serve, concurrency)
+    pair = measured_pair(serve, concurrency, method) if method else None
     if pair is None:
         return {}
     plain, spec = pair
@@ -83,14 +108,19 @@ def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int) -> dic
     return out
 
 
-def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, k: int,
+def config_of(serve: ServeBenchRecord, speculation: Speculation):
+    """The measured config that a speculative setting ships (plain when it has none)."""
+    return serve.speculative().get(speculation.method) if speculation.enabled else serve.configs.get(PLAIN)
+
+
+def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, speculation: Speculation,
                     concurrency: int) -> dict:
     """Latency, throughput and failed requests (over its whole sweep) of the config that ships, for the serving
     checks; the speedup against the baseline variant's plain decoding at concurrency 1, only when both were
     measured on the same GPU model with the same vLLM."""
     if serve is None or serve.skipped:
         return {}
-    config = serve.configs.get(SPECULATIVE if k else PLAIN)
+    config = config_of(serve, speculation)
     if config is None:
         return {}
     out: dict = {"failed_requests": config.failed_requests}
@@ -107,17 +137,21 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
     return out
 
 
-def tier_speculation(tier: Tier, shipped_k: int, shipped_concurrency: int, serve: ServeBenchRecord | None,
-                     min_gain: float) -> tuple[int, str]:
-    """(num_speculative_tokens, why) for a tier. shipped_k: the gate's decision (0: the bundle has no draft)."""
-    if not shipped_k:
-        return 0, "the bundle ships no draft"
+def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int, serve: ServeBenchRecord | None,
+                     min_gain: float) -> tuple[Speculation, str]:
+    """(speculation, why) for a tier. shipped: the gate's decision (disabled: the bundle has no drafter)."""
+    none = Speculation(None, 0)
+    if not shipped.enabled:
+        return none, "the bundle ships no speculation"
     if tier.speculation == "off":
-        return 0, f"off for this tier (serving.tiers.{tier.name}.speculation)"
+        return none, f"off for this tier (serving.tiers.{tier.name}.speculation)"
     if tier.concurrency == shipped_concurrency:
-        return shipped_k, "the gate's decision at this concurrency"
-    if measured_pair(serve, tier.concurrency) is not None:
-        d = decide({}, serve, tier.concurrency, min_gain)
-        return d.num_speculative_tokens, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
-    return 0, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
-               "shown to pay")
+        return shipped, "the gate's decision at this concurrency"
+    if measured_pair(serve, tier.concurrency, shipped.method) is not None:
+        # Only the shipped method is in the bundle, so only it is weighed at the tier's load.
+        only = ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version,
+                                configs={PLAIN: serve.configs[PLAIN], shipped.method: serve.speculative()[shipped.method]})
+        d = decide({}, only, tier.concurrency, min_gain)
+        return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
+    return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
+                  "shown to pay")

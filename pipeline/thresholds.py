@@ -53,13 +53,14 @@ def check_for(name: str) -> Check:
         return CHECKS[name]
     for prefix, op in LM_EVAL_OPS.items():
         if name.startswith(prefix) and len(name) > len(prefix):
-            return Check((name[len("min_"):],), op, True)
+            bound = prefix.removesuffix("lm_eval_")  # "min_" / "max_": the metric is the key without it
+            return Check((name.removeprefix(bound),), op, True)
     raise PipelineError(f"unknown gate threshold {name!r}")
 
 
 def lm_eval_task_of(name: str, tasks: list[str]) -> str | None:
     """The task an lm-eval threshold names (the longest task name it starts with), None if none."""
-    rest = name[len("min_lm_eval_"):]
+    rest = next((name[len(p):] for p in LM_EVAL_OPS if name.startswith(p)), "")  # the matched prefix, not its length
     matches = [t for t in tasks if rest.startswith(f"{t}_")]
     return max(matches, key=len) if matches else None
 
@@ -68,8 +69,16 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _is_known(name: str) -> bool:
+    try:
+        check_for(name)
+    except PipelineError:
+        return False
+    return True
+
+
 def check_thresholds(thresholds: dict, where: str) -> None:
-    unknown = {k for k in thresholds if k not in CHECKS and not any(k.startswith(p) and len(k) > len(p) for p in LM_EVAL_OPS)}
+    unknown = {k for k in thresholds if not _is_known(k)}  # check_for: the one place a key's meaning is decided
     if unknown:
         raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)} and "
                             "min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>")

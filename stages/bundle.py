@@ -1,7 +1,7 @@
 """Stage `bundle@<variant>`: assemble the serving-ready directory for one gated variant."""
 from pathlib import Path
 
-from pipeline import records
+from pipeline import methods, records
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.bundle import build_bundle, finish_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
@@ -12,20 +12,21 @@ from pipeline.gates import GateReport
 from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.io import atomic_dir, read_json
 from pipeline.loading import load_tokenizer
-from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord
+from pipeline.serve_records import PLAIN, ServeBenchRecord
 from pipeline.served_draft import MODEL
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import say, stage_main
 from pipeline.vllm_spec import VllmMeasurement
 
-DRAFT = MODEL
+SOURCES = {methods.DRAFT_MODEL: MODEL, methods.EAGLE3: Path("artifacts/eagle3/model")}
 
 
-def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, k: int, shipped: str) -> None:
+def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
+                          shipped: str) -> None:
     """The serve.yaml that ships is byte for byte the one the serving benchmark ran."""
     if serve.skipped:
         return
-    measured = serve_dir / f"serve-{SPECULATIVE if k else PLAIN}.yaml"
+    measured = serve_dir / f"serve-{speculation.method if speculation.enabled else PLAIN}.yaml"
     if not measured.is_file() or measured.read_text() != shipped:
         raise PipelineError(f"the bundle's serve.yaml differs from {measured}, which serve_bench measured; "
                             "re-run `dvc repro` so both come from the same params")
@@ -43,15 +44,18 @@ def main(argv: list[str]) -> None:
         raise PipelineError(f"{variant} failed its gates; it is not bundled (gates.allow_fail publishes it flagged)")
     ev, serve_dir = Path("artifacts/eval") / variant, Path("artifacts/serve") / variant
     summary = read_json(ev / "summary.json")
-    est = records.read(SpeculativeEstimate, ev / "speculative.json")
+    shipped = verdict.speculation.speculation
+    candidate = verdict.speculation.method  # its estimate describes the speculation in the card
+    est_file = ev / f"speculative-{candidate}.json"
+    est = records.read(SpeculativeEstimate, est_file if est_file.is_file() else ev / "speculative.json")
     gpu = records.read(VllmMeasurement, ev / "vllm.json")
     serve = records.read(ServeBenchRecord, serve_dir / "record.json")
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = Path("artifacts/quantized") / variant
-    k = verdict.speculation.num_speculative_tokens
+    k = shipped.k
     quantization = checkpoint_quantization(model_dir)
-    args = engine_args(spec, p["serving"], k, quantization)
-    check_measured_config(serve_dir, serve, k, serve_yaml(args))
+    args = engine_args(spec, p["serving"], methods.speculative_config(shipped, p["draft"].get("ngram")), quantization)
+    check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
     n = p["deploy"]["warmup_prompts"]
@@ -60,13 +64,14 @@ def main(argv: list[str]) -> None:
                [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
-        build_bundle(tmp, model_dir, DRAFT if k else None, args, record, verdict, summary, p["serving"].get("env") or {})
+        drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
+        build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, p["serving"].get("env") or {})
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
         card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
                           p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant))
         manifest = finish_bundle(tmp, variant, card)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
-        f"gates {verdict.label}, " + (f"speculation k={k}" if k else "no speculation")
+        f"gates {verdict.label}, " + (f"speculation {shipped.method} k={k}" if k else "no speculation")
         + f" ({verdict.speculation.basis})")
 
 

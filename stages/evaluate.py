@@ -1,7 +1,7 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
 from pathlib import Path
 
-from pipeline import acceptance, lmeval, quality, records, vllm_spec
+from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, records, vllm_spec
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
@@ -11,7 +11,35 @@ from pipeline.served_draft import MODEL
 from pipeline.stage import say, stage_main
 from pipeline.vllm_spec import VllmMeasurement
 
-TARGET, DRAFT = Path("artifacts/models/target"), MODEL
+TARGET, DRAFT, HEAD = Path("artifacts/models/target"), MODEL, Path("artifacts/eagle3/model")
+
+
+def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]) -> dict[str, acceptance.SpeculativeEstimate]:
+    """The CPU estimate of every requested method against this variant as the target (an EAGLE-3 head
+    trained on the unquantized target reads the quantized one's hidden states here, as it would served)."""
+    cfg = p["evaluate"]["acceptance"]
+    args = (prompts[: cfg["prompts"]], cfg["continuation_tokens"], cfg["temperature"], cfg["max_k"])
+    out = {}
+    for method in methods.requested(p):
+        if method == methods.DRAFT_MODEL:
+            out[method] = acceptance.estimate(model, load_causal_lm(DRAFT), *args,
+                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir, DRAFT))
+        elif method == methods.EAGLE3:
+            eagle3.check_compatible(HEAD, model.config.to_dict())
+            head = eagle3.load(HEAD, model.device)
+            features = eagle3.TargetFeatures(model, head.config.eagle_aux_hidden_state_layer_ids)
+            out[method] = acceptance.estimate_method(model, eagle3.scorer(head, features, cfg["temperature"]), *args,
+                                                     eagle3.cost_ratio(HEAD, variant_dir), method)
+        else:  # lookups in the token history cost no GPU weight reads
+            lookup = p["draft"]["ngram"]
+            out[method] = acceptance.estimate_method(
+                model, ngram.scorer(model, cfg["temperature"], lookup["prompt_lookup_min"], lookup["prompt_lookup_max"]),
+                *args, 0.0, method)
+    return out
+
+
+def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
+    return max(estimates, key=lambda m: estimates[m].expected_speedup)
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> VllmMeasurement:
@@ -25,14 +53,21 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict
         batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"]))
 
 
-def summarize(variant: str, fidelity: dict, spec: acceptance.SpeculativeEstimate, lm_eval: dict,
+def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], lm_eval: dict,
               gpu: VllmMeasurement) -> dict:
-    """The flat metrics file `dvc metrics` and the gates read: one name per quantity."""
+    """The flat metrics file `dvc metrics` and the gates read: one name per quantity. The unsuffixed
+    speculative numbers are the best method's by the estimate; each method's follow with its name."""
+    method = best_method(estimates)
+    spec = estimates[method]
+    per_method = {f"{key}_{m}": getattr(e, key) for m, e in estimates.items()
+                  for key in ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")}
     summary = {"variant": variant, **fidelity,
+               "speculative_method": method,
                "token_acceptance": spec.token_acceptance,
                "accepted_per_draft_token": spec.accepted_per_draft_token,
                "num_speculative_tokens": spec.num_speculative_tokens,
                "expected_speedup": spec.expected_speedup,
+               **per_method,
                **{f"lm_eval_{t}_{k}": v for t, s in lm_eval["scores"].items() for k, v in s.items()}}
     if gpu.skipped is None:
         summary["vllm_accepted_per_draft_token"] = gpu.accepted_per_draft_token
@@ -50,36 +85,42 @@ def main(argv: list[str]) -> None:
     variant_dir = Path("artifacts/quantized") / variant
     tokenizer = load_tokenizer(TARGET)
     heldout = read_split("artifacts/data/heldout.jsonl")[: cfg["heldout_limit"]]
-    baseline, model, draft = load_causal_lm(TARGET), load_causal_lm(variant_dir), load_causal_lm(DRAFT)
+    baseline, model = load_causal_lm(TARGET), load_causal_lm(variant_dir)
 
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout]
     fidelity = quality.fidelity(baseline, model, examples)
     fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg["greedy_prompts"]],
                                                     cfg["greedy_tokens"], tokenizer.eos_token_id)
-    acc_cfg = cfg["acceptance"]
-    spec = acceptance.estimate(model, draft, prompts[: acc_cfg["prompts"]], acc_cfg["continuation_tokens"],
-                               acc_cfg["temperature"], acc_cfg["max_k"],
-                               acceptance.resolve_cost_ratio(acc_cfg["cost_ratio"], variant_dir, DRAFT))
-    del baseline, model, draft  # free memory before lm-eval and vLLM load their own copies
+    estimates = method_estimates(p, model, variant_dir, prompts)
+    spec = estimates[best_method(estimates)]
+    del baseline, model  # free memory before lm-eval and vLLM load their own copies
     lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
                                vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
                                           "max_model_len": p["serving"]["max_model_len"]})
-    gpu = gpu_measurement(variant_dir, prompts, spec.num_speculative_tokens, p)
+    draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
+    gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
+           else VllmMeasurement(skipped="draft_model is not in draft.method"))
 
-    summary = summarize(variant, fidelity, spec, lm_eval, gpu)
+    summary = summarize(variant, fidelity, estimates, lm_eval, gpu)
     with atomic_dir(Path("artifacts/eval") / variant) as tmp:
         write_json(tmp / "quality.json", fidelity)
-        records.write(tmp / "speculative.json", spec)
+        records.write(tmp / "speculative.json", spec)  # the best method's
+        for method, est in estimates.items():
+            records.write(tmp / f"speculative-{method}.json", est)
         write_json(tmp / "lm_eval.json", lm_eval)
         records.write(tmp / "vllm.json", gpu)
         write_json(tmp / "summary.json", summary)
     write_json(f"metrics/eval-{variant}.json", summary)
-    write_csv(f"plots/acceptance-{variant}.csv",
-              [{"position": i + 1, "accepted": a} for i, a in enumerate(spec.accepted_per_position)])
+    max_k = p["evaluate"]["acceptance"]["max_k"]
+    write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
+              [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
+                **{m: e.accepted_per_position[j] if j < len(e.accepted_per_position) else None
+                   for m, e in estimates.items()}} for j in range(max_k)])
     say(f"evaluate {variant}: ppl {fidelity['perplexity_increase_pct']:+.2f}%, KL {fidelity['kl_divergence']:.4f}, "
-        f"top-1 {fidelity['top1_agreement']:.3f}, accepted/draft token {spec.accepted_per_draft_token:.3f} at "
-        f"k={spec.num_speculative_tokens} (token acceptance {spec.token_acceptance:.3f}); vLLM: "
+        f"top-1 {fidelity['top1_agreement']:.3f}; speculation (estimated speedup): "
+        + ", ".join(f"{m} x{e.expected_speedup:.2f} at k={e.num_speculative_tokens}" for m, e in estimates.items())
+        + f"; best {spec.method} accepted/draft token {spec.accepted_per_draft_token:.3f}; vLLM: "
         + (f"skipped ({gpu.skipped})" if gpu.skipped else f"accepted/draft token {gpu.accepted_per_draft_token:.3f}"))
 
 

@@ -1,4 +1,5 @@
-"""Stage `serve_bench@<variant>`: the variant served as it would ship, under load, with and without the draft.
+"""Stage `serve_bench@<variant>`: the variant served as it would ship, under load, plain and with each
+speculative method of draft.method (each at the k its CPU estimate found best on this variant).
 
 On a CUDA host with vLLM: `vllm serve --config serve-<config>.yaml` (the file the bundle would ship,
 rendered by the same code) from a directory laid out like the bundle, then `vllm bench serve` over
@@ -11,24 +12,30 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pipeline import records, serve_bench, vllm_spec
+from pipeline import methods, records, serve_bench, vllm_spec
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import heldout_prompts
+from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_text
 from pipeline.io import atomic_dir, write_csv
 from pipeline.loading import load_tokenizer
 from pipeline.served_draft import MODEL as DRAFT
-from pipeline.serve_records import PLAIN, SPECULATIVE, ServeBenchRecord, ServeConfigResult, level_key
+from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
 from pipeline.vllm_server import serve, vllm_command
 
 
-def measure(out: Path, variant: str, k: int, p: dict) -> ServeBenchRecord:
+HEAD = Path("artifacts/eagle3/model")
+SOURCES = {methods.DRAFT_MODEL: DRAFT, methods.EAGLE3: HEAD}  # linked into the bundle-shaped directory
+
+
+def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> ServeBenchRecord:
+    """candidates: method -> k; plain decoding is always measured first."""
     import torch
 
-    cfg, serving = p["serve_bench"], p["serving"]
+    cfg = p["serve_bench"]
     model_dir = Path("artifacts/quantized") / variant
     tokenizer = load_tokenizer(model_dir)
     rendered = [prompt_text(tokenizer, m) for m in heldout_prompts("artifacts/data/heldout.jsonl")]
@@ -36,42 +43,62 @@ def measure(out: Path, variant: str, k: int, p: dict) -> ServeBenchRecord:
     temperature = p["evaluate"]["acceptance"]["temperature"]
     quantization = checkpoint_quantization(model_dir)
     spec = enabled_variant(p, variant)
-    configs = {}
+    configs, failed = {}, {}
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
     # serve.yaml files are exactly what the bundle stage renders.
     with tempfile.TemporaryDirectory(prefix="modelprep-serve-") as tmp:
         serving_dir = Path(tmp)
         (serving_dir / "model").symlink_to(model_dir.resolve())
-        (serving_dir / "draft").symlink_to(DRAFT.resolve())
+        for method in candidates:
+            if method in SOURCES:
+                (serving_dir / methods.BUNDLE_DIRS[method]).symlink_to(SOURCES[method].resolve())
         dataset = serving_dir / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
-        bar = progress_bar(f"serve_bench {variant}", total=2 * len(cfg["concurrency"]))
-        for name, kk in ((PLAIN, 0), (SPECULATIVE, k)):
-            config = out / f"serve-{name}.yaml"
-            config.write_text(serve_yaml(engine_args(spec, serving, kk, quantization)))
-            shutil.copy(config, serving_dir / config.name)
-            # Logs outside the output directory, which is discarded when the stage fails.
-            with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{name}-server.log",
-                       cfg["startup_timeout_s"],
-                       cfg["port"], {k_: str(v) for k_, v in (serving.get("env") or {}).items()}) as server:
-                levels = {}
-                for c in cfg["concurrency"]:
-                    result = out / "raw" / f"{name}-c{c}.json"
-                    result.parent.mkdir(exist_ok=True)
-                    command = serve_bench.bench_command(
-                        vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset, c,
-                        serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
-                        warmups=cfg["warmup_requests"])
-                    levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
-                                                                             LOG_DIR / f"serve_bench@{variant}.{name}-bench.log")
-                    bar.update()
-                configs[name] = ServeConfigResult(num_speculative_tokens=kk, startup_s=server.startup_s, levels=levels)
+        runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
+        bar = progress_bar(f"serve_bench {variant}", total=len(runs) * len(cfg["concurrency"]))
+        for name, speculation in runs:
+            try:
+                configs[name] = serve_config(out, serving_dir, variant, name, speculation, spec, quantization, dataset,
+                                             add_special, temperature, p, bar)
+            except PipelineError as e:
+                if name == PLAIN:
+                    raise
+                # One method vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the
+                # others' measurements; it is recorded and never shipped.
+                failed[name] = str(e)[:500]
+                say(f"serve_bench {variant}: {name} failed, the other configs go on: {str(e)[:200]}")
         bar.close()
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
                             load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
-                            temperature=temperature, configs=configs)
+                            temperature=temperature, configs=configs, failed_configs=failed)
+
+
+def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,
+                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar) -> ServeConfigResult:
+    """One serve.yaml (as the bundle would ship it) started with `vllm serve` and swept over the concurrencies."""
+    cfg, serving = p["serve_bench"], p["serving"]
+    config = out / f"serve-{name}.yaml"
+    config.write_text(serve_yaml(engine_args(
+        spec, serving, methods.speculative_config(speculation, p["draft"].get("ngram")), quantization)))
+    shutil.copy(config, serving_dir / config.name)
+    # Logs outside the output directory, which is discarded when the stage fails.
+    with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{name}-server.log",
+               cfg["startup_timeout_s"], cfg["port"],
+               {k_: str(v) for k_, v in (serving.get("env") or {}).items()}) as server:
+        levels = {}
+        for c in cfg["concurrency"]:
+            result = out / "raw" / f"{name}-c{c}.json"
+            result.parent.mkdir(exist_ok=True)
+            command = serve_bench.bench_command(
+                vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset, c,
+                serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
+                warmups=cfg["warmup_requests"])
+            levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
+                                                         LOG_DIR / f"serve_bench@{variant}.{name}-bench.log")
+            bar.update()
+    return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels)
 
 
 def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
@@ -91,11 +118,12 @@ def main(argv: list[str]) -> None:
     p = load_params()
     enabled_variant(p, variant)
     cfg = p["serve_bench"]
-    est = records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / "speculative.json")
-    k = est.num_speculative_tokens if cfg["num_speculative_tokens"] == "auto" else cfg["num_speculative_tokens"]
+    fixed = cfg["num_speculative_tokens"]
+    candidates = {m: records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / f"speculative-{m}.json")
+                  .num_speculative_tokens if fixed == "auto" else fixed for m in methods.requested(p)}
     reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled")
     with atomic_dir(Path("artifacts/serve") / variant) as tmp:
-        record = ServeBenchRecord(variant=variant, skipped=reason) if reason else measure(tmp, variant, k, p)
+        record = ServeBenchRecord(variant=variant, skipped=reason) if reason else measure(tmp, variant, candidates, p)
         records.write(tmp / "record.json", record)
     records.write(f"metrics/serve-{variant}.json", record)
     for directory, (column, value) in serve_bench.PLOTS.items():

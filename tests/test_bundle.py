@@ -93,7 +93,7 @@ def test_model_card_is_a_runbook(workspace):
     spec = speculative_estimate()
     assert "vllm serve --config serve.yaml" in card and "engine_args.json" in card
     assert "modelprep verify" in card and "sha256sum --check" in card
-    assert f"**Shipped: the draft with `num_speculative_tokens: {spec.num_speculative_tokens}`.**" in card
+    assert f"**Shipped: the domain-tuned draft model with `num_speculative_tokens: {spec.num_speculative_tokens}`.**" in card
     assert " / ".join(f"{a:.2f}" for a in spec.accepted_per_position) in card
     assert f"x{spec.expected_speedup:.2f}" in card
     assert "not measured in this build (no CUDA device)" in card

@@ -7,8 +7,9 @@
 #   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
 #   session.sh serve-bench OUT V...  the pipeline's own `serve_bench` stage per variant (vllm serve + vllm bench
 #                                 serve), its records and raw load-generator output packed into OUT
-#   session.sh gpu-profile OUT S  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml) in /tmp/gp,
-#                                 started in the background (it outlives this call), then gpu-watch
+#   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, then the
+#                                 overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in the
+#                                 background (it outlives this call), then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
@@ -105,6 +106,9 @@ SH
     dvc() { PYTHONPATH=$DVC_PATH python3 -m dvc "$@"; }
     dvc config core.no_scm true && dvc config cache.type hardlink,copy
     PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile gpu
+    if [ -n "${4:-}" ]; then
+      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$4"
+    fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > /tmp/gp-gpu.txt
     # setsid: the repro outlives this call (the host stays ours while calls follow within its idle window).
     DVC_PATH=$DVC_PATH setsid bash -c 'start=$(date +%s); PYTHONPATH=$DVC_PATH python3 -m dvc repro 2>&1 \
@@ -121,7 +125,8 @@ SH
     small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null || true)
     tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc 2>/dev/null) \
       -C /tmp/gp params.yaml $(ls -d dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
-        artifacts/publish artifacts/sources.json artifacts/distill 2>/dev/null) $small 2>/dev/null || true
+        artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
+        artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
     ls -la "$out" ;;
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.

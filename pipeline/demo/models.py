@@ -19,6 +19,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from pipeline.config import GENERAL_CORPORA, one_of
 from pipeline.demo.corpus import docstring_paragraphs
 from pipeline.demo.traffic import generate_general_text, generate_traffic
 from pipeline.errors import PipelineError
@@ -78,7 +79,7 @@ def general_text(cfg: dict, seed: int) -> list[str]:
         return generate_general_text(cfg["general_sentences"], seed=seed)
     if kind == "python-docs":
         return docstring_paragraphs(cfg["general_chars"])
-    raise PipelineError(f"demo.general_corpus must be synthetic or python-docs, got {kind!r}")
+    raise PipelineError(f"demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {kind!r}")
 
 
 def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int,

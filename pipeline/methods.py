@@ -1,0 +1,100 @@
+"""Speculative methods: which ones a build compares (`draft.method`) and the speculative-config each ships.
+
+- draft_model: a separate small model with the target's tokenizer (stages distill -> draft_finetune ->
+  draft_quantize), served from ./draft.
+- eagle3: an EAGLE-3 head over the target's hidden states (stage eagle3, speculators' model and loss),
+  served from ./eagle3.
+- ngram: prompt lookup; nothing to train, the settings are the method.
+
+Light on purpose (no torch): params validation imports it before any stage runs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipeline.errors import PipelineError
+
+DRAFT_MODEL, EAGLE3, NGRAM = "draft_model", "eagle3", "ngram"
+METHODS = (DRAFT_MODEL, EAGLE3, NGRAM)
+# Where each trained method sits in a bundle and in serve_bench's bundle-shaped directory.
+BUNDLE_DIRS = {DRAFT_MODEL: "draft", EAGLE3: "eagle3"}
+NGRAM_MAX = 16  # longer lookups than this only slow the CPU-side search; vLLM's default max is 5
+
+
+@dataclass(frozen=True)
+class Speculation:
+    """What a serving config speculates with: a method at k draft tokens (k 0: none)."""
+    method: str | None
+    k: int
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.method and self.k)
+
+
+NONE = Speculation(None, 0)
+
+
+def requested(p: dict) -> list[str]:
+    """draft.method as a list: one name or a list of them, in the order given, no repeats."""
+    raw = p["draft"].get("method", DRAFT_MODEL)
+    names = [raw] if isinstance(raw, str) else raw
+    if not isinstance(names, list) or not names:
+        raise PipelineError(f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, got {raw!r}")
+    unknown = [n for n in names if n not in METHODS]
+    if unknown:
+        raise PipelineError(f"draft.method: unknown method {unknown[0]!r} (choose from {', '.join(METHODS)})")
+    if len(set(names)) != len(names):
+        raise PipelineError(f"draft.method lists a method twice: {names}")
+    return names
+
+
+def check_ngram(cfg: dict) -> None:
+    """draft.ngram: vLLM's prompt_lookup_min/max, range-checked before any stage runs."""
+    lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
+    for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= NGRAM_MAX:
+            raise PipelineError(f"draft.ngram.{name} must be an integer in 1..{NGRAM_MAX}, got {v!r}")
+    if lo > hi:
+        raise PipelineError(f"draft.ngram.prompt_lookup_min ({lo}) must be <= prompt_lookup_max ({hi})")
+
+
+def check_eagle3(cfg: dict) -> None:
+    """draft.eagle3's shape and training knobs; the head-vs-target checks need the target (pipeline/eagle3.py)."""
+    for name in ("num_layers", "ttt_steps", "train_steps", "batch_size"):
+        v = cfg.get(name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise PipelineError(f"draft.eagle3.{name} must be a positive integer, got {v!r}")
+    lr = cfg.get("learning_rate")
+    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
+        raise PipelineError(f"draft.eagle3.learning_rate must be a positive number, got {lr!r}")
+    vocab = cfg.get("draft_vocab_size")
+    if vocab is not None and (not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 2):
+        raise PipelineError(f"draft.eagle3.draft_vocab_size must be null (the target's vocabulary) or an integer >= 2, "
+                            f"got {vocab!r}")
+    layers = cfg.get("aux_layers")
+    if layers != "auto" and (not isinstance(layers, list) or len(layers) != 3
+                             or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)
+                             or len(set(layers)) != 3):
+        raise PipelineError(f"draft.eagle3.aux_layers must be auto or three distinct target layer ids, got {layers!r}")
+
+
+def check(p: dict) -> None:
+    names = requested(p)
+    if NGRAM in names:
+        check_ngram(p["draft"].get("ngram") or {})
+    if EAGLE3 in names:
+        check_eagle3(p["draft"].get("eagle3") or {})
+
+
+def speculative_config(spec: Speculation, ngram: dict | None = None) -> dict | None:
+    """vLLM 0.25's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3."""
+    if not spec.enabled:
+        return None
+    config: dict = {"method": spec.method, "num_speculative_tokens": spec.k}
+    if spec.method in BUNDLE_DIRS:
+        config["model"] = f"./{BUNDLE_DIRS[spec.method]}"
+    if spec.method == NGRAM:
+        ngram = ngram or {}
+        config |= {"prompt_lookup_min": ngram["prompt_lookup_min"], "prompt_lookup_max": ngram["prompt_lookup_max"]}
+    return config

@@ -1,0 +1,53 @@
+"""Stage `eagle3`: an EAGLE-3 head for the target, trained on the target's own answers to domain prompts.
+
+Runs when draft.method lists eagle3; otherwise records why no head was trained, and the evaluate and
+serving stages leave the method out."""
+from collections import Counter
+from pathlib import Path
+
+from pipeline import eagle3, methods, records
+from pipeline.config import load_params
+from pipeline.distill import read_examples
+from pipeline.io import atomic_dir, write_csv, write_json
+from pipeline.loading import load_causal_lm
+from pipeline.stage import progress, say, stage_main
+
+TARGET, DISTILLED, OUT = Path("artifacts/models/target"), Path("artifacts/distill"), Path("artifacts/eagle3")
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    p = load_params()
+    cfg = p["draft"]["eagle3"]
+    if methods.EAGLE3 not in methods.requested(p):
+        record = eagle3.Eagle3Record(skipped="eagle3 is not in draft.method")
+        with atomic_dir(OUT) as tmp:
+            records.write(tmp / "record.json", record)
+        write_json("metrics/eagle3.json", {"skipped": record.skipped})
+        write_csv("plots/eagle3_loss.csv", [], ["step", "loss"])
+        say(f"eagle3: skipped ({record.skipped})")
+        return
+    target = load_causal_lm(TARGET)  # the GPU where there is one
+    device = target.device
+    layer_ids = eagle3.aux_layer_ids(cfg["aux_layers"], target.config.num_hidden_layers)  # errors before training
+    rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in read_examples(DISTILLED / "train.jsonl")]
+    answers = Counter(t for r in rows for t, label in zip(r["input_ids"], r["labels"]) if label != -100)
+    head = eagle3.build_head(TARGET, cfg, layer_ids, answers)
+    result = eagle3.train(head, eagle3.TargetFeatures(target, layer_ids), rows, cfg, device, progress)
+    last = result["curve"][-1]
+    record = eagle3.Eagle3Record(
+        aux_layers=layer_ids, draft_vocab_size=head.draft_vocab_size, ttt_steps=cfg["ttt_steps"],
+        train_steps=cfg["train_steps"], trainable_parameters=result["trainable_parameters"], train_s=result["train_s"],
+        final_loss=last["loss"], accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg["ttt_steps"])],
+        device=str(device))
+    with atomic_dir(OUT) as tmp:
+        eagle3.save(head.cpu(), tmp / "model")
+        records.write(tmp / "record.json", record)
+    write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
+    write_csv("plots/eagle3_loss.csv", result["curve"])
+    say(f"eagle3: {cfg['train_steps']} steps in {result['train_s']:.0f} s on {device}, loss {result['curve'][0]['loss']:.2f} "
+        f"-> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}")
+
+
+if __name__ == "__main__":
+    main()
