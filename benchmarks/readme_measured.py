@@ -60,8 +60,11 @@ def render() -> str:
         f"{_range([e['accepted_per_draft_token'] for e in evals.values()], 3)} at k = "
         f"{', '.join(sorted({str(e['num_speculative_tokens']) for e in evals.values()}))}; gates "
         f"{'pass' if gates['passed'] else 'FAIL'} for {len(gates['variants'])} variants;",
+        "- speculative methods, CPU-estimated speedup (`draft.method`): " + "; ".join(
+            f"{v} " + ", ".join(f"{k.removeprefix('expected_speedup_')} x{x:.2f}" for k, x in e.items()
+                                if k.startswith("expected_speedup_")) for v, e in evals.items()) + ";",
         "- shipped speculative setting (decided from the CPU estimate: no GPU here): " + ", ".join(
-            f"{v} " + (f"k={d['num_speculative_tokens']}" if d["num_speculative_tokens"] else "none")
+            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"] else "none")
             + f" (x{d['speedup']:.2f} expected)" for v, d in
             ((v, verdict["speculation"]) for v, verdict in gates["variants"].items())) + "; the serving benchmark "
         "(`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
@@ -81,6 +84,13 @@ def render() -> str:
         + ", ".join(f"{k} ({t['measured']:.2f} vs {t['target']})" for k, t in pr["targets"].items() if not t["met"])
         + ". At Llama-3-8B shapes, batch 1 (random weights): " + ", ".join(
             f"{m} {x:.2f}x" for m, x in g["bench8b_speedup_bs1"].items()) + " of BF16 decode speed.",
+        "",
+        "GPU, speculative methods (issue #16; `benchmarks/gpu/RESULTS.md`, `gpu-profile ... gpu-methods`): the same 1B "
+        "profile, BF16 only, one `dvc repro` through `publish` in one lease. Output tokens/s against plain decoding as "
+        "served: " + "; ".join(f"{m} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
+                               for m, r in g["methods"]["methods"].items())
+        + f". The gate shipped {g['methods']['shipped']['method']} k={g['methods']['shipped']['k']} "
+        f"({g['methods']['shipped']['basis']}); the CPU estimate alone would have picked {g['methods']['estimate_best']}.",
     ]
     return "\n".join(lines)
 

@@ -30,18 +30,19 @@ EAGER = torch.compiler.set_stance("force_eager")  # the target's place in a bund
 
 def aux_layer_ids(setting, num_layers: int) -> list[int]:
     """The target layers whose inputs the head reads. auto: vLLM's Llama default (2, L//2, L-3), spread
-    evenly where that repeats a layer (small targets); explicit ids must be distinct and < L."""
+    evenly where that repeats a layer (small targets); explicit ids must be distinct and < L. Sorted: vLLM
+    concatenates the states in layer order, whatever order the config lists them in."""
     if setting == "auto":
         ids = [2, num_layers // 2, num_layers - 3]
         if len(set(ids)) < 3 or min(ids) < 0:
-            ids = [max(0, round(i * (num_layers - 1) / 3)) for i in (1, 2, 3)]
+            ids = sorted({max(0, round(i * (num_layers - 1) / 3)) for i in (1, 2, 3)} | {0})[-3:]
         if len(set(ids)) < 3:
             raise PipelineError(f"draft.eagle3: a target with {num_layers} layers is too shallow for an EAGLE-3 "
                                 "head (three distinct layers are needed)")
-        return ids
+        return sorted(ids)
     if max(setting) >= num_layers:
         raise PipelineError(f"draft.eagle3.aux_layers {setting}: the target has {num_layers} layers (ids 0..{num_layers - 1})")
-    return list(setting)
+    return sorted(setting)
 
 
 def check_compatible(head_dir: Path, target_config: dict) -> None:
@@ -158,7 +159,7 @@ def train(head, features: TargetFeatures, rows: list[dict], cfg: dict, device, p
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        curve.append({"step": step + 1, "loss": float(loss),
+        curve.append({"step": step + 1, "loss": float(loss.detach()),
                       **{f"accuracy_step{s}": _ratio(metrics, f"full_acc_{s}") for s in range(cfg["ttt_steps"])}})
     head.eval()
     return {"curve": curve, "train_s": time.perf_counter() - t0,

@@ -101,6 +101,13 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels)
 
 
+def candidates(p: dict, variant: str) -> dict[str, int]:
+    """Each requested method at the k its CPU estimate found best on this variant (or the fixed k)."""
+    fixed = p["serve_bench"]["num_speculative_tokens"]
+    return {m: records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / f"speculative-{m}.json")
+            .num_speculative_tokens if fixed == "auto" else fixed for m in methods.requested(p)}
+
+
 def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
     if record.skipped:
         return f"serve_bench {record.variant}: skipped ({record.skipped})"
@@ -118,12 +125,10 @@ def main(argv: list[str]) -> None:
     p = load_params()
     enabled_variant(p, variant)
     cfg = p["serve_bench"]
-    fixed = cfg["num_speculative_tokens"]
-    candidates = {m: records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / f"speculative-{m}.json")
-                  .num_speculative_tokens if fixed == "auto" else fixed for m in methods.requested(p)}
     reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled")
     with atomic_dir(Path("artifacts/serve") / variant) as tmp:
-        record = ServeBenchRecord(variant=variant, skipped=reason) if reason else measure(tmp, variant, candidates, p)
+        record = (ServeBenchRecord(variant=variant, skipped=reason) if reason
+                  else measure(tmp, variant, candidates(p, variant), p))
         records.write(tmp / "record.json", record)
     records.write(f"metrics/serve-{variant}.json", record)
     for directory, (column, value) in serve_bench.PLOTS.items():

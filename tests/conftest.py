@@ -26,7 +26,7 @@ os.environ.setdefault("TQDM_MININTERVAL", "10")
 # sizes that are multiples of 128 so INT4 group-128 recipes still apply.
 TINY_OVERRIDES = {
     "demo": {"domain_rows": 800, "general_sentences": 800, "vocab_size": 1024,
-             "target": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2,
+             "target": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,  # 3: an EAGLE-3 head's aux layers
                         "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 60, "lr": 0.004},
              "draft": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
                        "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 30, "lr": 0.004,
@@ -36,6 +36,7 @@ TINY_OVERRIDES = {
     "quantize": {"enabled": ["bf16", "fp8-static", "gptq-w4a16"],
                  "calibration": {"num_samples": 16, "max_seq_length": 256}},
     "draft_training": {"epochs": 2, "max_new_tokens": 48},
+    "draft": {"eagle3": {"train_steps": 20, "batch_size": 4}},
     "evaluate": {"heldout_limit": 16, "greedy_prompts": 6, "lm_eval": {"limit": 8},
                  "acceptance": {"prompts": 6, "continuation_tokens": 16}},
     # The tiny pair is barely trained: its held-out perplexity is not what the demo's absolute gate is for.

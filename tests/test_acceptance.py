@@ -76,9 +76,12 @@ def test_sampling_acceptance_is_one_minus_total_variation(models, prompts):
 
 def test_continuations_greedy_matches_generate_and_sampling_is_seeded(models, prompts):
     target, _ = models
-    greedy = target.generate(torch.tensor([prompts[0]]), max_new_tokens=N_TOKENS, min_new_tokens=N_TOKENS,
-                             do_sample=False, pad_token_id=target.config.eos_token_id)[0, len(prompts[0]):].tolist()
-    assert acceptance.target_continuation(target, prompts[0], N_TOKENS) == (greedy, N_TOKENS)
+    # generate stops at EOS (min_new_tokens would instead suppress it and change the text), so the two agree on
+    # generate's tokens, EOS included; without stop ids the continuation goes on to N_TOKENS.
+    greedy = target.generate(torch.tensor([prompts[0]]), max_new_tokens=N_TOKENS, do_sample=False,
+                             pad_token_id=target.config.eos_token_id)[0, len(prompts[0]):].tolist()
+    tokens, end = acceptance.target_continuation(target, prompts[0], N_TOKENS)
+    assert tokens[: len(greedy)] == greedy and len(tokens) == end == N_TOKENS
     runs = []
     for _ in range(2):
         torch.manual_seed(7)

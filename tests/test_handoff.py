@@ -17,7 +17,7 @@ from pipeline import records
 from pipeline.config import validate
 from pipeline.errors import PipelineError
 from pipeline.monitoring import ITL, TTFT, bucket_bound
-from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serve_records import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 V = "fp8-dynamic"
 PROMTOOL = shutil.which("promtool")
@@ -108,7 +108,7 @@ def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
                          accepted_per_draft_token=0.8)
     return ServeBenchRecord(V, gpu="NVIDIA H100 80GB HBM3", vllm_version="0.25.0", date="2026-11-24", configs={
         PLAIN: ServeConfigResult(0, startup_s, {f"c{c}": lvl(c, 100.0 * c, 20.0, 5.0) for c in concurrencies}),
-        SPECULATIVE: ServeConfigResult(4, startup_s + 5, {f"c{c}": lvl(c, (200.0 if c == 1 else 90.0) * c, 30.0, 8.0)
+        "draft_model": ServeConfigResult(4, startup_s + 5, {f"c{c}": lvl(c, (200.0 if c == 1 else 90.0) * c, 30.0, 8.0)
                                                           for c in concurrencies})})
 
 
@@ -118,6 +118,7 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     from pipeline import gates
     from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
     from pipeline.config import enabled_variant
+    from pipeline.methods import Speculation, speculative_config
 
     ws = tmp_path / "ws"
     shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
@@ -126,8 +127,9 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
     spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
-    for name, k in ((PLAIN, 0), (SPECULATIVE, 4)):  # the configs serve_bench would have written
-        (serve_dir / f"serve-{name}.yaml").write_text(serve_yaml(engine_args(spec, p["serving"], k,
+    for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
+        config = speculative_config(Speculation(name if k else None, k))
+        (serve_dir / f"serve-{name}.yaml").write_text(serve_yaml(engine_args(spec, p["serving"], config,
                                                                              checkpoint_quantization(model))))
     summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
     records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))

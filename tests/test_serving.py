@@ -32,11 +32,12 @@ def level(concurrency: int, tokens_per_s: float, p99_itl: float = 8.0, failed: i
                      itl_ms=dict(lat), e2el_ms=dict(lat), accepted_per_draft_token=accepted)
 
 
-def record(variant: str, plain: dict[int, float], spec: dict[int, float], k: int = 4, **kw) -> ServeBenchRecord:
-    """Measured output tokens/s per concurrency for the plain and speculative configs."""
+def record(variant: str, plain: dict[int, float], spec: dict[int, float], k: int = 4, method: str = "draft_model",
+           **kw) -> ServeBenchRecord:
+    """Measured output tokens/s per concurrency for the plain and one speculative method's configs."""
     return ServeBenchRecord(variant=variant, gpu="test GPU", vllm_version="0.25.0", date="2026-11-24", configs={
         PLAIN: ServeConfigResult(0, 30.0, {f"c{c}": level(c, t, **kw) for c, t in plain.items()}),
-        SPECULATIVE: ServeConfigResult(k, 31.0, {f"c{c}": level(c, t, accepted=0.7, **kw) for c, t in spec.items()})})
+        method: ServeConfigResult(k, 31.0, {f"c{c}": level(c, t, accepted=0.7, **kw) for c, t in spec.items()})})
 
 
 def metrics(params: dict, **overrides) -> dict:
@@ -165,11 +166,13 @@ def test_sampler_reads_kv_cache_use_under_load_from_a_real_exposition():
 def test_plots_have_both_configs_per_concurrency_and_a_header_when_skipped():
     rec = record(INT4, plain={1: 100.0, 8: 600.0}, spec={1: 150.0, 8: 500.0})
     rows, header = serve_bench.plot_rows(rec, *serve_bench.PLOTS["plots/serve_throughput"])
-    assert header == ["concurrency", "plain_output_tokens_per_s", "speculative_output_tokens_per_s"]
-    assert rows == [{"concurrency": 1, header[1]: 100.0, header[2]: 150.0},
-                    {"concurrency": 8, header[1]: 600.0, header[2]: 500.0}]
+    assert header == ["concurrency", "plain_output_tokens_per_s", "draft_model_output_tokens_per_s",
+                      "eagle3_output_tokens_per_s", "ngram_output_tokens_per_s"]
+    unmeasured = {header[3]: None, header[4]: None}
+    assert rows == [{"concurrency": 1, header[1]: 100.0, header[2]: 150.0, **unmeasured},
+                    {"concurrency": 8, header[1]: 600.0, header[2]: 500.0, **unmeasured}]
     assert serve_bench.plot_rows(ServeBenchRecord(INT4, skipped="no CUDA device"), "x", None) == (
-        [], ["concurrency", "plain_x", "speculative_x"])
+        [], ["concurrency", "plain_x", "draft_model_x", "eagle3_x", "ngram_x"])
 
 
 # ---- the stage without a GPU, and the bundle it leads to
@@ -192,7 +195,7 @@ def test_stage_records_why_it_was_skipped(workspace):
     saved = records.read(ServeBenchRecord, workspace / f"metrics/serve-{INT4}.json")
     assert saved == ServeBenchRecord(INT4, skipped=reason)
     assert (workspace / f"plots/serve_itl/{INT4}.csv").read_text().strip() == \
-        "concurrency,plain_p99_itl_ms,speculative_p99_itl_ms"
+        "concurrency,plain_p99_itl_ms,draft_model_p99_itl_ms,eagle3_p99_itl_ms,ngram_p99_itl_ms"
     p = yaml.safe_load((workspace / "params.yaml").read_text())
     p["serve_bench"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     (workspace / "params.yaml").write_text(yaml.safe_dump(p))

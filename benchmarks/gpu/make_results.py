@@ -136,6 +136,88 @@ def profile_summary() -> dict:
     }
 
 
+METHODS_RUN = RAW / "gpu-methods"
+
+
+def methods_load(rel: str) -> dict:
+    return json.loads((METHODS_RUN / rel).read_text())
+
+
+def methods_summary() -> dict:
+    """Issue #16's GPU proof (raw/gpu-methods/): the BF16 target served plain and with each speculative method."""
+    serve = methods_load("serve/bf16/record.json")
+    plain = serve["configs"]["plain"]["levels"]
+    keys = sorted(plain, key=lambda k: int(k[1:]))
+    out = {}
+    for method, config in serve["configs"].items():
+        if method == "plain":
+            continue
+        est = methods_load(f"eval/bf16/speculative-{method}.json")
+        out[method] = {
+            "k": config["num_speculative_tokens"],
+            "speedup": {k: config["levels"][k]["output_throughput"] / plain[k]["output_throughput"] for k in keys},
+            "tokens_per_s": {k: config["levels"][k]["output_throughput"] for k in keys},
+            "accepted_per_drafted": {k: config["levels"][k]["accepted_per_draft_token"] for k in keys},
+            "tokens_per_step": {k: config["levels"][k]["mean_acceptance_length"] for k in keys},
+            "cpu_estimate": {"k": est["num_speculative_tokens"], "accepted_per_drafted": est["accepted_per_draft_token"],
+                             "expected_speedup": est["expected_speedup"], "cost_ratio": est["cost_ratio"]},
+            "startup_s": config["startup_s"],
+        }
+    verdict = methods_load("verdict.json")["variants"]["bf16"]["speculation"]
+    return {"methods": out, "plain_tokens_per_s": {k: plain[k]["output_throughput"] for k in keys}, "levels": keys,
+            "shipped": {"method": verdict["method"], "k": verdict["num_speculative_tokens"], "basis": verdict["basis"]},
+            "estimate_best": max(out, key=lambda m: out[m]["cpu_estimate"]["expected_speedup"]),
+            "measured_best": max(out, key=lambda m: out[m]["speedup"]["c1"]),
+            "eagle3": methods_load("eagle3/record.json"), "gpu": serve["gpu"], "vllm": serve["vllm_version"],
+            "stage_walls": stage_walls((METHODS_RUN / "repro.log").read_text())}
+
+
+def methods_section() -> str:
+    s = methods_summary()
+    e3 = s["eagle3"]
+    rows = [["plain", "-", *(f(s["plain_tokens_per_s"][k], 0) for k in s["levels"]), *("1.00" for _ in s["levels"]),
+             "-", "-", "-", "-", "-"]]
+    for m, r in s["methods"].items():
+        c = r["cpu_estimate"]
+        rows.append([m, r["k"], *(f(r["tokens_per_s"][k], 0) for k in s["levels"]), *(f(r["speedup"][k]) for k in s["levels"]),
+                     " / ".join(f(r["tokens_per_step"][k]) for k in s["levels"]),
+                     " / ".join(f(r["accepted_per_drafted"][k], 3) for k in s["levels"]),
+                     f(c["accepted_per_drafted"], 3), f(c["expected_speedup"]), f(c["cost_ratio"], 3)])
+    cs = ", ".join(f"c={k[1:]}" for k in s["levels"])
+    table_ = table(["method", "k", *(f"tok/s {k}" for k in s["levels"]), *(f"x plain {k}" for k in s["levels"]),
+                    f"tokens per step ({cs})", f"vLLM accepted/drafted ({cs})", "CPU-estimate accepted/drafted",
+                    "CPU-estimate speedup", "cost ratio used"], rows)
+    walls = s["stage_walls"]
+    sh = s["shipped"]
+    return f"""## Speculative methods on the GPU profile: draft model vs EAGLE-3 vs n-gram (issue #16)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT S gpu-methods` on the lent H100 ({s['gpu']}, vLLM {s['vllm']}): the GPU demo
+profile with `profiles/gpu-methods.yaml` over it (the BF16 target only, `draft.method: [draft_model, eagle3, ngram]`,
+`serve_bench.concurrency: [1, 32]`), one `dvc repro` from scratch through `gate`, `bundle` and `publish` in one lease
+(`raw/gpu-methods/repro.log`: `eagle3` {walls.get('eagle3')} s, `evaluate@bf16` {walls.get('evaluate@bf16')} s, `serve_bench@bf16` {walls.get('serve_bench@bf16')} s for four
+`vllm serve` configs). The EAGLE-3 head: speculators 0.9's model and TTT loss, {e3['trainable_parameters'] / 1e6:.0f}M trainable parameters, one
+decoder layer over the target's layers {e3['aux_layers']}, {e3['train_steps']} steps on the target's own answers in {e3['train_s']:.0f} s; final
+loss {f(e3['final_loss'])}, training accuracy by TTT step {", ".join(f(a, 3) for a in e3['accuracy_by_step'])}. vLLM loaded it as saved
+(`Eagle3LlamaForCausalLM`, aux layers from its config).
+
+Served by `vllm serve` from the bundle-shaped directory, driven by `vllm bench serve` (held-out prompts, greedy,
+at most 128 tokens; same run, ratios against plain decoding at the same concurrency):
+
+{table_}
+
+The gate's decision (`raw/gpu-methods/verdict.json`): ships **{sh['method']} k={sh['k']}** ({sh['basis']}); the bundle's card
+(`raw/gpu-methods/bundle/README.md`) carries the comparison. What the estimate alone would have picked:
+**{s['estimate_best']}** (its weight-bytes cost model prices a drafted token at the draft's share of the weights, while
+as served each one costs about two target steps; see the section below), so the measured choice, not the estimate,
+is the one that ships. The CPU estimate of EAGLE-3 acceptance ({f(s['methods']['eagle3']['cpu_estimate']['accepted_per_drafted'], 3)}) is lower than vLLM's
+({f(s['methods']['eagle3']['accepted_per_drafted']['c1'], 3)} at c=1); the draft model's estimate is within
+{abs(s['methods']['draft_model']['cpu_estimate']['accepted_per_drafted'] - s['methods']['draft_model']['accepted_per_drafted']['c1']):.3f}; n-gram's is
+{f(s['methods']['ngram']['cpu_estimate']['accepted_per_drafted'], 3)} against {f(s['methods']['ngram']['accepted_per_drafted']['c1'], 3)} served.
+Not run on the GPU: the quantized variants with the head (their acceptance per method is in the CPU
+demo's `metrics/eval-*.json`).
+"""
+
+
 def profile_section() -> str:
     import yaml
 
@@ -304,6 +386,7 @@ def gpu_summary() -> dict:
         s[key + "_range"] = rng(s[key])
     s["demo_speedup_bs1_quantized_range"] = rng({v: s["demo_speedup_bs1"][v] for v in VARIANTS})
     s["profile"] = profile_summary()
+    s["methods"] = methods_summary()
     return s
 
 
@@ -397,6 +480,8 @@ def render() -> str:
     gate_text = (RAW / "gate-on-gpu-metrics.txt").read_text().rstrip()
     test_text = (RAW / "test-gpu.txt").read_text().rstrip()
     return f"""{header_text}
+
+{methods_section()}
 
 {profile_section()}
 ## The `evaluate` stage after the DVC-graph refactor (commit ff4d3ac)

@@ -1,0 +1,278 @@
+"""Speculative methods (draft.method): n-gram lookup and its estimate, the EAGLE-3 head (speculators' model,
+trained here on the tiny demo target), the params checks, and the choice between methods."""
+from __future__ import annotations
+
+import json
+import random
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from conftest import ROOT, copy_project, run, tiny_params
+from pipeline import acceptance, eagle3, methods, ngram
+from pipeline.errors import PipelineError
+from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.speculation import decide
+from pipeline.stage import progress
+
+# ---- n-gram
+
+
+def vllm_kmp_propose(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
+    """vLLM 0.25's _find_longest_matched_ngram_and_propose_tokens (vllm/v1/spec_decode/ngram_proposer.py),
+    transcribed as the oracle: KMP over the reversed tokens, longest match <= max_n, earliest occurrence."""
+    total = len(tokens)
+    if total < min_n:
+        return []
+    rev = np.array(tokens[::-1])
+    lps = np.zeros(max_n, dtype=np.int32)
+    longest, position, prev, i = 0, 0, 0, 1
+    while i < total:
+        if rev[prev] == rev[i]:
+            prev += 1
+            if prev >= longest:
+                longest, position = prev, i
+            if i < max_n:
+                lps[i] = prev
+            if prev == max_n:
+                prev = lps[max_n - 1]
+            i += 1
+        elif prev != 0:
+            prev = lps[prev - 1]
+        else:
+            i += 1
+    if longest < min_n:
+        return []
+    start = total - 1 - position + longest
+    return tokens[start:start + min(k, total - start)]
+
+
+def test_ngram_proposals_are_vllms():
+    rng = random.Random(0)
+    for _ in range(3000):
+        tokens = [rng.randrange(4) for _ in range(rng.randrange(1, 30))]
+        lo = rng.randrange(1, 4)
+        hi = rng.randrange(lo, 6)
+        k = rng.randrange(1, 6)
+        assert ngram.propose(tokens, k, lo, hi) == vllm_kmp_propose(tokens, lo, hi, k), (tokens, lo, hi, k)
+
+
+@pytest.fixture(scope="module")
+def target(demo_pair):
+    return load_causal_lm(demo_pair[0])
+
+
+@pytest.fixture(scope="module")
+def prompts(demo_pair):
+    tokenizer = load_tokenizer(demo_pair[0])
+    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:4]
+    return [prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0]) for line in lines]
+
+
+def simulated_ngram_loop(target, prompt, n_tokens, k, lo, hi):
+    """Greedy decoding with prompt-lookup speculation, step by step: (accepted, drafted, steps)."""
+    cont, end = acceptance.target_continuation(target, prompt, n_tokens, 0.0, acceptance.stop_token_ids(target),
+                                               overrun=k - 1)
+    t = accepted = drafted = steps = 0
+    while t < end:
+        proposal = ngram.propose(prompt + cont[:t], k, lo, hi)[: len(cont) - t]
+        j = 0
+        while j < len(proposal) and proposal[j] == cont[t + j]:
+            j += 1
+        accepted, drafted, steps = accepted + j, drafted + len(proposal), steps + 1
+        t += j + 1
+    return accepted, drafted, steps
+
+
+def test_ngram_estimate_is_the_greedy_loop(target, prompts):
+    """At temperature 0 prompt lookup is deterministic, so the estimate must equal the real loop exactly:
+    accepted and drafted tokens per decoding step, at the k the estimate chose (per prompt: pooled over
+    prompts the loop weighs long answers more than the estimate's per-sequence schedule does)."""
+    lo, hi, drafted = 1, 3, 0
+    for prompt in prompts:
+        est = acceptance.estimate_method(target, ngram.scorer(target, 0.0, lo, hi), [prompt], 24, 0.0, 4, 0.0, "ngram")
+        accepted, drafts, steps = simulated_ngram_loop(target, prompt, 24, est.num_speculative_tokens, lo, hi)
+        assert est.expected_accepted_tokens == pytest.approx(accepted / steps)
+        assert est.drafted_tokens_per_step == pytest.approx(drafts / steps)
+        drafted += drafts
+    assert drafted > 0  # the prompts gave the lookup something to propose
+
+
+# ---- EAGLE-3
+
+
+def train_head(tmp_path_factory, demo_pair, target, **cfg_overrides):
+    """A head trained for a few steps on the tiny target's own greedy answers, saved as the stage saves it."""
+    tokenizer = load_tokenizer(demo_pair[0])
+    rows = []
+    for line in (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:24]:
+        prompt = prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0])
+        cont, end = acceptance.target_continuation(target, prompt, 16, 0.0, acceptance.stop_token_ids(target))
+        rows.append({"input_ids": prompt + cont[:end], "labels": [-100] * len(prompt) + cont[:end]})
+    cfg = dict(yaml.safe_load((ROOT / "params.yaml").read_text())["draft"]["eagle3"], train_steps=12, batch_size=4,
+               **cfg_overrides)
+    layers = eagle3.aux_layer_ids("auto", target.config.num_hidden_layers)
+    counts = Counter(t for r in rows for t, label in zip(r["input_ids"], r["labels"]) if label != -100)
+    head = eagle3.build_head(demo_pair[0], cfg, layers, counts)
+    result = eagle3.train(head, eagle3.TargetFeatures(target, layers), rows, cfg, "cpu", progress)
+    assert result["curve"][-1]["loss"] < result["curve"][0]["loss"]  # it learned something
+    out = tmp_path_factory.mktemp("eagle3") / "model"
+    eagle3.save(head, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def head_dir(tmp_path_factory, demo_pair, target):
+    return train_head(tmp_path_factory, demo_pair, target)
+
+
+def test_a_reduced_draft_vocabulary_maps_back_to_the_targets(tmp_path_factory, demo_pair, target, prompts):
+    """draft_vocab_size: the head scores only the answers' most frequent tokens (speculators' d2t/t2d), and
+    its logits come back in the target's vocabulary, -inf outside the kept tokens."""
+    small = train_head(tmp_path_factory, demo_pair, target, draft_vocab_size=64)
+    config = json.loads((small / "config.json").read_text())
+    assert config["draft_vocab_size"] == 64 and config["transformer_layer_config"]["vocab_size"] == target.config.vocab_size
+    head = eagle3.load(small)
+    assert head.d2t is not None and int(head.t2d.sum()) == 64
+    features = eagle3.TargetFeatures(target, head.config.eagle_aux_hidden_state_layer_ids)
+    depths, _ = eagle3.draft_logits(head, features, prompts[0], 2)
+    kept = torch.isfinite(depths[0][0])
+    assert depths[0].shape[-1] == target.config.vocab_size and int(kept.sum()) == 64
+    assert torch.equal(kept, head.t2d.bool())  # the finite logits are exactly the kept target tokens
+
+
+def test_head_is_saved_in_the_format_vllm_loads_for_eagle3(head_dir, target):
+    config = json.loads((head_dir / "config.json").read_text())
+    assert config["speculators_model_type"] == "eagle3"  # vLLM's speculators-format detection
+    assert config["speculators_config"]["verifier"]["name_or_path"] == "./model"  # no build-machine path
+    assert config["eagle_aux_hidden_state_layer_ids"] == sorted(config["eagle_aux_hidden_state_layer_ids"])
+    assert config["transformer_layer_config"]["hidden_size"] == target.config.hidden_size
+    eagle3.check_compatible(head_dir, target.config.to_dict())
+    assert eagle3.load(head_dir) is not None
+
+
+@pytest.mark.parametrize("change,says", [({"hidden_size": 256}, "hidden size"), ({"vocab_size": 7}, "vocabulary"),
+                                         ({"num_hidden_layers": 1}, "aux layers")])
+def test_a_head_for_another_target_is_refused_in_one_line(head_dir, target, change, says):
+    with pytest.raises(PipelineError) as e:
+        eagle3.check_compatible(head_dir, {**target.config.to_dict(), **change})
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_each_depth_predicts_from_what_precedes_it(head_dir, target, prompts):
+    """The estimator's teacher-forced pass gives, at depth s and position i, what drafting from position i
+    gives when its s earlier drafts were right (the only case in which depth s is scored): it sees the
+    target's states up to i and tokens up to i + 1 + s, nothing later. The alignment vLLM's drafting has."""
+    head = eagle3.load(head_dir)
+    features = eagle3.TargetFeatures(target, head.config.eagle_aux_hidden_state_layer_ids)
+    ids = (prompts[0] + prompts[1])[:24]
+    full, _ = eagle3.draft_logits(head, features, ids, 3)
+    for i in (4, 11, len(ids) - 5):
+        for depth in range(3):
+            prefix, _ = eagle3.draft_logits(head, features, ids[: i + 2 + depth], 3)
+            assert torch.allclose(prefix[depth][i], full[depth][i], atol=1e-4), (i, depth)
+
+
+def test_eagle3_estimate_scores_the_head(head_dir, target, prompts, demo_pair):
+    head = eagle3.load(head_dir)
+    features = eagle3.TargetFeatures(target, head.config.eagle_aux_hidden_state_layer_ids)
+    cost = eagle3.cost_ratio(head_dir, demo_pair[0])
+    assert 0 < cost  # the head's weights but its embedding table, over the target's
+    est = acceptance.estimate_method(target, eagle3.scorer(head, features, 0.0), prompts, 16, 0.0, 4, cost, "eagle3")
+    assert est.method == "eagle3" and 1 <= est.num_speculative_tokens <= 4
+    per_pos = est.accepted_per_position
+    assert all(a >= b - 1e-9 for a, b in zip(per_pos, per_pos[1:]))  # P(at least j accepted) never rises
+    assert est.accepted_per_draft_token == pytest.approx(sum(per_pos) / est.num_speculative_tokens)
+
+
+def test_aux_layers_fail_before_training():
+    with pytest.raises(PipelineError, match="too shallow"):
+        eagle3.aux_layer_ids("auto", 2)
+    with pytest.raises(PipelineError, match="the target has 4 layers"):
+        eagle3.aux_layer_ids([0, 1, 4], 4)
+
+
+# ---- params
+
+
+@pytest.mark.parametrize("draft,says", [
+    ({"method": "medusa"}, "draft.method: unknown method 'medusa'"),
+    ({"method": []}, "draft.method must be"),
+    ({"method": ["ngram", "ngram"]}, "lists a method twice"),
+    ({"method": "ngram", "ngram": {"prompt_lookup_min": 4, "prompt_lookup_max": 2}}, "prompt_lookup_min (4) must be <="),
+    ({"method": "ngram", "ngram": {"prompt_lookup_min": 0, "prompt_lookup_max": 2}}, "prompt_lookup_min must be"),
+    ({"method": "eagle3", "eagle3": {"aux_layers": [1, 1, 2]}}, "three distinct target layer ids"),
+    ({"method": "eagle3", "eagle3": {"ttt_steps": 0}}, "draft.eagle3.ttt_steps"),
+])
+def test_bad_method_settings_fail_at_load_in_one_line(tmp_path, draft, says):
+    from pipeline.config import load_params
+
+    params = tiny_params(draft=draft)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(PipelineError) as e:
+        load_params(path)
+    assert says in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_speculative_configs_are_vllms():
+    assert methods.speculative_config(methods.NONE) is None
+    assert methods.speculative_config(methods.Speculation("eagle3", 5)) == {
+        "method": "eagle3", "num_speculative_tokens": 5, "model": "./eagle3"}
+    assert methods.speculative_config(methods.Speculation("ngram", 4), {"prompt_lookup_min": 2, "prompt_lookup_max": 5}) \
+        == {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2, "prompt_lookup_max": 5}
+
+
+# ---- the choice
+
+
+def served(configs: dict[str, tuple[int, float]]) -> ServeBenchRecord:
+    """Output tokens/s at concurrency 1 per config name: (k, tokens/s)."""
+    lat = {"mean": 1.0, "p50": 1.0, "p90": 1.0, "p99": 1.0}
+    return ServeBenchRecord("v", gpu="g", vllm_version="0.25.0", configs={
+        name: ServeConfigResult(k, 10.0, {"c1": LoadLevel(1, 8, 8, 0, 1.0, 8.0, tok_s, lat, lat, lat, lat)})
+        for name, (k, tok_s) in configs.items()})
+
+
+def test_the_fastest_measured_method_ships_whatever_the_estimate_said():
+    """The GPU profile's situation: the estimate favoured the draft model, the served head was faster."""
+    estimate = {"speculative_method": "draft_model", "num_speculative_tokens": 8, "expected_speedup": 5.7}
+    d = decide(estimate, served({PLAIN: (0, 345.0), "draft_model": (8, 157.0), "eagle3": (7, 1002.0),
+                                 "ngram": (6, 166.0)}), 1, min_gain=1.1)
+    assert (d.method, d.num_speculative_tokens, d.basis) == ("eagle3", 7, "measured")
+    assert d.compared == pytest.approx({"draft_model": 157 / 345, "eagle3": 1002 / 345, "ngram": 166 / 345})
+    slow = decide(estimate, served({PLAIN: (0, 345.0), "eagle3": (7, 360.0)}), 1, min_gain=1.1)
+    assert slow.num_speculative_tokens == 0 and slow.candidate_k == 7  # 1.04x is below min_gain
+
+
+def test_a_legacy_record_is_the_draft_models():
+    d = decide({}, served({PLAIN: (0, 100.0), SPECULATIVE: (4, 200.0)}), 1, min_gain=1.1)
+    assert (d.method, d.num_speculative_tokens) == ("draft_model", 4)
+
+
+def test_without_a_measurement_the_best_estimated_method_decides():
+    d = decide({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
+                "expected_speedup_ngram": 1.3, "expected_speedup_draft_model": 1.2}, None, 1, min_gain=1.1)
+    assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 5, "estimated")
+
+
+# ---- the stage when eagle3 is not requested
+
+
+@pytest.mark.slow
+def test_eagle3_stage_records_why_no_head_was_trained(tmp_path, demo_pair):
+    import shutil
+
+    ws = copy_project(tmp_path, tiny_params(draft={"method": ["draft_model", "ngram"]}))
+    shutil.copytree(demo_pair[0], ws / "artifacts/models/target")
+    (ws / "artifacts/distill").mkdir(parents=True)
+    r = run([sys.executable, "-m", "stages.eagle3"], ws)
+    assert r.returncode == 0, r.stderr[-2000:]
+    record = json.loads((ws / "artifacts/eagle3/record.json").read_text())
+    assert record["skipped"] == "eagle3 is not in draft.method" and not (ws / "artifacts/eagle3/model").exists()
