@@ -11,6 +11,10 @@
 #                                 overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in the
 #                                 background (it outlives this call), then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
+#   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
+#                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
+#                                 then /metrics scraped before and after the load (checked on the CPU machine by
+#                                 benchmarks/gpu/handoff_check.py)
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
 #   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
@@ -128,6 +132,27 @@ SH
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
     ls -la "$out" ;;
+  handoff)
+    out=$2 bundle=$3; mkdir -p "$out"
+    out=$(cd "$out" && pwd)
+    cd "$bundle"
+    name=$(python3 -c "import json; print(json.load(open('engine_args.json'))['served_model_name'])")
+    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt"
+    # As the manifest runs it: from the bundle directory, its serve.env in the environment.
+    env $(cat serve.env 2>/dev/null) PYTHONPATH=/tmp/vllm/site setsid python3 -m vllm.entrypoints.cli.main serve \
+      --config serve.yaml --port 8000 > "$out/server.log" 2>&1 < /dev/null &
+    start=$(date +%s)
+    rc=0; python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model "$name" --port 8000 \
+      --marker "$out/warm-marker.json" --health-timeout 600 > "$out/warmup.txt" 2>&1 || rc=$?
+    echo "exit status $rc, $(( $(date +%s) - start )) s after the server started" >> "$out/warmup.txt"
+    scrape() { python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:8000/metrics').read().decode())" > "$1"; }
+    scrape "$out/metrics-before.txt"
+    # Load: the warm-up prompts again, three rounds (the same client; 32 tokens each).
+    for i in 1 2 3; do python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model "$name" --port 8000 \
+      --marker /tmp/load-$i.json --health-timeout 60 >> "$out/load.txt" 2>&1; done
+    scrape "$out/metrics-after.txt"
+    pkill -f "vllm.entrypoints.cli.main serve" || true
+    cat "$out/warmup.txt"; wc -l "$out"/metrics-*.txt ;;
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
     for v in "${VARIANTS[@]}"; do
