@@ -218,6 +218,41 @@ demo's `metrics/eval-*.json`).
 """
 
 
+def handoff_section() -> str:
+    """Issue #17's GPU check (raw/handoff/): the CPU demo's bf16 bundle served by vLLM as its manifest starts it."""
+    raw = RAW / "handoff"
+    check = json.loads((raw / "check.json").read_text())
+    rows = [[f"`{r['series']}`", ", ".join(f'{k}="{v}"' for k, v in r["matchers"].items()) or "(none)", r["samples"]]
+            for r in check["series"]]
+    alerts = table(["alert", "threshold", "would fire on this load"],
+                   [[a, f(x["threshold"], 4), "yes" if x["would_fire"] else "no"] for a, x in check["acceptance_alerts"].items()])
+    return f"""## The handoff kit against real vLLM (issue #17)
+
+`bash benchmarks/gpu/session.sh handoff OUT artifacts/bundles/bf16` on the lent H100 ({(raw / 'gpu.txt').read_text().strip()}): the CPU
+demo's bf16 bundle (built by this code; `raw/handoff/bundle/MANIFEST.json`) started as its Kubernetes manifest starts
+it (`vllm serve --config serve.yaml` from the bundle directory), its `deploy/warmup.py` run as the postStart hook runs
+it, then three more rounds of the same prompts as load, `/metrics` scraped before and after the load.
+`python benchmarks/gpu/handoff_check.py benchmarks/gpu/raw/handoff` (CPU) checks the scrape against the bundle's
+`monitoring/rules.yaml` and `dashboard.json`.
+
+- Warm-up: {"; ".join(check['warmup'])}.
+- Every series the rules and the dashboard read is in the scrape with the labels they match on
+  ({len(rows) - len(check['missing'])} of {len(rows)}; missing: {", ".join(check['missing']) or "none"}):
+
+{table(["series", "label matchers", "samples in the scrape"], rows)}
+
+- Speculative acceptance over the load, from the two scrapes' counter deltas (what the recording rule computes):
+  {f(check['acceptance_over_load'], 3)}. Against the bundle's acceptance alerts:
+
+{alerts}
+
+The warning would fire on this load: the warm-up prompts are neutral ones (`deploy.warmup_from_traffic: false`), not
+domain traffic, and the draft accepts less there than on the held-out traffic its threshold was derived from (the
+threshold is {f(check['acceptance_alerts']['SpeculativeAcceptanceLow']['threshold'], 4)} = `acceptance_warning_fraction` x the evaluated accepted/drafted ratio). The rule's `for: 15m` keeps a
+warm-up burst from paging; sustained off-domain traffic would, which is what it is for.
+"""
+
+
 def profile_section() -> str:
     import yaml
 
@@ -482,6 +517,8 @@ def render() -> str:
     return f"""{header_text}
 
 {methods_section()}
+
+{handoff_section()}
 
 {profile_section()}
 ## The `evaluate` stage after the DVC-graph refactor (commit ff4d3ac)
