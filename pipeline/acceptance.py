@@ -9,7 +9,9 @@ speculative sampling accepts the draft's token is sum_x min(p(x), q(x)) with p, 
 serving temperature (Leviathan et al., 2023); at temperature 0 it is 1 when the argmaxes agree
 and 0 otherwise. A draft of k tokens starting at position t gets
 sum_{j=1..k} prod_{i<j} alpha[t+i] tokens accepted in expectation; the target adds one more
-token per step, and the next draft starts after it (vLLM's schedule, followed in expectation). With c = draft/target cost per token, one step costs 1 + k*c target forwards,
+token per step, and the next draft starts after it (vLLM's schedule, followed in expectation). The first
+response token is the prefill's: vLLM drafts only after it, so the first draft starts at position 1. With
+c = draft/target cost per token, one step costs 1 + k*c target forwards,
 so the expected speedup is (1 + E[accepted]) / (1 + k*c).
 
 Past EOS a model's continuation is off its training distribution and drafts stop matching: on
@@ -31,6 +33,9 @@ from pipeline.errors import PipelineError
 from pipeline.stage import progress
 
 COST_RATIO_CHOICES = ("weight_bytes", "measured")
+# The prefill step samples response token 0 and the drafter first proposes after it (vLLM v1 drafts in the
+# step that sampled the prefill's token), so drafts start at continuation position 1, never 0.
+FIRST_DRAFT = 1
 
 
 @dataclass
@@ -122,13 +127,13 @@ def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | 
     None) whose acceptance reach is reaches[t]; with j accepted the target adds one and the next step
     starts at t + j + 1. Where drafts start depends on what was accepted, so this is a distribution over
     start positions rather than a draft at every position, which misweights mixed stretches (on the
-    demo: 0.84 vs 0.86 of the real loop). reaches[i] is [T_i, k]: drafts start before T_i."""
+    demo: 0.84 vs 0.86 of the real loop). reaches[i] is [T_i, k]: drafts start at FIRST_DRAFT..T_i-1."""
     totals, drafts, steps, drafted = torch.zeros(k), 0.0, 0.0, 0.0
     for i, reach_all in enumerate(reaches):
         n_starts = reach_all.shape[0]
         start_mass = torch.zeros(n_starts + k + 1)  # P(a step starts at position t)
-        start_mass[0] = 1.0
-        for t in range(n_starts):
+        start_mass[FIRST_DRAFT] = 1.0
+        for t in range(FIRST_DRAFT, n_starts):
             mass = float(start_mass[t])
             if mass == 0.0:
                 continue
@@ -252,7 +257,7 @@ def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuati
     k, speedups = best_k({j: s.accepted_per_step for j, s in by_k.items()}, cost_ratio,
                          {j: s.drafted_per_step for j, s in by_k.items()})
     chosen = by_k[k]
-    proposed = torch.cat([r[:, 0][n > 0] for r, n in zip(reaches, lengths)])
+    proposed = torch.cat([r[FIRST_DRAFT:, 0][n[FIRST_DRAFT:] > 0] for r, n in zip(reaches, lengths)])
     return SpeculativeEstimate(
         temperature=temperature,
         token_acceptance=proposed.mean().item() if len(proposed) else 0.0,

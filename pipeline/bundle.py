@@ -11,7 +11,7 @@ import jinja2
 
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.gates import VariantVerdict
-from pipeline.io import atomic_write_text, read_json, write_json
+from pipeline.io import atomic_write_text, write_json
 from pipeline.manifest import write_manifest
 from pipeline.publish import EVAL, GATE
 from pipeline.recipes import VariantSpec

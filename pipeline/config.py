@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.errors import PipelineError
+from pipeline.values import is_int, is_number, is_positive_int, is_positive_number
 
 PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # Kubernetes object and namespace names
@@ -157,11 +158,11 @@ def check_gpu_knobs(params: dict, path: Path) -> None:
                             f"got {training.get('generator')!r}")
     engine = training.get("vllm") or {}
     util = engine.get("gpu_memory_utilization", 0.5)
-    if not isinstance(util, (int, float)) or isinstance(util, bool) or not 0 < util <= 1:
+    if not is_number(util) or not 0 < util <= 1:
         raise PipelineError(f"{path}: draft_training.vllm.gpu_memory_utilization must be in (0, 1], got {util!r}")
     vllm = _section(params, "evaluate.vllm", path)
     sizes = vllm.get("throughput_batch_sizes", [])
-    if not isinstance(sizes, list) or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in sizes):
+    if not isinstance(sizes, list) or not all(is_positive_int(b) for b in sizes):
         raise PipelineError(f"{path}: evaluate.vllm.throughput_batch_sizes must be a list of positive integers, "
                             f"got {sizes!r}")
     for key, value in (("evaluate.vllm.enforce_eager", vllm.get("enforce_eager", False)),
@@ -174,7 +175,7 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
     """The serving section and the serving benchmark's settings (no GPU or model needed)."""
     _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
     gain = _section(params, "serving.speculation", path).get("min_gain")
-    if not isinstance(gain, (int, float)) or isinstance(gain, bool) or not gain > 0:
+    if not is_positive_number(gain):
         raise PipelineError(f"{path}: serving.speculation.min_gain must be a positive number, got {gain!r}")
     env = serving.get("env") or {}
     # Values end up in serve.env (`env $(cat serve.env) vllm serve`), Kubernetes env and the benchmark's server:
@@ -214,10 +215,10 @@ def check_deploy(deploy: dict) -> None:
         raise PipelineError(f"deploy.warmup_from_traffic must be true or false, got {deploy.get('warmup_from_traffic')!r}")
     for key in ("port", "startup_seconds_default", "warmup_prompts"):
         v = deploy.get(key)
-        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        if not is_positive_int(v):
             raise PipelineError(f"deploy.{key} must be a positive integer, got {v!r}")
     margin = deploy.get("startup_margin")
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool) or margin < 1:
+    if not is_number(margin) or margin < 1:
         raise PipelineError(f"deploy.startup_margin must be a number >= 1, got {margin!r}")
     for key in ("cpu", "memory", "shm_size"):
         if not isinstance(deploy.get(key), str) or not deploy[key]:
@@ -232,13 +233,13 @@ def check_monitoring(cfg: dict) -> None:
     for key, lo, hi in (("kv_cache_usage_max", 0.0, 1.0), ("acceptance_warning_fraction", 0.0, 1.0),
                         ("latency_margin", 1.0, 100.0)):
         v = cfg.get(key)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not lo < v <= hi:
+        if not is_number(v) or not lo < v <= hi:
             raise PipelineError(f"monitoring.{key} must be a number in ({lo}, {hi}], got {v!r}")
 
 
 def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
     levels = cfg.get("concurrency")
-    if not isinstance(levels, list) or not levels or not all(_positive_int(c) for c in levels) \
+    if not isinstance(levels, list) or not levels or not all(is_positive_int(c) for c in levels) \
             or len(set(levels)) != len(levels):
         raise PipelineError(f"{path}: serve_bench.concurrency must be a non-empty list of distinct positive integers, "
                             f"got {levels!r}")
@@ -247,25 +248,21 @@ def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
         raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
                             f"{levels}: the speculative setting is chosen from a measurement at it")
     for key in ("prompts_per_concurrency", "min_prompts", "max_tokens", "startup_timeout_s", "port"):
-        if not _positive_int(cfg.get(key)):
+        if not is_positive_int(cfg.get(key)):
             raise PipelineError(f"{path}: serve_bench.{key} must be a positive integer, got {cfg.get(key)!r}")
     warmups = cfg.get("warmup_requests")
-    if not (_positive_int(warmups) or warmups == 0) or isinstance(warmups, bool):
+    if not (is_int(warmups) and warmups >= 0):
         raise PipelineError(f"{path}: serve_bench.warmup_requests must be a non-negative integer, got {warmups!r}")
     if cfg.get("enabled") not in (True, False, "auto"):
         raise PipelineError(f"{path}: serve_bench.enabled must be auto, true or false, got {cfg.get('enabled')!r}")
     k = cfg.get("num_speculative_tokens")
-    if k != "auto" and not _positive_int(k):
+    if k != "auto" and not is_positive_int(k):
         raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
 
 
 def one_of(values: tuple[str, ...]) -> str:
     """'a, b or c': the allowed values as an error message lists them."""
     return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else values[0]
-
-
-def _positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def _known(names: list, variants: dict, param: str, path: Path) -> None:

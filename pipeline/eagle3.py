@@ -22,10 +22,15 @@ import torch
 from pipeline.errors import PipelineError
 from pipeline.io import read_json
 
-VERIFIER_IN_BUNDLE = "./model"
+VERIFIER_IN_BUNDLE = "./model"  # the target's place in a bundle; never the build machine's path
+
+
 # speculators compiles the head's forward where CUDA is present; packed batches change shape every step
 # (a recompile each time) and the scoring hook must see every lm_head call, so it runs eagerly.
-EAGER = torch.compiler.set_stance("force_eager")  # the target's place in a bundle; never the build machine's path
+def eager():
+    """A context that runs torch.compile'd code eagerly inside it only (set_stance applies when called, so it
+    is made at each use, never at import, where it would change the stance for the whole process)."""
+    return torch.compiler.set_stance("force_eager")
 
 
 def aux_layer_ids(setting, num_layers: int) -> list[int]:
@@ -151,7 +156,7 @@ def train(head, features: TargetFeatures, rows: list[dict], cfg: dict, device, p
     curve, t0 = [], time.perf_counter()
     for step in progress(range(cfg["train_steps"]), desc="eagle3 head"):
         batch = [rows[order[(step * cfg["batch_size"] + i) % len(rows)]] for i in range(cfg["batch_size"])]
-        with EAGER:
+        with eager():
             _, loss, metrics = head(**pack(batch, features, device), ttt_steps=cfg["ttt_steps"],
                                     ttt_step_loss_decay=1.0, loss_config=loss_config)
         opt.zero_grad()
@@ -171,12 +176,20 @@ def _ratio(metrics: dict, key: str) -> float | None:
     return float(metrics[f"{key}_sum"]) / total if total else None
 
 
-def save(head, out: Path) -> None:
-    """speculators' save_pretrained, then the verifier path made bundle-relative: the build machine's
-    absolute path would leak into every bundle and mean nothing where it is served."""
+def checkpoint_dtype(model_dir: Path) -> torch.dtype:
+    """The dtype a checkpoint is stored (and by default served) in, from its config."""
+    config = read_json(Path(model_dir) / "config.json")
+    return getattr(torch, config.get("dtype") or config.get("torch_dtype") or "float32")
+
+
+def save(head, out: Path, target_dir: Path) -> None:
+    """speculators' save_pretrained in the target checkpoint's dtype (vLLM serves the head in the target's
+    dtype; fp32 weights would double the bytes its cost ratio counts), then the verifier path made
+    bundle-relative: the build machine's absolute path would leak into every bundle and mean nothing where
+    it is served."""
     import json
 
-    head.save_pretrained(out)
+    head.to(checkpoint_dtype(target_dir)).save_pretrained(out)
     config_path = Path(out) / "config.json"
     config = json.loads(config_path.read_text())
     config["speculators_config"]["verifier"]["name_or_path"] = VERIFIER_IN_BUNDLE
@@ -218,7 +231,7 @@ def draft_logits(head, features: TargetFeatures, ids: list[int], steps: int) -> 
     hook = head.lm_head.register_forward_hook(lambda _m, _i, out: captured.append(out[0].float()))
     try:
         n = len(ids) - 1
-        with EAGER:
+        with eager():
             head(hidden_states=aux[:, :-1], input_ids=x[:, 1:], document_ids=torch.zeros(1, n, device=device, dtype=torch.long),
                  ttt_steps=steps)
     finally:

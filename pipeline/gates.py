@@ -10,7 +10,8 @@ from pipeline.errors import PipelineError
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.speculation import SpeculationDecision
 from pipeline.stage import say, warn
-from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for, is_number
+from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for
+from pipeline.values import is_number
 
 
 @dataclass
@@ -48,6 +49,10 @@ class VariantVerdict:
     @property
     def shippable(self) -> bool:
         return self.passed or self.allowed_failure
+
+    def applied(self, check: str) -> GateCheck | None:
+        """The check as applied to a value (None when it was not configured or had no value)."""
+        return next((c for c in self.checks if c.check == check and c.value is not None), None)
 
     @property
     def label(self) -> str:
@@ -104,7 +109,8 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
     its card says why); only quality and serving checks fail a variant."""
     decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain)
-    metrics = {**summary, **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method)}
+    metrics = {**speculation.candidate_metrics(summary, decision.method),
+               **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method)}
     if decision.num_speculative_tokens:
         spec_checks = check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")
         failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]

@@ -58,8 +58,7 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
                  target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
     shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
     k = shipped.k
-    acceptance = next((c for c in verdict.checks if c.check == "min_accepted_per_draft_token" and c.value is not None),
-                      None)
+    acceptance = verdict.applied("min_accepted_per_draft_token")
     config = config_of(serve, shipped) if not serve.skipped else None
     level = config.at(target_concurrency) if config else None
     margin = cfg["latency_margin"]

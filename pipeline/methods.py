@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pipeline.errors import PipelineError
+from pipeline.values import is_int, is_positive_int, is_positive_number
 
 DRAFT_MODEL, EAGLE3, NGRAM = "draft_model", "eagle3", "ngram"
 METHODS = (DRAFT_MODEL, EAGLE3, NGRAM)
@@ -49,11 +50,16 @@ def requested(p: dict) -> list[str]:
     return names
 
 
+def not_requested(method: str) -> str:
+    """Why a method's stage made nothing: the one wording every skipped record uses."""
+    return f"{method} is not in draft.method"
+
+
 def check_ngram(cfg: dict) -> None:
     """draft.ngram: vLLM's prompt_lookup_min/max, range-checked before any stage runs."""
     lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
     for name, v in (("prompt_lookup_min", lo), ("prompt_lookup_max", hi)):
-        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= NGRAM_MAX:
+        if not is_int(v) or not 1 <= v <= NGRAM_MAX:
             raise PipelineError(f"draft.ngram.{name} must be an integer in 1..{NGRAM_MAX}, got {v!r}")
     if lo > hi:
         raise PipelineError(f"draft.ngram.prompt_lookup_min ({lo}) must be <= prompt_lookup_max ({hi})")
@@ -63,18 +69,18 @@ def check_eagle3(cfg: dict) -> None:
     """draft.eagle3's shape and training knobs; the head-vs-target checks need the target (pipeline/eagle3.py)."""
     for name in ("num_layers", "ttt_steps", "train_steps", "batch_size"):
         v = cfg.get(name)
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        if not is_positive_int(v):
             raise PipelineError(f"draft.eagle3.{name} must be a positive integer, got {v!r}")
     lr = cfg.get("learning_rate")
-    if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
+    if not is_positive_number(lr):
         raise PipelineError(f"draft.eagle3.learning_rate must be a positive number, got {lr!r}")
     vocab = cfg.get("draft_vocab_size")
-    if vocab is not None and (not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 2):
+    if vocab is not None and not (is_int(vocab) and vocab >= 2):
         raise PipelineError(f"draft.eagle3.draft_vocab_size must be null (the target's vocabulary) or an integer >= 2, "
                             f"got {vocab!r}")
     layers = cfg.get("aux_layers")
     if layers != "auto" and (not isinstance(layers, list) or len(layers) != 3
-                             or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in layers)
+                             or not all(is_int(i) and i >= 0 for i in layers)
                              or len(set(layers)) != 3):
         raise PipelineError(f"draft.eagle3.aux_layers must be auto or three distinct target layer ids, got {layers!r}")
 

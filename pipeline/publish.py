@@ -32,6 +32,16 @@ def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fai
     return verdict
 
 
+def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> float:
+    """The candidate method's accepted/drafted ratio as the gate checked it (served, else estimated), not the
+    evaluate summary's unsuffixed one, which is the CPU-best method's."""
+    checked = verdict.applied("min_accepted_per_draft_token")
+    if checked is not None:
+        return checked.value
+    method = verdict.speculation.method if verdict.speculation else None
+    return summary.get(f"accepted_per_draft_token_{method}", summary["accepted_per_draft_token"])
+
+
 def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport
                  ) -> tuple[str, dict]:
     """(version, tags) of a bundle that may be published; verified and its verdict re-checked."""
@@ -40,7 +50,7 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
     summary = read_json(bundle / EVAL)
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
     tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",
-            "accepted_per_draft_token": f"{summary['accepted_per_draft_token']:.3f}",
+            "accepted_per_draft_token": f"{accepted_per_draft_token(verdict, summary):.3f}",
             "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
                                           else summary["num_speculative_tokens"]),
             "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",

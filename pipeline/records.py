@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from pipeline.errors import PipelineError
 from pipeline.io import write_json
+from pipeline.values import is_int, is_number
 
 R = TypeVar("R")
 
@@ -28,9 +29,9 @@ def _matches(value: Any, hint: Any) -> bool:
     if hint is type(None):
         return value is None
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_int(value)
     if origin is list:
         return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
     if origin is dict:

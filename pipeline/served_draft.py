@@ -12,4 +12,5 @@ RECORD = DRAFT_DIR / "served.json"
 @dataclass
 class ServedDraft:
     quantized_variant: str | None  # a quantize.variants name, or None for the fine-tuned weights as trained
-    size_mb: float
+    size_mb: float | None
+    skipped: str | None = None  # why there is no draft model (draft.method does not list draft_model)

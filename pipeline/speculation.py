@@ -45,18 +45,31 @@ def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str)
 
 
 def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float) -> SpeculationDecision:
-    measured = {m: pair for m in (serve.speculative() if serve and not serve.skipped else {})
-                if (pair := measured_pair(serve, concurrency, m)) is not None}
-    if not measured:
+    """Measured whenever plain decoding was served at the concurrency: then only a method served there without
+    failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
+    a method vLLM failed to serve must not ship on its CPU estimate)."""
+    plain = (serve.configs[PLAIN].at(concurrency)
+             if serve is not None and not serve.skipped and PLAIN in serve.configs else None)
+    if plain is None:
         return _estimated(summary, min_gain)
-    failed = {m: (plain.failed, spec.failed) for m, (plain, spec) in measured.items() if plain.failed or spec.failed}
-    if failed:
-        method, (plain_failed, spec_failed) = next(iter(failed.items()))
-        return SpeculationDecision(0, serve.speculative()[method].num_speculative_tokens, MEASURED, None, concurrency,
-                                   f"failed requests in the serving benchmark at concurrency {concurrency} "
-                                   f"(plain {plain_failed}, {method} {spec_failed}); no speedup can be claimed",
-                                   method=method)
-    gains = {m: spec.output_throughput / plain.output_throughput for m, (plain, spec) in measured.items()}
+    if plain.failed:
+        return _measured_none(concurrency, f"plain decoding had {plain.failed} failed requests in the serving "
+                                           f"benchmark at concurrency {concurrency}; no speedup can be claimed")
+    dropped = {m: f"failed to start ({why.splitlines()[0][:120]})" for m, why in serve.failed_configs.items()}
+    measured = {}
+    for m, config in serve.speculative().items():
+        level = config.at(concurrency)
+        if level is None:
+            dropped[m] = f"not measured at concurrency {concurrency}"
+        elif level.failed:
+            dropped[m] = f"{level.failed} failed requests"  # only this method is out; the others still count
+        else:
+            measured[m] = level
+    skipped = "".join(f"; {m} not a candidate: {why}" for m, why in dropped.items())
+    if not measured:
+        return _measured_none(concurrency, f"no speculative config was served without failures at concurrency "
+                                           f"{concurrency}{skipped}")
+    gains = {m: level.output_throughput / plain.output_throughput for m, level in measured.items()}
     method = max(gains, key=gains.get)
     gain, k = gains[method], serve.speculative()[method].num_speculative_tokens
     pays = gain >= min_gain
@@ -65,8 +78,12 @@ def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_
         num_speculative_tokens=k if pays else 0, candidate_k=k, basis=MEASURED, speedup=gain, concurrency=concurrency,
         reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with {method} k={k}"
                 + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
-                   f", below serving.speculation.min_gain {min_gain}") + others),
+                   f", below serving.speculation.min_gain {min_gain}") + others + skipped),
         method=method, compared=gains if len(gains) > 1 else None)
+
+
+def _measured_none(concurrency: int, reason: str) -> SpeculationDecision:
+    return SpeculationDecision(0, 0, MEASURED, None, concurrency, reason, method=None)
 
 
 def _estimated(summary: dict, min_gain: float) -> SpeculationDecision:
@@ -92,6 +109,21 @@ def _estimated(summary: dict, min_gain: float) -> SpeculationDecision:
 
 def without_speculation(decision: SpeculationDecision, why: str) -> SpeculationDecision:
     return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}")
+
+
+def candidate_metrics(summary: dict, method: str | None) -> dict:
+    """The evaluate summary with its speculative numbers made the candidate method's: its unsuffixed
+    accepted_per_draft_token is the CPU-best method's, and vllm_* (evaluate's offline vLLM run) are the draft
+    model's, so another method must not be checked against them."""
+    out = dict(summary)
+    if method is None:
+        return out
+    if f"accepted_per_draft_token_{method}" in summary:
+        out["accepted_per_draft_token"] = summary[f"accepted_per_draft_token_{method}"]
+    if method != DRAFT_MODEL:
+        for key in ("vllm_accepted_per_draft_token", "vllm_speculative_speedup"):
+            out.pop(key, None)
+    return out
 
 
 def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None) -> dict:

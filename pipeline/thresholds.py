@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from pipeline.errors import PipelineError
+from pipeline.values import is_number
 
 QUALITY, SPECULATION, SERVING = "quality", "speculation", "serving"
 
@@ -63,10 +64,6 @@ def lm_eval_task_of(name: str, tasks: list[str]) -> str | None:
     rest = next((name[len(p):] for p in LM_EVAL_OPS if name.startswith(p)), "")  # the matched prefix, not its length
     matches = [t for t in tasks if rest.startswith(f"{t}_")]
     return max(matches, key=len) if matches else None
-
-
-def is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _is_known(name: str) -> bool:

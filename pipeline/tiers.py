@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from pipeline.errors import PipelineError
+from pipeline.values import is_positive_int
 
 DEFAULT = "default"
 # Engine settings a tier may override (vLLM engine args of the same names).
@@ -56,7 +57,7 @@ def parse_tiers(serving: dict) -> list[Tier]:
         if unknown:
             raise PipelineError(f"{where}: unknown settings {unknown}; known: {sorted(TIER_KEYS)}")
         for key in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size", "gpus", "concurrency"):
-            if key in spec and not _positive_int(spec[key]):
+            if key in spec and not is_positive_int(spec[key]):
                 raise PipelineError(f"{where}.{key} must be a positive integer, got {spec[key]!r}")
         if "enable_chunked_prefill" in spec and spec["enable_chunked_prefill"] is not True:
             # vLLM's --config drops false flags, so false would silently keep its default (on): refuse it
@@ -72,10 +73,6 @@ def parse_tiers(serving: dict) -> list[Tier]:
         concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving["max_num_seqs"]))
         tiers.append(Tier(name, engine, gpus, concurrency, speculation))
     return tiers
-
-
-def _positive_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def select(tiers: list[Tier], wanted) -> list[Tier]:

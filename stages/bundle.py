@@ -23,10 +23,15 @@ SOURCES = {methods.DRAFT_MODEL: MODEL, methods.EAGLE3: Path("artifacts/eagle3/mo
 
 def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
                           shipped: str) -> None:
-    """The serve.yaml that ships is byte for byte the one the serving benchmark ran."""
+    """The serve.yaml that ships is byte for byte the one the serving benchmark ran, and that run is in its
+    record (a config file alone proves nothing: one that failed to start leaves no measurement)."""
     if serve.skipped:
         return
-    measured = serve_dir / f"serve-{speculation.method if speculation.enabled else PLAIN}.yaml"
+    name = speculation.method if speculation.enabled else PLAIN
+    if (serve.speculative() if speculation.enabled else serve.configs).get(name) is None:
+        raise PipelineError(f"{serve_dir}/record.json has no measurement of the {name} config the gate shipped; "
+                            "re-run `dvc repro` so the gate and serve_bench agree")
+    measured = serve_dir / f"serve-{name}.yaml"
     if not measured.is_file() or measured.read_text() != shipped:
         raise PipelineError(f"the bundle's serve.yaml differs from {measured}, which serve_bench measured; "
                             "re-run `dvc repro` so both come from the same params")

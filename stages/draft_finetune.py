@@ -1,6 +1,7 @@
 """Stage `draft_finetune`: fine-tune the base draft on the distilled examples (resumable)."""
 from pathlib import Path
 
+from pipeline import methods
 from pipeline.config import load_params
 from pipeline.data import read_split
 from pipeline.distill import pad_id, read_examples
@@ -18,7 +19,16 @@ CHECKPOINTS = Path("artifacts/.cache/draft")
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    cfg = load_params()["draft_training"]
+    p = load_params()
+    cfg = p["draft_training"]
+    if methods.DRAFT_MODEL not in methods.requested(p):  # nothing downstream reads a draft model then
+        skipped = methods.not_requested(methods.DRAFT_MODEL)
+        with atomic_dir(OUT) as tmp:
+            write_json(tmp / "skipped.json", {"skipped": skipped})
+        write_csv("plots/draft_loss.csv", [], ["step", "train_loss", "eval_loss"])
+        write_json("metrics/draft_training.json", {"skipped": skipped})
+        say(f"draft_finetune: skipped ({skipped})")
+        return
     train, evals = read_examples(DISTILLED / "train.jsonl"), read_examples(DISTILLED / "eval.jsonl")
     n_prompts = len(read_split("artifacts/data/draft_train.jsonl"))
     with atomic_dir(OUT) as tmp:

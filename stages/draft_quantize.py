@@ -3,7 +3,7 @@ with a quantize variant's recipe (draft_quantize.variant)."""
 import shutil
 from pathlib import Path
 
-from pipeline import records
+from pipeline import methods, records
 from pipeline.config import enabled_variant, load_params
 from pipeline.data import read_split
 from pipeline.draft import quantize_draft
@@ -19,6 +19,12 @@ FINETUNED = Path("artifacts/draft-finetuned")
 def main(argv: list[str]) -> None:
     p = load_params()
     name = p["draft_quantize"]["variant"]
+    if methods.DRAFT_MODEL not in methods.requested(p):
+        served = ServedDraft(quantized_variant=None, size_mb=None, skipped=methods.not_requested(methods.DRAFT_MODEL))
+        with atomic_dir(DRAFT_DIR) as tmp:
+            records.write(tmp / RECORD.name, served)
+        say(f"draft_quantize: skipped ({served.skipped})")
+        return
     with atomic_dir(DRAFT_DIR) as tmp:
         if name is None:
             shutil.copytree(FINETUNED, tmp / MODEL.name)

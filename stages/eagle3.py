@@ -20,7 +20,7 @@ def main(argv: list[str]) -> None:
     p = load_params()
     cfg = p["draft"]["eagle3"]
     if methods.EAGLE3 not in methods.requested(p):
-        record = eagle3.Eagle3Record(skipped="eagle3 is not in draft.method")
+        record = eagle3.Eagle3Record(skipped=methods.not_requested(methods.EAGLE3))
         with atomic_dir(OUT) as tmp:
             records.write(tmp / "record.json", record)
         write_json("metrics/eagle3.json", {"skipped": record.skipped})
@@ -41,7 +41,7 @@ def main(argv: list[str]) -> None:
         final_loss=last["loss"], accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg["ttt_steps"])],
         device=str(device))
     with atomic_dir(OUT) as tmp:
-        eagle3.save(head.cpu(), tmp / "model")
+        eagle3.save(head.cpu(), tmp / "model", TARGET)
         records.write(tmp / "record.json", record)
     write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
     write_csv("plots/eagle3_loss.csv", result["curve"])

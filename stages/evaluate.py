@@ -53,11 +53,10 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict
         batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"]))
 
 
-def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], lm_eval: dict,
-              gpu: VllmMeasurement) -> dict:
+def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], method: str,
+              lm_eval: dict, gpu: VllmMeasurement) -> dict:
     """The flat metrics file `dvc metrics` and the gates read: one name per quantity. The unsuffixed
-    speculative numbers are the best method's by the estimate; each method's follow with its name."""
-    method = best_method(estimates)
+    speculative numbers are `method`'s (the best by the estimate); each method's follow with its name."""
     spec = estimates[method]
     per_method = {f"{key}_{m}": getattr(e, key) for m, e in estimates.items()
                   for key in ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")}
@@ -93,16 +92,17 @@ def main(argv: list[str]) -> None:
     fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg["greedy_prompts"]],
                                                     cfg["greedy_tokens"], tokenizer.eos_token_id)
     estimates = method_estimates(p, model, variant_dir, prompts)
-    spec = estimates[best_method(estimates)]
+    best = best_method(estimates)
+    spec = estimates[best]
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
     lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
                                vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
                                           "max_model_len": p["serving"]["max_model_len"]})
     draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
     gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
-           else VllmMeasurement(skipped="draft_model is not in draft.method"))
+           else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
-    summary = summarize(variant, fidelity, estimates, lm_eval, gpu)
+    summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)
     with atomic_dir(Path("artifacts/eval") / variant) as tmp:
         write_json(tmp / "quality.json", fidelity)
         records.write(tmp / "speculative.json", spec)  # the best method's

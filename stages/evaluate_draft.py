@@ -21,6 +21,10 @@ DRAFTS = {"untrained": Path("artifacts/models/draft-base"), "finetuned": Path("a
 def main(argv: list[str]) -> None:
     cfg = load_params()["evaluate"]["acceptance"]
     served = records.read(ServedDraft, RECORD)
+    if served.skipped:
+        write_json("metrics/draft.json", {"skipped": served.skipped})
+        say(f"evaluate_draft: skipped ({served.skipped})")
+        return
     tokenizer, target = load_tokenizer(TARGET), load_causal_lm(TARGET)
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0])
                for m in read_split("artifacts/data/heldout.jsonl")[: cfg["prompts"]]]

@@ -66,6 +66,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                 # One method vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the
                 # others' measurements; it is recorded and never shipped.
                 failed[name] = str(e)[:500]
+                discard(out, name)
                 say(f"serve_bench {variant}: {name} failed, the other configs go on: {str(e)[:200]}")
         bar.close()
     version = importlib.metadata.version("vllm")
@@ -73,6 +74,13 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
                             load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
                             temperature=temperature, configs=configs, failed_configs=failed)
+
+
+def discard(out: Path, name: str) -> None:
+    """A config that failed leaves no file behind: its serve.yaml must not look measured to the bundle stage."""
+    (out / f"serve-{name}.yaml").unlink(missing_ok=True)
+    for partial in (out / "raw").glob(f"{name}-c*.json"):
+        partial.unlink()
 
 
 def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,

@@ -108,7 +108,8 @@ def brute_force_per_position(alphas: list[list[int]], k: int, starts: list[int] 
     vLLM's num_accepted_tokens_per_pos[j] / num_drafts."""
     accepted_at, drafts = [0] * k, 0
     for i, a in enumerate(alphas):
-        t, end = 0, len(a) - k + 1 if starts is None else starts[i]
+        # position 0 is the prefill's token: the first draft starts after it
+        t, end = 1, len(a) - k + 1 if starts is None else starts[i]
         while t < end:
             drafts += 1
             j = 0
@@ -137,7 +138,7 @@ def test_per_position_acceptance_is_the_expectation_over_sampled_acceptances():
     accepted_at, drafts = [0] * k, 0
     for _ in range(runs):
         for a in alphas:
-            t = 0
+            t = 1
             while t < len(a) - k + 1:
                 drafts += 1
                 j = 0
@@ -151,9 +152,13 @@ def test_per_position_acceptance_is_the_expectation_over_sampled_acceptances():
 
 @torch.no_grad()
 def greedy_speculative_decoding(target, draft, prompt: list[int], k: int, max_tokens: int, eos: int) -> list[int]:
-    """A plain greedy speculative-decoding loop (draft k tokens, verify with one target pass, keep the
-    accepted ones plus the target's next token); returns accepted counts per step, like vLLM counts."""
-    seq, produced, accepted = list(prompt), 0, []
+    """A plain greedy speculative-decoding loop as vLLM runs it: the prefill samples the first token, then
+    each step drafts k tokens, verifies them with one target pass and keeps the accepted ones plus the
+    target's next token; returns accepted counts per step, like vLLM counts."""
+    first = int(target(torch.tensor([prompt])).logits[0, -1].argmax())
+    seq, produced, accepted = list(prompt) + [first], 1, []
+    if first == eos or produced >= max_tokens:
+        return accepted
     while True:
         proposal = []
         for _ in range(k):

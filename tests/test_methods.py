@@ -79,7 +79,8 @@ def simulated_ngram_loop(target, prompt, n_tokens, k, lo, hi):
     """Greedy decoding with prompt-lookup speculation, step by step: (accepted, drafted, steps)."""
     cont, end = acceptance.target_continuation(target, prompt, n_tokens, 0.0, acceptance.stop_token_ids(target),
                                                overrun=k - 1)
-    t = accepted = drafted = steps = 0
+    accepted = drafted = steps = 0
+    t = 1  # the prefill samples token 0; lookups start after it
     while t < end:
         proposal = ngram.propose(prompt + cont[:t], k, lo, hi)[: len(cont) - t]
         j = 0
@@ -123,7 +124,7 @@ def train_head(tmp_path_factory, demo_pair, target, **cfg_overrides):
     result = eagle3.train(head, eagle3.TargetFeatures(target, layers), rows, cfg, "cpu", progress)
     assert result["curve"][-1]["loss"] < result["curve"][0]["loss"]  # it learned something
     out = tmp_path_factory.mktemp("eagle3") / "model"
-    eagle3.save(head, out)
+    eagle3.save(head, out, demo_pair[0])
     return out
 
 
@@ -147,8 +148,12 @@ def test_a_reduced_draft_vocabulary_maps_back_to_the_targets(tmp_path_factory, d
     assert torch.equal(kept, head.t2d.bool())  # the finite logits are exactly the kept target tokens
 
 
-def test_head_is_saved_in_the_format_vllm_loads_for_eagle3(head_dir, target):
+def test_head_is_saved_in_the_format_vllm_loads_for_eagle3(head_dir, target, demo_pair):
+    from safetensors import safe_open
+
     config = json.loads((head_dir / "config.json").read_text())
+    with safe_open(str(head_dir / "model.safetensors"), "pt") as f:  # the target checkpoint's dtype, not fp32
+        assert {f.get_tensor(n).dtype for n in f.keys()} == {eagle3.checkpoint_dtype(demo_pair[0])}
     assert config["speculators_model_type"] == "eagle3"  # vLLM's speculators-format detection
     assert config["speculators_config"]["verifier"]["name_or_path"] == "./model"  # no build-machine path
     assert config["eagle_aux_hidden_state_layer_ids"] == sorted(config["eagle_aux_hidden_state_layer_ids"])
@@ -256,11 +261,78 @@ def test_a_legacy_record_is_the_draft_models():
     assert (d.method, d.num_speculative_tokens) == ("draft_model", 4)
 
 
+def test_methods_vllm_could_not_serve_never_ship_on_their_estimate():
+    """Plain decoding was served and every speculative config failed to start: the decision is a measured
+    'none', whatever the CPU estimate promised (it would have shipped an unserved head)."""
+    estimate = {"speculative_method": "eagle3", "num_speculative_tokens": 7, "expected_speedup": 5.7}
+    record = served({PLAIN: (0, 345.0)})
+    record.failed_configs = {"eagle3": "vllm serve exited 1 before /health answered: unsupported head"}
+    d = decide(estimate, record, 1, min_gain=1.1)
+    assert (d.num_speculative_tokens, d.basis, d.method) == (0, "measured", None)
+    assert "eagle3 not a candidate: failed to start" in d.reason
+
+
+def test_one_methods_failed_requests_drop_only_that_method():
+    record = served({PLAIN: (0, 345.0), "eagle3": (7, 1002.0), "ngram": (6, 400.0)})
+    record.configs["eagle3"].levels["c1"].failed = 3
+    d = decide({}, record, 1, min_gain=1.1)
+    assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 6, "measured")
+    assert "eagle3 not a candidate: 3 failed requests" in d.reason
+    record.configs[PLAIN].levels["c1"].failed = 1  # plain's failures void every comparison
+    assert decide({}, record, 1, min_gain=1.1).num_speculative_tokens == 0
+
+
+def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
+    """eagle3 was measured fastest but vLLM reported no acceptance for it: the check falls back to eagle3's own
+    estimate, never to the draft model's offline vLLM number or the CPU-best method's."""
+    from pipeline.gates import ServingContext, gate_variant
+
+    summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+               "vllm_accepted_per_draft_token": 0.95, "accepted_per_draft_token_draft_model": 0.9,
+               "accepted_per_draft_token_eagle3": 0.3}
+    verdict = gate_variant(summary, served({PLAIN: (0, 345.0), "eagle3": (7, 1002.0)}),
+                           {"min_accepted_per_draft_token": 0.5}, ServingContext(1, 1.1, None), allowed=False)
+    check = verdict.applied("min_accepted_per_draft_token")
+    assert (check.metric, check.value, check.passed) == ("accepted_per_draft_token", 0.3, False)
+    assert verdict.speculation.num_speculative_tokens == 0 and "not shipped" in verdict.speculation.reason
+
+
+def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
+    """A serve-eagle3.yaml left by a config that failed (or an older run) is not a measurement."""
+    from stages.bundle import check_measured_config
+    from stages.serve_bench import discard
+
+    text = "speculative-config: {}\n"
+    (tmp_path / "raw").mkdir()
+    for name in ("serve-eagle3.yaml", "raw/eagle3-c1.json", "serve-plain.yaml", "raw/plain-c1.json"):
+        (tmp_path / name).write_text(text)
+    with pytest.raises(PipelineError, match="no measurement of the eagle3 config"):
+        check_measured_config(tmp_path, served({PLAIN: (0, 345.0)}), methods.Speculation("eagle3", 7), text)
+    discard(tmp_path, "eagle3")  # what serve_bench does when a config fails
+    assert sorted(p.name for p in tmp_path.rglob("*.*")) == ["plain-c1.json", "serve-plain.yaml"]
+    check_measured_config(tmp_path, served({PLAIN: (0, 345.0)}), methods.NONE, text)  # plain was measured
+
+
 def test_without_a_measurement_the_best_estimated_method_decides():
     d = decide({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
                 "expected_speedup_ngram": 1.3, "expected_speedup_draft_model": 1.2}, None, 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 5, "estimated")
 
+
+# ---- the stages of methods that are not requested
+
+
+def test_draft_model_stages_make_nothing_when_it_is_not_requested(tmp_path):
+    """draft.method without draft_model: no fine-tuning, no served draft, no draft evaluation; each stage
+    records why (DVC still gets its outputs), in a second, without reading a model."""
+    ws = copy_project(tmp_path, tiny_params(draft={"method": ["eagle3", "ngram"]}))
+    for stage in ("draft_finetune", "draft_quantize", "evaluate_draft"):
+        r = run([sys.executable, "-m", f"stages.{stage}"], ws)
+        assert r.returncode == 0 and "skipped (draft_model is not in draft.method)" in r.stdout, r.stderr[-2000:]
+    assert json.loads((ws / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
+    assert not (ws / "artifacts/draft/model").exists() and not (ws / "artifacts/draft-finetuned/model.safetensors").exists()
+    for metrics in ("draft_training", "draft"):
+        assert json.loads((ws / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
 
 # ---- the stage when eagle3 is not requested
 
