@@ -1,21 +1,29 @@
 """Stage `distill`: the target's own answers to draft-train prompts, the draft's training data."""
 from pathlib import Path
 
+from pipeline import methods
 from pipeline.config import load_params
 from pipeline.data import read_split
 from pipeline.distill import build_distillation_set, transformers_generate, write_examples
 from pipeline.distill_vllm import resolve_generator, vllm_generate
-from pipeline.io import atomic_dir
+from pipeline.io import atomic_dir, write_json
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.stage import say, stage_main
 
 TARGET, DATA, OUT = Path("artifacts/models/target"), Path("artifacts/data"), Path("artifacts/distill")
+TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from the target's answers
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()
     cfg = p["draft_training"]
+    if not set(TRAINED) & set(methods.requested(p)):  # n-gram alone: nothing learns from the answers
+        skipped = f"neither {' nor '.join(TRAINED)} is in draft.method"
+        with atomic_dir(OUT) as tmp:
+            write_json(tmp / "skipped.json", {"skipped": skipped})
+        say(f"distill: skipped ({skipped})")
+        return
     generator = resolve_generator(cfg["generator"])
     train_convs = read_split(DATA / "draft_train.jsonl")
     eval_convs = read_split(DATA / "heldout.jsonl")[: cfg["eval_prompts"]]

@@ -322,13 +322,17 @@ def test_without_a_measurement_the_best_estimated_method_decides():
 # ---- the stages of methods that are not requested
 
 
-def test_draft_model_stages_make_nothing_when_it_is_not_requested(tmp_path):
-    """draft.method without draft_model: no fine-tuning, no served draft, no draft evaluation; each stage
-    records why (DVC still gets its outputs), in a second, without reading a model."""
-    ws = copy_project(tmp_path, tiny_params(draft={"method": ["eagle3", "ngram"]}))
-    for stage in ("draft_finetune", "draft_quantize", "evaluate_draft"):
+def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_path):
+    """draft.method [ngram]: no distillation, no fine-tuning, no served draft, no draft evaluation, no head; each
+    stage records why (DVC still gets its outputs), without reading a model (there is none in this workspace)."""
+    ws = copy_project(tmp_path, tiny_params(draft={"method": ["ngram"]}))
+    for stage, why in (("distill", "neither draft_model nor eagle3 is in draft.method"),
+                       ("draft_finetune", "draft_model is not in draft.method"),
+                       ("eagle3", "eagle3 is not in draft.method"),
+                       ("draft_quantize", "draft_model is not in draft.method"),
+                       ("evaluate_draft", "draft_model is not in draft.method")):
         r = run([sys.executable, "-m", f"stages.{stage}"], ws)
-        assert r.returncode == 0 and "skipped (draft_model is not in draft.method)" in r.stdout, r.stderr[-2000:]
+        assert r.returncode == 0 and f"skipped ({why})" in r.stdout, (stage, r.stderr[-2000:])
     assert json.loads((ws / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
     assert not (ws / "artifacts/draft/model").exists() and not (ws / "artifacts/draft-finetuned/model.safetensors").exists()
     for metrics in ("draft_training", "draft"):
