@@ -51,9 +51,10 @@ def render() -> str:
         "- quantize (`benchmarks/quantize.md`): " + ", ".join(
             f"{v} {r['wall_time_s']:.1f} s" for v, r in q["variants"].items()) + "; " + ", ".join(
             f"{v} {r['size_before_mb']:.1f} -> {r['size_after_mb']:.1f} MB" for v, r in q["variants"].items()) + ";",
-        f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
-        f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
-        f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};",
+        (f"- draft: skipped ({draft['skipped']});" if "skipped" in draft else
+         f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
+         f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
+         f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};"),
         f"- variants: perplexity change {_range([e['perplexity_increase_pct'] for e in evals.values()], signed=True)} %, KL <= "
         f"{max(e['kl_divergence'] for e in evals.values()):.1e}, top-1 agreement >= "
         f"{min(e['top1_agreement'] for e in evals.values()):.3f}, accepted per draft token "

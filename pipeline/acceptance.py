@@ -211,9 +211,10 @@ def check_settings(n_prompts: int, continuation_tokens: int, temperature: float,
         raise PipelineError("speculative acceptance needs at least one held-out prompt (evaluate.acceptance.prompts)")
     if not isinstance(max_k, int) or max_k < 1:
         raise PipelineError(f"evaluate.acceptance.max_k must be a positive integer, got {max_k!r}")
-    if continuation_tokens < max_k:
-        raise PipelineError(f"evaluate.acceptance.continuation_tokens ({continuation_tokens}) must be >= max_k "
-                            f"({max_k}): a draft of k tokens needs k positions to be scored")
+    if continuation_tokens < max_k + FIRST_DRAFT:
+        raise PipelineError(f"evaluate.acceptance.continuation_tokens ({continuation_tokens}) must be > max_k "
+                            f"({max_k}): the first token is the prefill's, and a draft of k tokens after it needs k "
+                            "positions to be scored")
     if temperature < 0:
         raise PipelineError(f"evaluate.acceptance.temperature must be >= 0, got {temperature}")
 

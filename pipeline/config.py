@@ -258,6 +258,12 @@ def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
     k = cfg.get("num_speculative_tokens")
     if k != "auto" and not is_positive_int(k):
         raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
+    from pipeline.tiers import benchmarked
+
+    try:
+        benchmarked(serving, cfg.get("tiers", []))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
 
 
 def one_of(values: tuple[str, ...]) -> str:

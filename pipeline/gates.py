@@ -51,8 +51,8 @@ class VariantVerdict:
         return self.passed or self.allowed_failure
 
     def applied(self, check: str) -> GateCheck | None:
-        """The check as applied to a value (None when it was not configured or had no value)."""
-        return next((c for c in self.checks if c.check == check and c.value is not None), None)
+        """The check as applied to a value (None when it was not configured, had no value or was skipped)."""
+        return next((c for c in self.checks if c.check == check and c.value is not None and not c.skipped), None)
 
     @property
     def label(self) -> str:

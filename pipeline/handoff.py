@@ -52,6 +52,7 @@ class TierPlan:
     gpus: int
     serve_file: str
     manifest: str | None  # deploy/<tier>.yaml, when deploy.tiers includes it
+    served_tokens_per_s: float | None = None  # serve_bench.tiers: the shipped config at the tier's concurrency
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
@@ -101,8 +102,11 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
             atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
                                                                {"modelprep/serve-config-sha256": sha}))
+        own = serve.tier(tier.name)
+        config = config_of(own, chosen) if own is not None else None
+        level = config.at(tier.concurrency) if config is not None else None
         plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
-                              manifest))
+                              manifest, level.output_throughput if level is not None else None))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"

@@ -32,14 +32,15 @@ def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fai
     return verdict
 
 
-def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> float:
-    """The candidate method's accepted/drafted ratio as the gate checked it (served, else estimated), not the
-    evaluate summary's unsuffixed one, which is the CPU-best method's."""
+def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
+    """The shipped method's accepted/drafted ratio as the gate checked it (served, else estimated), not the
+    evaluate summary's unsuffixed one, which is the CPU-best method's; n/a when nothing ships."""
+    decision = verdict.speculation
+    if decision is None or not decision.num_speculative_tokens:
+        return "n/a"
     checked = verdict.applied("min_accepted_per_draft_token")
-    if checked is not None:
-        return checked.value
-    method = verdict.speculation.method if verdict.speculation else None
-    return summary.get(f"accepted_per_draft_token_{method}", summary["accepted_per_draft_token"])
+    value = checked.value if checked is not None else summary.get(f"accepted_per_draft_token_{decision.method}")
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport
@@ -50,7 +51,7 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
     summary = read_json(bundle / EVAL)
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
     tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",
-            "accepted_per_draft_token": f"{accepted_per_draft_token(verdict, summary):.3f}",
+            "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),
             "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
                                           else summary["num_speculative_tokens"]),
             "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",

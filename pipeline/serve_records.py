@@ -2,7 +2,7 @@
 serve_bench stage, read by the gate, the bundle and `modelprep gate --metrics-dir`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 PLAIN = "plain"  # no speculative-config; every other config is named after its method (pipeline/methods.py)
 SPECULATIVE = "speculative"  # records written before draft.method: the draft model's config
@@ -60,6 +60,18 @@ class ServeBenchRecord:
     temperature: float | None = None
     configs: dict[str, ServeConfigResult] = field(default_factory=dict)
     failed_configs: dict[str, str] = field(default_factory=dict)  # speculative configs vLLM could not serve: why
+    # serve_bench.tiers: each tier's configs (plain, each method) at the tier's own engine settings, measured at
+    # its concurrency only; tiers not run (more GPUs than the host has) and tier configs that failed, with why.
+    tiers: dict[str, dict[str, ServeConfigResult]] = field(default_factory=dict)
+    tier_skipped: dict[str, str] = field(default_factory=dict)
+    tier_failed_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def tier(self, name: str) -> ServeBenchRecord | None:
+        """A benchmarked tier's own measurement, as a record of its configs (None: the tier was not run)."""
+        if self.skipped or name not in self.tiers:
+            return None
+        return replace(self, configs=self.tiers[name], failed_configs=self.tier_failed_configs.get(name, {}),
+                       tiers={}, tier_skipped={}, tier_failed_configs={})
 
     def speculative(self) -> dict[str, ServeConfigResult]:
         """The measured speculative configs by method (a legacy `speculative` config is the draft model's)."""

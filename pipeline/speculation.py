@@ -55,14 +55,16 @@ def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_
     if plain.failed:
         return _measured_none(concurrency, f"plain decoding had {plain.failed} failed requests in the serving "
                                            f"benchmark at concurrency {concurrency}; no speedup can be claimed")
-    dropped = {m: f"failed to start ({why.splitlines()[0][:120]})" for m, why in serve.failed_configs.items()}
+    if not plain.output_throughput:
+        return _measured_none(concurrency, f"plain decoding produced no tokens at concurrency {concurrency}")
+    dropped = {m: f"failed to start ({(why.splitlines() or [''])[0][:120]})" for m, why in serve.failed_configs.items()}
     measured = {}
     for m, config in serve.speculative().items():
         level = config.at(concurrency)
         if level is None:
             dropped[m] = f"not measured at concurrency {concurrency}"
-        elif level.failed:
-            dropped[m] = f"{level.failed} failed requests"  # only this method is out; the others still count
+        elif config.failed_requests:  # anywhere in its sweep: the serving gate counts them all, and would fail it
+            dropped[m] = f"{config.failed_requests} failed requests"  # only this method is out; the others still count
         else:
             measured[m] = level
     skipped = "".join(f"; {m} not a candidate: {why}" for m, why in dropped.items())
@@ -120,6 +122,8 @@ def candidate_metrics(summary: dict, method: str | None) -> dict:
         return out
     if f"accepted_per_draft_token_{method}" in summary:
         out["accepted_per_draft_token"] = summary[f"accepted_per_draft_token_{method}"]
+    elif summary.get("speculative_method", DRAFT_MODEL) != method:
+        out.pop("accepted_per_draft_token", None)  # another method's; none is better than a wrong one
     if method != DRAFT_MODEL:
         for key in ("vllm_accepted_per_draft_token", "vllm_speculative_speedup"):
             out.pop(key, None)
@@ -177,13 +181,24 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
         return none, "the bundle ships no speculation"
     if tier.speculation == "off":
         return none, f"off for this tier (serving.tiers.{tier.name}.speculation)"
+    own = serve.tier(tier.name) if serve is not None else None
+    if own is not None and PLAIN in own.configs:
+        # Benchmarked at its own settings: that measurement decides, whatever the default sweep said.
+        d = decide({}, _only(own, shipped.method), tier.concurrency, min_gain)
+        return d.speculation, f"{d.reason} (this tier's own settings, serve_bench.tiers)"
     if tier.concurrency == shipped_concurrency:
         return shipped, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
-        # Only the shipped method is in the bundle, so only it is weighed at the tier's load.
-        only = ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version,
-                                configs={PLAIN: serve.configs[PLAIN], shipped.method: serve.speculative()[shipped.method]})
-        d = decide({}, only, tier.concurrency, min_gain)
+        d = decide({}, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
     return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
                   "shown to pay")
+
+
+def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:
+    """Plain decoding and one method's config: only the shipped method is in the bundle, so only it is weighed."""
+    configs = {PLAIN: serve.configs[PLAIN]}
+    if method in serve.speculative():
+        configs[method] = serve.speculative()[method]
+    return ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version, configs=configs,
+                            failed_configs={m: why for m, why in serve.failed_configs.items() if m == method})

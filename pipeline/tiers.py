@@ -75,14 +75,22 @@ def parse_tiers(serving: dict) -> list[Tier]:
     return tiers
 
 
-def select(tiers: list[Tier], wanted) -> list[Tier]:
+def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]:
     """deploy.tiers: `all`, or a list of tier names (an unknown one is an error)."""
     if wanted == "all":
         return tiers
     known = {t.name for t in tiers}
     if not isinstance(wanted, list) or not wanted:
-        raise PipelineError(f"deploy.tiers must be `all` or a non-empty list of tiers, got {wanted!r}")
+        raise PipelineError(f"{param} must be `all` or a non-empty list of tiers, got {wanted!r}")
     unknown = [w for w in wanted if w not in known]
     if unknown:
-        raise PipelineError(f"deploy.tiers names unknown tiers {unknown}; known: {sorted(known)}")
+        raise PipelineError(f"{param} names unknown tiers {unknown}; known: {sorted(known)}")
     return [t for t in tiers if t.name in wanted]
+
+
+def benchmarked(serving: dict, wanted) -> list[Tier]:
+    """serve_bench.tiers: the tiers serve_bench also measures at their own settings and concurrency, besides the
+    default sweep (the serving section itself): `all`, a list of serving.tiers names, or [] for none."""
+    if wanted == []:
+        return []
+    return select([t for t in parse_tiers(serving) if t.name != DEFAULT], wanted, "serve_bench.tiers")

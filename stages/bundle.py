@@ -22,19 +22,24 @@ SOURCES = {methods.DRAFT_MODEL: MODEL, methods.EAGLE3: Path("artifacts/eagle3/mo
 
 
 def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
-                          shipped: str) -> None:
-    """The serve.yaml that ships is byte for byte the one the serving benchmark ran, and that run is in its
-    record (a config file alone proves nothing: one that failed to start leaves no measurement)."""
-    if serve.skipped:
+                          shipped: str, tier: str | None = None) -> None:
+    """The serve.yaml that ships (serve-<tier>.yaml for a benchmarked tier) is byte for byte the one the serving
+    benchmark ran, and that run is in its record (a config file alone proves nothing: one that failed to start
+    leaves no measurement)."""
+    record = serve.tier(tier) if tier else serve
+    if serve.skipped or record is None:
         return
     name = speculation.method if speculation.enabled else PLAIN
-    if (serve.speculative() if speculation.enabled else serve.configs).get(name) is None:
-        raise PipelineError(f"{serve_dir}/record.json has no measurement of the {name} config the gate shipped; "
-                            "re-run `dvc repro` so the gate and serve_bench agree")
-    measured = serve_dir / f"serve-{name}.yaml"
+    where = serve_dir / "tiers" / tier if tier else serve_dir
+    if (record.speculative() if speculation.enabled else record.configs).get(name) is None:
+        raise PipelineError(f"{serve_dir}/record.json has no measurement of the {name} config"
+                            + (f" of tier {tier}" if tier else "") + " that ships; re-run `dvc repro` so the gate "
+                            "and serve_bench agree")
+    measured = where / f"serve-{name}.yaml"
     if not measured.is_file() or measured.read_text() != shipped:
-        raise PipelineError(f"the bundle's serve.yaml differs from {measured}, which serve_bench measured; "
-                            "re-run `dvc repro` so both come from the same params")
+        raise PipelineError(f"the bundle's {'serve-' + tier + '.yaml' if tier else 'serve.yaml'} differs from "
+                            f"{measured}, which serve_bench measured; re-run `dvc repro` so both come from the same "
+                            "params")
 
 
 @stage_main()
@@ -72,6 +77,10 @@ def main(argv: list[str]) -> None:
         drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, p["serving"].get("env") or {})
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
+        for plan in tiers:
+            if plan.name in serve.tiers:
+                check_measured_config(serve_dir, serve, methods.Speculation(plan.method, plan.num_speculative_tokens),
+                                      (tmp / plan.serve_file).read_text(), plan.name)
         card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
                           p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant))
         manifest = finish_bundle(tmp, variant, card)

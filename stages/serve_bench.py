@@ -3,8 +3,9 @@ speculative method of draft.method (each at the k its CPU estimate found best on
 
 On a CUDA host with vLLM: `vllm serve --config serve-<config>.yaml` (the file the bundle would ship,
 rendered by the same code) from a directory laid out like the bundle, then `vllm bench serve` over
-held-out traffic at every concurrency of serve_bench.concurrency. Elsewhere the record says why it
-was skipped, and the gate falls back to the CPU estimate.
+held-out traffic at every concurrency of serve_bench.concurrency. The tiers of serve_bench.tiers are then
+served the same way at their own engine settings (tiers/<tier>/serve-<config>.yaml), each at its own
+concurrency. Elsewhere the record says why it was skipped, and the gate falls back to the CPU estimate.
 """
 import datetime
 import importlib.metadata
@@ -24,6 +25,7 @@ from pipeline.served_draft import MODEL as DRAFT
 from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
+from pipeline.tiers import Tier, benchmarked
 from pipeline.vllm_server import serve, vllm_command
 
 
@@ -43,7 +45,9 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
     temperature = p["evaluate"]["acceptance"]["temperature"]
     quantization = checkpoint_quantization(model_dir)
     spec = enabled_variant(p, variant)
+    tiers = benchmarked(p["serving"], cfg["tiers"])
     configs, failed = {}, {}
+    tier_configs, tier_failed, tier_skipped = {}, {}, {}
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
     # serve.yaml files are exactly what the bundle stage renders.
     with tempfile.TemporaryDirectory(prefix="modelprep-serve-") as tmp:
@@ -55,11 +59,12 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
         dataset = serving_dir / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
         runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
-        bar = progress_bar(f"serve_bench {variant}", total=len(runs) * len(cfg["concurrency"]))
+        bar = progress_bar(f"serve_bench {variant}",
+                           total=len(runs) * (len(cfg["concurrency"]) + len(tiers)))
+        args = (spec, quantization, dataset, add_special, temperature, p, bar)
         for name, speculation in runs:
             try:
-                configs[name] = serve_config(out, serving_dir, variant, name, speculation, spec, quantization, dataset,
-                                             add_special, temperature, p, bar)
+                configs[name] = serve_config(out, serving_dir, variant, name, speculation, *args)
             except PipelineError as e:
                 if name == PLAIN:
                     raise
@@ -68,12 +73,32 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                 failed[name] = str(e)[:500]
                 discard(out, name)
                 say(f"serve_bench {variant}: {name} failed, the other configs go on: {str(e)[:200]}")
+        gpus = torch.cuda.device_count()
+        for tier in tiers:
+            if tier.tensor_parallel_size > gpus:
+                tier_skipped[tier.name] = f"tensor_parallel_size {tier.tensor_parallel_size} needs more GPUs than the {gpus} here"
+                continue
+            where = out / "tiers" / tier.name
+            for name, speculation in runs if tier.speculation == "auto" else runs[:1]:
+                if name in failed:
+                    continue  # vLLM could not start it at the default settings either
+                try:
+                    result = serve_config(where, serving_dir, variant, name, speculation, *args, tier=tier)
+                except PipelineError as e:
+                    tier_failed.setdefault(tier.name, {})[name] = str(e)[:500]
+                    discard(where, name)
+                    say(f"serve_bench {variant}: tier {tier.name} {name} failed: {str(e)[:200]}")
+                    if name == PLAIN:
+                        break  # nothing to weigh the tier's methods against
+                    continue
+                tier_configs.setdefault(tier.name, {})[name] = result
         bar.close()
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
                             load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
-                            temperature=temperature, configs=configs, failed_configs=failed)
+                            temperature=temperature, configs=configs, failed_configs=failed, tiers=tier_configs,
+                            tier_skipped=tier_skipped, tier_failed_configs=tier_failed)
 
 
 def discard(out: Path, name: str) -> None:
@@ -84,19 +109,24 @@ def discard(out: Path, name: str) -> None:
 
 
 def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,
-                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar) -> ServeConfigResult:
-    """One serve.yaml (as the bundle would ship it) started with `vllm serve` and swept over the concurrencies."""
+                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar,
+                 tier: Tier | None = None) -> ServeConfigResult:
+    """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
+    `vllm serve` and swept over the concurrencies (a tier: its own concurrency only)."""
     cfg, serving = p["serve_bench"], p["serving"]
+    out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
-        spec, serving, methods.speculative_config(speculation, p["draft"].get("ngram")), quantization)))
+        spec, serving, methods.speculative_config(speculation, p["draft"].get("ngram")), quantization,
+        tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
+    label = f"{tier.name}.{name}" if tier else name
     # Logs outside the output directory, which is discarded when the stage fails.
-    with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{name}-server.log",
+    with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{label}-server.log",
                cfg["startup_timeout_s"], cfg["port"],
                {k_: str(v) for k_, v in (serving.get("env") or {}).items()}) as server:
         levels = {}
-        for c in cfg["concurrency"]:
+        for c in ([tier.concurrency] if tier else cfg["concurrency"]):
             result = out / "raw" / f"{name}-c{c}.json"
             result.parent.mkdir(exist_ok=True)
             command = serve_bench.bench_command(
@@ -104,7 +134,7 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
                 serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
                 warmups=cfg["warmup_requests"])
             levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
-                                                         LOG_DIR / f"serve_bench@{variant}.{name}-bench.log")
+                                                         LOG_DIR / f"serve_bench@{variant}.{label}-bench.log")
             bar.update()
     return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels)
 
@@ -124,6 +154,10 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
         level = config.at(concurrency)
         parts.append(f"{name} {level.output_throughput:.0f} tok/s, p99 ITL {level.itl_ms['p99']:.1f} ms"
                      + (f", {level.failed} failed" if level.failed else ""))
+    for tier, configs in record.tiers.items():
+        parts.append(f"tier {tier}: " + ", ".join(
+            f"{name} {level.output_throughput:.0f} tok/s at c={level.concurrency}"
+            for name, config in configs.items() for level in config.levels.values()))
     return f"serve_bench {record.variant} at concurrency {concurrency}: " + "; ".join(parts)
 
 

@@ -151,6 +151,52 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     assert "measured x0.90" in (b / "README.md").read_text()
 
 
+def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path):
+    """serve_bench.tiers: the throughput tier was served at its own engine settings (max_num_seqs 256, chunked
+    prefill) and there the draft paid at concurrency 64, although the default config's sweep says x0.90 there:
+    the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
+    card shows the tier's served tokens/s. A stale measured file is refused."""
+    from pipeline import gates
+    from pipeline.config import enabled_variant
+    from pipeline.methods import Speculation, speculative_config
+    from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
+    from pipeline.tiers import parse_tiers
+
+    ws = tmp_path / "ws"
+    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+    base = measured(startup_s=50.0)
+    tier_levels = measured(startup_s=40.0, concurrencies=(64,)).configs
+    tier_levels["draft_model"].levels["c64"].output_throughput = 150.0 * 64  # x1.5 at the tier's own settings
+    record = ServeBenchRecord(**{**base.__dict__, "tiers": {"throughput": tier_levels}})
+    serve_dir = ws / "artifacts/serve" / V
+    records.write(serve_dir / "record.json", record)
+    spec, quantization = enabled_variant(p, V), checkpoint_quantization(ws / "artifacts/quantized" / V)
+    throughput = next(t for t in parse_tiers(p["serving"]) if t.name == "throughput")
+
+    def render(name, k, tier=None):
+        return serve_yaml(engine_args(spec, p["serving"], speculative_config(Speculation(name if k else None, k)),
+                                      quantization, tier.engine if tier else None))
+    for name, k in ((PLAIN, 0), ("draft_model", 4)):  # what serve_bench would have written
+        (serve_dir / f"serve-{name}.yaml").write_text(render(name, k))
+        (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)
+        (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(render(name, k, throughput))
+    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+    r = run_stage(ws, "stages.bundle", V)
+    assert r.returncode == 0, r.stderr[-3000:]
+    b = ws / "artifacts/bundles" / V
+    shipped = yaml.safe_load((b / "serve-throughput.yaml").read_text())
+    assert shipped["speculative-config"]["method"] == "draft_model" and shipped["max-num-seqs"] == 256
+    card = (b / "README.md").read_text()
+    assert "this tier's own settings" in card and "| 9600 |" in card  # 150 tok/s x 64, as served
+
+    (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(render("draft_model", 3, throughput))
+    shutil.rmtree(b)
+    assert "differs from" in one_error_line(run_stage(ws, "stages.bundle", V))
+    assert not b.exists()
+
+
 def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_pair, tmp_path):
     """deploy/warmup.py as the bundle ships it, against an OpenAI-compatible server on this machine."""
     from pipeline.vllm_server import serve
@@ -180,6 +226,7 @@ def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_p
     (lambda p: p["serving"]["tiers"].update(fast={"max_num_seq": 8}), r"serving.tiers.fast: unknown settings \['max_num_seq'\]"),
     (lambda p: p["deploy"].update(namespace="Prod_NS"), "deploy.namespace must be a Kubernetes name"),
     (lambda p: p["monitoring"].update(kv_cache_usage_max=90), "monitoring.kv_cache_usage_max"),
+    (lambda p: p["serve_bench"].update(tiers=["throughput", "default"]), r"serve_bench.tiers names unknown tiers \['default'\]"),
 ])
 def test_bad_handoff_params_are_one_line(edit, message, tmp_path):
     p = tiny_params()

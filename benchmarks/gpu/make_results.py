@@ -213,8 +213,144 @@ is the one that ships. The CPU estimate of EAGLE-3 acceptance ({f(s['methods']['
 ({f(s['methods']['eagle3']['accepted_per_drafted']['c1'], 3)} at c=1); the draft model's estimate is within
 {abs(s['methods']['draft_model']['cpu_estimate']['accepted_per_drafted'] - s['methods']['draft_model']['accepted_per_drafted']['c1']):.3f}; n-gram's is
 {f(s['methods']['ngram']['cpu_estimate']['accepted_per_drafted'], 3)} against {f(s['methods']['ngram']['accepted_per_drafted']['c1'], 3)} served.
-Not run on the GPU: the quantized variants with the head (their acceptance per method is in the CPU
-demo's `metrics/eval-*.json`).
+The next section serves the head on a quantized target too, and checks the estimator's change that followed from this
+gap.
+"""
+
+
+VARIANTS_RUN = RAW / "gpu-eagle3-variants"
+
+
+def run_json(run: Path, rel: str) -> dict:
+    return json.loads((run / rel).read_text())
+
+
+def eagle3_variants_summary() -> dict:
+    """Issue #16's second GPU run (raw/gpu-eagle3-variants/): the head served on the BF16 and GPTQ targets, and
+    the estimator (drafting after the prefill's token) against vLLM's served acceptance at the served k."""
+    out = {}
+    verdict = run_json(VARIANTS_RUN, "verdict.json")["variants"]
+    for v in ("bf16", "gptq-w4a16"):
+        serve = run_json(VARIANTS_RUN, f"serve/{v}/record.json")
+        plain, head = serve["configs"]["plain"], serve["configs"]["eagle3"]
+        k = head["num_speculative_tokens"]
+        est = run_json(VARIANTS_RUN, f"eval/{v}/speculative-eagle3.json")
+        at_k = est["accepted_per_position_by_k"][str(k)]
+        keys = sorted(plain["levels"], key=lambda c: int(c[1:]))
+        out[v] = {"k": k, "levels": keys, "estimate_k": est["num_speculative_tokens"],
+                  "plain": {c: plain["levels"][c]["output_throughput"] for c in keys},
+                  "head": {c: head["levels"][c]["output_throughput"] for c in keys},
+                  "speedup": {c: head["levels"][c]["output_throughput"] / plain["levels"][c]["output_throughput"]
+                              for c in keys},
+                  "served_accepted": {c: head["levels"][c]["accepted_per_draft_token"] for c in keys},
+                  "served_per_position": head["levels"]["c1"]["accepted_per_position"],
+                  "estimate_accepted": sum(at_k) / k, "estimate_per_position": at_k,
+                  "cost_ratio": est["cost_ratio"], "expected_speedup": est["expected_speedup_by_k"][str(k)],
+                  "startup_s": {"plain": plain["startup_s"], "eagle3": head["startup_s"]},
+                  "shipped": verdict[v]["speculation"]}
+    before = methods_summary()["methods"]["eagle3"]
+    walls = stage_walls((VARIANTS_RUN / "repro.log").read_text())
+    return {"variants": out, "gpu": serve["gpu"], "vllm": serve["vllm_version"], "walls": walls,
+            "repro_s": max(int(line.split()[0]) for line in (VARIANTS_RUN / "repro.log").read_text().splitlines()
+                           if line.split() and line.split()[0].isdigit()),
+            "head": run_json(VARIANTS_RUN, "eagle3/record.json"),
+            "before": {"estimate": before["cpu_estimate"]["accepted_per_drafted"],
+                       "served": before["accepted_per_drafted"]["c1"], "cost_ratio": before["cpu_estimate"]["cost_ratio"]}}
+
+
+def eagle3_variants_section() -> str:
+    s = eagle3_variants_summary()
+    rows = []
+    for v, r in s["variants"].items():
+        rows.append([v, r["k"], *(f(r["plain"][c], 0) for c in r["levels"]), *(f(r["head"][c], 0) for c in r["levels"]),
+                     *(f(r["speedup"][c]) for c in r["levels"]), " / ".join(f(r["served_accepted"][c], 3) for c in r["levels"]),
+                     f(r["estimate_accepted"], 3), f(r["estimate_accepted"] - r["served_accepted"]["c1"], 3),
+                     f(r["cost_ratio"], 3), f(r["expected_speedup"])])
+    levels = next(iter(s["variants"].values()))["levels"]
+    cs = ", ".join(f"c={c[1:]}" for c in levels)
+    main = table(["target", "k", *(f"plain tok/s {c}" for c in levels), *(f"EAGLE-3 tok/s {c}" for c in levels),
+                  *(f"x plain {c}" for c in levels), f"vLLM accepted/drafted ({cs})", "CPU estimate at k",
+                  "estimate - vLLM (c=1)", "cost ratio", "CPU-expected speedup"], rows)
+    per_pos = table(["target", "vLLM P(at least j accepted), c=1", "CPU estimate"],
+                    [[v, " / ".join(f(a) for a in r["served_per_position"]),
+                      " / ".join(f(a) for a in r["estimate_per_position"])] for v, r in s["variants"].items()])
+    diffs = [abs(r["estimate_accepted"] - r["served_accepted"]["c1"]) for r in s["variants"].values()]
+    b = s["before"]
+    h = s["head"]
+    shipped = "; ".join(f"{v}: {r['shipped']['method']} k={r['shipped']['num_speculative_tokens']} ({r['shipped']['basis']})"
+                        for v, r in s["variants"].items())
+    w = s["walls"]
+    return f"""## EAGLE-3 on a quantized target, and the estimator's first draft (issue #16, second run)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT 480 gpu-eagle3-variants` on the lent H100 ({s['gpu']}, vLLM {s['vllm']}):
+the GPU demo profile with `profiles/gpu-eagle3-variants.yaml` over it (`quantize.enabled: [bf16, gptq-w4a16]`,
+`draft.method: [eagle3]`, the head trained as in the run above). One `dvc repro` from scratch through `publish` in
+{s['repro_s']} s (`raw/gpu-eagle3-variants/repro.log`; `distill`, then `eagle3` {w.get('eagle3')} s; the draft model's three stages
+recorded why they skipped; `serve_bench` {w.get('serve_bench@bf16')} s and {w.get('serve_bench@gptq-w4a16')} s). The head was trained on the BF16
+target ({h['train_steps']} steps, final loss {f(h['final_loss'])}) and served unchanged on both targets:
+
+{main}
+
+{per_pos}
+
+- The head keeps its acceptance on the INT4 (GPTQ W4A16) target it was not trained on, and pays more there:
+  {f(s['variants']['gptq-w4a16']['served_accepted']['c1'], 3)} accepted/drafted at c=1 against {f(s['variants']['bf16']['served_accepted']['c1'], 3)} on BF16.
+- The estimator now starts drafting after the response's first token, which the prefill step samples (vLLM drafts
+  only from there). Its accepted/drafted estimate is within {max(diffs):.3f} of vLLM's served ratio at c=1 on both targets. In the
+  run above, before this change, the same kind of head was estimated at {f(b['estimate'], 3)} against {f(b['served'], 3)} served
+  (a different head and run, so this is not a paired comparison).
+- The head is saved in the target checkpoint's dtype now (BF16), so its weight-bytes cost ratio is {f(s['variants']['bf16']['cost_ratio'], 3)}
+  against the BF16 target (the fp32 head of the run above: {f(b['cost_ratio'], 3)}).
+- The gate (`raw/gpu-eagle3-variants/verdict.json`): {shipped}; both bundles were built and published.
+"""
+
+
+def schemes_section() -> str:
+    run = RAW / "gpu-schemes"
+    variants = ("bf16", "int8-w8a8", "fp8-block")
+    walls = stage_walls((run / "repro.log").read_text())
+    rows = []
+    for v in variants:
+        e, q = run_json(run, f"metrics/eval-{v}.json"), run_json(run, f"metrics/quantize-{v}.json")
+        log = (run / "logs" / f"evaluate@{v}.log").read_text()
+        kernel = re.search(r"Selected (\w+) for (\w+)", log)
+        init = re.search(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s", log)
+        ll = re.search(r"Running loglikelihood requests: 100%[^\[]*\[([0-9:]+)<", log)
+        rows.append([v, q["calibration_samples"], f(q["wall_time_s"], 1), f(q["size_after_mb"], 0), f(q["compression_ratio"]),
+                     f(e["perplexity_increase_pct"], 4), f(e["kl_divergence"], 5), f(e["top1_agreement"], 4), f(e["greedy_match"], 3),
+                     f(e[BYTE_PPL], 4), f(e["lm_eval_domain_heldout_acc"], 4),
+                     f"`{kernel[1]}`" if kernel else "BF16 (unquantized)", f(float(init[1]), 1), ll[1], walls.get(f"evaluate@{v}")])
+    t = table(["variant", "calibration samples", "quantize s", "size MB", "x smaller", "ppl increase %", "KL", "top-1",
+               "greedy match", "lm-eval byte ppl (vLLM)", "lm-eval acc", "vLLM linear kernel", "vLLM engine init s",
+               "64 lm-eval requests (m:ss)", "evaluate stage s"], rows)
+    last = [line for line in (run / "repro.log").read_text().splitlines() if line.strip()][-1]
+    evals = {v: run_json(run, f"metrics/eval-{v}.json") for v in variants[1:]}
+    acc_gap = max(abs(e["lm_eval_domain_heldout_acc"] - run_json(run, "metrics/eval-bf16.json")["lm_eval_domain_heldout_acc"])
+                  for e in evals.values())
+    return f"""## INT8 W8A8 and FP8 block-wise on the GPU (issue #18)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT 480 gpu-schemes` on the lent H100: the GPU demo profile with
+`profiles/gpu-schemes.yaml` over it (`quantize.enabled: [bf16, int8-w8a8, fp8-block]`, `draft.method: [ngram]`).
+Both new variants were quantized by llm-compressor on the GPU (SmoothQuant + GPTQ for INT8, data-free for FP8 block),
+loaded by vLLM 0.25 (lm-eval's `vllm` backend inside the `evaluate` stage, eager mode) and scored against the BF16
+target by the stage (`raw/gpu-schemes/metrics/`, `eval/`, the stage logs in `logs/`):
+
+{t}
+
+- Quality: this 1B target has learned the demo domain almost exactly (held-out perplexity
+  {f(run_json(run, 'metrics/eval-bf16.json')['perplexity_baseline'], 4)}), so the variants stay close to BF16: perplexity increase at most
+  {max(e['perplexity_increase_pct'] for e in evals.values()):.4f}%, KL at most {max(e['kl_divergence'] for e in evals.values()):.1e}, top-1 agreement and greedy match
+  {min(min(e['top1_agreement'], e['greedy_match']) for e in evals.values()):.3f}, lm-eval accuracy within {acc_gap:.4f} (one of 64 samples). The run shows the
+  schemes load, serve lm-eval and score; it cannot rank them on a target this easy (the CPU demo's
+  `metrics/eval-*.json` has the tiny target's spread).
+- vLLM picked CUTLASS INT8 GEMMs for W8A8 and DeepGEMM's block-scaled FP8 GEMM for FP8 block (the kernel column,
+  from the stage logs). With FP8 block the engine took longer to start, and the 64 lm-eval requests took far longer
+  than with the other two (the table). DeepGEMM compiles its kernels just in time, which is the likely cause, but vLLM's log
+  does not time the compilation. A serving team should warm an FP8-block replica up before it takes traffic, as
+  `deploy/` does, and give it a larger startup probe.
+- Not measured: speed as served. The lease ended during `serve_bench@bf16` (the repro log's last line: `{last}`),
+  before either new variant was served, so there is no tokens/s for INT8 W8A8 or FP8 block yet. Most of the extra
+  time went to `evaluate@fp8-block` ({walls.get('evaluate@fp8-block')} s against {walls.get('evaluate@bf16')} s for BF16).
 """
 
 
@@ -517,6 +653,10 @@ def render() -> str:
     return f"""{header_text}
 
 {methods_section()}
+
+{eagle3_variants_section()}
+
+{schemes_section()}
 
 {handoff_section()}
 
