@@ -92,6 +92,12 @@ def render() -> str:
                                for m, r in g["methods"]["methods"].items())
         + f". The gate shipped {g['methods']['shipped']['method']} k={g['methods']['shipped']['k']} "
         f"({g['methods']['shipped']['basis']}); the CPU estimate alone would have picked {g['methods']['estimate_best']}.",
+        "",
+        "GPU, EAGLE-3 on a quantized target (issue #16, second run; `gpu-profile ... gpu-eagle3-variants`): the head "
+        "trained on the BF16 target, served on " + "; ".join(
+            f"{v} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
+            + f", vLLM accepted/drafted {r['served_accepted']['c1']:.3f} at c=1 vs CPU estimate {r['estimate_accepted']:.3f}"
+            for v, r in g["eagle3_variants"]["variants"].items()) + " (output tokens/s against plain decoding, same run).",
     ]
     return "\n".join(lines)
 

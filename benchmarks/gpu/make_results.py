@@ -558,6 +558,7 @@ def gpu_summary() -> dict:
     s["demo_speedup_bs1_quantized_range"] = rng({v: s["demo_speedup_bs1"][v] for v in VARIANTS})
     s["profile"] = profile_summary()
     s["methods"] = methods_summary()
+    s["eagle3_variants"] = eagle3_variants_summary()
     return s
 
 
