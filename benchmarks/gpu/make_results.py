@@ -23,6 +23,11 @@ def load(name: str) -> dict:
     return json.loads((RAW / f"{name}.json").read_text())
 
 
+def run_json(run: Path, rel: str) -> dict:
+    """A JSON file of one GPU run's unpacked directory under raw/ (gpu-profile, gpu-methods, ...)."""
+    return json.loads((run / rel).read_text())
+
+
 def f(v, d=2):
     return "n/a" if v is None else f"{v:.{d}f}"
 
@@ -62,10 +67,6 @@ TARGETS = {"int4_c1": 1.8, "fp8_c1": 1.45, "best_speculative_c1": 1.5, "speculat
 ESTIMATE_TOLERANCE = 0.03
 
 
-def profile_load(rel: str) -> dict:
-    return json.loads((PROFILE / rel).read_text())
-
-
 def stage_walls(log: str) -> dict[str, int | None]:
     """Seconds per stage from the timestamped `dvc repro` log: 'Running stage' to the next lock update."""
     walls, current = {}, None
@@ -101,8 +102,8 @@ def profile_summary() -> dict:
 
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())
     variants = params["quantize"]["enabled"]
-    serve = {v: profile_load(f"serve/{v}/record.json") for v in variants}
-    estimate = {v: profile_load(f"eval/{v}/speculative.json") for v in variants}
+    serve = {v: run_json(PROFILE, f"serve/{v}/record.json") for v in variants}
+    estimate = {v: run_json(PROFILE, f"eval/{v}/speculative.json") for v in variants}
     base = serve["bf16"]
     tok = lambda v, cfg, key: level(serve[v], cfg, key)["output_throughput"]  # noqa: E731
     vs_bf16 = {key: {v: tok(v, "plain", key) / tok("bf16", "plain", key) for v in variants} for key in LEVELS}
@@ -115,10 +116,10 @@ def profile_summary() -> dict:
                 "best_speculative_c1": spec_gain["c1"][best], "speculative_accepted_per_drafted": vllm_acc[best],
                 "slowest_vs_bf16_c32": min(vs_bf16["c32"][v] for v in variants if v != "bf16")}
     diffs = {v: abs(estimate[v]["accepted_per_draft_token"] - vllm_acc[v]) for v in variants}
-    models = profile_load("metrics/models.json")
+    models = run_json(PROFILE, "metrics/models.json")
     return {
         "variants": variants, "int4": int4, "fp8": fp8, "best_speculative": best,
-        "models": models, "draft": profile_load("metrics/draft.json"),
+        "models": models, "draft": run_json(PROFILE, "metrics/draft.json"),
         "stage_walls": stage_walls((PROFILE / "repro.log").read_text()),
         "vs_bf16": vs_bf16, "speculative_gain": spec_gain,
         "targets": {name: {"target": TARGETS[name], "measured": value, "met": value >= TARGETS[name]}
@@ -130,7 +131,7 @@ def profile_summary() -> dict:
         "implied_draft_cost": {v: implied_served_draft_cost(serve[v]) for v in variants},
         "weight_bytes_cost_ratio": {v: estimate[v]["cost_ratio"] for v in variants},
         # Weight bytes read per plain decode step over its time at c=1: how bandwidth-bound decode is.
-        "bf16_effective_weight_tb_per_s": profile_load("metrics/quantize-bf16.json")["size_after_mb"] * 1e6
+        "bf16_effective_weight_tb_per_s": run_json(PROFILE, "metrics/quantize-bf16.json")["size_after_mb"] * 1e6
         / (level(base, "plain", "c1")["tpot_ms"]["mean"] * 1e-3) / 1e12,
         "gpu": base["gpu"], "vllm": base["vllm_version"],
     }
@@ -139,20 +140,16 @@ def profile_summary() -> dict:
 METHODS_RUN = RAW / "gpu-methods"
 
 
-def methods_load(rel: str) -> dict:
-    return json.loads((METHODS_RUN / rel).read_text())
-
-
 def methods_summary() -> dict:
     """Issue #16's GPU proof (raw/gpu-methods/): the BF16 target served plain and with each speculative method."""
-    serve = methods_load("serve/bf16/record.json")
+    serve = run_json(METHODS_RUN, "serve/bf16/record.json")
     plain = serve["configs"]["plain"]["levels"]
     keys = sorted(plain, key=lambda k: int(k[1:]))
     out = {}
     for method, config in serve["configs"].items():
         if method == "plain":
             continue
-        est = methods_load(f"eval/bf16/speculative-{method}.json")
+        est = run_json(METHODS_RUN, f"eval/bf16/speculative-{method}.json")
         out[method] = {
             "k": config["num_speculative_tokens"],
             "speedup": {k: config["levels"][k]["output_throughput"] / plain[k]["output_throughput"] for k in keys},
@@ -163,12 +160,12 @@ def methods_summary() -> dict:
                              "expected_speedup": est["expected_speedup"], "cost_ratio": est["cost_ratio"]},
             "startup_s": config["startup_s"],
         }
-    verdict = methods_load("verdict.json")["variants"]["bf16"]["speculation"]
+    verdict = run_json(METHODS_RUN, "verdict.json")["variants"]["bf16"]["speculation"]
     return {"methods": out, "plain_tokens_per_s": {k: plain[k]["output_throughput"] for k in keys}, "levels": keys,
             "shipped": {"method": verdict["method"], "k": verdict["num_speculative_tokens"], "basis": verdict["basis"]},
             "estimate_best": max(out, key=lambda m: out[m]["cpu_estimate"]["expected_speedup"]),
             "measured_best": max(out, key=lambda m: out[m]["speedup"]["c1"]),
-            "eagle3": methods_load("eagle3/record.json"), "gpu": serve["gpu"], "vllm": serve["vllm_version"],
+            "eagle3": run_json(METHODS_RUN, "eagle3/record.json"), "gpu": serve["gpu"], "vllm": serve["vllm_version"],
             "stage_walls": stage_walls((METHODS_RUN / "repro.log").read_text())}
 
 
@@ -219,10 +216,6 @@ gap.
 
 
 VARIANTS_RUN = RAW / "gpu-eagle3-variants"
-
-
-def run_json(run: Path, rel: str) -> dict:
-    return json.loads((run / rel).read_text())
 
 
 def eagle3_variants_summary() -> dict:
@@ -324,9 +317,9 @@ def schemes_section() -> str:
                "greedy match", "lm-eval byte ppl (vLLM)", "lm-eval acc", "vLLM linear kernel", "vLLM engine init s",
                "64 lm-eval requests (m:ss)", "evaluate stage s"], rows)
     last = [line for line in (run / "repro.log").read_text().splitlines() if line.strip()][-1]
+    base = run_json(run, "metrics/eval-bf16.json")
     evals = {v: run_json(run, f"metrics/eval-{v}.json") for v in variants[1:]}
-    acc_gap = max(abs(e["lm_eval_domain_heldout_acc"] - run_json(run, "metrics/eval-bf16.json")["lm_eval_domain_heldout_acc"])
-                  for e in evals.values())
+    acc_gap = max(abs(e["lm_eval_domain_heldout_acc"] - base["lm_eval_domain_heldout_acc"]) for e in evals.values())
     return f"""## INT8 W8A8 and FP8 block-wise on the GPU (issue #18)
 
 `bash benchmarks/gpu/session.sh gpu-profile OUT 480 gpu-schemes` on the lent H100: the GPU demo profile with
@@ -338,7 +331,7 @@ target by the stage (`raw/gpu-schemes/metrics/`, `eval/`, the stage logs in `log
 {t}
 
 - Quality: this 1B target has learned the demo domain almost exactly (held-out perplexity
-  {f(run_json(run, 'metrics/eval-bf16.json')['perplexity_baseline'], 4)}), so the variants stay close to BF16: perplexity increase at most
+  {f(base['perplexity_baseline'], 4)}), so the variants stay close to BF16: perplexity increase at most
   {max(e['perplexity_increase_pct'] for e in evals.values()):.4f}%, KL at most {max(e['kl_divergence'] for e in evals.values()):.1e}, top-1 agreement and greedy match
   {min(min(e['top1_agreement'], e['greedy_match']) for e in evals.values()):.3f}, lm-eval accuracy within {acc_gap:.4f} (one of 64 samples). The run shows the
   schemes load, serve lm-eval and score; it cannot rank them on a target this easy (the CPU demo's
@@ -395,9 +388,9 @@ def profile_section() -> str:
     s = profile_summary()
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())
     variants = s["variants"]
-    serve = {v: profile_load(f"serve/{v}/record.json") for v in variants}
-    evals = {v: profile_load(f"metrics/eval-{v}.json") for v in variants}
-    quant = {v: profile_load(f"metrics/quantize-{v}.json") for v in variants}
+    serve = {v: run_json(PROFILE, f"serve/{v}/record.json") for v in variants}
+    evals = {v: run_json(PROFILE, f"metrics/eval-{v}.json") for v in variants}
+    quant = {v: run_json(PROFILE, f"metrics/quantize-{v}.json") for v in variants}
     m, d = s["models"], s["draft"]
     walls = table(["stage", "wall s"], [[name, "n/a (lease ended)" if w is None else w]
                                         for name, w in s["stage_walls"].items()])
@@ -421,7 +414,7 @@ def profile_section() -> str:
     acc = table(["variant", "CPU estimate accepted/drafted (k=%d)" % s["k"], "vLLM served, c=1", "abs diff",
                  "CPU estimate per position", "vLLM per position (c=1)"],
                 [[v, f(e["cpu_estimate"], 3), f(e["vllm_c1"], 3), f(e["abs_diff"], 3),
-                  ", ".join(f(x) for x in profile_load(f"eval/{v}/speculative.json")["accepted_per_position"]),
+                  ", ".join(f(x) for x in run_json(PROFILE, f"eval/{v}/speculative.json")["accepted_per_position"]),
                   ", ".join(f(x) for x in level(serve[v], "speculative", "c1")["accepted_per_position"])]
                  for v, e in s["estimate_vs_vllm"].items()])
     names = {"int4_c1": f"INT4 ({s['int4']}) tok/s vs BF16, c=1", "fp8_c1": f"FP8 ({s['fp8']}) tok/s vs BF16, c=1",
@@ -471,7 +464,7 @@ Serving, as `vllm serve` ships it (ratios against BF16's plain decoding at the s
 
 {serving}
 
-Acceptance: the CPU estimator (run on the GPU by the `evaluate` stage; {profile_load('eval/bf16/speculative.json')['prompts']} prompts, continuations of at most
+Acceptance: the CPU estimator (run on the GPU by the `evaluate` stage; {run_json(PROFILE, 'eval/bf16/speculative.json')['prompts']} prompts, continuations of at most
 {params['evaluate']['acceptance']['continuation_tokens']} tokens) beside vLLM's counters from the speculative server at c=1 ({level(serve['bf16'], 'speculative', 'c1')['num_prompts']} prompts, at most 128 tokens):
 
 {acc}
