@@ -52,7 +52,7 @@ class TierPlan:
     gpus: int
     serve_file: str
     manifest: str | None  # deploy/<tier>.yaml, when deploy.tiers includes it
-    served_tokens_per_s: float | None = None  # serve_bench.tiers: the shipped config at the tier's concurrency
+    served_tokens_per_s: float | None = None  # the shipped config at the tier's concurrency, where it was served
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
@@ -102,7 +102,8 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
             atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
                                                                {"modelprep/serve-config-sha256": sha}))
-        own = serve.tier(tier.name)
+        # The default tier is the serving section itself: the default sweep measured it at its own settings.
+        own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
         config = config_of(own, chosen) if own is not None else None
         level = config.at(tier.concurrency) if config is not None else None
         plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,

@@ -148,7 +148,13 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     assert alerts["VllmTimeToFirstTokenP99High"].endswith(f"> {ttft_bound:.4g}")
     assert alerts["VllmQueueTimeP99High"].endswith("> 0.3")  # never inside the queue histogram's first bucket
     assert "speculative-config" not in yaml.safe_load((b / "serve-throughput.yaml").read_text())  # x0.9 at 64
-    assert "measured x0.90" in (b / "README.md").read_text()
+    card = (b / "README.md").read_text()
+    assert "measured x0.90" in card
+    # the default tier is the serving section the default sweep served: its row shows what ships, as served at c=1
+    default_row = next(line for line in card.splitlines() if line.startswith("| default | `serve.yaml`"))
+    assert "| draft_model k=4 |" in default_row and "| 200 |" in default_row, default_row
+    latency_row = next(line for line in card.splitlines() if line.startswith("| latency |"))
+    assert "not benchmarked" in latency_row  # other engine settings: the default sweep does not stand for it
 
 
 def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path):

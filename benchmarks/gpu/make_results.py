@@ -12,6 +12,8 @@ import json
 import re
 from pathlib import Path
 
+import yaml
+
 HERE = Path(__file__).resolve().parent
 RAW = HERE / "raw"
 VARIANTS = ["fp8-dynamic", "fp8-static", "gptq-w4a16", "awq-w4a16"]
@@ -382,6 +384,65 @@ warm-up burst from paging; sustained off-domain traffic would, which is what it 
 """
 
 
+def tiers_section() -> str:
+    """Issue #17's tier run (raw/gpu-tiers/): the throughput tier served at its own engine settings and concurrency."""
+    run = RAW / "gpu-tiers"
+    serve = run_json(run, "serve/bf16/record.json")
+    params = yaml.safe_load((run / "params.yaml").read_text())
+    tiers = params["serving"]["tiers"]
+    rows, speedups = [], {}
+    sweeps = [("default", serve["configs"], params["serving"].get("max_num_seqs"))]
+    sweeps += [(t, serve["tiers"][t], tiers[t].get("max_num_seqs")) for t in serve["tiers"]]
+    for name, configs, seqs in sweeps:
+        plain = configs["plain"]
+        for c in sorted(plain["levels"], key=lambda c: int(c[1:])):
+            for m, cfg in configs.items():
+                lv = cfg["levels"][c]
+                ratio = lv["output_throughput"] / plain["levels"][c]["output_throughput"]
+                if m != "plain":
+                    speedups[(name, c)] = ratio
+                rows.append([name, seqs, lv["concurrency"], m, cfg["num_speculative_tokens"] or "-",
+                             f(lv["output_throughput"], 0), f(ratio), f(lv["ttft_ms"]["p99"], 1), f(lv["itl_ms"]["p99"], 1),
+                             f(lv["accepted_per_draft_token"], 3) if lv["accepted_per_draft_token"] is not None else "-",
+                             round(cfg["startup_s"])])
+    card = (run / "bundle/bf16/README.md").read_text()
+    lines = card.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| tier | config |"))
+    card_table = "\n".join(lines[start:lines.index("", start)])
+    walls = stage_walls((run / "repro.log").read_text())
+    verdict = run_json(run, "verdict.json")["variants"]["bf16"]["speculation"]
+    min_gain = params["serving"]["speculation"]["min_gain"]
+    thr = [v for (t, c), v in speedups.items() if t == "throughput"]
+    return f"""## Serving tiers benchmarked at their own settings (issue #17)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT 480 gpu-tiers` on the lent H100 ({serve['gpu']}, vLLM {serve['vllm_version']}):
+the GPU demo profile with `profiles/gpu-tiers.yaml` over it (the BF16 target with the EAGLE-3 head,
+`serve_bench.concurrency: [1, 32]`, `serve_bench.tiers: [throughput]`). One `dvc repro` from scratch through
+`publish` (`raw/gpu-tiers/repro.log`; `serve_bench@bf16` {walls.get('serve_bench@bf16')} s for four `vllm serve` starts). The
+throughput tier (`serving.tiers.throughput`: {", ".join(f"{k} {v}" for k, v in tiers["throughput"].items())}) was served
+from its own `serve-<config>.yaml` under `vllm bench serve` at its own concurrency, plain and with the head; the latency
+tier was not served in this run (it is `serve_bench.tiers`' to add; its row in the card says "not benchmarked").
+Ratios against plain decoding at the same settings and concurrency, same run:
+
+{table(["tier", "max_num_seqs", "concurrency", "config", "k", "output tok/s", "x plain", "p99 TTFT ms", "p99 ITL ms",
+        "vLLM accepted/drafted", "engine start s"], rows)}
+
+The gate shipped **{verdict['method']} k={verdict['num_speculative_tokens']}** for the default tier ({verdict['reason']}).
+At the throughput tier's settings the same head measured x{f(min(thr))} plain decoding at concurrency
+{tiers['throughput']['concurrency']}, below `serving.speculation.min_gain` {min_gain}, so its `serve-throughput.yaml` ships no
+`speculative-config`. The bundle's card (`raw/gpu-tiers/bundle/bf16/README.md`, section 8):
+
+{card_table}
+
+The default row's "not benchmarked" is a defect of the card at this run's commit: the default tier is the serving
+section itself, which the default sweep did serve (the first rows above). The card now shows that sweep's measurement
+for the default tier; the latency tier (other engine settings) stays "not benchmarked" until it is served.
+
+The manifests (`raw/gpu-tiers/bundle/bf16/deploy/*.yaml`) carry each tier's own `serve-<tier>.yaml` hash and a
+startup probe sized from the engine starts measured here.
+"""
+
+
 def profile_section() -> str:
     import yaml
 
@@ -653,6 +714,8 @@ def render() -> str:
 {schemes_section()}
 
 {handoff_section()}
+
+{tiers_section()}
 
 {profile_section()}
 ## The `evaluate` stage after the DVC-graph refactor (commit ff4d3ac)
