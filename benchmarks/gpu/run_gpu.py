@@ -199,7 +199,12 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
     texts = [full_text(tok, m) for m in read_split(calib_file)]
     cfg = {**params["quantize"]["calibration"], "num_samples": 64, "max_seq_length": 512}
     for v in variants:
-        metrics = quantize_model(root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]), texts, cfg)
+        try:  # one variant's failure is its own result, not the end of the others'
+            metrics = quantize_model(root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]),
+                                     texts, cfg)
+        except Exception as e:  # noqa: BLE001
+            print(f"ERR quant8b {v}: {type(e).__name__}: {e}", flush=True)
+            continue
         emit(out, f"quant8b-{v}", metrics)
 
 

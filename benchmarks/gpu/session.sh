@@ -7,6 +7,8 @@
 #   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
 #   session.sh serve-bench OUT V...  the pipeline's own `serve_bench` stage per variant (vllm serve + vllm bench
 #                                 serve), its records and raw load-generator output packed into OUT
+#   session.sh schemes8b OUT V...   a Llama-3-8B-shape checkpoint (random weights) quantized to each variant V
+#   session.sh bench8b OUT M...     vLLM decode tokens/s at batch 1 and 32 of those checkpoints (M: bf16 or a V)
 #   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, then the
 #                                 overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in the
 #                                 background (it outlives this call), then gpu-watch
@@ -85,6 +87,21 @@ PY
       echo "stage_wall_s $v $(( $(date +%s) - start ))" | tee -a "$out/walls.txt"
     done
     tar czf "$out/serve-bench-$(echo "$@" | tr ' ' '_').tgz" metrics/serve-*.json artifacts/serve artifacts/logs/serve_bench@* ;;
+  schemes8b)
+    # Issue #18's speed at a realistic size: a random Llama-3-8B-shape checkpoint quantized by the pipeline's own
+    # quantize_model (llm-compressor site first) to each variant V, then decode speed in vLLM (its own site), BF16
+    # in the same call. The vLLM log (kernel selection lines) is kept beside the results.
+    out=$2; shift 2; mkdir -p "$out"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    [ -f /tmp/m8/bf16/config.json ] || PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py make8b /tmp/m8 artifacts/models/target
+    PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py quant8b /tmp/m8 "$out" artifacts/data/calibration.jsonl "$@" 2>&1 \
+      | grep -v -E "it/s|s/it" > "$out/quant8b.log" || true
+    grep -E "^RESULT|^ERR|Error" "$out/quant8b.log" | cut -c1-300 || true ;;
+  bench8b)
+    out=$2; shift 2; mkdir -p "$out"
+    PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py bench8b /tmp/m8 "$out" "$@" 2>&1 \
+      | grep -v -E "it/s|s/it" > "$out/bench8b.log" || true
+    grep -E "^RESULT|^ERR|Selected|Error" "$out/bench8b.log" | cut -c1-300 || true ;;
   gpu-profile)
     # dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM / llm-compressor / lm-eval sites.
     pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
