@@ -443,6 +443,62 @@ startup probe sized from the engine starts measured here.
 """
 
 
+def schemes8b_kernels(run: Path) -> dict[str, str]:
+    """The linear kernel vLLM logged for each model of the bench8b logs (no line: unquantized)."""
+    kernels, model = {}, None
+    for log in sorted(run.glob("bench8b-*.log")):
+        for line in log.read_text().splitlines():
+            found = re.search(r"model='/tmp/m8/([^']+)'", line)
+            if found:
+                model = found.group(1)
+            found = re.search(r"(?:Selected|Using) (\w+Kernel) for", line)
+            if found and model:
+                kernels[model] = found.group(1)
+    return kernels
+
+
+def schemes8b_section() -> str:
+    """Issue #18's speed at a realistic size (raw/schemes8b/): the new schemes against BF16, one lease."""
+    run = RAW / "schemes8b"
+    bench = {m: run_json(run, f"bench8b-{m}.json") for m in ("bf16", "int8-w8a8", "fp8-block", "fp8-block-no-deepgemm",
+                                                              "nvfp4a16")}
+    quant = {v: run_json(run, f"quant8b-{v}.json") for v in ("int8-w8a8", "fp8-block", "nvfp4a16")}
+    kernels = schemes8b_kernels(run)
+    b = bench["bf16"]
+    rows = []
+    for m, r in bench.items():
+        q = quant.get(m.replace("-no-deepgemm", ""))
+        rows.append([m, f"`{kernels[m]}`" if m in kernels else "BF16 GEMMs", f(r["tokens_per_s_bs1"], 0),
+                     f(r["tokens_per_s_bs1"] / b["tokens_per_s_bs1"]), f(r["tokens_per_s_bs32"], 0),
+                     f(r["tokens_per_s_bs32"] / b["tokens_per_s_bs32"]), f(r["load_s"], 0),
+                     f(q["wall_time_s"], 1) if q else "-", f(q["size_after_mb"], 0) if q else "-"])
+    deep, cutlass = bench["fp8-block"], bench["fp8-block-no-deepgemm"]
+    top = max(bench, key=lambda m: bench[m]["tokens_per_s_bs1"])
+    fastest = "the fastest" if top == "nvfp4a16" else f"behind {top}"
+    return f"""## INT8 W8A8, FP8 block-wise and NVFP4A16 at Llama-3-8B shape (issue #18, speed)
+
+On the lent H100 ({(run / 'gpu.txt').read_text().strip()}, vLLM 0.25.0), commit 92e0a1f, one lease:
+`bash benchmarks/gpu/session.sh schemes8b OUT int8-w8a8 fp8-block nvfp4a16` (a randomly initialised Llama-3-8B-shape
+checkpoint, {quant['int8-w8a8']['size_before_mb']:.0f} MB in BF16, quantized by the pipeline's own `quantize_model` with params.yaml's recipes,
+{quant['int8-w8a8']['calibration_samples']} calibration rows for the calibrated one), then `session.sh bench8b OUT bf16 int8-w8a8`,
+`session.sh bench8b OUT fp8-block nvfp4a16`, and the FP8 block checkpoint once more with DeepGEMM disabled
+(`VLLM_DISABLED_KERNELS=DeepGemmFp8BlockScaledMMKernel`, served from a link named `fp8-block-no-deepgemm`). Decode
+speed as `run_gpu.py bench8b` measures it (greedy, 128 tokens, CUDA graphs on, one warm-up batch first); the kernel
+is the one vLLM's log names (`raw/schemes8b/bench8b-*.log`). Random weights: speed only, no quality.
+
+{table(["model", "linear kernel (vLLM log)", "tok/s bs1", "x BF16", "tok/s bs32", "x BF16", "engine load s", "quantize wall s",
+        "size MB"], rows)}
+
+- INT8 W8A8 (CUTLASS) is x{f(bench['int8-w8a8']['tokens_per_s_bs1'] / b['tokens_per_s_bs1'])} BF16 at batch 1 and x{f(bench['int8-w8a8']['tokens_per_s_bs32'] / b['tokens_per_s_bs32'])} at batch 32.
+- NVFP4A16 loads in vLLM 0.25 on Hopper through `{kernels.get('nvfp4a16', '?')}` (weight-only FP4; vLLM warns that the GPU has no native
+  FP4): x{f(bench['nvfp4a16']['tokens_per_s_bs1'] / b['tokens_per_s_bs1'])} BF16 at batch 1, {fastest} at batch 1 in this run.
+- FP8 block-wise with vLLM's default kernel on this GPU (`{kernels['fp8-block']}`) decodes batch 32 at
+  {f(deep['tokens_per_s_bs32'], 0)} tokens/s, x{f(deep['tokens_per_s_bs32'] / b['tokens_per_s_bs32'])} BF16, and its engine took {f(deep['load_s'], 0)} s to load; with DeepGEMM disabled vLLM picks
+  `{kernels['fp8-block-no-deepgemm']}`: {f(cutlass['tokens_per_s_bs32'], 0)} tokens/s at batch 32 (x{f(cutlass['tokens_per_s_bs32'] / b['tokens_per_s_bs32'])} BF16), load {f(cutlass['load_s'], 0)} s. The same slowness showed in
+  the 1B run above (its `evaluate@fp8-block`). The card of an fp8-block bundle says so.
+"""
+
+
 def profile_section() -> str:
     import yaml
 
@@ -712,6 +768,8 @@ def render() -> str:
 {eagle3_variants_section()}
 
 {schemes_section()}
+
+{schemes8b_section()}
 
 {handoff_section()}
 
