@@ -29,7 +29,9 @@ VARIANTS = ["gptq-w4a16", "awq-w4a16", "fp8-static"]
 SAMPLES = [8, 16, 32, 64]
 
 
-def measure() -> dict:
+def measure(artifacts: Path, params_path: Path, device: str, variants: list[str], samples: list[int],
+            raw_path: Path) -> dict:
+    """Every (variant, N) run, the raw file rewritten after each one (a cut-off run keeps what it measured)."""
     import torch
 
     from pipeline.config import load_params
@@ -40,31 +42,35 @@ def measure() -> dict:
     from pipeline.quantize import quantize_model
     from pipeline.recipes import parse_variant
 
-    target = ROOT / "artifacts/models/target"
+    target = artifacts / "models/target"
     if not (target / "model.safetensors").is_file():
-        sys.exit("no demo build: run `dvc repro` first (artifacts/models/target)")
-    p = load_params(ROOT / "params.yaml")
+        sys.exit(f"no demo build: run `dvc repro` first ({target})")
+    p = load_params(params_path)
     tokenizer = load_tokenizer(target)
-    texts = [full_text(tokenizer, m) for m in read_split(ROOT / "artifacts/data/calibration.jsonl")]
-    heldout = read_split(ROOT / "artifacts/data/heldout.jsonl")[: p["evaluate"]["heldout_limit"]]
+    texts = [full_text(tokenizer, m) for m in read_split(artifacts / "data/calibration.jsonl")]
+    heldout = read_split(artifacts / "data/heldout.jsonl")[: p["evaluate"]["heldout_limit"]]
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
-    baseline = load_causal_lm(target, torch.device("cpu"))
-    runs = []
-    for variant in VARIANTS:
-        for n in [*SAMPLES, len(texts)]:
+    dev = torch.device(device)
+    baseline = load_causal_lm(target, dev)
+    git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    raw = {"commit": git.stdout.strip() if git.returncode == 0 else None,
+           "target_md5": hashlib.md5((target / "model.safetensors").read_bytes()).hexdigest(),
+           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+           "calibration_rows": len(texts), "heldout": len(examples),
+           "default_num_samples": p["quantize"]["calibration"]["num_samples"], "runs": []}
+    for variant in variants:
+        for n in sorted({*(n for n in samples if n < len(texts)), len(texts)}):
             spec = parse_variant(variant, {**p["quantize"]["variants"][variant], "num_samples": n})
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()
                 quantize_model(target, Path(tmp) / "q", spec, texts, p["quantize"]["calibration"])
                 wall = time.perf_counter() - t0
-                quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", torch.device("cpu")), examples)
-            runs.append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),
-                         **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence", "top1_agreement")}})
-            print(json.dumps(runs[-1]), flush=True)
-    digest = hashlib.md5((target / "model.safetensors").read_bytes()).hexdigest()
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    return {"commit": commit, "target_md5": digest, "calibration_rows": len(texts), "heldout": len(examples),
-            "default_num_samples": p["quantize"]["calibration"]["num_samples"], "runs": runs}
+                quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", dev), examples)
+            raw["runs"].append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),
+                                **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence", "top1_agreement")}})
+            print(json.dumps(raw["runs"][-1]), flush=True)
+            raw_path.write_text(json.dumps(raw, indent=2) + "\n")
+    return raw
 
 
 def render(raw: dict) -> str:
@@ -98,8 +104,17 @@ inside llm-compressor's 128-512 guidance for real traffic (not measured here bey
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--render", action="store_true", help="only re-render calibration.md from the raw JSON")
+    parser.add_argument("--artifacts", type=Path, default=ROOT / "artifacts", help="a demo build's artifacts/")
+    parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU profile's target")
+    parser.add_argument("--variants", nargs="+", default=VARIANTS)
+    parser.add_argument("--samples", nargs="+", type=int, default=SAMPLES, help="N below the split's size; "
+                        "the whole split is always the last")
+    parser.add_argument("--raw", type=Path, default=RAW, help="where the measured JSON goes")
     args = parser.parse_args()
     if not args.render:
-        RAW.write_text(json.dumps(measure(), indent=2) + "\n")
+        measure(args.artifacts, args.params, args.device, args.variants, args.samples, args.raw)
+        if args.raw != RAW:  # a GPU run: its raw file is committed under benchmarks/gpu/raw/ first
+            sys.exit(0)
     MARKDOWN.write_text(render(json.loads(RAW.read_text())))
     print(f"wrote {MARKDOWN}")

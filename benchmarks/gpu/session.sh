@@ -12,6 +12,8 @@
 #   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, then the
 #                                 overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in the
 #                                 background (it outlives this call), then gpu-watch
+#   session.sh gpu-calib OUT S [V]  calibration sample count vs quality on the GPU profile's target (V: variants,
+#                                 quoted, default "gptq-w4a16 int8-w8a8"), in the background, then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
 #   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
 #                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
@@ -38,6 +40,45 @@ rebuild_bundles() {
     cp -r artifacts/quantized/"$v" "$b"/model && cp -r artifacts/draft/model "$b"/draft
     PYTHONPATH=/tmp/qsite:. python -c "import sys; from pipeline.cli import main; sys.exit(main())" verify "$b"
   done
+}
+
+gp_setup() {
+  # /tmp/gp: this tree with dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM /
+  # llm-compressor / lm-eval sites, params.yaml with the GPU demo profile and the overlay $1 (if given) applied.
+  pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
+  rm -rf /tmp/gp && mkdir -p /tmp/gp /tmp/gpbin
+  tar --exclude=./artifacts --exclude=./.gpu --exclude=./metrics --exclude=./plots --exclude=./registry -cf - . \
+    | tar -C /tmp/gp -xf -
+  # One interpreter, two pins: llm-compressor 0.14 needs compressed-tensors 0.19 (and vLLM's pydantic behind it),
+  # vLLM 0.25 its own 0.17. DVC runs `python -m stages.<name>`; this `python` puts the right site first.
+  cat > /tmp/gpbin/python <<'SH'
+#!/bin/bash
+case " $* " in
+  *" stages.quantize "*|*" stages.draft_quantize"*|*" stages.draft_finetune"*|*"calibration_sweep.py"*)
+    export PYTHONPATH=/tmp/dvcsite:/tmp/qsite:/tmp/vllm/site ;;
+  *) export PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite ;;
+esac
+exec python3 "$@"
+SH
+  chmod +x /tmp/gpbin/python
+  export PATH=/tmp/gpbin:$PATH DVC_NO_ANALYTICS=1
+  # dvc's pydantic (through gto) is vLLM's, as llm-compressor's is.
+  export DVC_PATH=/tmp/dvcsite:/tmp/vllm/site
+  (cd /tmp/gp
+   PYTHONPATH=$DVC_PATH python3 -m dvc config core.no_scm true && PYTHONPATH=$DVC_PATH python3 -m dvc config cache.type hardlink,copy
+   PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile gpu
+   if [ -n "${1:-}" ]; then
+     PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$1"
+   fi)
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > /tmp/gp-gpu.txt
+}
+
+gp_background() {
+  # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
+  # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
+  (cd /tmp/gp && GP_CMD="$1" setsid bash -c 'start=$(date +%s); bash -c "PYTHONPATH=$DVC_PATH $GP_CMD" 2>&1 \
+      | while IFS= read -r line; do printf "%s %s\n" "$(( $(date +%s) - start ))" "$line"; done > /tmp/gp-repro.log;
+      echo "${PIPESTATUS[0]}" > /tmp/gp-repro.rc' < /dev/null > /dev/null 2>&1 &)
 }
 
 case "$1" in
@@ -103,39 +144,17 @@ PY
       | grep -v -E "it/s|s/it" > "$out/bench8b.log" || true
     grep -E "^RESULT|^ERR|Selected|Error" "$out/bench8b.log" | cut -c1-300 || true ;;
   gpu-profile)
-    # dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM / llm-compressor / lm-eval sites.
-    pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
-    rm -rf /tmp/gp && mkdir -p /tmp/gp /tmp/gpbin
-    tar --exclude=./artifacts --exclude=./.gpu --exclude=./metrics --exclude=./plots --exclude=./registry -cf - . \
-      | tar -C /tmp/gp -xf -
-    # One interpreter, two pins: llm-compressor 0.14 needs compressed-tensors 0.19 (and vLLM's pydantic behind it),
-    # vLLM 0.25 its own 0.17. DVC runs `python -m stages.<name>`; this `python` puts the right site first.
-    cat > /tmp/gpbin/python <<'SH'
-#!/bin/bash
-case " $* " in
-  *" stages.quantize "*|*" stages.draft_quantize"*|*" stages.draft_finetune"*)
-    export PYTHONPATH=/tmp/dvcsite:/tmp/qsite:/tmp/vllm/site ;;
-  *) export PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite ;;
-esac
-exec python3 "$@"
-SH
-    chmod +x /tmp/gpbin/python
-    cd /tmp/gp
-    export PATH=/tmp/gpbin:$PATH DVC_NO_ANALYTICS=1
-    # dvc's pydantic (through gto) is vLLM's, as llm-compressor's is.
-    DVC_PATH=/tmp/dvcsite:/tmp/vllm/site
-    dvc() { PYTHONPATH=$DVC_PATH python3 -m dvc "$@"; }
-    dvc config core.no_scm true && dvc config cache.type hardlink,copy
-    PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile gpu
-    if [ -n "${4:-}" ]; then
-      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$4"
-    fi
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > /tmp/gp-gpu.txt
-    # setsid: the repro outlives this call (the host stays ours while calls follow within its idle window).
-    DVC_PATH=$DVC_PATH setsid bash -c 'start=$(date +%s); PYTHONPATH=$DVC_PATH python3 -m dvc repro 2>&1 \
-        | while IFS= read -r line; do printf "%s %s\n" "$(( $(date +%s) - start ))" "$line"; done > /tmp/gp-repro.log;
-        echo "${PIPESTATUS[0]}" > /tmp/gp-repro.rc' < /dev/null > /dev/null 2>&1 &
-    cd - > /dev/null
+    # The GPU demo profile (then the overlay P) in /tmp/gp, its whole `dvc repro` in the background.
+    gp_setup "${4:-}"
+    gp_background 'python3 -m dvc repro'
+    exec bash "$0" gpu-watch "$2" "$3" ;;
+  gpu-calib)
+    # Issue #18's calibration sweep on the GPU profile's target: `dvc repro data` (the target trained on the GPU and
+    # the traffic split, with profiles/gpu-calibration.yaml's larger calibration share), then
+    # benchmarks/calibration_sweep.py on CUDA, its raw JSON rewritten after each run (/tmp/gp-calib.json).
+    gp_setup gpu-calibration
+    gp_background "python3 -m dvc repro data && python benchmarks/calibration_sweep.py --device cuda \
+      --variants ${4:-gptq-w4a16 int8-w8a8} --samples 16 32 64 128 256 --raw /tmp/gp-calib.json"
     exec bash "$0" gpu-watch "$2" "$3" ;;
   gpu-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
@@ -144,7 +163,7 @@ SH
     [ -f /tmp/gp-repro.rc ] && echo "repro exit status: $(cat /tmp/gp-repro.rc)" || echo "repro still running"
     cd /tmp/gp
     small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null || true)
-    tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc 2>/dev/null) \
+    tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc gp-calib.json 2>/dev/null) \
       -C /tmp/gp params.yaml $(ls -d dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
