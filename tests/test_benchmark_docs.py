@@ -41,7 +41,7 @@ def test_quantize_markdown_is_rendered_from_raw():
 
 def test_calibration_markdown_is_rendered_from_raw():
     sweep = load_module(BENCH / "calibration_sweep.py")
-    assert sweep.render(json.loads(sweep.RAW.read_text())) == sweep.MARKDOWN.read_text(), \
+    assert sweep.render_all() == sweep.MARKDOWN.read_text(), \
         "calibration.md differs from its rendering: run python benchmarks/calibration_sweep.py --render"
 
 
