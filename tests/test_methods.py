@@ -326,6 +326,41 @@ def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
     check_measured_config(tmp_path, served({PLAIN: (0, 345.0)}), methods.NONE, text)  # plain was measured
 
 
+def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_default_settings(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """serve_bench's one step per config: a method that fails is recorded and discarded and the sweep goes on,
+    in a tier plain decoding too (the tier ends there); plain failing at the default settings fails the stage."""
+    from pipeline.tiers import Tier
+    from stages import serve_bench
+
+    def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None):
+        (out / "raw").mkdir(parents=True, exist_ok=True)
+        for partial in (f"serve-{name}.yaml", f"raw/{name}-c1.json"):
+            (out / partial).write_text("written before vLLM failed\n")
+        if name != "ngram":
+            raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
+        return "measured"
+
+    def attempt(out, name, failed, tier=None):
+        return serve_bench.served_or_failed(out, tmp_path, "v", name, methods.NONE, (), failed, tier)
+
+    monkeypatch.setattr(serve_bench, "serve_config", serve_config)
+    failed = {}
+    assert attempt(tmp_path, "ngram", failed) == "measured" and failed == {}
+    assert attempt(tmp_path, "eagle3", failed) is None
+    assert failed == {"eagle3": f"vllm serve exited 1: eagle3 {'x' * 600}"[:500]}
+    assert "serve_bench v: eagle3 failed, the other configs go on: vllm serve exited 1" in capsys.readouterr().out
+    with pytest.raises(PipelineError, match="plain"):
+        attempt(tmp_path, PLAIN, failed)
+    assert PLAIN not in failed
+    in_tier = {}
+    assert attempt(tmp_path / "tiers/throughput", PLAIN, in_tier, Tier("throughput", concurrency=64)) is None
+    assert list(in_tier) == [PLAIN] and "serve_bench v: tier throughput plain failed: " in capsys.readouterr().out
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
+        "raw/ngram-c1.json", "raw/plain-c1.json", "serve-ngram.yaml", "serve-plain.yaml"]  # the default plain's:
+    # the stage fails there, and its whole output directory with it
+
+
 def test_without_a_measurement_the_best_estimated_method_decides():
     d = decide({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
                 "expected_speedup_ngram": 1.3, "expected_speedup_draft_model": 1.2}, None, 1, min_gain=1.1)
