@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from bundle_helpers import run_stage_in_process
 from conftest import ROOT, copy_project, run, tiny_params
 from pipeline import acceptance, eagle3, methods, ngram
 from pipeline.errors import PipelineError
@@ -370,20 +371,26 @@ def test_without_a_measurement_the_best_estimated_method_decides():
 # ---- the stages of methods that are not requested
 
 
-def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_path):
+def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_path, capfd):
     """draft.method [ngram]: no distillation, no fine-tuning, no served draft, no draft evaluation, no head; each
-    stage records why (DVC still gets its outputs), without reading a model (there is none in this workspace)."""
-    ws = copy_project(tmp_path, tiny_params(draft={"method": ["ngram"]}))
+    stage records why (DVC still gets its outputs), without reading a model or data (the workspace holds only
+    params.yaml). Each stage's main runs in this process: the five stages' imports once, not five interpreters."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params(draft={"method": ["ngram"]}), sort_keys=False))
     for stage, why in (("distill", "neither draft_model nor eagle3 is in draft.method"),
                        ("draft_finetune", "draft_model is not in draft.method"),
                        ("eagle3", "eagle3 is not in draft.method"),
                        ("draft_quantize", "draft_model is not in draft.method"),
                        ("evaluate_draft", "draft_model is not in draft.method")):
-        r = run([sys.executable, "-m", f"stages.{stage}"], ws)
-        assert r.returncode == 0 and f"skipped ({why})" in r.stdout, (stage, r.stderr[-2000:])
-    assert json.loads((ws / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
+        r = run_stage_in_process(tmp_path, capfd, f"stages.{stage}")
+        assert r.returncode == 0 and f"skipped ({why})" in r.stdout, (stage, r.stdout[-2000:], r.stderr[-2000:])
+    for out, why in (("distill", "neither draft_model nor eagle3 is in draft.method"),
+                     ("draft-finetuned", "draft_model is not in draft.method")):
+        assert [p.name for p in (tmp_path / "artifacts" / out).iterdir()] == ["skipped.json"]
+        assert json.loads((tmp_path / "artifacts" / out / "skipped.json").read_text()) == {"skipped": why}
+    assert json.loads((tmp_path / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
+    assert json.loads((tmp_path / "artifacts/eagle3/record.json").read_text())["skipped"] == "eagle3 is not in draft.method"
     for metrics in ("draft_training", "draft"):
-        assert json.loads((ws / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
+        assert json.loads((tmp_path / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
 
 # ---- the stage when eagle3 is not requested
 
