@@ -29,6 +29,12 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def write_skipped(final: str | os.PathLike, reason: str) -> None:
+    """A stage that made nothing: `final` (its DVC output, which must exist) holds only skipped.json saying why."""
+    with atomic_dir(final) as tmp:
+        write_json(tmp / "skipped.json", {"skipped": reason})
+
+
 def swap_in(new: Path, final: Path) -> None:
     """Old aside, new in, old deleted: an interruption leaves one of them at `final`, never neither.
     The aside carries the temp prefix, so a run killed before deleting it is cleaned up later."""

@@ -15,6 +15,7 @@ from pipeline.errors import PipelineError
 from pipeline.gates import GateReport, VariantVerdict
 from pipeline.io import read_json
 from pipeline.manifest import verify
+from pipeline.speculation import candidate_metrics
 
 GATE = "GATE.json"
 EVAL = "EVAL.json"
@@ -39,7 +40,11 @@ def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
     if decision is None or not decision.num_speculative_tokens:
         return "n/a"
     checked = verdict.applied("min_accepted_per_draft_token")
-    value = checked.value if checked is not None else summary.get(f"accepted_per_draft_token_{decision.method}")
+    if checked is not None:
+        value = checked.value
+    else:  # the method's own estimate; never the unsuffixed number, even where candidate_metrics would take it
+        value = candidate_metrics({k: v for k, v in summary.items() if k != "accepted_per_draft_token"},
+                                  decision.method).get("accepted_per_draft_token")
     return "n/a" if value is None else f"{value:.3f}"
 
 

@@ -6,7 +6,7 @@ from pipeline.config import load_params
 from pipeline.data import read_split
 from pipeline.distill import build_distillation_set, transformers_generate, write_examples
 from pipeline.distill_vllm import resolve_generator, vllm_generate
-from pipeline.io import atomic_dir, write_json
+from pipeline.io import atomic_dir, write_skipped
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.stage import say, stage_main
 
@@ -20,8 +20,7 @@ def main(argv: list[str]) -> None:
     cfg = p["draft_training"]
     if not set(TRAINED) & set(methods.requested(p)):  # n-gram alone: nothing learns from the answers
         skipped = f"neither {' nor '.join(TRAINED)} is in draft.method"
-        with atomic_dir(OUT) as tmp:
-            write_json(tmp / "skipped.json", {"skipped": skipped})
+        write_skipped(OUT, skipped)
         say(f"distill: skipped ({skipped})")
         return
     generator = resolve_generator(cfg["generator"])

@@ -7,7 +7,7 @@ from pipeline.data import read_split
 from pipeline.distill import pad_id, read_examples
 from pipeline.draft import finetune_draft
 from pipeline.draft_training import loss_curve_rows
-from pipeline.io import atomic_dir, write_csv, write_json
+from pipeline.io import atomic_dir, write_csv, write_json, write_skipped
 from pipeline.loading import load_tokenizer
 from pipeline.stage import say, stage_main
 
@@ -23,8 +23,7 @@ def main(argv: list[str]) -> None:
     cfg = p["draft_training"]
     if methods.DRAFT_MODEL not in methods.requested(p):  # nothing downstream reads a draft model then
         skipped = methods.not_requested(methods.DRAFT_MODEL)
-        with atomic_dir(OUT) as tmp:
-            write_json(tmp / "skipped.json", {"skipped": skipped})
+        write_skipped(OUT, skipped)
         write_csv("plots/draft_loss.csv", [], ["step", "train_loss", "eval_loss"])
         write_json("metrics/draft_training.json", {"skipped": skipped})
         say(f"draft_finetune: skipped ({skipped})")

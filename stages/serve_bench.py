@@ -63,35 +63,25 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                            total=len(runs) * (len(cfg["concurrency"]) + len(tiers)))
         args = (spec, quantization, dataset, add_special, temperature, p, bar)
         for name, speculation in runs:
-            try:
-                configs[name] = serve_config(out, serving_dir, variant, name, speculation, *args)
-            except PipelineError as e:
-                if name == PLAIN:
-                    raise
-                # One method vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the
-                # others' measurements; it is recorded and never shipped.
-                failed[name] = str(e)[:500]
-                discard(out, name)
-                say(f"serve_bench {variant}: {name} failed, the other configs go on: {str(e)[:200]}")
+            result = served_or_failed(out, serving_dir, variant, name, speculation, args, failed)
+            if result is not None:
+                configs[name] = result
         gpus = torch.cuda.device_count()
         for tier in tiers:
             if tier.tensor_parallel_size > gpus:
                 tier_skipped[tier.name] = f"tensor_parallel_size {tier.tensor_parallel_size} needs more GPUs than the {gpus} here"
                 continue
-            where = out / "tiers" / tier.name
+            where, failed_here = out / "tiers" / tier.name, {}
             for name, speculation in runs if tier.speculation == "auto" else runs[:1]:
                 if name in failed:
                     continue  # vLLM could not start it at the default settings either
-                try:
-                    result = serve_config(where, serving_dir, variant, name, speculation, *args, tier=tier)
-                except PipelineError as e:
-                    tier_failed.setdefault(tier.name, {})[name] = str(e)[:500]
-                    discard(where, name)
-                    say(f"serve_bench {variant}: tier {tier.name} {name} failed: {str(e)[:200]}")
-                    if name == PLAIN:
-                        break  # nothing to weigh the tier's methods against
-                    continue
-                tier_configs.setdefault(tier.name, {})[name] = result
+                result = served_or_failed(where, serving_dir, variant, name, speculation, args, failed_here, tier)
+                if result is not None:
+                    tier_configs.setdefault(tier.name, {})[name] = result
+                elif name == PLAIN:
+                    break  # nothing to weigh the tier's methods against
+            if failed_here:  # only tiers with a failed config appear in the record's tier_failed_configs
+                tier_failed[tier.name] = failed_here
         bar.close()
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
@@ -99,6 +89,25 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                             load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
                             temperature=temperature, configs=configs, failed_configs=failed, tiers=tier_configs,
                             tier_skipped=tier_skipped, tier_failed_configs=tier_failed)
+
+
+def served_or_failed(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation,
+                     args: tuple, failed: dict[str, str], tier: Tier | None = None) -> ServeConfigResult | None:
+    """serve_config(out, ...) for one config (args: serve_config's from spec on), or None when it failed: then
+    why is in failed[name], its files are discarded and a line says so, and the caller goes on. Plain decoding
+    at the default settings is every comparison's baseline: its failure fails the stage."""
+    try:
+        return serve_config(out, serving_dir, variant, name, speculation, *args, tier=tier)
+    except PipelineError as e:
+        if name == PLAIN and tier is None:
+            raise
+        # One config vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the others'
+        # measurements; it is recorded and never shipped.
+        failed[name] = str(e)[:500]
+        discard(out, name)
+        say(f"serve_bench {variant}: " + (f"tier {tier.name} {name} failed" if tier else
+                                          f"{name} failed, the other configs go on") + f": {str(e)[:200]}")
+        return None
 
 
 def discard(out: Path, name: str) -> None:

@@ -91,6 +91,34 @@ def run_stage(cwd: Path, *argv: str, env: dict | None = None) -> subprocess.Comp
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
+def run_stage_in_process(cwd: Path, capfd, module: str, *argv: str) -> subprocess.CompletedProcess:
+    """run_stage without a new interpreter: the stage's real main (stage_main's log file, console lines and exit
+    code) called in this process from cwd, so a test running stages several times pays their imports once.
+    capfd: pytest's fixture; the result's stdout and stderr are what the stage wrote to the console."""
+    import contextlib
+    import importlib
+    import logging
+
+    main = importlib.import_module(module).main
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # stage_main points logging at its log file
+    capfd.readouterr()  # what the test wrote before is not the stage's
+    try:  # sys.stdout and sys.stderr on fds 1 and 2, as in a stage's process: its redirect to the log takes them too
+        with contextlib.chdir(cwd), open(1, "w", buffering=1, closefd=False) as out, \
+                open(2, "w", buffering=1, closefd=False) as err, \
+                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            main(list(argv))
+    except SystemExit as e:
+        code = e.code
+    else:
+        raise AssertionError(f"{module}.main returned instead of exiting with the stage's code")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    console = capfd.readouterr()
+    return subprocess.CompletedProcess([module, *argv], code, console.out, console.err)
+
+
 def verify_cli(bundle: Path) -> subprocess.CompletedProcess:
     return subprocess.run([MODELPREP, "verify", str(bundle)], capture_output=True, text=True, timeout=120)
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from bundle_helpers import one_error_line, run_stage, stage_workspace
+from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stage_workspace
 from conftest import ROOT, tiny_params
 from pipeline import records
 from pipeline.config import validate
@@ -157,11 +157,12 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     assert "not benchmarked" in latency_row  # other engine settings: the default sweep does not stand for it
 
 
-def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path):
+def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path, capfd):
     """serve_bench.tiers: the throughput tier was served at its own engine settings (max_num_seqs 256, chunked
     prefill) and there the draft paid at concurrency 64, although the default config's sweep says x0.90 there:
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
-    card shows the tier's served tokens/s. A stale measured file is refused."""
+    card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
+    process, twice: the workspace fixture runs it as DVC does.)"""
     from pipeline import gates
     from pipeline.config import enabled_variant
     from pipeline.methods import Speculation, speculative_config
@@ -189,7 +190,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
         (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(render(name, k, throughput))
     summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
     records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
-    r = run_stage(ws, "stages.bundle", V)
+    r = run_stage_in_process(ws, capfd, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
     b = ws / "artifacts/bundles" / V
     shipped = yaml.safe_load((b / "serve-throughput.yaml").read_text())
@@ -199,7 +200,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
 
     (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(render("draft_model", 3, throughput))
     shutil.rmtree(b)
-    assert "differs from" in one_error_line(run_stage(ws, "stages.bundle", V))
+    assert "differs from" in one_error_line(run_stage_in_process(ws, capfd, "stages.bundle", V))
     assert not b.exists()
 
 

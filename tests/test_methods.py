@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from bundle_helpers import run_stage_in_process
 from conftest import ROOT, copy_project, run, tiny_params
 from pipeline import acceptance, eagle3, methods, ngram
 from pipeline.errors import PipelineError
@@ -326,6 +327,41 @@ def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
     check_measured_config(tmp_path, served({PLAIN: (0, 345.0)}), methods.NONE, text)  # plain was measured
 
 
+def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_default_settings(tmp_path, capsys,
+                                                                                                  monkeypatch):
+    """serve_bench's one step per config: a method that fails is recorded and discarded and the sweep goes on,
+    in a tier plain decoding too (the tier ends there); plain failing at the default settings fails the stage."""
+    from pipeline.tiers import Tier
+    from stages import serve_bench
+
+    def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None):
+        (out / "raw").mkdir(parents=True, exist_ok=True)
+        for partial in (f"serve-{name}.yaml", f"raw/{name}-c1.json"):
+            (out / partial).write_text("written before vLLM failed\n")
+        if name != "ngram":
+            raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
+        return "measured"
+
+    def attempt(out, name, failed, tier=None):
+        return serve_bench.served_or_failed(out, tmp_path, "v", name, methods.NONE, (), failed, tier)
+
+    monkeypatch.setattr(serve_bench, "serve_config", serve_config)
+    failed = {}
+    assert attempt(tmp_path, "ngram", failed) == "measured" and failed == {}
+    assert attempt(tmp_path, "eagle3", failed) is None
+    assert failed == {"eagle3": f"vllm serve exited 1: eagle3 {'x' * 600}"[:500]}
+    assert "serve_bench v: eagle3 failed, the other configs go on: vllm serve exited 1" in capsys.readouterr().out
+    with pytest.raises(PipelineError, match="plain"):
+        attempt(tmp_path, PLAIN, failed)
+    assert PLAIN not in failed
+    in_tier = {}
+    assert attempt(tmp_path / "tiers/throughput", PLAIN, in_tier, Tier("throughput", concurrency=64)) is None
+    assert list(in_tier) == [PLAIN] and "serve_bench v: tier throughput plain failed: " in capsys.readouterr().out
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
+        "raw/ngram-c1.json", "raw/plain-c1.json", "serve-ngram.yaml", "serve-plain.yaml"]  # the default plain's:
+    # the stage fails there, and its whole output directory with it
+
+
 def test_without_a_measurement_the_best_estimated_method_decides():
     d = decide({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
                 "expected_speedup_ngram": 1.3, "expected_speedup_draft_model": 1.2}, None, 1, min_gain=1.1)
@@ -335,20 +371,26 @@ def test_without_a_measurement_the_best_estimated_method_decides():
 # ---- the stages of methods that are not requested
 
 
-def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_path):
+def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_path, capfd):
     """draft.method [ngram]: no distillation, no fine-tuning, no served draft, no draft evaluation, no head; each
-    stage records why (DVC still gets its outputs), without reading a model (there is none in this workspace)."""
-    ws = copy_project(tmp_path, tiny_params(draft={"method": ["ngram"]}))
+    stage records why (DVC still gets its outputs), without reading a model or data (the workspace holds only
+    params.yaml). Each stage's main runs in this process: the five stages' imports once, not five interpreters."""
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params(draft={"method": ["ngram"]}), sort_keys=False))
     for stage, why in (("distill", "neither draft_model nor eagle3 is in draft.method"),
                        ("draft_finetune", "draft_model is not in draft.method"),
                        ("eagle3", "eagle3 is not in draft.method"),
                        ("draft_quantize", "draft_model is not in draft.method"),
                        ("evaluate_draft", "draft_model is not in draft.method")):
-        r = run([sys.executable, "-m", f"stages.{stage}"], ws)
-        assert r.returncode == 0 and f"skipped ({why})" in r.stdout, (stage, r.stderr[-2000:])
-    assert json.loads((ws / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
+        r = run_stage_in_process(tmp_path, capfd, f"stages.{stage}")
+        assert r.returncode == 0 and f"skipped ({why})" in r.stdout, (stage, r.stdout[-2000:], r.stderr[-2000:])
+    for out, why in (("distill", "neither draft_model nor eagle3 is in draft.method"),
+                     ("draft-finetuned", "draft_model is not in draft.method")):
+        assert [p.name for p in (tmp_path / "artifacts" / out).iterdir()] == ["skipped.json"]
+        assert json.loads((tmp_path / "artifacts" / out / "skipped.json").read_text()) == {"skipped": why}
+    assert json.loads((tmp_path / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
+    assert json.loads((tmp_path / "artifacts/eagle3/record.json").read_text())["skipped"] == "eagle3 is not in draft.method"
     for metrics in ("draft_training", "draft"):
-        assert json.loads((ws / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
+        assert json.loads((tmp_path / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
 
 # ---- the stage when eagle3 is not requested
 

@@ -105,3 +105,25 @@ def test_bad_versions_are_refused(workspace, tmp_path, version):
 def test_unknown_backend_is_one_line():
     with pytest.raises(PipelineError, match="unknown registry backend 's3'; choose one of local, mlflow, hf"):
         get_backend("s3")
+
+
+def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
+    """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
+    (candidate_metrics), never the summary's unsuffixed number (the CPU-best method's); n/a without either."""
+    from pipeline.gates import GateCheck, VariantVerdict
+    from pipeline.publish import accepted_per_draft_token
+    from pipeline.speculation import SpeculationDecision
+
+    def verdict(method, k, checked=None):
+        checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",
+                                                       checked, 0.5, ">=", True)]
+        return VariantVerdict(True, False, checks, SpeculationDecision(k, k, "measured", 2.0, 1, "", method=method))
+
+    summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+               "accepted_per_draft_token_draft_model": 0.9, "accepted_per_draft_token_eagle3": 0.31}
+    assert accepted_per_draft_token(verdict("eagle3", 7, checked=0.7), summary) == "0.700"
+    assert accepted_per_draft_token(verdict("eagle3", 7), summary) == "0.310"
+    assert accepted_per_draft_token(verdict("ngram", 5), summary) == "n/a"  # not the draft model's 0.9
+    assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
+    # a summary without per-method numbers: n/a, although the unsuffixed one is the same method's
+    assert accepted_per_draft_token(verdict("draft_model", 4), {"accepted_per_draft_token": 0.9}) == "n/a"

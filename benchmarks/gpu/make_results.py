@@ -220,9 +220,10 @@ gap.
 VARIANTS_RUN = RAW / "gpu-eagle3-variants"
 
 
-def eagle3_variants_summary() -> dict:
+def eagle3_variants_summary(methods: dict) -> dict:
     """Issue #16's second GPU run (raw/gpu-eagle3-variants/): the head served on the BF16 and GPTQ targets, and
-    the estimator (drafting after the prefill's token) against vLLM's served acceptance at the served k."""
+    the estimator (drafting after the prefill's token) against vLLM's served acceptance at the served k.
+    methods: methods_summary(), the first run's (the head's numbers before the estimator's change)."""
     out = {}
     verdict = run_json(VARIANTS_RUN, "verdict.json")["variants"]
     for v in ("bf16", "gptq-w4a16"):
@@ -243,7 +244,7 @@ def eagle3_variants_summary() -> dict:
                   "cost_ratio": est["cost_ratio"], "expected_speedup": est["expected_speedup_by_k"][str(k)],
                   "startup_s": {"plain": plain["startup_s"], "eagle3": head["startup_s"]},
                   "shipped": verdict[v]["speculation"]}
-    before = methods_summary()["methods"]["eagle3"]
+    before = methods["methods"]["eagle3"]
     walls = stage_walls((VARIANTS_RUN / "repro.log").read_text())
     return {"variants": out, "gpu": serve["gpu"], "vllm": serve["vllm_version"], "walls": walls,
             "repro_s": max(int(line.split()[0]) for line in (VARIANTS_RUN / "repro.log").read_text().splitlines()
@@ -254,7 +255,7 @@ def eagle3_variants_summary() -> dict:
 
 
 def eagle3_variants_section() -> str:
-    s = eagle3_variants_summary()
+    s = eagle3_variants_summary(methods_summary())
     rows = []
     for v, r in s["variants"].items():
         rows.append([v, r["k"], *(f(r["plain"][c], 0) for c in r["levels"]), *(f(r["head"][c], 0) for c in r["levels"]),
@@ -668,7 +669,7 @@ def gpu_summary() -> dict:
     s["demo_speedup_bs1_quantized_range"] = rng({v: s["demo_speedup_bs1"][v] for v in VARIANTS})
     s["profile"] = profile_summary()
     s["methods"] = methods_summary()
-    s["eagle3_variants"] = eagle3_variants_summary()
+    s["eagle3_variants"] = eagle3_variants_summary(s["methods"])
     return s
 
 
