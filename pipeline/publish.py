@@ -40,11 +40,8 @@ def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
     if decision is None or not decision.num_speculative_tokens:
         return "n/a"
     checked = verdict.applied("min_accepted_per_draft_token")
-    if checked is not None:
-        value = checked.value
-    else:  # the method's own estimate; never the unsuffixed number, even where candidate_metrics would take it
-        value = candidate_metrics({k: v for k, v in summary.items() if k != "accepted_per_draft_token"},
-                                  decision.method).get("accepted_per_draft_token")
+    value = (checked.value if checked is not None  # else the shipped method's own estimate
+             else candidate_metrics(summary, decision.method).get("accepted_per_draft_token"))
     return "n/a" if value is None else f"{value:.3f}"
 
 

@@ -109,7 +109,7 @@ def test_unknown_backend_is_one_line():
 
 def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
-    (candidate_metrics), never the summary's unsuffixed number (the CPU-best method's); n/a without either."""
+    (candidate_metrics), never another method's number (the unsuffixed one is the CPU-best method's); n/a without."""
     from pipeline.gates import GateCheck, VariantVerdict
     from pipeline.publish import accepted_per_draft_token
     from pipeline.speculation import SpeculationDecision
@@ -125,5 +125,7 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     assert accepted_per_draft_token(verdict("eagle3", 7), summary) == "0.310"
     assert accepted_per_draft_token(verdict("ngram", 5), summary) == "n/a"  # not the draft model's 0.9
     assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
-    # a summary without per-method numbers: n/a, although the unsuffixed one is the same method's
-    assert accepted_per_draft_token(verdict("draft_model", 4), {"accepted_per_draft_token": 0.9}) == "n/a"
+    # a summary without per-method numbers: the unsuffixed one, only when it is the shipped method's
+    assert accepted_per_draft_token(verdict("draft_model", 4), {"accepted_per_draft_token": 0.9}) == "0.900"
+    assert accepted_per_draft_token(verdict("eagle3", 4), {"speculative_method": "draft_model",
+                                                           "accepted_per_draft_token": 0.9}) == "n/a"
