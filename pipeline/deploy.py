@@ -42,14 +42,15 @@ def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
 
 
 def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path: str, startup_s: int,
-              annotations: dict[str, str]) -> str:
+              annotations: dict[str, str], env: dict[str, str]) -> str:
     """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream. bundle_path: where the bundle
-    lies in the container, under deploy.bundle_root (the models volume's mount)."""
+    lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
+    environment (hardware.server_env, as serve.env has it)."""
     name = object_name(serving["name"], variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
               "modelprep/variant": variant, "modelprep/tier": tier.name}
     port = deploy["port"]
-    env = [{"name": k, "value": str(v)} for k, v in sorted((serving.get("env") or {}).items())]
+    env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
     warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
                              "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
     container = {
@@ -58,7 +59,7 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
         "workingDir": bundle_path,  # serve.yaml's paths (./model, ./draft) are relative to the bundle
         "command": ["vllm", "serve"],
         "args": ["--config", tier.serve_file, "--host", "0.0.0.0", "--port", str(port)],
-        "env": env + [{"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "env": env_vars + [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "ports": [{"name": "http", "containerPort": port}],
         "resources": {"requests": {"cpu": deploy["cpu"], "memory": deploy["memory"], "nvidia.com/gpu": tier.gpus},
                       "limits": {"memory": deploy["memory"], "nvidia.com/gpu": tier.gpus}},

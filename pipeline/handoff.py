@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pipeline import deploy, monitoring, warmup
 from pipeline.gates import VariantVerdict
+from pipeline.hardware import server_env
 from pipeline.io import atomic_write_text
 from pipeline.recipes import VariantSpec
 from pipeline.serve_records import ServeBenchRecord
@@ -101,7 +102,8 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
             manifest = f"deploy/{tier.name}.yaml"
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
             atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
-                                                               {"modelprep/serve-config-sha256": sha}))
+                                                               {"modelprep/serve-config-sha256": sha},
+                                                               server_env(spec, serving)))
         # The default tier is the serving section itself: the default sweep measured it at its own settings.
         own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
         config = config_of(own, chosen) if own is not None else None

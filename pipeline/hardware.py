@@ -40,6 +40,10 @@ def requirements(spec: VariantSpec) -> Hardware:
         if a is not None:
             return Hardware(10.0, 10.0, "NVFP4 W4A4 (Blackwell FP4 tensor cores)")
         return Hardware(8.0, 10.0, "NVFP4 weights: FP4 Marlin weight-only before Blackwell")
+    if w.type == "float" and w.strategy == "block":
+        return Hardware(8.0, 8.9, "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM 0.25 defaults to DeepGEMM, which decoded "
+                                  "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
+                                  "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6")
     if w.type == "float":
         return Hardware(8.0, 8.9, "FP8 W8A8 (CUTLASS) from 8.9; weight-only FP8 Marlin on 8.0-8.6")
     if a is None:
@@ -58,3 +62,25 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
         raise PipelineError(f"variant {spec.name} can't be served on serving.gpu {gpu} (compute capability "
                             f"{GPUS[gpu]}): it needs {need.min_compute_capability}+ ({need.kernels}); remove it from "
                             "quantize.enabled or pick another scheme")
+
+
+# vLLM 0.25 picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B shape on an
+# H100 it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM disabled, at x1.17
+# (benchmarks/gpu/RESULTS.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only for Hopper or no named GPU.
+DEEPGEMM_OFF = {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
+
+
+def kernel_env(spec: VariantSpec, gpu: str | None) -> dict[str, str]:
+    """Environment that steers vLLM off a kernel measured slower than its alternative for this variant."""
+    if is_unquantized(spec) or (gpu is not None and GPUS.get(gpu) != 9.0):
+        return {}
+    weights = scheme_for(spec).weights
+    if weights is not None and weights.type == "float" and weights.strategy == "block":
+        return dict(DEEPGEMM_OFF)
+    return {}
+
+
+def server_env(spec: VariantSpec, serving: dict) -> dict[str, str]:
+    """The server's environment for this variant, as serve_bench measures it and the bundle ships it
+    (serve.env, the manifests): kernel_env, with serving.env over it (the user's setting wins)."""
+    return {**kernel_env(spec, serving.get("gpu")), **{k: str(v) for k, v in (serving.get("env") or {}).items()}}

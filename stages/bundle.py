@@ -10,6 +10,7 @@ from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_text
 from pipeline.gates import GateReport
 from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
+from pipeline.hardware import server_env
 from pipeline.io import atomic_dir, read_json
 from pipeline.loading import load_tokenizer
 from pipeline.serve_records import PLAIN, ServeBenchRecord
@@ -75,7 +76,7 @@ def main(argv: list[str]) -> None:
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
         drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
-        build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, p["serving"].get("env") or {})
+        build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, server_env(spec, p["serving"]))
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
         for plan in tiers:
             if plan.name in serve.tiers:

@@ -19,6 +19,7 @@ from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import heldout_prompts
 from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_text
+from pipeline.hardware import server_env
 from pipeline.io import atomic_dir, write_csv
 from pipeline.loading import load_tokenizer
 from pipeline.served_draft import MODEL as DRAFT
@@ -133,7 +134,7 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     # Logs outside the output directory, which is discarded when the stage fails.
     with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{label}-server.log",
                cfg["startup_timeout_s"], cfg["port"],
-               {k_: str(v) for k_, v in (serving.get("env") or {}).items()}) as server:
+               server_env(spec, serving)) as server:
         levels = {}
         for c in ([tier.concurrency] if tier else cfg["concurrency"]):
             result = out / "raw" / f"{name}-c{c}.json"

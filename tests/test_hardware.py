@@ -6,7 +6,7 @@ import pytest
 from conftest import tiny_params
 from pipeline.config import validate
 from pipeline.errors import PipelineError
-from pipeline.hardware import GPUS, check_runs_on, requirements
+from pipeline.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, server_env
 from pipeline.recipes import build_recipe, needs_calibration, parse_variant
 
 VARIANTS = tiny_params()["quantize"]["variants"]
@@ -51,3 +51,16 @@ def test_serving_gpu_refuses_what_it_cannot_run_before_any_stage(tmp_path):
         validate(bad, tmp_path / "params.yaml")
     with pytest.raises(PipelineError, match="serving.gpu must be one of"):
         validate(tiny_params(serving={"gpu": "h800x"}), tmp_path / "params.yaml")
+
+
+def test_fp8_block_is_steered_off_deepgemm_where_it_was_measured_slower():
+    """serve.env, the manifests and serve_bench's server all take server_env: for FP8 block-wise weights on Hopper
+    (or no fleet named) DeepGEMM off; elsewhere and for other schemes nothing; serving.env always wins."""
+    assert server_env(spec("fp8-block"), {"gpu": "h100"}) == DEEPGEMM_OFF == {
+        "VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
+    assert server_env(spec("fp8-block"), {"gpu": None}) == DEEPGEMM_OFF
+    assert server_env(spec("fp8-block"), {"gpu": "b200"}) == {}  # not measured there: vLLM's own choice
+    assert server_env(spec("fp8-dynamic"), {"gpu": "h100"}) == {} and server_env(spec("bf16"), {}) == {}
+    mine = {"VLLM_DISABLED_KERNELS": "CutlassFp8BlockScaledMMKernel", "VLLM_LOGGING_LEVEL": "INFO"}
+    assert server_env(spec("fp8-block"), {"gpu": "h100", "env": mine}) == mine
+    assert "DeepGEMM" in requirements(spec("fp8-block")).kernels
