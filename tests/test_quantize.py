@@ -126,6 +126,8 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
     assert metrics["calibration_samples"] == (CALIBRATION["num_samples"] if needs_calibration(spec_value) else 0)
 
     model = load_causal_lm(out, torch.device("cpu"))  # compressed-tensors decompresses on load
+    # Into the evaluation dtype, whatever the format's decompressor produces (NVFP4's is bfloat16).
+    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.float32}
     quality = fidelity(baseline, model, heldout_examples)
     assert math.isfinite(quality["perplexity"])
     assert quality["perplexity_increase_pct"] <= gate_thresholds(PARAMS, variant)["max_perplexity_increase_pct"]
