@@ -23,6 +23,14 @@ def test_int8_w8a8_is_smoothquant_then_gptq():
     assert needs_calibration(spec("int8-w8a8")) and not needs_calibration(spec("fp8-block"))
 
 
+def test_nvfp4a16_is_data_free_round_to_nearest():
+    recipe = build_recipe(spec("nvfp4a16"), ["lm_head"])
+    assert [type(m).__name__ for m in recipe] == ["QuantizationModifier"]
+    weights = recipe[0].config_groups["group_0"].weights
+    assert (weights.type, weights.num_bits, weights.group_size, weights.strategy) == ("float", 4, 16, "tensor_group")
+    assert recipe[0].config_groups["group_0"].input_activations is None and not needs_calibration(spec("nvfp4a16"))
+
+
 @pytest.mark.parametrize("raw, message", [
     ({"algorithm": "awq", "scheme": "W4A16", "smoothing_strength": 0.5}, "applies to"),
     ({"algorithm": "gptq", "scheme": "W8A8", "smoothing_strength": 1.5}, r"number in \(0, 1\)"),
