@@ -3,8 +3,9 @@
 From vLLM's quantization support matrix (docs: "Supported Hardware for Quantization Kernels"): BF16 needs
 Ampere (8.0); W4A16/W8A16 integer weights run on Marlin from 8.0 (Machete on Hopper); INT8 W8A8 on CUTLASS
 from Turing (7.5); FP8 W8A8 natively from Ada/Hopper (8.9), and on 8.0-8.6 through the weight-only FP8 Marlin
-path; NVFP4 activations need Blackwell (10.0). `serving.gpu` names the fleet's GPU; a variant that can't run
-there is refused when params.yaml is loaded, before any stage does work.
+path; NVFP4 activations need Blackwell (10.0). NVFP4 weights with 16-bit activations (NVFP4A16) are read from
+vLLM 0.25.0's own source instead (see requirements). `serving.gpu` names the fleet's GPU; a variant that can't
+run there is refused when params.yaml is loaded, before any stage does work.
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from pipeline.recipes import VariantSpec, is_unquantized, scheme_for
 # Compute capability of the GPUs `serving.gpu` may name.
 GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
         "b200": 10.0}
+SUPPORT_MATRIX = "vLLM's quantization support matrix (docs)"
+VLLM_0_25_SOURCE = "vLLM 0.25.0's source (its compressed-tensors scheme and NVFP4 kernel selection)"
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,7 @@ class Hardware:
     min_compute_capability: float     # below this vLLM can't serve the checkpoint
     native_compute_capability: float  # from here its GEMMs run natively (not through a weight-only fallback)
     kernels: str
+    source: str = SUPPORT_MATRIX      # where the statement comes from (none of it is a GPU measurement)
 
     def runs_on(self) -> list[str]:
         return [g for g, cc in GPUS.items() if cc >= self.min_compute_capability]
@@ -39,11 +43,23 @@ def requirements(spec: VariantSpec) -> Hardware:
     if w.type == "float" and w.num_bits == 4:
         if a is not None:
             return Hardware(10.0, 10.0, "NVFP4 W4A4 (Blackwell FP4 tensor cores)")
-        return Hardware(8.0, 10.0, "NVFP4 weights: FP4 Marlin weight-only before Blackwell")
+        # vLLM 0.25.0, vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
+        # (_get_scheme_from_parts): NVFP4 weights without input quantization -> CompressedTensorsW4A4Fp4(use_a16=True),
+        # whose get_min_capability() is 75 (schemes/compressed_tensors_w4a4_nvfp4.py). Its kernel comes from
+        # init_nvfp4_linear_kernel (vllm/model_executor/kernels/linear/__init__.py), which under the default
+        # linear_backend "auto" forces MarlinNvFp4LinearKernel for use_a16 on every GPU, before any capability-based
+        # choice: Hopper (9.0) and Blackwell (10.0) run FP4 Marlin too, never FP4 tensor cores. Marlin FP4 needs
+        # capability 7.5 (layers/quantization/utils/marlin_utils_fp4.py, is_fp4_marlin_supported). On 7.5, which
+        # has no BF16, vLLM's auto dtype runs a BF16 checkpoint in FP16 (config/model.py, _resolve_auto_dtype).
+        return Hardware(7.5, 7.5, "NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on every GPU from 7.5, Hopper "
+                        "(9.0) and Blackwell included, never FP4 tensor cores; FP16 activations on 7.5",
+                        source=VLLM_0_25_SOURCE)
     if w.type == "float" and w.strategy == "block":
         return Hardware(8.0, 8.9, "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM 0.25 defaults to DeepGEMM, which decoded "
                                   "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
-                                  "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6")
+                                  "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6",
+                        source=f"{SUPPORT_MATRIX}; the DeepGEMM note from this project's H100 benchmark "
+                               "(benchmarks/gpu/RESULTS.md)")
     if w.type == "float":
         return Hardware(8.0, 8.9, "FP8 W8A8 (CUTLASS) from 8.9; weight-only FP8 Marlin on 8.0-8.6")
     if a is None:

@@ -66,6 +66,7 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
     """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
     (gpu_memory_utilization, max_model_len, ...) apply only to the vllm backend."""
     import lm_eval
+    import torch
 
     manager = task_manager()
     check_tasks(manager, tasks)
@@ -77,7 +78,12 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
         model_args = {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
                       **(vllm_args or {})}
     else:
-        model_args = {"pretrained": str(model_dir), "dtype": "float32", "trust_remote_code": False}
+        # The model as the evaluate stage scores it (pipeline/loading.py: decompressed into float32 on CPU;
+        # lm-eval's own from_pretrained would leave an NVFP4 checkpoint's weights in bfloat16).
+        from pipeline.loading import load_causal_lm, load_tokenizer
+
+        model_args = {"pretrained": load_causal_lm(model_dir, torch.device("cpu")),
+                      "tokenizer": load_tokenizer(model_dir)}
     out = lm_eval.simple_evaluate(model=name, model_args=model_args, tasks=tasks, limit=limit,
                                   batch_size=batch_size, device="cuda" if name == "vllm" else "cpu",
                                   task_manager=manager, log_samples=False, bootstrap_iters=0)

@@ -103,6 +103,21 @@ def load_for_quantization(model_dir: Path, device: str, dtype: torch.dtype, offl
                                                 use_safetensors=True).to(device)
 
 
+def to_saved_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """The model in the checkpoint's dtype, except the global scales of tensor-group schemes (NVFP4):
+    compressed-tensors creates those in float32 whatever the model's dtype (quantization/lifecycle/
+    initialize.py), so a GPU run saves them in float32, and compression divides by them. They sit out
+    the cast: re-assigning an existing parameter of a compressed-tensors dispatched module copies into
+    its storage (offload/cache/base.py, OffloadCache.__setitem__), which would keep the cast dtype."""
+    keep = {(module, name): param.detach().clone() for module in model.modules()
+            for name, param in module.named_parameters(recurse=False) if name.endswith("_global_scale")}
+    for module, name in keep:
+        delattr(module, name)
+    model.to(dtype)
+    for (module, name), value in keep.items():
+        module.register_parameter(name, torch.nn.Parameter(value, requires_grad=False))
+
+
 def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
     """Token ids, truncated to max_seq_length. Texts formatted by a chat template already carry
     its special tokens (BOS), so the tokenizer must not add them again."""
@@ -165,7 +180,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     # Calibration ran in float32 on CPU; store the unquantized tensors (embeddings, norms,
     # scales) in the checkpoint's own dtype, as a GPU run would.
     if isinstance(saved_dtype, torch.dtype) and saved_dtype != dtype:
-        model.to(saved_dtype)
+        to_saved_dtype(model, saved_dtype)
     model.save_pretrained(out_dir, save_compressed=True)
     tokenizer.save_pretrained(out_dir)
     wall = time.perf_counter() - t0

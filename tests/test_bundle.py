@@ -108,21 +108,50 @@ def test_model_card_is_a_runbook(workspace):
     assert "WARNING" not in card
 
 
-def test_card_shows_measured_gpu_numbers():
+def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord) -> str:
+    """The card of params.yaml's `variant` from these GPU records, with passing numbers for the rest."""
     spec = speculative_estimate()
-    gpu = VllmMeasurement.from_measure({"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81,
-                                        "accepted_per_position": [0.9, 0.75], "spec_output_matches_baseline": True,
-                                        "vllm_metrics": {"num_drafts": 10}})
-    card = model_card("fp8-static", parse_variant("fp8-static", {"algorithm": "rtn", "scheme": "FP8"}),
+    return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
                       {"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                        "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}, spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
-                      ServeBenchRecord("fp8-static", skipped="no CUDA device"))
+                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu, serve)
+
+
+MEASURED_GPU = {"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81, "accepted_per_position": [0.9, 0.75],
+                "spec_output_matches_baseline": True, "vllm_metrics": {"num_drafts": 10}}
+
+
+def test_card_shows_measured_gpu_numbers():
+    card = render_card("fp8-static", VllmMeasurement.from_measure(MEASURED_GPU),
+                       ServeBenchRecord("fp8-static", skipped="no CUDA device"))
     assert "- speculative speedup at bs1: x1.73" in card and "- accepted per draft token: 0.810" in card
     assert "per position 0.90 / 0.75" in card and "num_drafts" not in card.split("## 4.")[1].split("## 5.")[0]
     assert "not measured" not in card
+
+
+@pytest.mark.parametrize("ran", ["nowhere", "offline engine", "served"])
+def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
+    """NVFP4A16's hardware line: the kernel vLLM 0.25 picks on Hopper, read from its source, and plainly whether
+    this build ran the variant on a GPU at all."""
+    no_gpu = VllmMeasurement(skipped="no CUDA device")
+    gpu, serve = {"nowhere": (no_gpu, ServeBenchRecord("nvfp4a16", skipped="no CUDA device")),
+                  "offline engine": (VllmMeasurement.from_measure(MEASURED_GPU),
+                                     ServeBenchRecord("nvfp4a16", skipped="no CUDA device")),
+                  "served": (no_gpu, ServeBenchRecord("nvfp4a16", gpu="NVIDIA H100 80GB HBM3", vllm_version="0.25.0",
+                                                      date="2026-01-01", load_generator="vllm bench serve",
+                                                      max_tokens=64, temperature=0.0))}[ran]
+    card = render_card("nvfp4a16", gpu, serve)
+    hardware = card[card.index("Hardware:"):card.index("Paths in `serve.yaml`")]
+    line = hardware.splitlines()[0]
+    assert line.startswith("Hardware: compute capability 7.5+ (NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on "
+                           "every GPU from 7.5, Hopper (9.0) and Blackwell included, never FP4 tensor cores")
+    assert "h100" in line and "t4" in line
+    assert "come from vLLM 0.25.0's source" in hardware and "not from a GPU run" in hardware
+    assert {"nowhere": "this build ran the variant on no GPU.",
+            "offline engine": "this build ran the variant on a GPU with vLLM's offline engine (section 4).",
+            "served": "this build served the variant on NVIDIA H100 80GB HBM3 (section 5)."}[ran] in hardware
 
 
 def test_allowed_failure_is_flagged_in_the_card(workspace):

@@ -23,6 +23,14 @@ def test_int8_w8a8_is_smoothquant_then_gptq():
     assert needs_calibration(spec("int8-w8a8")) and not needs_calibration(spec("fp8-block"))
 
 
+def test_nvfp4a16_is_data_free_round_to_nearest():
+    recipe = build_recipe(spec("nvfp4a16"), ["lm_head"])
+    assert [type(m).__name__ for m in recipe] == ["QuantizationModifier"]
+    weights = recipe[0].config_groups["group_0"].weights
+    assert (weights.type, weights.num_bits, weights.group_size, weights.strategy) == ("float", 4, 16, "tensor_group")
+    assert recipe[0].config_groups["group_0"].input_activations is None and not needs_calibration(spec("nvfp4a16"))
+
+
 @pytest.mark.parametrize("raw, message", [
     ({"algorithm": "awq", "scheme": "W4A16", "smoothing_strength": 0.5}, "applies to"),
     ({"algorithm": "gptq", "scheme": "W8A8", "smoothing_strength": 1.5}, r"number in \(0, 1\)"),
@@ -41,10 +49,16 @@ def test_requirements_by_scheme():
     for gpu in (g for g, cc in GPUS.items() if cc >= 8.9):
         check_runs_on(spec("fp8-block"), gpu)  # FP8 serves natively from Ada/Hopper on
     check_runs_on(spec("bf16"), None)  # no fleet named: nothing refused
+    # vLLM 0.25.0's source: NVFP4A16 is CompressedTensorsW4A4Fp4(use_a16=True) (min capability 75) and always
+    # FP4 Marlin, weight-only by design, so Marlin is its native path on Hopper and Blackwell too.
+    nvfp4 = requirements(spec("nvfp4a16"))
+    assert (nvfp4.min_compute_capability, nvfp4.native_compute_capability) == (7.5, 7.5)
+    assert "FP4 Marlin" in nvfp4.kernels and "Hopper (9.0)" in nvfp4.kernels and "vLLM 0.25.0" in nvfp4.source
+    assert nvfp4.runs_on() == list(GPUS)
 
 
 def test_serving_gpu_refuses_what_it_cannot_run_before_any_stage(tmp_path):
-    ok = tiny_params(quantize={"enabled": ["int8-w8a8"]}, serving={"gpu": "t4"})
+    ok = tiny_params(quantize={"enabled": ["int8-w8a8", "nvfp4a16"]}, serving={"gpu": "t4"})
     validate(ok, tmp_path / "params.yaml")
     bad = tiny_params(serving={"gpu": "t4"})  # bf16 and INT4 Marlin need 8.0
     with pytest.raises(PipelineError, match=r"variant bf16 can't be served on serving.gpu t4 \(compute capability 7.5\)"):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from conftest import ROOT, tiny_params
 from pipeline import lmeval
 from pipeline.errors import PipelineError
 from pipeline.formatting import row_to_messages
@@ -46,9 +46,26 @@ def expected_loglikelihoods(model_dir, docs: list[dict]) -> list[float]:
     return out
 
 
-def test_custom_task_runs_on_the_demo_model(demo_pair, task_dir, monkeypatch):
+@pytest.fixture(scope="module")
+def nvfp4_target(demo_pair, tmp_path_factory):
+    """The demo target as params.yaml's nvfp4a16 variant (data-free): its decompressor yields bfloat16 weights."""
+    from pipeline.quantize import quantize_model
+    from pipeline.recipes import parse_variant
+
+    params = tiny_params()
+    out = tmp_path_factory.mktemp("nvfp4a16") / "model"
+    quantize_model(demo_pair[0], out, parse_variant("nvfp4a16", params["quantize"]["variants"]["nvfp4a16"]), [],
+                   params["quantize"]["calibration"])
+    return out
+
+
+@pytest.mark.parametrize("model", ["target", "nvfp4a16"])
+def test_custom_task_runs_on_the_demo_model(model, request, demo_pair, task_dir, monkeypatch):
+    """On CPU lm-eval scores the model the evaluate stage scores (pipeline/loading.py), compressed-tensors
+    checkpoints included."""
+    model_dir = demo_pair[0] if model == "target" else request.getfixturevalue("nvfp4_target")
     monkeypatch.chdir(task_dir)  # the task's data_files path is relative to the project root
-    result = lmeval.run_tasks(demo_pair[0], ["domain_heldout"], limit=N_DOCS)
+    result = lmeval.run_tasks(model_dir, ["domain_heldout"], limit=N_DOCS)
     assert result["backend"] == "hf"  # no GPU here
     scores = result["scores"]["domain_heldout"]
     assert 0.0 <= scores["acc"] <= 1.0
@@ -56,7 +73,7 @@ def test_custom_task_runs_on_the_demo_model(demo_pair, task_dir, monkeypatch):
     assert scores["bits_per_byte"] == pytest.approx(math.log2(scores["byte_perplexity"]), rel=1e-6)
 
     docs = [json.loads(line) for line in (task_dir / "artifacts/data/heldout_lmeval.jsonl").read_text().splitlines()]
-    lls = expected_loglikelihoods(demo_pair[0], docs)
+    lls = expected_loglikelihoods(model_dir, docs)
     n_bytes = sum(len(d["response"].encode()) for d in docs)
     assert scores["byte_perplexity"] == pytest.approx(math.exp(-sum(lls) / n_bytes), rel=1e-3)
 

@@ -27,9 +27,10 @@ PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
 # The quantized variants (bf16, `algorithm: none`, is the unquantized baseline: tested on its own below).
 VARIANTS = {k: v for k, v in PARAMS["quantize"]["variants"].items() if v["algorithm"] != "none"}
-# compressed-tensors checkpoint format per weight type: INT4 packs 8 values per int32, FP8 stores float8.
-# compressed-tensors' checkpoint format by weight type and bits: INT4 packs eight to an int32, INT8 is stored as is.
-FORMATS = {("int", 4): "pack-quantized", ("int", 8): "int-quantized", ("float", 8): "float-quantized"}
+# compressed-tensors' checkpoint format by weight type and bits: INT4 packs eight to an int32, INT8 is stored as
+# is, FP8 stores float8, NVFP4 packs two FP4 values to a uint8 (with FP8 group scales and a float32 global scale).
+FORMATS = {("int", 4): "pack-quantized", ("int", 8): "int-quantized", ("float", 8): "float-quantized",
+           ("float", 4): "nvfp4-pack-quantized"}
 METRIC_KEYS = {"wall_time_s", "peak_memory_mb", "size_before_mb", "size_after_mb", "compression_ratio"}
 
 
@@ -118,6 +119,14 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
         # FP8-static: calibrated per-tensor activation scales, one per quantized layer.
         input_scales = [v for k, v in weights.items() if k.endswith("input_scale")]
         assert input_scales and all(s.numel() == 1 and s.item() > 0 for s in input_scales)
+    if qc["format"] == "nvfp4-pack-quantized":
+        # NVFP4: two FP4 values per byte, an FP8 scale per 16 weights, a positive float32 global scale per layer.
+        layer = "model.layers.0.mlp.up_proj"
+        packed, scale = weights[f"{layer}.weight_packed"], weights[f"{layer}.weight_scale"]
+        assert packed.dtype == torch.uint8 and scale.dtype == torch.float8_e4m3fn
+        assert scale.shape == (packed.shape[0], packed.shape[1] * 2 // 16)
+        global_scales = [v for k, v in weights.items() if k.endswith("weight_global_scale")]
+        assert global_scales and all(g.dtype == torch.float32 and (g > 0).all() for g in global_scales)
 
     assert METRIC_KEYS <= set(metrics)
     assert metrics["compression_ratio"] > 1
@@ -126,6 +135,8 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
     assert metrics["calibration_samples"] == (CALIBRATION["num_samples"] if needs_calibration(spec_value) else 0)
 
     model = load_causal_lm(out, torch.device("cpu"))  # compressed-tensors decompresses on load
+    # Into the evaluation dtype, whatever the format's decompressor produces (NVFP4's is bfloat16).
+    assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.float32}
     quality = fidelity(baseline, model, heldout_examples)
     assert math.isfinite(quality["perplexity"])
     assert quality["perplexity_increase_pct"] <= gate_thresholds(PARAMS, variant)["max_perplexity_increase_pct"]
@@ -146,13 +157,16 @@ def test_recipe_overrides_pass_straight_through(demo_pair, calibration_texts, tm
     assert metrics["calibration_samples"] == 4
 
 
-def test_offloaded_load_quantizes(demo_pair, calibration_texts, tmp_path):
+@pytest.mark.parametrize("variant", ["gptq-w4a16", "nvfp4a16"])
+def test_offloaded_load_quantizes(variant, demo_pair, calibration_texts, tmp_path):
     """offload: true goes through compressed-tensors' offloaded loading; the result is the same kind
-    of checkpoint (on a GPU host the sequential pipeline onloads one layer at a time)."""
+    of checkpoint (on a GPU host the sequential pipeline onloads one layer at a time), NVFP4's global
+    scales in float32 as without offloading."""
     cfg = {**CALIBRATION, "offload": True, "pipeline": "sequential"}
-    metrics = quantize(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
-                             cfg)
-    assert quantization_config(tmp_path / "q")["format"] == "pack-quantized"
+    metrics = quantize(demo_pair[0], tmp_path / "q", variant, VARIANTS[variant], calibration_texts, cfg)
+    weights = scheme_for(parse_variant(variant, VARIANTS[variant])).weights
+    assert quantization_config(tmp_path / "q")["format"] == FORMATS[weights.type, weights.num_bits]
+    assert all(v.dtype == torch.float32 for k, v in tensors(tmp_path / "q").items() if k.endswith("global_scale"))
     assert metrics["compression_ratio"] > 1
     load_causal_lm(tmp_path / "q", torch.device("cpu"))
 
