@@ -100,8 +100,6 @@ def implied_served_draft_cost(record: dict, key: str = "c1") -> float:
 
 def profile_summary() -> dict:
     """The GPU-profile `dvc repro` (raw/gpu-profile/): what the README may quote, computed here."""
-    import yaml
-
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())
     variants = params["quantize"]["enabled"]
     serve = {v: run_json(PROFILE, f"serve/{v}/record.json") for v in variants}
@@ -416,7 +414,7 @@ def tiers_section() -> str:
     thr = [v for (t, c), v in speedups.items() if t == "throughput"]
     return f"""## Serving tiers benchmarked at their own settings (issue #17)
 
-`bash benchmarks/gpu/session.sh gpu-profile OUT 480 gpu-tiers` on the lent H100 ({serve['gpu']}, vLLM {serve['vllm_version']}):
+`bash benchmarks/gpu/session.sh gpu-profile OUT 500 gpu-tiers` on the lent H100 ({serve['gpu']}, vLLM {serve['vllm_version']}):
 the GPU demo profile with `profiles/gpu-tiers.yaml` over it (the BF16 target with the EAGLE-3 head,
 `serve_bench.concurrency: [1, 32]`, `serve_bench.tiers: [throughput]`). One `dvc repro` from scratch through
 `publish` (`raw/gpu-tiers/repro.log`; `serve_bench@bf16` {walls.get('serve_bench@bf16')} s for four `vllm serve` starts). The
@@ -501,8 +499,6 @@ is the one vLLM's log names (`raw/schemes8b/bench8b-*.log`). Random weights: spe
 
 
 def profile_section() -> str:
-    import yaml
-
     s = profile_summary()
     params = yaml.safe_load((PROFILE / "params.yaml").read_text())
     variants = s["variants"]
