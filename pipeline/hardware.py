@@ -9,6 +9,8 @@ run there is refused when params.yaml is loaded, before any stage does work.
 """
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from pipeline.errors import PipelineError
@@ -100,3 +102,19 @@ def server_env(spec: VariantSpec, serving: dict) -> dict[str, str]:
     """The server's environment for this variant, as serve_bench measures it and the bundle ships it
     (serve.env, the manifests): kernel_env, with serving.env over it (the user's setting wins)."""
     return {**kernel_env(spec, serving.get("gpu")), **{k: str(v) for k, v in (serving.get("env") or {}).items()}}
+
+
+@contextmanager
+def scoped_env(env: dict[str, str]):
+    """os.environ with env over it for the block, then restored: the evaluate stage's in-process vLLM
+    engines (spawned, so they inherit it) run on the kernels the bundle is served with."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

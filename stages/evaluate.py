@@ -5,6 +5,7 @@ from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, record
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
+from pipeline.hardware import scoped_env, server_env
 from pipeline.io import atomic_dir, write_csv, write_json
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.served_draft import MODEL
@@ -79,7 +80,7 @@ def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.Spec
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "evaluate")
     p = load_params()
-    enabled_variant(p, variant)
+    variant_spec = enabled_variant(p, variant)
     cfg = p["evaluate"]
     variant_dir = Path("artifacts/quantized") / variant
     tokenizer = load_tokenizer(TARGET)
@@ -95,12 +96,13 @@ def main(argv: list[str]) -> None:
     best = best_method(estimates)
     spec = estimates[best]
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
-    lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
-                               vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
-                                          "max_model_len": p["serving"]["max_model_len"]})
-    draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
-    gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
-           else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
+    with scoped_env(server_env(variant_spec, p["serving"])):  # vLLM's engines measure the kernels it ships with
+        lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
+                                   vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
+                                              "max_model_len": p["serving"]["max_model_len"]})
+        draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
+        gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
+               else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
     summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)
     with atomic_dir(Path("artifacts/eval") / variant) as tmp:

@@ -6,7 +6,7 @@ import pytest
 from conftest import tiny_params
 from pipeline.config import validate
 from pipeline.errors import PipelineError
-from pipeline.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, server_env
+from pipeline.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env
 from pipeline.recipes import build_recipe, needs_calibration, parse_variant
 
 VARIANTS = tiny_params()["quantize"]["variants"]
@@ -78,3 +78,17 @@ def test_fp8_block_is_steered_off_deepgemm_where_it_was_measured_slower():
     mine = {"VLLM_DISABLED_KERNELS": "CutlassFp8BlockScaledMMKernel", "VLLM_LOGGING_LEVEL": "INFO"}
     assert server_env(spec("fp8-block"), {"gpu": "h100", "env": mine}) == mine
     assert "DeepGEMM" in requirements(spec("fp8-block")).kernels
+
+
+def test_scoped_env_is_restored_even_on_error(monkeypatch):
+    """evaluate runs lm-eval's and the speculative check's vLLM engines under server_env; the stage also runs
+    in-process in tests, so a variable it set or replaced is put back afterwards, on error too."""
+    monkeypatch.setenv("VLLM_DISABLED_KERNELS", "Mine")
+    monkeypatch.delenv("VLLM_LOGGING_LEVEL", raising=False)
+    import os
+    with pytest.raises(RuntimeError):
+        with scoped_env({**DEEPGEMM_OFF, "VLLM_LOGGING_LEVEL": "INFO"}):
+            assert os.environ["VLLM_DISABLED_KERNELS"] == "DeepGemmFp8BlockScaledMMKernel"
+            assert os.environ["VLLM_LOGGING_LEVEL"] == "INFO"
+            raise RuntimeError("engine failed")
+    assert os.environ["VLLM_DISABLED_KERNELS"] == "Mine" and "VLLM_LOGGING_LEVEL" not in os.environ
