@@ -348,6 +348,68 @@ target by the stage (`raw/gpu-schemes/metrics/`, `eval/`, the stage logs in `log
 """
 
 
+def schemes_served_section() -> str:
+    """Issue #18's second scheme run (raw/gpu-schemes-served/): NVFP4A16 and FP8 block-wise beside BF16 through the
+    whole `dvc repro`, quality by evaluate and speed as served by serve_bench, the gate's verdict on both."""
+    run = RAW / "gpu-schemes-served"
+    variants = ("bf16", "nvfp4a16", "fp8-block")
+    params = yaml.safe_load((run / "params.yaml").read_text())
+    walls = stage_walls((run / "repro.log").read_text())
+    serve = {v: run_json(run, f"serve/{v}/record.json") for v in variants}
+    base = serve["bf16"]["configs"]["plain"]["levels"]
+    rows = []
+    for v in variants:
+        e, q = run_json(run, f"metrics/eval-{v}.json"), run_json(run, f"metrics/quantize-{v}.json")
+        plain = serve[v]["configs"]["plain"]
+        kernel = re.search(r"(?:Selected|Using) (\w+Kernel)", (run / "logs" / f"serve_bench@{v}.plain-server.log").read_text())
+        ll = re.search(r"Running loglikelihood requests: 100%[^\[]*\[([0-9:]+)<", (run / "logs" / f"evaluate@{v}.log").read_text())
+        rows.append([v, f(q["size_after_mb"], 0), f(e["perplexity_increase_pct"], 4), f(e["kl_divergence"], 6),
+                     f(e["top1_agreement"], 4), f(e["greedy_match"], 3), f(e["lm_eval_domain_heldout_acc"], 4),
+                     f"`{kernel[1]}`" if kernel else "BF16 (unquantized)",
+                     *[x for c in ("c1", "c32") for x in (f(plain["levels"][c]["output_throughput"], 0),
+                                                          f(plain["levels"][c]["output_throughput"] / base[c]["output_throughput"]))],
+                     f(plain["levels"]["c32"]["ttft_ms"]["p99"], 1), round(plain["startup_s"]), ll[1], walls.get(f"evaluate@{v}")])
+    t = table(["variant", "size MB", "ppl increase %", "KL", "top-1", "greedy match", "lm-eval acc (vLLM)",
+               "vLLM linear kernel (served)", "plain tok/s c1", "x BF16", "plain tok/s c32", "x BF16", "p99 TTFT ms c32",
+               "engine start s", "64 lm-eval requests (m:ss)", "evaluate stage s"], rows)
+    verdict = run_json(run, "verdict.json")["variants"]
+    failed = {v: [(c["metric"], c["value"], c["threshold"]) for c in verdict[v]["checks"]
+                  if not c["passed"] and not c.get("skipped")] for v in variants}
+    ngram = {v: level(serve[v], "ngram", "c1")["output_throughput"] / level(serve[v], "plain", "c1")["output_throughput"]
+             for v in variants}
+    return f"""## NVFP4A16 and FP8 block-wise served at 1B (issue #18)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT 540 gpu-schemes-served` on the lent H100 ({serve['bf16']['gpu']}, vLLM
+{serve['bf16']['vllm_version']}): the GPU demo profile with `profiles/gpu-schemes-served.yaml` over it
+(`quantize.enabled: [{", ".join(params['quantize']['enabled'])}]`, `serving.gpu: {params['serving']['gpu']}`,
+`serve_bench.concurrency: {params['serve_bench']['concurrency']}`, `draft.method: {params['draft']['method']}`). One `dvc repro` from
+scratch: both variants quantized by llm-compressor on the GPU, scored against the BF16 target by `evaluate` (lm-eval
+through vLLM), then served by `serve_bench` (`vllm serve --config serve-<config>.yaml` under `vllm bench serve`, 32 and
+64 requests of up to {serve['bf16']['max_tokens']} tokens at concurrency 1 and 32). Ratios against BF16's plain decoding in the same
+run; the kernel column is from each variant's `vllm serve` log (`raw/gpu-schemes-served/logs/`):
+
+{t}
+
+- FP8 block-wise was served, and scored by lm-eval, on `CutlassFp8BlockScaledMMKernel`: the environment
+  `hardware.server_env` gives it (`VLLM_DISABLED_KERNELS=DeepGemmFp8BlockScaledMMKernel` with `serving.gpu: h100`) reached
+  both the server and evaluate's vLLM engine. `evaluate@fp8-block` took {walls.get('evaluate@fp8-block')} s; in the earlier
+  `gpu-schemes` run, on DeepGEMM, it took {stage_walls((RAW / 'gpu-schemes' / 'repro.log').read_text()).get('evaluate@fp8-block')} s (another lease; not a ratio).
+- NVFP4A16 ran on FP4 Marlin (`MarlinNvFp4LinearKernel`) on this Hopper GPU, as its card says.
+- Speed: at this size neither scheme pays at concurrency 1. A 1B model's decode step here is about
+  {f(base['c1']['tpot_ms']['mean'])} ms per token for BF16, short enough that smaller weights barely move it. At concurrency 32
+  NVFP4A16 was faster than BF16 and FP8 block-wise slower (the table). At Llama-3-8B shape the same kernels were faster than
+  BF16 at batch 1 (the 8B section below), so these ratios belong to this model size, not to the schemes.
+- The gate refused both: `min_speedup_vs_bf16` failed for {", ".join(f"{v} ({m} {x:.4f} against {th})" for v in variants
+  for m, x, th in failed[v])}, so `dvc repro` stopped at `gate` with exit status 1 and built no bundle (the repro log's
+  end). n-gram lookup measured x{f(min(ngram.values()))}-x{f(max(ngram.values()))} plain decoding at concurrency 1 on all
+  three, so none would have shipped speculation.
+- Each concurrency-32 level ran {span([level(serve[v], "plain", "c32")["duration_s"] for v in variants])} s (64 requests), one
+  run each: its ratios carry more noise than concurrency 1's ({span([level(serve[v], "plain", "c1")["duration_s"] for v in variants])} s).
+- Quality against BF16 on this easy target is as close as in the `gpu-schemes` run (perplexity increase at most
+  {max(run_json(run, f"metrics/eval-{v}.json")['perplexity_increase_pct'] for v in variants):.4f}%).
+"""
+
+
 def handoff_section() -> str:
     """Issue #17's GPU check (raw/handoff/): the CPU demo's bf16 bundle served by vLLM as its manifest starts it."""
     raw = RAW / "handoff"
@@ -765,6 +827,8 @@ def render() -> str:
 {eagle3_variants_section()}
 
 {schemes_section()}
+
+{schemes_served_section()}
 
 {schemes8b_section()}
 
