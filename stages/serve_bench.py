@@ -127,7 +127,7 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
-        spec, serving, methods.speculative_config(speculation, p["draft"].get("ngram")), quantization,
+        spec, serving, methods.speculative_config_for(speculation, p), quantization,
         tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
     label = f"{tier.name}.{name}" if tier else name
