@@ -9,15 +9,22 @@ from pipeline.errors import PipelineError
 from pipeline.vllm_spec import spawn_engine_if_cuda_initialized, unavailable_reason
 
 
+def engine_kwargs(model_dir: Path, max_model_len: int, engine: dict, tensor_parallel_size: int = 1) -> dict:
+    """vllm.LLM's arguments for distillation: draft_training.vllm's settings, sharded as the target is served
+    (a target that needs several GPUs to serve needs them to answer here too)."""
+    return {"model": str(Path(model_dir).resolve()), "max_model_len": max_model_len, "seed": 0,
+            "gpu_memory_utilization": engine["gpu_memory_utilization"], "enforce_eager": engine["enforce_eager"],
+            "tensor_parallel_size": tensor_parallel_size}
+
+
 def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,
-                  engine: dict) -> Generate:
+                  engine: dict, tensor_parallel_size: int = 1) -> Generate:
     """Generation through vLLM's offline engine (one engine for every call); as served, so a 1B
     target answers thousands of prompts in seconds rather than transformers' minutes."""
     from vllm import LLM, SamplingParams
 
     spawn_engine_if_cuda_initialized()
-    llm = LLM(model=str(Path(model_dir).resolve()), max_model_len=max_model_len, seed=0,
-              gpu_memory_utilization=engine["gpu_memory_utilization"], enforce_eager=engine["enforce_eager"])
+    llm = LLM(**engine_kwargs(model_dir, max_model_len, engine, tensor_parallel_size))
 
     def generate(prompts: list[list[int]], temperature: float, seed: int) -> list[list[int]]:
         params = SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=seed)
@@ -33,13 +40,14 @@ def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int
     return generate
 
 
-def resolve_generator(setting) -> str:
-    """`auto`: vLLM where CUDA and vLLM are present, else transformers; `vllm` without them is an error."""
+def resolve_generator(setting, tensor_parallel_size: int = 1) -> str:
+    """`auto`: vLLM where CUDA, vLLM and tensor_parallel_size GPUs are present, else transformers; `vllm` without
+    them is an error."""
     if setting not in GENERATORS:
         raise PipelineError(f"draft_training.generator must be one of {list(GENERATORS)}, got {setting!r}")
     if setting == "transformers":
         return setting
-    reason = unavailable_reason()
+    reason = unavailable_reason(tensor_parallel_size)
     if reason and setting == "vllm":
         raise PipelineError(f"draft_training.generator is vllm but vLLM cannot run here: {reason}")
     return "transformers" if reason else "vllm"

@@ -16,7 +16,7 @@ from pipeline.io import atomic_write_text
 from pipeline.recipes import VariantSpec
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.serving_config import engine_args, serve_yaml
-from pipeline.methods import Speculation, speculative_config
+from pipeline.methods import Speculation, speculative_config_for
 from pipeline.speculation import config_of, tier_speculation
 from pipeline.tiers import DEFAULT, parse_tiers, select
 
@@ -96,7 +96,7 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
                                        serving["speculation"]["min_gain"])
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-                spec, serving, speculative_config(chosen, params["draft"].get("ngram")), quantization, tier.engine)))
+                spec, serving, speculative_config_for(chosen, params), quantization, tier.engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"

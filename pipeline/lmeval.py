@@ -25,13 +25,18 @@ def write_task_data(conversations: list[list[dict]], tokenizer, path: Path) -> N
     path.write_text("\n".join(lines) + "\n")
 
 
-def backend() -> str:
-    """`vllm` when a GPU and vLLM are present, else `hf` (transformers on CPU)."""
-    import importlib.util
+def backend(tensor_parallel_size: int = 1) -> str:
+    """`vllm` when vLLM and the GPUs to shard the model as served are present, else `hf` (transformers on CPU)."""
+    from pipeline.vllm_spec import unavailable_reason
 
-    import torch
+    return "hf" if unavailable_reason(tensor_parallel_size) else "vllm"
 
-    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+
+def vllm_model_args(model_dir: str | Path, vllm_args: dict | None = None) -> dict:
+    """lm-eval's vllm model_args: vllm_args (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...)
+    over the defaults; tensor_parallel_size 1 unless given."""
+    return {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
+            "tensor_parallel_size": 1, **(vllm_args or {})}
 
 
 @functools.lru_cache(maxsize=1)
@@ -64,19 +69,19 @@ def check_tasks(manager, tasks: list[str]) -> None:
 def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8,
               vllm_args: dict | None = None) -> dict:
     """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
-    (gpu_memory_utilization, max_model_len, ...) apply only to the vllm backend."""
+    (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...) apply only to the vllm backend, which
+    runs only where the host has tensor_parallel_size GPUs."""
     import lm_eval
     import torch
 
     manager = task_manager()
     check_tasks(manager, tasks)
-    name = backend()
+    name = backend((vllm_args or {}).get("tensor_parallel_size", 1))
     if name == "vllm":
         from pipeline.vllm_spec import spawn_engine_if_cuda_initialized
 
         spawn_engine_if_cuda_initialized()
-        model_args = {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
-                      **(vllm_args or {})}
+        model_args = vllm_model_args(model_dir, vllm_args)
     else:
         # The model as the evaluate stage scores it (pipeline/loading.py: decompressed into float32 on CPU;
         # lm-eval's own from_pretrained would leave an NVFP4 checkpoint's weights in bfloat16).

@@ -93,8 +93,10 @@ def check(p: dict) -> None:
         check_eagle3(p["draft"].get("eagle3") or {})
 
 
-def speculative_config(spec: Speculation, ngram: dict | None = None) -> dict | None:
-    """vLLM 0.25's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3."""
+def speculative_config(spec: Speculation, ngram: dict | None = None,
+                       draft_tensor_parallel_size: int | None = None) -> dict | None:
+    """vLLM 0.25's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3.
+    draft_tensor_parallel_size: the draft model's (None: vLLM's default, the target's); other methods have none."""
     if not spec.enabled:
         return None
     config: dict = {"method": spec.method, "num_speculative_tokens": spec.k}
@@ -103,4 +105,13 @@ def speculative_config(spec: Speculation, ngram: dict | None = None) -> dict | N
     if spec.method == NGRAM:
         ngram = ngram or {}
         config |= {"prompt_lookup_min": ngram["prompt_lookup_min"], "prompt_lookup_max": ngram["prompt_lookup_max"]}
+    if spec.method == DRAFT_MODEL and draft_tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = draft_tensor_parallel_size
     return config
+
+
+def speculative_config_for(spec: Speculation, p: dict) -> dict | None:
+    """speculative_config with params.yaml's settings (draft.ngram, serving.speculation.draft_tensor_parallel_size):
+    the one call the bundle and serve_bench render through, so both write the same file."""
+    return speculative_config(spec, p["draft"].get("ngram"),
+                              p["serving"]["speculation"].get("draft_tensor_parallel_size"))

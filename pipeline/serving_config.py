@@ -22,7 +22,9 @@ def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: di
     methods.speculative_config (None: no speculative decoding). tier_engine: a serving tier's engine
     overrides (pipeline/tiers.py ENGINE_KEYS)."""
     args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
-            "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"]}
+            "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"],
+            # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
+            "tensor_parallel_size": serving["tensor_parallel_size"]}
     args.update(tier_engine or {})
     if quantization:
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint

@@ -30,19 +30,27 @@ class Tier:
     gpus: int = 1  # GPUs a replica requests; tensor_parallel_size must fit in them
     concurrency: int = 1  # the load it is sized for: where its speculative setting is decided
     speculation: str = "auto"  # auto: what was measured (or estimated) to pay at that concurrency; off
-
-    @property
-    def tensor_parallel_size(self) -> int:
-        return int(self.engine.get("tensor_parallel_size", 1))
+    tensor_parallel_size: int = 1  # its own, or serving.tensor_parallel_size's
 
     @property
     def serve_file(self) -> str:
         return "serve.yaml" if self.name == DEFAULT else f"serve-{self.name}.yaml"
 
 
+def serving_tensor_parallel_size(serving: dict) -> int:
+    """serving.tensor_parallel_size: the default tier's, and every tier's that sets none."""
+    tp = serving.get("tensor_parallel_size")
+    if not is_positive_int(tp):
+        raise PipelineError(f"serving.tensor_parallel_size must be a positive integer, got {tp!r}")
+    return tp
+
+
 def parse_tiers(serving: dict) -> list[Tier]:
     """The default tier and serving.tiers, validated; one error line naming the bad key."""
-    tiers = [Tier(DEFAULT, {}, gpus=1, concurrency=serving["target_concurrency"])]
+    default_tp = serving_tensor_parallel_size(serving)
+    # The default tier requests exactly the GPUs it shards over: a replica can't use more.
+    tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving["target_concurrency"],
+                  tensor_parallel_size=default_tp)]
     raw = serving.get("tiers") or {}
     if not isinstance(raw, dict):
         raise PipelineError("serving.tiers must map tier names to settings")
@@ -66,13 +74,34 @@ def parse_tiers(serving: dict) -> list[Tier]:
         if speculation not in SPECULATION:
             raise PipelineError(f"{where}.speculation must be one of {list(SPECULATION)}, got {speculation!r}")
         engine = {k: spec[k] for k in ENGINE_KEYS if k in spec}
-        tp = int(engine.get("tensor_parallel_size", 1))
+        tp = engine.get("tensor_parallel_size", default_tp)
         gpus = spec.get("gpus", tp)
         if tp > gpus:
-            raise PipelineError(f"{where}: tensor_parallel_size {tp} exceeds the {gpus} GPUs the tier declares (gpus)")
+            inherited = "" if "tensor_parallel_size" in engine else " (serving.tensor_parallel_size)"
+            raise PipelineError(f"{where}: tensor_parallel_size {tp}{inherited} exceeds the {gpus} GPUs the tier "
+                                "declares (gpus)")
         concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving["max_num_seqs"]))
-        tiers.append(Tier(name, engine, gpus, concurrency, speculation))
+        tiers.append(Tier(name, engine, gpus, concurrency, speculation, tp))
+    check_draft_tensor_parallel_size(serving, tiers)
     return tiers
+
+
+def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
+    """serving.speculation.draft_tensor_parallel_size: null, or the tensor parallelism of every tier that may ship
+    the draft model. vLLM 0.25's SpeculativeConfig takes 1 as well, but its draft-model proposer
+    (vllm/v1/spec_decode/draft_model.py, _raise_if_draft_tp_mismatch) refuses any other than the target's when
+    the engine starts, so 1 under a sharded target would only fail on the GPU."""
+    draft_tp = (serving.get("speculation") or {}).get("draft_tensor_parallel_size")
+    if draft_tp is None:
+        return
+    if not is_positive_int(draft_tp):
+        raise PipelineError(f"serving.speculation.draft_tensor_parallel_size must be null or a positive integer, "
+                            f"got {draft_tp!r}")
+    for tier in tiers:
+        if tier.speculation != "off" and tier.tensor_parallel_size != draft_tp:
+            raise PipelineError(f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
+                                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.25 serves a "
+                                "draft model only at its target's (null follows each tier's)")
 
 
 def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]:

@@ -43,22 +43,31 @@ class VllmMeasurement:
                    counters=raw.get("vllm_metrics") or {})
 
 
-def unavailable_reason() -> str | None:
+def too_few_gpus(tensor_parallel_size: int, gpus: int, what: str = "serving.tensor_parallel_size") -> str | None:
+    """Why an engine sharded over tensor_parallel_size GPUs can't start on a host with `gpus` (None: it can)."""
+    if tensor_parallel_size <= gpus:
+        return None
+    return f"{what} {tensor_parallel_size} needs more GPUs than the {gpus} here"
+
+
+def unavailable_reason(tensor_parallel_size: int = 1) -> str | None:
+    """Why vLLM can't run here at serving's tensor parallelism (None: it can). GPUs are counted as torch sees
+    them, so CUDA_VISIBLE_DEVICES limits them as it limits vLLM."""
     import torch
 
     if not torch.cuda.is_available():
         return "no CUDA device"
     if importlib.util.find_spec("vllm") is None:
         return "vllm is not installed"
-    return None
+    return too_few_gpus(tensor_parallel_size, torch.cuda.device_count())
 
 
-def skip_reason(enabled, param: str) -> str | None:
+def skip_reason(enabled, param: str, tensor_parallel_size: int = 1) -> str | None:
     """Why a GPU path (param: auto | true | false) does not run here, or None when it runs; `true`
-    without CUDA and vLLM is an error rather than a silent skip."""
+    without CUDA and vLLM (or with fewer GPUs than tensor_parallel_size) is an error rather than a silent skip."""
     if enabled not in (True, False, "auto"):
         raise PipelineError(f"{param} must be auto, true or false, got {enabled!r}")
-    reason = f"disabled in params ({param})" if enabled is False else unavailable_reason()
+    reason = f"disabled in params ({param})" if enabled is False else unavailable_reason(tensor_parallel_size)
     if reason and enabled is True:
         raise PipelineError(f"{param} is true but the GPU path cannot run: {reason}")
     return reason
@@ -104,9 +113,27 @@ def acceptance_from_metrics(m: dict) -> dict:
     return out
 
 
+def engine_configs(model_dir: str, draft_dir: str | None, k: int, gpu_memory_utilization: float, max_model_len: int,
+                   tensor_parallel_size: int = 1, draft_tensor_parallel_size: int | None = None,
+                   **llm_kwargs) -> list[tuple[str, dict]]:
+    """(label, vllm.LLM keyword arguments) of the baseline engine and, with a draft, the speculative one: both
+    sharded as served (serving.tensor_parallel_size; the draft at serving.speculation.draft_tensor_parallel_size,
+    None leaving vLLM's default), so the acceptance measured is the acceptance served."""
+    base = dict(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
+                tensor_parallel_size=tensor_parallel_size, disable_log_stats=False, seed=0, **llm_kwargs)
+    configs = [("baseline", base)]
+    if draft_dir:
+        spec = {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": k}
+        if draft_tensor_parallel_size is not None:
+            spec["draft_tensor_parallel_size"] = draft_tensor_parallel_size
+        configs.append(("speculative", {**base, "speculative_config": spec}))
+    return configs
+
+
 def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[int]], k: int, max_tokens: int,
             temperature: float, gpu_memory_utilization: float, max_model_len: int,
-            batch_sizes: tuple[int, ...] = (1, 32), return_tokens: bool = False, **llm_kwargs) -> dict:
+            batch_sizes: tuple[int, ...] = (1, 32), return_tokens: bool = False, tensor_parallel_size: int = 1,
+            draft_tensor_parallel_size: int | None = None, **llm_kwargs) -> dict:
     """tokens/s with and without the draft at each batch size, plus vLLM's acceptance counters
     from one pass over every prompt (read before the throughput runs re-use prompts)."""
     import gc
@@ -121,14 +148,9 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
     prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
     result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature,
                     "prompts": len(prompts)}
-    configs = [("baseline", None)]
-    if draft_dir:
-        configs.append(("speculative", {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": k}))
-    for label, spec in configs:
-        kw = dict(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                  disable_log_stats=False, seed=0, **llm_kwargs)
-        if spec:
-            kw["speculative_config"] = spec
+    for label, kw in engine_configs(model_dir, draft_dir, k, gpu_memory_utilization, max_model_len,
+                                    tensor_parallel_size, draft_tensor_parallel_size, **llm_kwargs):
+        spec = kw.get("speculative_config")
         t0 = time.perf_counter()
         llm = LLM(**kw)
         result[f"{label}_load_s"] = time.perf_counter() - t0

@@ -65,7 +65,7 @@ def main(argv: list[str]) -> None:
     model_dir = Path("artifacts/quantized") / variant
     k = shipped.k
     quantization = checkpoint_quantization(model_dir)
-    args = engine_args(spec, p["serving"], methods.speculative_config(shipped, p["draft"].get("ngram")), quantization)
+    args = engine_args(spec, p["serving"], methods.speculative_config_for(shipped, p), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)

@@ -23,13 +23,14 @@ def main(argv: list[str]) -> None:
         write_skipped(OUT, skipped)
         say(f"distill: skipped ({skipped})")
         return
-    generator = resolve_generator(cfg["generator"])
+    tp = p["serving"]["tensor_parallel_size"]
+    generator = resolve_generator(cfg["generator"], tp)
     train_convs = read_split(DATA / "draft_train.jsonl")
     eval_convs = read_split(DATA / "heldout.jsonl")[: cfg["eval_prompts"]]
     tokenizer = load_tokenizer(TARGET)
     if generator == "vllm":
         generate = vllm_generate(TARGET, tokenizer.eos_token_id, cfg["max_new_tokens"], p["serving"]["max_model_len"],
-                                 cfg["vllm"])
+                                 cfg["vllm"], tp)
     else:
         generate = transformers_generate(load_causal_lm(TARGET), tokenizer, cfg["max_new_tokens"],
                                          cfg["generation_batch_size"])

@@ -44,14 +44,22 @@ def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> VllmMeasurement:
-    cfg = p["evaluate"]["vllm"]
-    reason = vllm_spec.skip_reason(cfg["enabled"], "evaluate.vllm.enabled")
+    cfg, serving = p["evaluate"]["vllm"], p["serving"]
+    reason = vllm_spec.skip_reason(cfg["enabled"], "evaluate.vllm.enabled", serving["tensor_parallel_size"])
     if reason:
         return VllmMeasurement(skipped=reason)
     return VllmMeasurement.from_measure(vllm_spec.measure(
         str(variant_dir.resolve()), str(DRAFT.resolve()), prompts[: cfg["prompts"]], k, cfg["max_tokens"],
-        p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], p["serving"]["max_model_len"],
-        batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"]))
+        p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], serving["max_model_len"],
+        batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"],
+        tensor_parallel_size=serving["tensor_parallel_size"],
+        draft_tensor_parallel_size=serving["speculation"].get("draft_tensor_parallel_size")))
+
+
+def lm_eval_engine(p: dict) -> dict:
+    """lm-eval's vLLM engine settings: evaluate.vllm's memory share, sharded and sized as served."""
+    return {"gpu_memory_utilization": p["evaluate"]["vllm"]["gpu_memory_utilization"],
+            "max_model_len": p["serving"]["max_model_len"], "tensor_parallel_size": p["serving"]["tensor_parallel_size"]}
 
 
 def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], method: str,
@@ -98,8 +106,7 @@ def main(argv: list[str]) -> None:
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
     with scoped_env(server_env(variant_spec, p["serving"])):  # vLLM's engines measure the kernels it ships with
         lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
-                                   vllm_args={"gpu_memory_utilization": cfg["vllm"]["gpu_memory_utilization"],
-                                              "max_model_len": p["serving"]["max_model_len"]})
+                                   vllm_args=lm_eval_engine(p))
         draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
         gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))

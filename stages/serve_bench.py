@@ -69,8 +69,9 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                 configs[name] = result
         gpus = torch.cuda.device_count()
         for tier in tiers:
-            if tier.tensor_parallel_size > gpus:
-                tier_skipped[tier.name] = f"tensor_parallel_size {tier.tensor_parallel_size} needs more GPUs than the {gpus} here"
+            too_few = vllm_spec.too_few_gpus(tier.tensor_parallel_size, gpus, "tensor_parallel_size")
+            if too_few:
+                tier_skipped[tier.name] = too_few
                 continue
             where, failed_here = out / "tiers" / tier.name, {}
             for name, speculation in runs if tier.speculation == "auto" else runs[:1]:
@@ -127,7 +128,7 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
-        spec, serving, methods.speculative_config(speculation, p["draft"].get("ngram")), quantization,
+        spec, serving, methods.speculative_config_for(speculation, p), quantization,
         tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
     label = f"{tier.name}.{name}" if tier else name
@@ -177,7 +178,8 @@ def main(argv: list[str]) -> None:
     p = load_params()
     enabled_variant(p, variant)
     cfg = p["serve_bench"]
-    reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled")
+    # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all
+    reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled", p["serving"]["tensor_parallel_size"])
     with atomic_dir(Path("artifacts/serve") / variant) as tmp:
         record = (ServeBenchRecord(variant=variant, skipped=reason) if reason
                   else measure(tmp, variant, candidates(p, variant), p))

@@ -169,8 +169,9 @@ def test_failed_variant_is_not_bundled(workspace):
 
 def test_engine_args_without_draft_or_quantization():
     args = engine_args(parse_variant("v", {"algorithm": "rtn", "scheme": "FP8"}), {"name": "svc", "max_model_len": 512, "gpu_memory_utilization": 0.5,
-                                               "max_num_seqs": 4}, None)
+                                               "max_num_seqs": 4, "tensor_parallel_size": 1}, None)
     assert "speculative_config" not in args and "quantization" not in args and "kv_cache_dtype" not in args
+    assert args["tensor_parallel_size"] == 1  # written unsharded too: the file says how many GPUs it needs
 
 
 def _flip_byte(b):
