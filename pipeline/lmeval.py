@@ -26,10 +26,19 @@ def write_task_data(conversations: list[list[dict]], tokenizer, path: Path) -> N
 
 
 def backend(tensor_parallel_size: int = 1) -> str:
-    """`vllm` when vLLM and the GPUs to shard the model as served are present, else `hf` (transformers on CPU)."""
-    from pipeline.vllm_spec import unavailable_reason
+    """`vllm` when a GPU and vLLM are present, else `hf` (transformers on CPU). A GPU host with fewer GPUs than
+    the model is served on is an error: scoring a model sized for tensor parallelism on CPU instead would take
+    hours and measure something other than what is served."""
+    import torch
 
-    return "hf" if unavailable_reason(tensor_parallel_size) else "vllm"
+    from pipeline.vllm_spec import too_few_gpus, unavailable_reason
+
+    if unavailable_reason() is not None:
+        return "hf"
+    too_few = too_few_gpus(tensor_parallel_size, torch.cuda.device_count())
+    if too_few:
+        raise PipelineError(f"evaluate.lm_eval runs through vLLM sharded as served, but {too_few}")
+    return "vllm"
 
 
 def vllm_model_args(model_dir: str | Path, vllm_args: dict | None = None) -> dict:

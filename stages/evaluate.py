@@ -90,6 +90,7 @@ def main(argv: list[str]) -> None:
     p = load_params()
     variant_spec = enabled_variant(p, variant)
     cfg = p["evaluate"]
+    lmeval.backend(p["serving"]["tensor_parallel_size"])  # too few GPUs for serving's sharding: fail before any work
     variant_dir = Path("artifacts/quantized") / variant
     tokenizer = load_tokenizer(TARGET)
     heldout = read_split("artifacts/data/heldout.jsonl")[: cfg["heldout_limit"]]

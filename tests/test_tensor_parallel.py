@@ -183,7 +183,8 @@ def test_serve_bench_records_the_default_sweep_skipped_when_serving_needs_more_g
 
 
 def test_vllm_engines_elsewhere_need_serving_gpus_too(one_gpu_host, tmp_path):
-    """evaluate's speculative check is skipped with the reason, lm-eval scores through transformers, distillation
+    """evaluate's speculative check is skipped with the reason, lm-eval refuses to score elsewhere than sharded as
+    served (one line, before the stage's work), distillation
     generates through transformers (or, asked for vLLM, fails naming why): none starts vLLM on too few GPUs."""
     from pipeline import lmeval
     from pipeline.distill_vllm import resolve_generator
@@ -191,7 +192,9 @@ def test_vllm_engines_elsewhere_need_serving_gpus_too(one_gpu_host, tmp_path):
     reason = "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
     p = tiny_params(serving={"tensor_parallel_size": 2})
     assert evaluate.gpu_measurement(tmp_path, [[1, 2, 3]], 2, p) == vllm_spec.VllmMeasurement(skipped=reason)
-    assert lmeval.backend(2) == "hf" and lmeval.backend(1) == "vllm"
+    assert lmeval.backend(1) == "vllm"
+    with pytest.raises(PipelineError, match=f"evaluate.lm_eval runs through vLLM sharded as served, but {reason}"):
+        lmeval.backend(2)
     assert resolve_generator("auto", 2) == "transformers" and resolve_generator("auto", 1) == "vllm"
     with pytest.raises(PipelineError, match=f"generator is vllm but vLLM cannot run here: {reason}"):
         resolve_generator("vllm", 2)
