@@ -11,7 +11,6 @@ from pathlib import Path
 
 from pipeline import deploy, monitoring, warmup
 from pipeline.gates import VariantVerdict
-from pipeline.hardware import server_env
 from pipeline.io import atomic_write_text
 from pipeline.recipes import VariantSpec
 from pipeline.serve_records import ServeBenchRecord
@@ -79,9 +78,10 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
 
 
 def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
-                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]]
-                  ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
-    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`."""
+                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]],
+                  env: dict[str, str]) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
+    environment (hardware.server_env, as serve.env has it), the same for every tier's manifest."""
     serving, deploy_cfg = params["serving"], params["deploy"]
     shipped = verdict.speculation
     tiers = parse_tiers(serving)
@@ -102,8 +102,7 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
             manifest = f"deploy/{tier.name}.yaml"
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
             atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
-                                                               {"modelprep/serve-config-sha256": sha},
-                                                               server_env(spec, serving)))
+                                                               {"modelprep/serve-config-sha256": sha}, env))
         # The default tier is the serving section itself: the default sweep measured it at its own settings.
         own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
         config = config_of(own, chosen) if own is not None else None

@@ -15,11 +15,9 @@ def eval_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def is_compressed_tensors(path: str | Path) -> bool:
-    """Whether the checkpoint is one llm-compressor saved (config.json's quantization_config)."""
-    from transformers import AutoConfig
-
-    qc = getattr(AutoConfig.from_pretrained(path, trust_remote_code=False), "quantization_config", None)
+def is_compressed_tensors(config) -> bool:
+    """Whether the checkpoint's config (config.json's quantization_config) is one llm-compressor saved."""
+    qc = getattr(config, "quantization_config", None)
     method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
     return str(getattr(method, "value", method)) == "compressed-tensors"
 
@@ -38,19 +36,20 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
     and every decompressed layer is cast to the evaluation dtype. bfloat16 -> float32 is exact: the
     weights keep the bfloat16 rounding vLLM's FP4 Marlin kernel also dequantizes to.
     """
-    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
 
     device = device or eval_device()
     dtype = eval_dtype(device)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)  # read once, passed on to from_pretrained
     kwargs = {}
-    if is_compressed_tensors(path):
+    if is_compressed_tensors(config):
         kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
     with warnings.catch_warnings():
         # Passing loading attributes for a quantized checkpoint always warns that its own config is used.
         warnings.filterwarnings("ignore", message="You passed `quantization_config`")
         # safetensors only: a pickled .bin beside the weights is never unpickled.
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False, use_safetensors=True,
-                                                     **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=False,
+                                                     use_safetensors=True, **kwargs)
     for module in model.modules():
         if getattr(module, "quantization_scheme", None) is not None:  # a layer compressed-tensors decompressed
             module.to(dtype)

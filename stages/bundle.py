@@ -76,8 +76,9 @@ def main(argv: list[str]) -> None:
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
         drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
-        build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, server_env(spec, p["serving"]))
-        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm)
+        env = server_env(spec, p["serving"])
+        build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
+        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.cost_ratio, serve, quantization, warm, env)
         for plan in tiers:
             if plan.name in serve.tiers:
                 check_measured_config(serve_dir, serve, methods.Speculation(plan.method, plan.num_speculative_tokens),
