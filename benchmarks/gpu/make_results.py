@@ -8,6 +8,7 @@ dates, commits). gpu_summary() returns the numbers the top-level README may quot
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -140,6 +141,7 @@ def profile_summary() -> dict:
 METHODS_RUN = RAW / "gpu-methods"
 
 
+@functools.lru_cache(maxsize=1)  # read by three sections and the summary; the raw files don't change during a render
 def methods_summary() -> dict:
     """Issue #16's GPU proof (raw/gpu-methods/): the BF16 target served plain and with each speculative method."""
     serve = run_json(METHODS_RUN, "serve/bf16/record.json")

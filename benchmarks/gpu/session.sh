@@ -28,6 +28,7 @@ cd "$(dirname "$0")/../.."
 VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 SERVE_VARIANTS=(bf16 fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 # vLLM 0.25 pins compressed-tensors 0.17; llm-compressor 0.14 needs 0.19 (its checkpoints load in both).
+gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; }  # the GPU a raw file was measured on
 VLLM_PATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
 
@@ -70,7 +71,7 @@ SH
    if [ -n "${1:-}" ]; then
      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$1"
    fi)
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > /tmp/gp-gpu.txt
+  gpu_line > /tmp/gp-gpu.txt
 }
 
 gp_background() {
@@ -89,7 +90,7 @@ case "$1" in
     # llm-compressor and lm-eval wheels: only `demo`, `evaluate` and `test` need them (serve-bench does not).
     if [ -d .gpu/qwheels ]; then pip install -q --no-index --no-deps --target /tmp/qsite .gpu/qwheels/*.whl; fi
     if [ -d .gpu/lmwheels ]; then pip install -q --no-index --no-deps --target /tmp/lsite .gpu/lmwheels/*.whl; fi
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+    gpu_line
     # lm-eval is only needed by `demo`/`evaluate`; `test` runs without it.
     PYTHONPATH=$VLLM_PATH python -c "import importlib.util as u, vllm, compressed_tensors as c; print('vllm', vllm.__version__, 'ct', c.__version__, 'lm_eval', bool(u.find_spec('lm_eval')))" ;;
   demo)
@@ -120,7 +121,7 @@ PY
     # The stage exactly as `dvc repro` runs it (vLLM from the offline install; nothing else is needed:
     # serve_bench imports no llm-compressor or lm-eval). One tarball per call: OUT takes 8 files at most.
     out=$2; shift 2; mkdir -p "$out"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    gpu_line | tee "$out/gpu.txt"
     for v in "$@"; do
       start=$(date +%s)
       PYTHONPATH=/tmp/vllm/site:. python -m stages.serve_bench "$v" 2>&1 | tee "$out/serve-bench-$v.log" \
@@ -133,7 +134,7 @@ PY
     # quantize_model (llm-compressor site first) to each variant V, then decode speed in vLLM (its own site), BF16
     # in the same call. The vLLM log (kernel selection lines) is kept beside the results.
     out=$2; shift 2; mkdir -p "$out"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
+    gpu_line | tee "$out/gpu.txt"
     [ -f /tmp/m8/bf16/config.json ] || PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py make8b /tmp/m8 artifacts/models/target
     PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py quant8b /tmp/m8 "$out" artifacts/data/calibration.jsonl "$@" 2>&1 \
       | grep -v -E "it/s|s/it" > "$out/quant8b.log" || true
@@ -173,7 +174,7 @@ PY
     out=$(cd "$out" && pwd)
     cd "$bundle"
     name=$(python3 -c "import json; print(json.load(open('engine_args.json'))['served_model_name'])")
-    nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$out/gpu.txt"
+    gpu_line > "$out/gpu.txt"
     # As the manifest runs it: from the bundle directory, its serve.env in the environment.
     env $(cat serve.env 2>/dev/null) PYTHONPATH=/tmp/vllm/site setsid python3 -m vllm.entrypoints.cli.main serve \
       --config serve.yaml --port 8000 > "$out/server.log" 2>&1 < /dev/null &
