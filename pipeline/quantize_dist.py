@@ -11,10 +11,11 @@ on compressed_tensors' is_distributed()); paths below are in site-packages:
   get_rank_partition (datasets/utils.py:399) cuts one.
 - GPTQ: each layer's Hessian sums (and sample counts) are reduced onto the rank that bin-packing assigns it, that rank
   solves it and broadcasts the quantized weights (modifiers/gptq/base.py:280-306, 365-389); the sums are the
-  one-process sums, in another float order. RTN observes its share of the weights and broadcasts the qparams
-  (modifiers/quantization/quantization/base.py:91-112), activation observers are synced (.../mixin.py:274-296), AWQ
-  and SmoothQuant all-reduce their statistics (modifiers/transform/awq/base.py:638, 797;
-  smoothquant/base.py:300, 337). So data-free schemes distribute too (their weight observation is split).
+  one-process sums, in another float order (CPU ranks need a barrier after it: cpu_ranks_wait_for_quantized_weights).
+  RTN observes its share of the weights and broadcasts the qparams (modifiers/quantization/quantization/base.py:
+  91-112), activation observers are synced (.../mixin.py:274-296), AWQ and SmoothQuant all-reduce their statistics
+  (modifiers/transform/awq/base.py:638, 797; smoothquant/base.py:300, 337). So data-free schemes distribute too
+  (their weight observation is split).
 - saving: every rank calls save_pretrained; compression is split across ranks (compressed_tensors
   model_compressor.py:166-170) and only rank 0 writes (transformers/compression/compressed_tensors_utils.py:158).
 
@@ -24,6 +25,7 @@ A rank that fails makes torchrun stop the others; one that hangs trips the proce
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -89,16 +91,21 @@ def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts:
 
 
 def check_devices(gpus: int, spec: VariantSpec) -> None:
-    """One rank per accelerator; on a host without one the ranks are CPU processes (gloo), as the tests run them,
-    except for AWQ: its distributed all-reduce moves the statistics to the accelerator first and fails without
-    one (llm-compressor 0.14 modifiers/transform/awq/base.py, _allreduce_data_sum: current_accelerator().type)."""
+    """One rank per accelerator. A host without one runs CPU ranks (gloo), as the tests do, for GPTQ and RTN only:
+    - AWQ's all-reduce moves its statistics to the accelerator first and fails without one (llm-compressor 0.14
+      modifiers/transform/awq/base.py:1043, _allreduce_data_sum: current_accelerator().type on None);
+    - SmoothQuant has every rank apply the same smoothing (smoothquant/base.py:358-378, weight * scales). GPU ranks
+      each scale their own onloaded copy; CPU ranks' "onloaded" weights are the one shared copy (compressed_tensors
+      offload/cache/cpu.py:27, copy=False), so it is applied once per rank (measured: INT8 W8A8 KL x3)."""
     if torch.accelerator.is_available():
         count, kind = torch.accelerator.device_count(), torch.accelerator.current_accelerator().type
         if count < gpus:
             raise PipelineError(f"quantize.distributed.gpus is {gpus} but this host has {count} {kind} devices")
-    elif spec.algorithm == "awq":
-        raise PipelineError(f"variant {spec.name!r}: llm-compressor's distributed AWQ needs GPUs; on this host without "
-                            "one set quantize.distributed.gpus: 1")
+        return
+    gpu_only = "AWQ" if spec.algorithm == "awq" else "SmoothQuant" if spec.smoothing_strength else None
+    if gpu_only:
+        raise PipelineError(f"variant {spec.name!r}: llm-compressor's distributed {gpu_only} runs on GPU ranks only; "
+                            "on this host without one set quantize.distributed.gpus: 1")
 
 
 def init_process_group(timeout_s: float) -> None:
@@ -118,6 +125,35 @@ def init_process_group(timeout_s: float) -> None:
     dist.barrier()
 
 
+@contextlib.contextmanager
+def cpu_ranks_wait_for_quantized_weights():
+    """On CPU ranks llm-compressor 0.14 skips broadcasting the weights a rank has just quantized (llmcompressor/utils/
+    dist.py, broadcast_qparams_and_cleanup, skip_cpu=True: the ranks share them in CPU memory) and then nothing waits
+    for the owning rank to finish writing them: a faster rank runs the layer again, to feed the next one, through
+    weights another rank is still quantizing. Checkpoints then differed run to run (GPTQ KL 0.00120-0.00138 on the
+    tiny target). A barrier after that step (GPTQ's compress_modules, RTN's weight observation) closes the race.
+    GPU ranks broadcast, which makes each rank wait for the owners; they run unpatched."""
+    if torch.accelerator.is_available():
+        yield
+        return
+    import torch.distributed as dist
+    from llmcompressor.modifiers.gptq import base as gptq
+    from llmcompressor.modifiers.quantization.quantization import base as rtn
+
+    original = gptq.broadcast_qparams_and_cleanup
+    assert rtn.broadcast_qparams_and_cleanup is original
+
+    def and_wait(*args, **kwargs) -> None:
+        original(*args, **kwargs)
+        dist.barrier()
+
+    gptq.broadcast_qparams_and_cleanup = rtn.broadcast_qparams_and_cleanup = and_wait
+    try:
+        yield
+    finally:
+        gptq.broadcast_qparams_and_cleanup = rtn.broadcast_qparams_and_cleanup = original
+
+
 def worker(job: Path) -> int:
     """One rank: quantize_model under the process group; rank 0 leaves the metrics, a failing rank its error."""
     import torch.distributed as dist
@@ -126,8 +162,9 @@ def worker(job: Path) -> int:
     args = read_json(job / "job.json")
     try:
         init_process_group(args["timeout_s"])
-        metrics = quantize_model(Path(args["model_dir"]), Path(args["out_dir"]), VariantSpec(**args["spec"]),
-                                 args["texts"], args["cfg"])
+        with cpu_ranks_wait_for_quantized_weights():
+            metrics = quantize_model(Path(args["model_dir"]), Path(args["out_dir"]), VariantSpec(**args["spec"]),
+                                     args["texts"], args["cfg"])
         if rank == 0:
             write_json(job / "metrics.json", metrics)
         dist.destroy_process_group()

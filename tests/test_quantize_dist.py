@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors import safe_open
 
 from conftest import ROOT, copy_project, run, tiny_params
 from pipeline.config import validate
@@ -81,8 +82,10 @@ def test_two_gloo_ranks_quantize_like_one_process(demo_pair, splits, tmp_path):
     assert (out / "tokenizer.json").is_file()
 
     # The same rows in one process, and round-to-nearest (no calibration) as the yardstick of what GPTQ's
-    # calibration buys. The ranks' Hessian sums equal one process's up to float summation order, so the
-    # distributed checkpoint must keep (nearly) all of that gain: the tolerance is a quarter of it.
+    # calibration buys. The ranks' Hessian sums are one process's up to float summation order, so the
+    # distributed checkpoint keeps that gain: within a tenth of it, and nearly all packed INT4 words equal.
+    # (Measured on 2 cores: 8 of 55,338 words differ, KL equal to 5 digits. Without quantize_dist's barrier
+    # for CPU ranks, 17-37% of the words differed and the KL drifted by up to a quarter of the gain.)
     tokenizer = load_tokenizer(target)
     texts = [full_text(tokenizer, m) for m in splits["calibration"]]
     variants = params["quantize"]["variants"]
@@ -93,10 +96,19 @@ def test_two_gloo_ranks_quantize_like_one_process(demo_pair, splits, tmp_path):
     heldout = [prompt_and_response_ids(tokenizer, m) for m in splits["heldout"][:8]]
     kl = {name: fidelity(baseline, load_causal_lm(path, torch.device("cpu")), heldout)["kl_divergence"]
           for name, path in (("distributed", out), ("single", tmp_path / "single"), ("rtn", tmp_path / "rtn"))}
-    print(f"KL vs baseline {kl}; the stage with 2 ranks took {elapsed:.1f} s")
+    dist_w, single_w = tensors(out), tensors(tmp_path / "single")
+    packed = [k for k in dist_w if k.endswith("weight_packed")]
+    differ = sum((dist_w[k] != single_w[k]).sum().item() for k in packed) / sum(dist_w[k].numel() for k in packed)
+    print(f"KL vs baseline {kl}; {differ:.3%} of packed words differ; the stage with 2 ranks took {elapsed:.1f} s")
     gain = kl["rtn"] - kl["single"]
     assert gain > 0, kl  # else the yardstick says nothing
-    assert abs(kl["distributed"] - kl["single"]) <= 0.25 * gain, kl
+    assert abs(kl["distributed"] - kl["single"]) <= 0.1 * gain, kl
+    assert differ < 0.05
+
+
+def tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
+    with safe_open(checkpoint / "model.safetensors", "pt") as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
 
 
 @pytest.mark.parametrize("mode, timeout_s, message", [
@@ -153,9 +165,10 @@ def test_defaults_and_refusals_before_any_rank_starts(demo_pair, tmp_path):
     with pytest.raises(PipelineError, match="pipeline must be one of"):
         quantize(demo_pair[0], tmp_path / "q", spec, ["a"] * 8, {**params["quantize"]["calibration"], "pipeline": "x"},
                  {"gpus": 2, "timeout_s": 60})
-    if not torch.accelerator.is_available():  # llm-compressor's distributed AWQ all-reduces on the accelerator
-        awq = parse_variant("awq-w4a16", params["quantize"]["variants"]["awq-w4a16"])
-        with pytest.raises(PipelineError, match="distributed AWQ needs GPUs"):
-            quantize(demo_pair[0], tmp_path / "q", awq, ["a"] * 8, params["quantize"]["calibration"],
-                     {"gpus": 2, "timeout_s": 60})
+    if not torch.accelerator.is_available():  # AWQ and SmoothQuant: llm-compressor's GPU-only distributed paths
+        for name, what in (("awq-w4a16", "AWQ"), ("int8-w8a8", "SmoothQuant")):
+            gpu_only = parse_variant(name, params["quantize"]["variants"][name])
+            with pytest.raises(PipelineError, match=f"distributed {what} runs on GPU ranks only"):
+                quantize(demo_pair[0], tmp_path / "q", gpu_only, ["a"] * 8, params["quantize"]["calibration"],
+                         {"gpus": 2, "timeout_s": 60})
     assert not (tmp_path / "q").exists()
