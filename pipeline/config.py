@@ -23,6 +23,8 @@ SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "dr
 # where validate can check them without importing those modules.
 GENERATORS = ("auto", "transformers", "vllm")  # draft_training.generator
 GENERAL_CORPORA = ("synthetic", "python-docs")  # demo.general_corpus
+# quantize.distributed when params.yaml (or a profile) leaves it or a key of it out: one process, today's path.
+DISTRIBUTED_DEFAULTS = {"gpus": 1, "timeout_s": 1800}
 
 
 def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
@@ -84,6 +86,7 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if not isinstance(enabled, list) or not enabled or len(set(map(str, enabled))) != len(enabled):
         raise PipelineError(f"{path}: quantize.enabled must be a non-empty list of distinct variant names")
     _known(enabled, variants, "quantize.enabled", path)
+    quantize_distributed(params, path)
     if check_recipes:
         from pipeline.hardware import check_runs_on
 
@@ -133,6 +136,21 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+def quantize_distributed(params: dict, path: Path = PARAMS_FILE) -> dict:
+    """quantize.distributed with its defaults, checked: gpus a positive integer, timeout_s a positive number."""
+    raw = params["quantize"].get("distributed") or {}
+    if not isinstance(raw, dict) or set(raw) - set(DISTRIBUTED_DEFAULTS):
+        raise PipelineError(f"{path}: quantize.distributed must be a mapping with keys {list(DISTRIBUTED_DEFAULTS)}, "
+                            f"got {raw!r}")
+    cfg = {**DISTRIBUTED_DEFAULTS, **raw}
+    if not is_positive_int(cfg["gpus"]):
+        raise PipelineError(f"{path}: quantize.distributed.gpus must be a positive integer, got {cfg['gpus']!r}")
+    if not is_positive_number(cfg["timeout_s"]):
+        raise PipelineError(f"{path}: quantize.distributed.timeout_s must be a positive number of seconds, "
+                            f"got {cfg['timeout_s']!r}")
+    return cfg
 
 
 def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Path) -> None:

@@ -128,11 +128,23 @@ def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
 
 
 def peak_memory() -> dict:
-    """Peak host RSS of this process (so run one variant per process to compare them), and GPU."""
+    """Peak host RSS of this process (so run one variant per process to compare them; rank 0's in a
+    distributed run), and GPU."""
     peak = {"peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}  # Linux: KiB
     if torch.cuda.is_available():
         peak["peak_gpu_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     return peak
+
+
+def process_rank() -> tuple[int, int]:
+    """(rank, world size): (0, 1) unless this process is one of a distributed run (pipeline/quantize_dist.py)."""
+    from compressed_tensors.distributed import is_distributed
+
+    if not is_distributed():
+        return 0, 1
+    import torch.distributed as dist
+
+    return dist.get_rank(), dist.get_world_size()
 
 
 def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str],
@@ -141,6 +153,10 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
 
     cfg: num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload (see params.yaml);
     the spec may override num_samples and max_seq_length.
+
+    Inside a distributed run (every rank calls this), each rank calibrates on its own contiguous slice of
+    the calibration rows and llm-compressor combines the ranks' statistics; the weights are loaded once,
+    into CPU memory the ranks share (compressed-tensors' offloaded loading), and rank 0 writes the files.
     """
     if is_unquantized(spec):
         return copy_unquantized(model_dir, out_dir, spec)
@@ -155,19 +171,23 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     if calibrate and not calibration_texts:
         raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
 
+    rank, world = process_rank()
     t0 = time.perf_counter()
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     saved_dtype = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).dtype
-    model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")))
+    # Distributed: rank 0 loads, the other ranks map its shared copy (llm-compressor's documented way).
+    model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")) or world > 1)
     check_group_size(model, weight_group_size(spec), ignore)
 
-    kwargs = {}
+    kwargs, texts = {}, []
     if calibrate:
         texts = calibration_texts[: cfg["num_samples"]]
-        kwargs = dict(dataset=calibration_dataset(tokenizer, texts, cfg["max_seq_length"]),
-                      num_calibration_samples=len(texts), max_seq_length=cfg["max_seq_length"],
+        # This rank's slice, split as llm-compressor's get_rank_partition splits a dataset.
+        mine = texts[len(texts) * rank // world: len(texts) * (rank + 1) // world]
+        kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg["max_seq_length"]),
+                      num_calibration_samples=len(mine), max_seq_length=cfg["max_seq_length"],
                       shuffle_calibration_samples=False)
         kwargs |= {k: cfg[k] for k in ("pipeline", "sequential_targets") if cfg.get(k)}
     t1 = time.perf_counter()
@@ -181,11 +201,13 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     # scales) in the checkpoint's own dtype, as a GPU run would.
     if isinstance(saved_dtype, torch.dtype) and saved_dtype != dtype:
         to_saved_dtype(model, saved_dtype)
+    # Every rank calls it (compression is split across ranks); only rank 0 writes (is_source_process).
     model.save_pretrained(out_dir, save_compressed=True)
-    tokenizer.save_pretrained(out_dir)
+    if rank == 0:
+        tokenizer.save_pretrained(out_dir)
     wall = time.perf_counter() - t0
 
-    return quantize_metrics(spec, model_dir, out_dir, device, len(kwargs.get("dataset", [])), wall, oneshot_s)
+    return quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world)
 
 
 def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
@@ -197,7 +219,7 @@ def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
 
 
 def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
-                     oneshot_s: float) -> dict:
+                     oneshot_s: float, processes: int = 1) -> dict:
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
         "variant": spec.name,
@@ -207,6 +229,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,
+        "processes": processes,  # quantize.distributed.gpus: one per GPU
         "wall_time_s": round(wall, 2),
         "oneshot_time_s": round(oneshot_s, 2),
         **peak_memory(),

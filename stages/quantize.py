@@ -1,12 +1,12 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
 from pathlib import Path
 
-from pipeline.config import enabled_variant, load_params, variant_argument
+from pipeline.config import enabled_variant, load_params, quantize_distributed, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import full_text
 from pipeline.io import atomic_dir, write_json
 from pipeline.loading import load_tokenizer
-from pipeline.quantize import quantize_model
+from pipeline.quantize_dist import quantize
 from pipeline.stage import say, stage_main
 
 TARGET = Path("artifacts/models/target")
@@ -21,9 +21,11 @@ def main(argv: list[str]) -> None:
     # Calibrate on the domain's own traffic, formatted as the served model sees it.
     texts = [full_text(tokenizer, m) for m in read_split("artifacts/data/calibration.jsonl")]
     with atomic_dir(Path("artifacts/quantized") / variant) as tmp:
-        metrics = quantize_model(TARGET, tmp, spec, texts, p["quantize"]["calibration"])
+        # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
+        metrics = quantize(TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
     write_json(f"metrics/quantize-{variant}.json", metrics)
-    say(f"quantize {variant}: {metrics['wall_time_s']} s, {metrics['size_before_mb']} MB -> "
+    ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
+    say(f"quantize {variant}: {metrics['wall_time_s']} s{ranks}, {metrics['size_before_mb']} MB -> "
           f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']})")
 
 
