@@ -412,6 +412,69 @@ run; the kernel column is from each variant's `vllm serve` log (`raw/gpu-schemes
 """
 
 
+def tp1_section() -> str:
+    """Issue #19's single-GPU run and #18's INT8 W8A8 served (raw/gpu-tp1/): serving.tensor_parallel_size 1 through
+    serve.yaml, engine_args.json, the manifests, lm-eval's and serve_bench's vLLM engines; both bundles published."""
+    run = RAW / "gpu-tp1"
+    variants = ("bf16", "int8-w8a8")
+    params = yaml.safe_load((run / "params.yaml").read_text())
+    walls = stage_walls((run / "repro.log").read_text())
+    serve = {v: run_json(run, f"serve/{v}/record.json") for v in variants}
+    base = serve["bf16"]["configs"]["plain"]["levels"]
+    rows = []
+    for v in variants:
+        e, plain = run_json(run, f"metrics/eval-{v}.json"), serve[v]["configs"]["plain"]
+        server_log = (run / "logs" / f"serve_bench@{v}.plain-server.log").read_text()
+        kernel = re.search(r"(?:Selected|Using) (\w+Kernel)", server_log)
+        rows.append([v, f(e["perplexity_increase_pct"], 4), f(e["kl_divergence"], 6), f(e["top1_agreement"], 4),
+                     f(e["lm_eval_domain_heldout_acc"], 4), f"`{kernel[1]}`" if kernel else "BF16 (unquantized)",
+                     *[x for c in ("c1", "c32") for x in (f(plain["levels"][c]["output_throughput"], 0),
+                                                          f(plain["levels"][c]["output_throughput"] / base[c]["output_throughput"]))],
+                     round(plain["startup_s"])])
+    t = table(["variant", "ppl increase %", "KL", "top-1", "lm-eval acc (vLLM)", "vLLM linear kernel (served)",
+               "plain tok/s c1", "x BF16", "plain tok/s c32", "x BF16", "engine start s"], rows)
+    carried = []
+    for v in variants:
+        b = run / "bundle" / v
+        engine = run_json(run, f"bundle/{v}/engine_args.json")
+        serve_yaml = yaml.safe_load((b / "serve.yaml").read_text())
+        gpus = sorted({c["resources"]["limits"]["nvidia.com/gpu"] for m in sorted((b / "deploy").glob("*.yaml"))
+                       for doc in yaml.safe_load_all(m.read_text()) if doc and doc.get("kind") == "Deployment"
+                       for c in doc["spec"]["template"]["spec"]["containers"]})
+        logs = [re.search(r"tensor_parallel_size=(\d+)", (run / "logs" / name).read_text())
+                for name in (f"evaluate@{v}.log", f"serve_bench@{v}.plain-server.log")]
+        carried.append([v, engine["tensor_parallel_size"], serve_yaml["tensor-parallel-size"], ", ".join(map(str, gpus)),
+                        logs[0][1] if logs[0] else "n/a", logs[1][1] if logs[1] else "n/a"])
+    carry = table(["bundle", "engine_args.json", "serve.yaml", "manifests' nvidia.com/gpu", "lm-eval's vLLM engine (log)",
+                   "serve_bench's vllm serve (log)"], carried)
+    verdict = run_json(run, "verdict.json")["variants"]
+    speedup = next(c["value"] for c in verdict["int8-w8a8"]["checks"] if c["check"] == "min_speedup_vs_bf16")
+    receipt = run_json(run, "receipt.json")
+    published = ", ".join(f"`{name}`" for name in sorted(str(r.get("name", r)) for r in receipt.get("published", [])))
+    return f"""## Tensor parallelism on one GPU, and INT8 W8A8 served at 1B (issues #19 and #18)
+
+`bash benchmarks/gpu/session.sh gpu-profile OUT 560 gpu-tp1` on the lent H100 ({serve['bf16']['gpu']}, vLLM
+{serve['bf16']['vllm_version']}): the GPU demo profile with `profiles/gpu-tp1.yaml` over it (`quantize.enabled:
+[{", ".join(params['quantize']['enabled'])}]`, `serving.tensor_parallel_size: {params['serving']['tensor_parallel_size']}`, `serving.gpu:
+{params['serving']['gpu']}`, `draft.method: {params['draft']['method']}`). One `dvc repro` from scratch through `publish` in
+{[int(line.split()[0]) for line in (run / "repro.log").read_text().splitlines() if line[:1].isdigit()][-1]} s
+(`serve_bench@int8-w8a8` {walls.get('serve_bench@int8-w8a8')} s). This is the single-GPU run of the tensor-parallel code path:
+the setting reached every place a TP=2 bundle takes it from (one host GPU; TP=2 needs `nvidia-h200-x2`, not lent):
+
+{carry}
+
+Quality against BF16 and speed as served, ratios within this run:
+
+{t}
+
+INT8 W8A8 (SmoothQuant + GPTQ, CUTLASS INT8 GEMMs) passed every gate here, `min_speedup_vs_bf16` at
+{speedup:.4f}, and both bundles were published ({published or "see receipt.json"}). At this size its gain is small at
+concurrency 1 and larger at concurrency 32 (64 requests in {span([level(serve[v], "plain", "c32")["duration_s"] for v in variants])} s, one run each:
+noisier than concurrency 1's {span([level(serve[v], "plain", "c1")["duration_s"] for v in variants])} s). This run's BF16 target was trained again on the
+GPU, so its absolute tokens/s are not comparable with the other 1B runs' (ratios only within a run).
+"""
+
+
 def handoff_section() -> str:
     """Issue #17's GPU check (raw/handoff/): the CPU demo's bf16 bundle served by vLLM as its manifest starts it."""
     raw = RAW / "handoff"
@@ -831,6 +894,8 @@ def render() -> str:
 {schemes_section()}
 
 {schemes_served_section()}
+
+{tp1_section()}
 
 {schemes8b_section()}
 
