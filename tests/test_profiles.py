@@ -102,3 +102,12 @@ def test_distillation_generator_choice():
         resolve_generator("vllm")
     with pytest.raises(PipelineError, match="must be one of"):
         resolve_generator("tgi")
+
+
+@pytest.mark.parametrize("overlay", sorted(p.stem for p in (ROOT / "profiles").glob("gpu-*.yaml")))
+def test_every_gpu_overlay_applies_over_the_gpu_profile(overlay, params_copy):
+    """benchmarks/gpu/session.sh gpu-profile OUT S <overlay> applies `gpu` then the overlay on the GPU host; a key the
+    overlay sets that params.yaml lacks (or a value validation refuses) would fail there, after the vLLM install."""
+    apply_profile("gpu", params_copy)
+    assert apply_profile(overlay, params_copy)  # it changes something
+    load_params(params_copy)

@@ -30,7 +30,7 @@ SERVE_VARIANTS=(bf16 fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 # vLLM 0.25 pins compressed-tensors 0.17; llm-compressor 0.14 needs 0.19 (its checkpoints load in both).
 gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; }  # the GPU a raw file was measured on
 VLLM_PATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite
-export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
+export NCCL_NVLS_ENABLE=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
 
 rebuild_bundles() {
   # Bundles are copies of artifacts/quantized/<v> and artifacts/draft/model plus four small files;
