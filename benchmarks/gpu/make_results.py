@@ -350,26 +350,38 @@ target by the stage (`raw/gpu-schemes/metrics/`, `eval/`, the stage logs in `log
 """
 
 
+def served_run(name: str, variants: tuple[str, ...]) -> tuple[Path, dict, dict, dict]:
+    """One served GPU profile run under raw/: its directory, params, stage walls and serve_bench records per variant."""
+    run = RAW / name
+    params = yaml.safe_load((run / "params.yaml").read_text())
+    walls = stage_walls((run / "repro.log").read_text())
+    return run, params, walls, {v: run_json(run, f"serve/{v}/record.json") for v in variants}
+
+
+def served_cells(run: Path, serve: dict, variant: str) -> list:
+    """The served kernel (from its `vllm serve` log) and plain tok/s at c1 and c32 with the ratio to bf16's."""
+    base = serve["bf16"]["configs"]["plain"]["levels"]
+    plain = serve[variant]["configs"]["plain"]["levels"]
+    kernel = re.search(r"(?:Selected|Using) (\w+Kernel)", (run / "logs" / f"serve_bench@{variant}.plain-server.log").read_text())
+    return [f"`{kernel[1]}`" if kernel else "BF16 (unquantized)",
+            *[x for c in ("c1", "c32") for x in (f(plain[c]["output_throughput"], 0),
+                                                 f(plain[c]["output_throughput"] / base[c]["output_throughput"]))]]
+
+
 def schemes_served_section() -> str:
     """Issue #18's second scheme run (raw/gpu-schemes-served/): NVFP4A16 and FP8 block-wise beside BF16 through the
     whole `dvc repro`, quality by evaluate and speed as served by serve_bench, the gate's verdict on both."""
-    run = RAW / "gpu-schemes-served"
     variants = ("bf16", "nvfp4a16", "fp8-block")
-    params = yaml.safe_load((run / "params.yaml").read_text())
-    walls = stage_walls((run / "repro.log").read_text())
-    serve = {v: run_json(run, f"serve/{v}/record.json") for v in variants}
+    run, params, walls, serve = served_run("gpu-schemes-served", variants)
     base = serve["bf16"]["configs"]["plain"]["levels"]
     rows = []
     for v in variants:
         e, q = run_json(run, f"metrics/eval-{v}.json"), run_json(run, f"metrics/quantize-{v}.json")
         plain = serve[v]["configs"]["plain"]
-        kernel = re.search(r"(?:Selected|Using) (\w+Kernel)", (run / "logs" / f"serve_bench@{v}.plain-server.log").read_text())
         ll = re.search(r"Running loglikelihood requests: 100%[^\[]*\[([0-9:]+)<", (run / "logs" / f"evaluate@{v}.log").read_text())
         rows.append([v, f(q["size_after_mb"], 0), f(e["perplexity_increase_pct"], 4), f(e["kl_divergence"], 6),
                      f(e["top1_agreement"], 4), f(e["greedy_match"], 3), f(e["lm_eval_domain_heldout_acc"], 4),
-                     f"`{kernel[1]}`" if kernel else "BF16 (unquantized)",
-                     *[x for c in ("c1", "c32") for x in (f(plain["levels"][c]["output_throughput"], 0),
-                                                          f(plain["levels"][c]["output_throughput"] / base[c]["output_throughput"]))],
+                     *served_cells(run, serve, v),
                      f(plain["levels"]["c32"]["ttft_ms"]["p99"], 1), round(plain["startup_s"]), ll[1], walls.get(f"evaluate@{v}")])
     t = table(["variant", "size MB", "ppl increase %", "KL", "top-1", "greedy match", "lm-eval acc (vLLM)",
                "vLLM linear kernel (served)", "plain tok/s c1", "x BF16", "plain tok/s c32", "x BF16", "p99 TTFT ms c32",
@@ -415,22 +427,14 @@ run; the kernel column is from each variant's `vllm serve` log (`raw/gpu-schemes
 def tp1_section() -> str:
     """Issue #19's single-GPU run and #18's INT8 W8A8 served (raw/gpu-tp1/): serving.tensor_parallel_size 1 through
     serve.yaml, engine_args.json, the manifests, lm-eval's and serve_bench's vLLM engines; both bundles published."""
-    run = RAW / "gpu-tp1"
     variants = ("bf16", "int8-w8a8")
-    params = yaml.safe_load((run / "params.yaml").read_text())
-    walls = stage_walls((run / "repro.log").read_text())
-    serve = {v: run_json(run, f"serve/{v}/record.json") for v in variants}
-    base = serve["bf16"]["configs"]["plain"]["levels"]
+    run, params, walls, serve = served_run("gpu-tp1", variants)
     rows = []
     for v in variants:
-        e, plain = run_json(run, f"metrics/eval-{v}.json"), serve[v]["configs"]["plain"]
-        server_log = (run / "logs" / f"serve_bench@{v}.plain-server.log").read_text()
-        kernel = re.search(r"(?:Selected|Using) (\w+Kernel)", server_log)
+        e = run_json(run, f"metrics/eval-{v}.json")
         rows.append([v, f(e["perplexity_increase_pct"], 4), f(e["kl_divergence"], 6), f(e["top1_agreement"], 4),
-                     f(e["lm_eval_domain_heldout_acc"], 4), f"`{kernel[1]}`" if kernel else "BF16 (unquantized)",
-                     *[x for c in ("c1", "c32") for x in (f(plain["levels"][c]["output_throughput"], 0),
-                                                          f(plain["levels"][c]["output_throughput"] / base[c]["output_throughput"]))],
-                     round(plain["startup_s"])])
+                     f(e["lm_eval_domain_heldout_acc"], 4), *served_cells(run, serve, v),
+                     round(serve[v]["configs"]["plain"]["startup_s"])])
     t = table(["variant", "ppl increase %", "KL", "top-1", "lm-eval acc (vLLM)", "vLLM linear kernel (served)",
                "plain tok/s c1", "x BF16", "plain tok/s c32", "x BF16", "engine start s"], rows)
     carried = []
