@@ -11,8 +11,11 @@ and 0 otherwise. A draft of k tokens starting at position t gets
 sum_{j=1..k} prod_{i<j} alpha[t+i] tokens accepted in expectation; the target adds one more
 token per step, and the next draft starts after it (vLLM's schedule, followed in expectation). The first
 response token is the prefill's: vLLM drafts only after it, so the first draft starts at position 1. With
-c = draft/target cost per token, one step costs 1 + k*c target forwards,
-so the expected speedup is (1 + E[accepted]) / (1 + k*c).
+c = draft/target cost per token, one step costs 1 + k*c target forwards, so (1 + E[accepted]) / (1 + k*c)
+is the speedup an ideal server would give (`ideal_speedup`, with c the weight-bytes ratio: a labelled bound).
+What ships is decided on the served speed predicted from serving costs measured on a GPU
+(pipeline/serving_costs.py): `expected_speedup` and the chosen k are that prediction's, at
+serving.target_concurrency, or absent where no cost profile applies.
 
 Past EOS a model's continuation is off its training distribution and drafts stop matching: on
 an H100, vLLM's acceptance for the demo fell from 0.84 to 0.43 when generation was forced on
@@ -23,13 +26,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from pipeline.errors import PipelineError
+from pipeline.serving_costs import ServedPrediction
 from pipeline.stage import progress
 
 COST_RATIO_CHOICES = ("weight_bytes", "measured")
@@ -52,12 +56,18 @@ class SpeculativeEstimate:
     accepted_per_position: list[float]  # P(at least j accepted), j = 1..k, as vLLM reports it at this k
     accepted_per_position_by_k: dict[str, list[float]]
     expected_accepted_tokens: float  # per step, at this k
-    cost_ratio: float  # draft/target cost per token
-    expected_speedup: float
+    cost_ratio: float  # draft/target cost per token of the ideal bound (weight bytes, or as configured)
+    expected_speedup: float | None  # predicted served speedup at this k (serving_costs); None: no cost profile
     expected_speedup_by_k: dict[str, float]
     prompts: int
     method: str = "draft_model"  # pipeline/methods.py
     drafted_tokens_per_step: float | None = None  # k for a model drafter; n-gram lookups propose fewer
+    accepted_per_step_by_k: dict[str, float] = field(default_factory=dict)  # E[accepted tokens] per step
+    drafted_per_step_by_k: dict[str, float] = field(default_factory=dict)  # E[drafted tokens] per step
+    ideal_speedup: float | None = None  # (1 + accepted) / (1 + drafted * cost_ratio) at ideal_k: a bound
+    ideal_k: int | None = None
+    served: ServedPrediction | None = None  # served speed per concurrency and k, from a measured cost profile
+    break_even_acceptance: float | None = None  # accepted per draft token below which the served speedup is < 1
 
 
 def _next_token(logits: torch.Tensor, temperature: float) -> int:
@@ -273,4 +283,32 @@ def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuati
         prompts=len(prompts),
         method=method,
         drafted_tokens_per_step=chosen.drafted_per_step,
+        accepted_per_step_by_k={str(j): s.accepted_per_step for j, s in by_k.items()},
+        drafted_per_step_by_k={str(j): s.drafted_per_step for j, s in by_k.items()},
+        ideal_speedup=speedups[k],
+        ideal_k=k,
     )
+
+
+def at_k(est: SpeculativeEstimate, k: int) -> SpeculativeEstimate:
+    """The estimate with its k-dependent numbers taken at k (every k's schedule was scored)."""
+    accepted, drafted = est.accepted_per_step_by_k[str(k)], est.drafted_per_step_by_k[str(k)]
+    return replace(est, num_speculative_tokens=k, accepted_per_position=est.accepted_per_position_by_k[str(k)],
+                   expected_accepted_tokens=accepted, drafted_tokens_per_step=drafted,
+                   accepted_per_draft_token=accepted / drafted if drafted else 0.0)
+
+
+def with_served_prediction(est: SpeculativeEstimate, prediction: ServedPrediction | None,
+                           concurrency: int) -> SpeculativeEstimate:
+    """What decides shipping: the k predicted fastest as served at `concurrency`, and its predicted speedup.
+    Without a prediction (no cost profile for the serving GPU and vLLM) there is no expected speedup: the
+    ideal bound is kept, labelled, and never ships anything by itself."""
+    if prediction is None:
+        return replace(at_k(est, est.ideal_k), expected_speedup=None, expected_speedup_by_k={}, served=None)
+    k = prediction.best_k[str(concurrency)]
+    chosen, speedup = at_k(est, k), prediction.speedup(concurrency, k)
+    # speedup is (1 + accepted) x (plain step / speculative step): it reaches 1 at 1 + accepted = speedup's step ratio
+    even = ((1 + chosen.expected_accepted_tokens) / speedup - 1) / chosen.drafted_tokens_per_step \
+        if chosen.drafted_tokens_per_step else None
+    return replace(chosen, expected_speedup=speedup, expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]),
+                   served=prediction, break_even_acceptance=even)

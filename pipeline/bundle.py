@@ -24,7 +24,7 @@ CARD_TEMPLATE = "model_card.md.j2"  # pipeline/templates/
 PROVENANCE = "PROVENANCE.json"
 
 LIBRARIES = ["torch", "transformers", "llmcompressor", "compressed-tensors", "lm_eval", "dvc", "vllm"]
-# Prometheus counters vLLM 0.25 exports for speculative decoding (vllm/v1/spec_decode/metrics.py);
+# Prometheus counters vLLM 0.26 exports for speculative decoding (vllm/v1/spec_decode/metrics.py);
 # the card tells on-call to watch them.
 SPEC_METRICS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                 "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"]

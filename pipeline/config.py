@@ -124,6 +124,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
         _known([draft_quant], variants, "draft_quantize.variant", path)
     serving = _section(params, "serving", path)
     _check_wrapped(check_name, serving.get("name"), "serving.name", path)
+    for variant in params["quantize"]["enabled"]:  # what publish registers: fail now, not after every bundle
+        published = f"{serving['name']}-{variant}"
+        try:
+            check_name(published)
+        except PipelineError:
+            raise PipelineError(f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
+                                f"is {len(published)} characters, over the 128 allowed; shorten serving.name") from None
     check_serving(params, serving, variants, path)
     check_gpu_knobs(params, path)
     try:
@@ -195,6 +202,12 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
     gain = _section(params, "serving.speculation", path).get("min_gain")
     if not is_positive_number(gain):
         raise PipelineError(f"{path}: serving.speculation.min_gain must be a positive number, got {gain!r}")
+    profile = params["serving"]["speculation"].get("cost_profile")
+    if not isinstance(profile, str) or not profile.strip():
+        raise PipelineError(f"{path}: serving.speculation.cost_profile must be auto, a profile name or a path to a "
+                            f"profile JSON, got {profile!r}")
+    if profile.endswith(".json") and not Path(profile).is_file():
+        raise PipelineError(f"{path}: serving.speculation.cost_profile: {profile} not found")
     env = serving.get("env") or {}
     # Values end up in serve.env (`env $(cat serve.env) vllm serve`), Kubernetes env and the benchmark's server:
     # no whitespace, quotes or shell metacharacters that one of them would split or expand.
@@ -224,7 +237,7 @@ def check_deploy(deploy: dict) -> None:
     """deploy section of params.yaml: one line naming the bad key (checked before any stage works)."""
     image = deploy.get("image")
     if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-        raise PipelineError(f"deploy.image must name a container image (e.g. vllm/vllm-openai:v0.25.0), got {image!r}")
+        raise PipelineError(f"deploy.image must name a container image (e.g. vllm/vllm-openai:v0.26.0), got {image!r}")
     for key in ("namespace", "models_claim"):
         if not isinstance(deploy.get(key), str) or not DNS_LABEL.match(deploy[key]):
             raise PipelineError(f"deploy.{key} must be a Kubernetes name (lowercase letters, digits, '-'), "

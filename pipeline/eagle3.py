@@ -8,7 +8,7 @@ token, and predicts the token after it; training-time test (TTT) feeds its own h
 speculators' Trainer: it reads hidden states from files written by a vLLM data-generation server
 and expects a torch.distributed launch; here the target runs in-process (transformers, CPU or GPU)
 and its hidden states go straight into the loss. The checkpoint is speculators' format
-(`speculators_model_type: eagle3`), which vLLM 0.25 loads for speculative_config method eagle3.
+(`speculators_model_type: eagle3`), which vLLM 0.26 loads for speculative_config method eagle3.
 """
 from __future__ import annotations
 

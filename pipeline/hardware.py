@@ -4,7 +4,7 @@ From vLLM's quantization support matrix (docs: "Supported Hardware for Quantizat
 Ampere (8.0); W4A16/W8A16 integer weights run on Marlin from 8.0 (Machete on Hopper); INT8 W8A8 on CUTLASS
 from Turing (7.5); FP8 W8A8 natively from Ada/Hopper (8.9), and on 8.0-8.6 through the weight-only FP8 Marlin
 path; NVFP4 activations need Blackwell (10.0). NVFP4 weights with 16-bit activations (NVFP4A16) are read from
-vLLM 0.25.0's own source instead (see requirements). `serving.gpu` names the fleet's GPU; a variant that can't
+vLLM 0.26.0's own source instead (see requirements; unchanged from 0.25.0). `serving.gpu` names the fleet's GPU; a variant that can't
 run there is refused when params.yaml is loaded, before any stage does work.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pipeline.recipes import VariantSpec, is_unquantized, scheme_for
 GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
         "b200": 10.0}
 SUPPORT_MATRIX = "vLLM's quantization support matrix (docs)"
-VLLM_0_25_SOURCE = "vLLM 0.25.0's source (its compressed-tensors scheme and NVFP4 kernel selection)"
+VLLM_SOURCE = "vLLM 0.26.0's source (its compressed-tensors scheme and NVFP4 kernel selection)"
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def requirements(spec: VariantSpec) -> Hardware:
     if w.type == "float" and w.num_bits == 4:
         if a is not None:
             return Hardware(10.0, 10.0, "NVFP4 W4A4 (Blackwell FP4 tensor cores)")
-        # vLLM 0.25.0, vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
+        # vLLM 0.26.0 (as 0.25.0), vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py
         # (_get_scheme_from_parts): NVFP4 weights without input quantization -> CompressedTensorsW4A4Fp4(use_a16=True),
         # whose get_min_capability() is 75 (schemes/compressed_tensors_w4a4_nvfp4.py). Its kernel comes from
         # init_nvfp4_linear_kernel (vllm/model_executor/kernels/linear/__init__.py), which under the default
@@ -55,9 +55,9 @@ def requirements(spec: VariantSpec) -> Hardware:
         # has no BF16, vLLM's auto dtype runs a BF16 checkpoint in FP16 (config/model.py, _resolve_auto_dtype).
         return Hardware(7.5, 7.5, "NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on every GPU from 7.5, Hopper "
                         "(9.0) and Blackwell included, never FP4 tensor cores; FP16 activations on 7.5",
-                        source=VLLM_0_25_SOURCE)
+                        source=VLLM_SOURCE)
     if w.type == "float" and w.strategy == "block":
-        return Hardware(8.0, 8.9, "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM 0.25 defaults to DeepGEMM, which decoded "
+        return Hardware(8.0, 8.9, "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM defaults to DeepGEMM, which decoded "
                                   "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
                                   "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6",
                         source=f"{SUPPORT_MATRIX}; the DeepGEMM note from this project's H100 benchmark "
@@ -82,8 +82,8 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
                             "quantize.enabled or pick another scheme")
 
 
-# vLLM 0.25 picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B shape on an
-# H100 it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM disabled, at x1.17
+# vLLM (0.25 and 0.26) picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B
+# shape on an H100 (vLLM 0.25.0) it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM disabled, at x1.17
 # (benchmarks/gpu/RESULTS.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only for Hopper or no named GPU.
 DEEPGEMM_OFF = {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
 

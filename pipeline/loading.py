@@ -56,6 +56,43 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
     return model.to(device).eval()
 
 
+def check_checkpoint_tensors(path: str | Path, role: str) -> None:
+    """The safetensors weights hold exactly the tensors, of exactly the shapes, that the model config.json describes
+    needs. transformers initialises a missing tensor at random and only logs it, so a config with more layers
+    than the weights (or a decoy model.safetensors beside the real weights) would be quantized and shipped as a
+    random model; checked from the file headers and a meta-device model, without reading any weights."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.errors import PipelineError
+
+    path = Path(path)
+    index = path / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    stored: dict[str, tuple] = {}
+    for name in files:
+        with safe_open(str(path / name), framework="pt") as f:
+            for key in f.keys():
+                stored[key] = tuple(f.get_slice(key).get_shape())
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied = {k for k in expected if k not in stored and getattr(config, "tie_word_embeddings", False)
+            and k.endswith("lm_head.weight")}
+    missing = sorted(set(expected) - set(stored) - tied)
+    unexpected = sorted(set(stored) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(stored) if expected[k] != stored[k])
+    for what, keys in (("has no tensor for", missing), ("holds tensors the config has no place for", unexpected),
+                       ("holds tensors of another shape than the config's", wrong)):
+        if keys:
+            raise PipelineError(f"{role} model {path}: {', '.join(files)} {what} {len(keys)} parameter(s) "
+                                f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}); config.json and the "
+                                "weights describe different models")
+
+
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 

@@ -95,7 +95,7 @@ def check(p: dict) -> None:
 
 def speculative_config(spec: Speculation, ngram: dict | None = None,
                        draft_tensor_parallel_size: int | None = None) -> dict | None:
-    """vLLM 0.25's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3.
+    """vLLM 0.26's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3.
     draft_tensor_parallel_size: the draft model's (None: vLLM's default, the target's); other methods have none."""
     if not spec.enabled:
         return None

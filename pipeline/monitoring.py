@@ -1,6 +1,6 @@
 """Prometheus rules and a Grafana dashboard for a bundle, with the bundle's own numbers (monitoring/).
 
-Metric names are those vLLM 0.25 exports (vllm/v1/metrics/loggers.py, label `model_name` = the served
+Metric names are those vLLM 0.26 exports (vllm/v1/metrics/loggers.py, label `model_name` = the served
 name); counters carry prometheus_client's `_total` suffix and histograms `_bucket`. Thresholds come from
 this build: the acceptance it was evaluated at (served under load when measured), the draft/target cost
 ratio below which speculation is slower than plain decoding, and the serving benchmark's p99 TTFT and ITL
@@ -20,7 +20,7 @@ DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 TTFT, ITL, QUEUE = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds"
 GENERATED = "vllm:generation_tokens_total"
-# Histogram bucket bounds vLLM 0.25 uses (loggers.py). histogram_quantile interpolates inside a bucket, so a
+# Histogram bucket bounds vLLM 0.26 uses (loggers.py). histogram_quantile interpolates inside a bucket, so a
 # threshold inside one compares against an estimate, not a measurement: thresholds are raised to the next bound
 # (and queue time, whose first bucket ends at 0.3 s, is never alerted on below it).
 BUCKETS = {

@@ -21,12 +21,28 @@ GATE = "GATE.json"
 EVAL = "EVAL.json"
 
 
-def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fail: list[str]) -> VariantVerdict:
+def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) -> None:
+    """The verdict records the threshold of every check it applied; one that params.yaml has changed since (a
+    raised bar, a removed or added check) makes it stale: publishing it would tag a build passed on old rules."""
+    applied = {c.check: c.threshold for c in verdict.checks}
+    changed = sorted(name for name in set(applied) | set(thresholds) if applied.get(name) != thresholds.get(name))
+    if changed:
+        name = changed[0]
+        raise PipelineError(f"{variant}: its gate verdict was reached with {name} = {applied.get(name, 'unset')}, "
+                            f"params.yaml now says {thresholds.get(name, 'unset')}"
+                            + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
+                            + "; re-run the gate (`dvc repro`) before publishing")
+
+
+def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fail: list[str],
+                      thresholds: dict | None = None) -> VariantVerdict:
     verdict = records.read(VariantVerdict, bundle / GATE)
     now = current.variants.get(variant)
     if now is None or dataclasses.asdict(now) != dataclasses.asdict(verdict):
         raise PipelineError(f"{bundle} was built from another gate run than the current one "
                             "(artifacts/gate/verdict.json); rebuild it with `dvc repro`")
+    if thresholds is not None:
+        check_thresholds(verdict, variant, thresholds)
     if not verdict.passed and not (verdict.allowed_failure and variant in allow_fail):
         failed = ", ".join(c.check for c in verdict.checks if not c.passed)
         raise PipelineError(f"{variant} failed its gates ({failed}) and is not in gates.allow_fail; not published")
@@ -45,11 +61,12 @@ def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport
-                 ) -> tuple[str, dict]:
-    """(version, tags) of a bundle that may be published; verified and its verdict re-checked."""
+def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport,
+                 thresholds: dict | None = None) -> tuple[str, dict]:
+    """(version, tags) of a bundle that may be published; verified and its verdict re-checked (against the
+    thresholds now in force, when given)."""
     manifest = verify(bundle)
-    verdict = shippable_verdict(bundle, variant, current, allow_fail)
+    verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
     summary = read_json(bundle / EVAL)
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
     tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",

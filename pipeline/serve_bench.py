@@ -21,7 +21,7 @@ from pipeline.serve_records import PERCENTILES, PLAIN, LoadLevel, ServeBenchReco
 from pipeline.vllm_server import failure
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-# Counters and gauges read from /metrics (names as vLLM 0.25 exports them, vllm/v1/metrics/loggers.py).
+# Counters and gauges read from /metrics (names as vLLM 0.26 exports them, vllm/v1/metrics/loggers.py).
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 BENCH_TIMEOUT_S = 1800

@@ -38,7 +38,7 @@ def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: di
 def serve_config(args: dict) -> dict:
     """`vllm serve --config serve.yaml` from the bundle directory.
 
-    How vLLM 0.25 reads it (FlexibleArgumentParser.load_config_file in vllm/utils/argparse_utils.py):
+    How vLLM 0.26 reads it (FlexibleArgumentParser.load_config_file in vllm/utils/argparse_utils.py):
     every top-level key becomes `--key value`; a nested mapping is json.dumps'ed into the option's
     JSON value, so `speculative-config` is written as a plain YAML mapping; `true` becomes a bare
     flag and `false` is dropped (so false/None are left out here rather than silently ignored there).

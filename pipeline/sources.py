@@ -45,11 +45,37 @@ def model_files(path: Path) -> list[str]:
     return sorted(found)
 
 
+def link_roots(path: Path) -> list[Path]:
+    """Where a model directory's links may point: into itself, and for a Hugging Face cache snapshot
+    (models--org--name/snapshots/<revision>) into that repository's blobs/."""
+    real = path.resolve()
+    roots = [real]
+    if real.parent.name == "snapshots":
+        roots.append(real.parent.parent / "blobs")
+    return roots
+
+
+def check_links(path: Path, role: str) -> None:
+    """A link inside a model directory that resolves outside it (notes.txt -> a secret) would be copied into
+    the bundle and published; refuse it, naming the file, never reading the target."""
+    roots = link_roots(path)
+    for rel in model_files(path):
+        try:
+            real = (path / rel).resolve(strict=True)
+        except (OSError, RuntimeError) as e:  # a loop, a dangling link
+            raise PipelineError(f"{role} model directory {path}: {rel} cannot be resolved ({type(e).__name__}: "
+                                f"{getattr(e, 'strerror', None) or e}); replace the link with the file") from None
+        if not any(real == r or r in real.parents for r in roots):
+            raise PipelineError(f"{role} model directory {path}: {rel} is a link to {real}, outside the model "
+                                "directory; copy the file in instead")
+
+
 def check_model_dir(path: Path, role: str) -> None:
     """Everything a loader would trip over hours later, found now: presence first, then the
     structure of each file (safetensors headers only, so multi-GB weights are not read)."""
     if not path.is_dir():
         raise PipelineError(f"{role} model directory {path} does not exist")
+    check_links(path, role)
     if not (path / "config.json").is_file():
         raise PipelineError(f"{role} model directory {path} has no config.json (expected a Hugging Face layout)")
     if not (path / WEIGHTS).is_file() and not (path / WEIGHTS_INDEX).is_file():
@@ -192,4 +218,7 @@ def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) 
         check_model_dir(dst, role)
     else:
         raise PipelineError(f"{role}: the demo source builds target and draft together; use it for both")
+    from pipeline.loading import check_checkpoint_tensors  # torch and transformers: only once there is a model
+
+    check_checkpoint_tensors(dst, role)
     return kind

@@ -1,10 +1,13 @@
 """Which speculative setting a bundle ships: one method (draft model, EAGLE-3, n-gram) at some k, or none.
 
-Measured beats estimated. With a serving benchmark of the variant (GPU, vLLM), the method that gave the
+Measured beats predicted. With a serving benchmark of the variant (GPU, vLLM), the method that gave the
 most output tokens/s at `serving.target_concurrency` ships, and only when it beats plain decoding by
-`serving.speculation.min_gain`. Without one, the CPU estimate decides the same way: the method and k with
-the best expected speedup ship only when it clears the same margin; "no speculation" is always a
-candidate, so a method that doesn't pay is never shipped because it was the least bad one.
+`serving.speculation.min_gain`. Without one, the served speed predicted from the CPU acceptance estimate and
+a cost profile measured on a GPU (pipeline/serving_costs.py) decides: the method and k predicted fastest
+ship only when the prediction clears the same margin at the target concurrency and is not below plain
+decoding at the concurrency of any tier that would carry it; with no cost profile nothing is predicted and
+nothing ships. "No speculation" is always a candidate, so a method that doesn't pay is never shipped because
+it was the least bad one.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ class SpeculationDecision:
     reason: str
     method: str | None = DRAFT_MODEL  # the candidate's method (pipeline/methods.py)
     compared: dict[str, float] | None = None  # every method's speedup, where more than one was weighed
+    predicted: dict[str, float] | None = None  # estimated basis: concurrency -> predicted speedup at candidate_k
+    profile: str | None = None  # the cost profile that predicted it
 
     @property
     def speculation(self) -> Speculation:
@@ -44,14 +49,16 @@ def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str)
     return (plain, spec) if plain and spec else None
 
 
-def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float) -> SpeculationDecision:
+def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float,
+           declared: dict[str, int] | None = None) -> SpeculationDecision:
     """Measured whenever plain decoding was served at the concurrency: then only a method served there without
     failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
-    a method vLLM failed to serve must not ship on its CPU estimate)."""
+    a method vLLM failed to serve must not ship on its CPU estimate). declared: tier name -> concurrency of
+    the tiers that would carry the speculation (the predicted basis checks it does not lose at any of them)."""
     plain = (serve.configs[PLAIN].at(concurrency)
              if serve is not None and not serve.skipped and PLAIN in serve.configs else None)
     if plain is None:
-        return _estimated(summary, min_gain)
+        return _estimated(summary, min_gain, concurrency, declared or {})
     if plain.failed:
         return _measured_none(concurrency, f"plain decoding had {plain.failed} failed requests in the serving "
                                            f"benchmark at concurrency {concurrency}; no speedup can be claimed")
@@ -88,25 +95,35 @@ def _measured_none(concurrency: int, reason: str) -> SpeculationDecision:
     return SpeculationDecision(0, 0, MEASURED, None, concurrency, reason, method=None)
 
 
-def _estimated(summary: dict, min_gain: float) -> SpeculationDecision:
-    """The CPU estimate's best method and k (the evaluate stage picked them), against min_gain."""
+def _estimated(summary: dict, min_gain: float, concurrency: int, declared: dict[str, int]) -> SpeculationDecision:
+    """The predicted served speed of the best method and k (the evaluate stage picked them) against min_gain at
+    the target concurrency, and against plain decoding at every declared tier concurrency."""
     k, expected = summary.get("num_speculative_tokens"), summary.get("expected_speedup")
     method = summary.get("speculative_method", DRAFT_MODEL)
+    profile = summary.get("cost_profile")
     if not k or expected is None:
-        return SpeculationDecision(0, 0, ESTIMATED, None, None,
-                                   "the metrics carry no speculative estimate (num_speculative_tokens, expected_speedup)",
-                                   method=method)
+        return SpeculationDecision(0, int(k or 0), ESTIMATED, None, None,
+                                   "no served speed was predicted (no serving-cost profile for the serving GPU and "
+                                   "vLLM, and no serving benchmark): plain decoding ships", method=method)
     k, expected = int(k), float(expected)
-    pays = expected >= min_gain
+    predicted = {str(c): float(v) for c, v in (summary.get("predicted_speedup_by_concurrency") or {}).items()}
     compared = {m.removeprefix("expected_speedup_"): float(v) for m, v in summary.items()
-                if m.startswith("expected_speedup_")}
+                if m.startswith("expected_speedup_") and v is not None}
+    source = f"predicted from the CPU acceptance estimate and measured serving costs ({profile})"
+    losing = {t: predicted.get(str(c)) for t, c in declared.items()
+              if predicted.get(str(c)) is None or predicted[str(c)] < 1.0}
+    pays = expected >= min_gain and not losing
+    why = (f" (>= serving.speculation.min_gain {min_gain})" if expected >= min_gain else
+           f", below serving.speculation.min_gain {min_gain}: plain decoding is predicted as fast or faster")
+    if expected >= min_gain and losing:
+        why = "; not shipped: " + "; ".join(
+            f"tier {t} at concurrency {declared[t]} is " + (f"predicted x{v:.2f}, slower than plain decoding"
+                                                           if v is not None else "not predicted")
+            for t, v in losing.items()) + " (serving.tiers.<tier>.speculation: off exempts a tier)"
     return SpeculationDecision(
-        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected, concurrency=None,
-        reason=(f"CPU estimate: x{expected:.2f} expected with {method} k={k}"
-                + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
-                   f", below serving.speculation.min_gain {min_gain}: plain decoding is expected to be "
-                   "as fast or faster")),
-        method=method, compared=compared if len(compared) > 1 else None)
+        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected, concurrency=concurrency,
+        reason=f"{source}: x{expected:.2f} served output tokens/s at concurrency {concurrency} with {method} k={k}" + why,
+        method=method, compared=compared if len(compared) > 1 else None, predicted=predicted or None, profile=profile)
 
 
 def without_speculation(decision: SpeculationDecision, why: str) -> SpeculationDecision:
@@ -174,8 +191,9 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
 
 
 def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int, serve: ServeBenchRecord | None,
-                     min_gain: float) -> tuple[Speculation, str]:
-    """(speculation, why) for a tier. shipped: the gate's decision (disabled: the bundle has no drafter)."""
+                     min_gain: float, predicted: dict[str, float] | None = None) -> tuple[Speculation, str]:
+    """(speculation, why) for a tier. shipped: the gate's decision (disabled: the bundle has no drafter);
+    predicted: its predicted speedup per concurrency, where the decision was predicted rather than measured."""
     none = Speculation(None, 0)
     if not shipped.enabled:
         return none, "the bundle ships no speculation"
@@ -191,8 +209,14 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
         d = decide({}, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
-    return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
-                  "shown to pay")
+    if predicted and str(tier.concurrency) in predicted:
+        gain = predicted[str(tier.concurrency)]
+        if gain >= min_gain:
+            return shipped, f"predicted x{gain:.2f} at concurrency {tier.concurrency} (measured serving costs)"
+        return none, (f"predicted x{gain:.2f} at concurrency {tier.concurrency}, below serving.speculation.min_gain "
+                      f"{min_gain}")
+    return none, (f"speculation was not measured or predicted at concurrency {tier.concurrency}; it ships only "
+                  "where it was shown to pay")
 
 
 def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:

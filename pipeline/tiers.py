@@ -88,7 +88,7 @@ def parse_tiers(serving: dict) -> list[Tier]:
 
 def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
     """serving.speculation.draft_tensor_parallel_size: null, or the tensor parallelism of every tier that may ship
-    the draft model. vLLM 0.25's SpeculativeConfig takes 1 as well, but its draft-model proposer
+    the draft model. vLLM 0.26's SpeculativeConfig takes 1 as well, but its draft-model proposer
     (vllm/v1/spec_decode/draft_model.py, _raise_if_draft_tp_mismatch) refuses any other than the target's when
     the engine starts, so 1 under a sharded target would only fail on the GPU."""
     draft_tp = (serving.get("speculation") or {}).get("draft_tensor_parallel_size")
@@ -100,7 +100,7 @@ def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
     for tier in tiers:
         if tier.speculation != "off" and tier.tensor_parallel_size != draft_tp:
             raise PipelineError(f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
-                                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.25 serves a "
+                                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.26 serves a "
                                 "draft model only at its target's (null follows each tier's)")
 
 

@@ -1,7 +1,7 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
 from pathlib import Path
 
-from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, records, vllm_spec
+from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, records, serving_costs, vllm_spec
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import read_split
 from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
@@ -10,6 +10,7 @@ from pipeline.io import atomic_dir, write_csv, write_json
 from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.served_draft import MODEL
 from pipeline.stage import say, stage_main
+from pipeline.tiers import parse_tiers
 from pipeline.vllm_spec import VllmMeasurement
 
 TARGET, DRAFT, HEAD = Path("artifacts/models/target"), MODEL, Path("artifacts/eagle3/model")
@@ -39,8 +40,29 @@ def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]
     return out
 
 
+def served_concurrencies(p: dict) -> list[int]:
+    """Where served speed is predicted: the target concurrency, every tier's and the serving benchmark's sweep."""
+    return sorted({p["serving"]["target_concurrency"], *(t.concurrency for t in parse_tiers(p["serving"])),
+                   *p["serve_bench"]["concurrency"]})
+
+
+def with_predictions(p: dict, estimates: dict[str, acceptance.SpeculativeEstimate], target_params: int
+                     ) -> tuple[dict[str, acceptance.SpeculativeEstimate], serving_costs.Choice]:
+    """Each method's estimate at the k predicted fastest as served at serving.target_concurrency, from the cost
+    profile nearest this target (pipeline/serving_costs.py); without one, no expected speedup at all."""
+    serving = p["serving"]
+    choice = serving_costs.choose(serving["speculation"]["cost_profile"], serving["gpu"], target_params)
+    out = {}
+    for method, est in estimates.items():
+        prediction = serving_costs.predict(choice, method, est.accepted_per_step_by_k, est.drafted_per_step_by_k,
+                                           served_concurrencies(p))
+        out[method] = acceptance.with_served_prediction(est, prediction, serving["target_concurrency"])
+    return out, choice
+
+
 def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
-    return max(estimates, key=lambda m: estimates[m].expected_speedup)
+    """The method predicted fastest as served (the first requested when none has a prediction)."""
+    return max(estimates, key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> VllmMeasurement:
@@ -69,12 +91,19 @@ def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.Spec
     spec = estimates[method]
     per_method = {f"{key}_{m}": getattr(e, key) for m, e in estimates.items()
                   for key in ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")}
+    k = spec.num_speculative_tokens
     summary = {"variant": variant, **fidelity,
                "speculative_method": method,
                "token_acceptance": spec.token_acceptance,
                "accepted_per_draft_token": spec.accepted_per_draft_token,
-               "num_speculative_tokens": spec.num_speculative_tokens,
+               "num_speculative_tokens": k,
+               # predicted served speedup at serving.target_concurrency (None: no cost profile applies), and at
+               # every concurrency the bundle declares, at this k; the weight-bytes bound for reference only
                "expected_speedup": spec.expected_speedup,
+               "predicted_speedup_by_concurrency": ({c: by_k[str(k)] for c, by_k in spec.served.speedup_by_k.items()}
+                                                    if spec.served else {}),
+               "cost_profile": spec.served.profile if spec.served else None,
+               "ideal_speedup": spec.ideal_speedup,
                **per_method,
                **{f"lm_eval_{t}_{k}": v for t, s in lm_eval["scores"].items() for k, v in s.items()}}
     if gpu.skipped is None:
@@ -95,13 +124,14 @@ def main(argv: list[str]) -> None:
     tokenizer = load_tokenizer(TARGET)
     heldout = read_split("artifacts/data/heldout.jsonl")[: cfg["heldout_limit"]]
     baseline, model = load_causal_lm(TARGET), load_causal_lm(variant_dir)
+    target_params = baseline.num_parameters()  # the unquantized count: packed INT4 weights would undercount
 
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout]
     fidelity = quality.fidelity(baseline, model, examples)
     fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg["greedy_prompts"]],
                                                     cfg["greedy_tokens"], tokenizer.eos_token_id)
-    estimates = method_estimates(p, model, variant_dir, prompts)
+    estimates, profile = with_predictions(p, method_estimates(p, model, variant_dir, prompts), target_params)
     best = best_method(estimates)
     spec = estimates[best]
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
@@ -127,9 +157,13 @@ def main(argv: list[str]) -> None:
               [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
                 **{m: e.accepted_per_position[j] if j < len(e.accepted_per_position) else None
                    for m, e in estimates.items()}} for j in range(max_k)])
+    concurrency = p["serving"]["target_concurrency"]
     say(f"evaluate {variant}: ppl {fidelity['perplexity_increase_pct']:+.2f}%, KL {fidelity['kl_divergence']:.4f}, "
-        f"top-1 {fidelity['top1_agreement']:.3f}; speculation (estimated speedup): "
-        + ", ".join(f"{m} x{e.expected_speedup:.2f} at k={e.num_speculative_tokens}" for m, e in estimates.items())
+        f"top-1 {fidelity['top1_agreement']:.3f}; speculation, "
+        + (f"predicted served speedup at concurrency {concurrency} ({profile.profile.name}): "
+           + ", ".join(f"{m} x{e.expected_speedup:.2f} at k={e.num_speculative_tokens}" for m, e in estimates.items()
+                       if e.expected_speedup is not None)
+           if profile.profile else f"no served prediction ({profile.reason})")
         + f"; best {spec.method} accepted/draft token {spec.accepted_per_draft_token:.3f}; vLLM: "
         + (f"skipped ({gpu.skipped})" if gpu.skipped else f"accepted/draft token {gpu.accepted_per_draft_token:.3f}"))
 

@@ -5,7 +5,7 @@ current gate run's verdicts say whether it is still the build to ship (pipeline/
 from pathlib import Path
 
 from pipeline import records
-from pipeline.config import load_params
+from pipeline.config import gate_thresholds, load_params
 from pipeline.errors import PipelineError
 from pipeline.gates import GateReport
 from pipeline.io import write_json
@@ -25,7 +25,8 @@ def main(argv: list[str]) -> None:
         bundle = Path("artifacts/bundles") / variant
         if not bundle.is_dir():
             raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
-        releases[variant] = (bundle, *release_tags(bundle, variant, pub, p["gates"].get("allow_fail") or [], current))
+        releases[variant] = (bundle, *release_tags(bundle, variant, pub, p["gates"].get("allow_fail") or [], current,
+                                                   gate_thresholds(p, variant)))
     receipts = []
     for variant, (bundle, version, tags) in releases.items():
         receipt = backend.publish(bundle, f"{name}-{variant}", version, tags, pub)

@@ -61,7 +61,10 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         write_json(model / "config.json", config)
         summaries[variant] = {"variant": variant, **PASSING, "num_speculative_tokens": spec.num_speculative_tokens,
                               "accepted_per_draft_token": spec.accepted_per_draft_token,
-                              "expected_speedup": spec.expected_speedup, **metric_overrides}
+                              "expected_speedup": spec.expected_speedup, "cost_profile": "test-profile",
+                              # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
+                              "predicted_speedup_by_concurrency": {"1": spec.expected_speedup, "64": 1.02},
+                              **metric_overrides}
         ev = root / "artifacts/eval" / variant
         write_json(ev / "summary.json", summaries[variant])
         records.write(ev / "speculative.json", spec)

@@ -133,7 +133,7 @@ def test_card_shows_measured_gpu_numbers():
 
 @pytest.mark.parametrize("ran", ["nowhere", "offline engine", "served"])
 def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
-    """NVFP4A16's hardware line: the kernel vLLM 0.25 picks on Hopper, read from its source, and plainly whether
+    """NVFP4A16's hardware line: the kernel vLLM 0.26 picks on Hopper, read from its source, and plainly whether
     this build ran the variant on a GPU at all."""
     no_gpu = VllmMeasurement(skipped="no CUDA device")
     gpu, serve = {"nowhere": (no_gpu, ServeBenchRecord("nvfp4a16", skipped="no CUDA device")),
@@ -148,7 +148,7 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
     assert line.startswith("Hardware: compute capability 7.5+ (NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on "
                            "every GPU from 7.5, Hopper (9.0) and Blackwell included, never FP4 tensor cores")
     assert "h100" in line and "t4" in line
-    assert "come from vLLM 0.25.0's source" in hardware and "not from a GPU run" in hardware
+    assert "come from vLLM 0.26.0's source" in hardware and "not from a GPU run" in hardware
     assert {"nowhere": "this build ran the variant on no GPU.",
             "offline engine": "this build ran the variant on a GPU with vLLM's offline engine (section 4).",
             "served": "this build served the variant on NVIDIA H100 80GB HBM3 (section 5)."}[ran] in hardware

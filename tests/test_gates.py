@@ -28,7 +28,8 @@ def passing_metrics(params: dict, variant: str) -> dict:
             "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
             "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
             "num_speculative_tokens": 4, "expected_speedup": 2.0, "greedy_match": 1.0,
-            "perplexity": t["max_heldout_perplexity"] * 0.5}
+            "perplexity": t["max_heldout_perplexity"] * 0.5, "cost_profile": "test-profile",
+            "predicted_speedup_by_concurrency": {"1": 2.0, "64": 1.2}}
 
 
 def test_defaults_are_stricter_for_fp8_than_int4():
@@ -144,6 +145,10 @@ def test_nan_metric_fails():
      "gates.overrides names unknown variants.*gptq-w4a61"),
     (lambda p: p["publish"].update(version=1.1), "publish.version must be a string.*quote it"),
     (lambda p: p["serving"].update(name="../escape"), "serving.name"),
+    # 128 characters pass alone, but publish registers <name>-<variant>: refused before any stage runs
+    (lambda p: p["serving"].update(name="n" * 128), "serving.name: the registry name n{40}... of variant .* is 1[34]"),
+    (lambda p: p["serving"]["speculation"].update(cost_profile=""), "serving.speculation.cost_profile must be auto"),
+    (lambda p: p["serving"]["speculation"].update(cost_profile="missing.json"), "cost_profile: missing.json not found"),
     (lambda p: p["quantize"]["variants"].update({"../x": {"algorithm": "rtn", "scheme": "FP8"}}), "invalid variant name"),
     (lambda p: p["quantize"]["variants"].update({"bf16": {"algorithm": "none", "scheme": "FP8"}}),
      "algorithm 'none' is the unquantized target"),

@@ -49,11 +49,11 @@ def test_requirements_by_scheme():
     for gpu in (g for g, cc in GPUS.items() if cc >= 8.9):
         check_runs_on(spec("fp8-block"), gpu)  # FP8 serves natively from Ada/Hopper on
     check_runs_on(spec("bf16"), None)  # no fleet named: nothing refused
-    # vLLM 0.25.0's source: NVFP4A16 is CompressedTensorsW4A4Fp4(use_a16=True) (min capability 75) and always
+    # vLLM 0.26.0's source: NVFP4A16 is CompressedTensorsW4A4Fp4(use_a16=True) (min capability 75) and always
     # FP4 Marlin, weight-only by design, so Marlin is its native path on Hopper and Blackwell too.
     nvfp4 = requirements(spec("nvfp4a16"))
     assert (nvfp4.min_compute_capability, nvfp4.native_compute_capability) == (7.5, 7.5)
-    assert "FP4 Marlin" in nvfp4.kernels and "Hopper (9.0)" in nvfp4.kernels and "vLLM 0.25.0" in nvfp4.source
+    assert "FP4 Marlin" in nvfp4.kernels and "Hopper (9.0)" in nvfp4.kernels and "vLLM 0.26.0" in nvfp4.source
     assert nvfp4.runs_on() == list(GPUS)
 
 

@@ -94,6 +94,21 @@ def test_publish_stage_tampered_bundle_is_one_line(workspace, tmp_path):
     assert not (ws / "artifacts/publish/receipt.json").exists()
 
 
+def test_a_verdict_reached_under_other_thresholds_is_not_published(workspace, tmp_path):
+    """Raise a bar in params.yaml after the gate ran, then run the publish stage by hand: the stored verdict says
+    passed under the old bar, so publishing it would tag a failing build `gates: passed`."""
+    import yaml
+
+    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+    p["gates"]["overrides"]["fp8-dynamic"] = {**p["gates"]["overrides"].get("fp8-dynamic", {}),
+                                              "max_kl_divergence": 0.0001}
+    (ws / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    line = one_error_line(run_stage(ws, "stages.publish"))
+    assert "fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, params.yaml now says 0.0001" in line
+    assert not (ws / "registry").exists() and not (ws / "artifacts/publish/receipt.json").exists()
+
+
 @pytest.mark.parametrize("version", ["latest", "../escape", "a b", ""])
 def test_bad_versions_are_refused(workspace, tmp_path, version):
     with pytest.raises(PipelineError, match="version"):

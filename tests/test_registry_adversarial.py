@@ -115,6 +115,32 @@ def test_concurrent_publishes_of_one_version_with_different_content_admit_one(tm
             stored["bundle_digest"]
 
 
+@pytest.mark.parametrize("target_exists", [True, False])
+def test_a_lock_that_is_a_link_changes_nothing_outside_the_registry(tmp_path, bundles, target_exists):
+    """registry/.lock -> a file elsewhere: the publisher must neither create it nor change its mode."""
+    registry, outside = tmp_path / "registry", tmp_path / "someone-elses-file"
+    registry.mkdir()
+    if target_exists:
+        outside.write_text("keep")
+        outside.chmod(0o600)
+    (registry / ".lock").symlink_to(outside)
+    with pytest.raises(PipelineError, match=r"registry lock .*\.lock is a symbolic link"):
+        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    if target_exists:
+        assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and outside.read_text() == "keep"
+    else:
+        assert not outside.exists()
+    assert not (registry / "m").exists()
+
+
+def test_a_lock_that_is_a_fifo_is_refused_without_blocking(tmp_path, bundles):
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    os.mkfifo(registry / ".lock")
+    with pytest.raises(PipelineError, match="is not a regular file"):
+        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+
+
 # 2. Names reach the filesystem
 
 @pytest.mark.parametrize("name", ["../x", "a/b", "..", "", ".hidden", "a..b", "x" * 129, "index.json"])

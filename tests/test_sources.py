@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import shutil
 import sys
 
@@ -22,6 +23,56 @@ def test_local_source_is_copied_and_checked(tmp_path, demo_pair):
     dst = tmp_path / "out"
     assert fetch_model(str(demo_pair[0]), dst, "target") == "local"
     assert (dst / "config.json").is_file() and list(dst.glob("*.safetensors"))
+
+
+def test_a_link_out_of_the_model_directory_is_refused_before_any_copy(tmp_path, demo_pair):
+    """model/notes.txt -> a secret elsewhere would be copied into the bundle and published; one line, no copy."""
+    src = tmp_path / "model"
+    shutil.copytree(demo_pair[0], src)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("password=hunter2")
+    (src / "notes.txt").symlink_to(secret)
+    with pytest.raises(PipelineError, match=r"target model directory .*: notes.txt is a link to .*secret.txt, "
+                                            "outside the model directory") as e:
+        fetch_model(str(src), tmp_path / "out", "target")
+    assert "hunter2" not in str(e.value) and not (tmp_path / "out").exists()
+    (src / "notes.txt").unlink()
+    (src / "notes.txt").symlink_to(src / "notes.txt")  # a loop
+    with pytest.raises(PipelineError, match="notes.txt cannot be resolved"):
+        fetch_model(str(src), tmp_path / "out", "target")
+
+
+def test_a_hub_cache_snapshot_links_into_its_blobs(tmp_path, demo_pair):
+    """The Hugging Face cache layout: snapshots/<rev>/<file> -> ../../blobs/<hash>, which is the model's own."""
+    repo = tmp_path / "models--acme--tiny"
+    snap, blobs = repo / "snapshots" / "abc123", repo / "blobs"
+    snap.mkdir(parents=True)
+    blobs.mkdir()
+    for f in sorted(demo_pair[0].iterdir()):
+        if f.is_file():
+            (blobs / f.name).write_bytes(f.read_bytes())
+            (snap / f.name).symlink_to(Path("../../blobs") / f.name)
+    assert fetch_model(str(snap), tmp_path / "out", "target") == "local"
+    assert not (tmp_path / "out" / "config.json").is_symlink()
+
+
+def test_weights_that_do_not_match_the_config_are_refused(tmp_path, demo_pair):
+    """A config with one layer more than the weights (or a decoy model.safetensors): transformers would initialise
+    the missing layer at random and only log it; the models stage refuses it in one line instead."""
+    src = tmp_path / "model"
+    shutil.copytree(demo_pair[0], src)
+    config = json.loads((src / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers + 1}))
+    with pytest.raises(PipelineError, match=rf"target model .*: model.safetensors has no tensor for \d+ parameter\(s\) "
+                                            rf"\(model.layers.{layers}\."):
+        fetch_model(str(src), tmp_path / "out", "target")
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers - 1}))
+    with pytest.raises(PipelineError, match="holds tensors the config has no place for"):
+        fetch_model(str(src), tmp_path / "out2", "target")
+    (src / "config.json").write_text(json.dumps({**config, "intermediate_size": config["intermediate_size"] + 8}))
+    with pytest.raises(PipelineError, match="holds tensors of another shape"):
+        fetch_model(str(src), tmp_path / "out3", "target")
 
 
 def test_missing_local_dir_is_one_clear_error(tmp_path):

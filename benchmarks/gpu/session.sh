@@ -15,6 +15,9 @@
 #   session.sh gpu-calib OUT S [V]  calibration sample count vs quality on the GPU profile's target (V: variants,
 #                                 quoted, default "gptq-w4a16 int8-w8a8"), in the background, then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
+#   session.sh costs OUT S [ITEM...]  serving-cost profiles (measure_costs.py queue ITEM...: shapes and `served`) in
+#                                 the background; S seconds later the first costs-watch
+#   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
 #   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
 #                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
 #                                 then /metrics scraped before and after the load (checked on the CPU machine by
@@ -157,6 +160,30 @@ PY
     gp_background "python3 -m dvc repro data && python benchmarks/calibration_sweep.py --device cuda \
       --variants ${4:-gptq-w4a16 int8-w8a8} --samples 16 32 64 128 256 --raw /tmp/gp-calib.json"
     exec bash "$0" gpu-watch "$2" "$3" ;;
+  costs)
+    # Serving-cost profiles (benchmarks/gpu/measure_costs.py): vLLM alone, in the background (it outlives this
+    # call), results under /tmp/costs/out; then costs-watch. The demo's trained models for the served check
+    # arrive in a later call (costs-watch copies .gpu/served when carried).
+    # ITEMS (after S): shapes and `served`, in order (measure_costs.py queue); default the first lease's order.
+    export COSTS_ITEMS="${*:4}"; COSTS_ITEMS=${COSTS_ITEMS:-demo gpu-profile-1b served llama3-8b smollm2-135m}
+    rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
+    gpu_line | tee /tmp/costs/out/gpu.txt
+    PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
+      | tee /tmp/costs/out/versions.txt
+    (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'PYTHONPATH=/tmp/vllm/site python \
+      measure_costs.py queue shapes out /tmp/served-input $COSTS_ITEMS > run.log 2>&1; \
+      echo $? > rc' < /dev/null > /dev/null 2>&1 &)
+    sleep "${3:-60}"; bash "$0" costs-watch "$2" 1 ;;
+  costs-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    if [ -f .gpu/served/prompts.json ] && [ ! -e /tmp/served-input ]; then
+      mkdir -p /tmp/served-in.tmp && cp -r .gpu/served/target .gpu/served/draft .gpu/served/eagle3 /tmp/served-in.tmp/ \
+        && cp .gpu/served/prompts.json /tmp/served-in.tmp/ && mv /tmp/served-in.tmp /tmp/served-input && echo "served input in"
+    fi
+    while [ ! -f /tmp/costs/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    grep -E "^ENGINE|Error" /tmp/costs/run.log | tail -n 40 | cut -c1-300 || true
+    [ -f /tmp/costs/rc ] && echo "costs exit status: $(cat /tmp/costs/rc)" || echo "costs still running"
+    tar czf "$out/costs.tgz" -C /tmp/costs out run.log ;;
   gpu-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     while [ ! -f /tmp/gp-repro.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done

@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -74,10 +75,23 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
 def _locked(root: Path):
     """Exclusive across processes; across hosts only where the filesystem honours flock."""
     _make_dir(root)
-    # flock needs no write access, so a team member can lock a file another one created.
-    fd = os.open(root / LOCK, os.O_RDONLY | os.O_CREAT, FILE_MODE)
+    path = root / LOCK
+    # flock needs no write access, so a team member can lock a file another one created. O_NOFOLLOW: a lock
+    # that is a link would have this process create or chmod a file outside the registry.
+    created = True
     try:
-        with contextlib.suppress(PermissionError):  # someone else's lock file keeps its mode
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    except FileExistsError:
+        created = False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            raise PipelineError(f"local registry lock {path} is a symbolic link or unreadable ({_describe(e)}); "
+                                "remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PipelineError(f"local registry lock {path} is not a regular file; remove it")
+        if created:  # never chmod a lock another process or person made
             os.fchmod(fd, FILE_MODE)
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
