@@ -34,7 +34,7 @@ from pathlib import Path
 
 PROMPT_TOKENS = 128
 SHORT, LONG = 32, 288  # generated tokens of the two runs whose difference is timed
-REPEATS = 3  # short/long pairs per batch size; the profile takes the median step (single pairs read +-30%)
+REPEATS = 2  # short/long pairs per batch size; the profile takes the median step (single pairs read +-30%)
 SERVED_TOKENS = 96  # the served check's cap per answer (evaluate.acceptance.continuation_tokens)
 PLAIN_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 SPEC_BATCHES = [1, 4, 8, 16, 32, 64]
@@ -214,9 +214,15 @@ def subprocess_engine(models: Path, out_file: Path, method: str, k: int, batches
 
 
 def run(shapes: Path, out: Path, names: list[str]) -> None:
-    for name in names:
+    """names: shapes, each optionally `shape:method` (plain decoding and that method only)."""
+    for item in names:
+        name, _, only = item.partition(":")
         (out / name).mkdir(parents=True, exist_ok=True)
         for method, k in configs_for(name):
+            if only and method not in ("plain", only):
+                continue
+            if only and method == only and k == CHECK_K:
+                continue  # a one-method run: the ends of the k range
             batches = PLAIN_BATCHES if method == "plain" else SPEC_BATCHES
             subprocess_engine(shapes / name, out / name / f"{method}-k{k}.json", method, k, batches)
 
@@ -233,13 +239,15 @@ def served_prompts(art: Path, out: Path, n: int = 64) -> None:
     out.write_text(json.dumps([prompt_ids(tok, split_prompt_response(m)[0]) for m in rows]))
 
 
-def served(models: Path, prompts: Path, out: Path) -> None:
+def served(models: Path, prompts: Path, out: Path, only: str = "") -> None:
     """Trained models (MODELS/target, draft, eagle3) over held-out prompts: plain and each method at k = 2 and 8
     (EAGLE-3 at 4 too) at batch 1, 16, 32, stopping at EOS as served."""
     out.mkdir(parents=True, exist_ok=True)
     configs = [("plain", 0), ("eagle3", 2), ("eagle3", 4), ("eagle3", 8), ("ngram", 2), ("ngram", 8),
                ("draft_model", 2), ("draft_model", 8)]
     for method, k in configs:
+        if only and method not in ("plain", only):
+            continue
         subprocess_engine(models, out / f"{method}-k{k}.json", method, k, [1, 16, 32], "real", str(prompts))
 
 
@@ -247,7 +255,7 @@ def queue(shapes: Path, out: Path, served_input: Path, items: list[str]) -> None
     """The whole lease's work in the order given: shape names, and `served` for the served check of the demo's
     trained models (waiting up to 5 minutes for their files, SERVED_INPUT/prompts.json, to be carried in)."""
     for item in items:
-        if item != "served":
+        if item.partition(":")[0] != "served":
             run(shapes, out, [item])
             continue
         for _ in range(60):
@@ -255,7 +263,7 @@ def queue(shapes: Path, out: Path, served_input: Path, items: list[str]) -> None
                 break
             time.sleep(5)
         if (served_input / "prompts.json").exists():
-            served(served_input, served_input / "prompts.json", out / "served-demo")
+            served(served_input, served_input / "prompts.json", out / "served-demo", item.partition(":")[2])
 
 
 def main() -> None:
