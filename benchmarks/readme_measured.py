@@ -61,14 +61,18 @@ def render() -> str:
         f"{_range([e['accepted_per_draft_token'] for e in evals.values()], 3)} at k = "
         f"{', '.join(sorted({str(e['num_speculative_tokens']) for e in evals.values()}))}; gates "
         f"{'pass' if gates['passed'] else 'FAIL'} for {len(gates['variants'])} variants;",
-        "- speculative methods, CPU-estimated speedup (`draft.method`): " + "; ".join(
-            f"{v} " + ", ".join(f"{k.removeprefix('expected_speedup_')} x{x:.2f}" for k, x in e.items()
-                                if k.startswith("expected_speedup_")) for v, e in evals.items()) + ";",
-        "- shipped speculative setting (decided from the CPU estimate: no GPU here): " + ", ".join(
-            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"] else "none")
-            + f" (x{d['speedup']:.2f} expected)" for v, d in
-            ((v, verdict["speculation"]) for v, verdict in gates["variants"].items())) + "; the serving benchmark "
-        "(`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
+        "- speculative methods, served speedup at concurrency 1 predicted from the CPU acceptance estimate and the "
+        f"H100 cost profile `{next(iter(evals.values())).get('cost_profile')}` (`draft.method`, each at its predicted "
+        "best k): " + "; ".join(
+            f"{v} " + ", ".join(f"{k.removeprefix('expected_speedup_')} "
+                                + (f"x{x:.2f} (k={e['num_speculative_tokens_' + k.removeprefix('expected_speedup_')]})"
+                                   if x is not None else "not predicted")
+                                for k, x in e.items() if k.startswith("expected_speedup_")) for v, e in evals.items()) + ";",
+        "- shipped speculative setting (predicted, no GPU here): " + ", ".join(
+            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"]
+                       else "none") for v, d in
+            ((v, verdict["speculation"]) for v, verdict in gates["variants"].items())) + " (each card says why); the "
+        "serving benchmark (`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
         "",
         "GPU, the GPU demo profile (`benchmarks/gpu/RESULTS.md`; `bash benchmarks/gpu/session.sh gpu-profile` on an "
         f"H100 with vLLM {pr['vllm']}): `dvc repro` with a {pr['models']['target']['params'] / 1e9:.2f}B target and a "

@@ -64,6 +64,8 @@ class SpeculativeEstimate:
     drafted_tokens_per_step: float | None = None  # k for a model drafter; n-gram lookups propose fewer
     accepted_per_step_by_k: dict[str, float] = field(default_factory=dict)  # E[accepted tokens] per step
     drafted_per_step_by_k: dict[str, float] = field(default_factory=dict)  # E[drafted tokens] per step
+    tokens_per_step_by_k: dict[str, float] = field(default_factory=dict)  # response tokens per step (Schedule)
+    steps_per_response_by_k: dict[str, float] = field(default_factory=dict)  # verification steps per response
     ideal_speedup: float | None = None  # (1 + accepted) / (1 + drafted * cost_ratio) at ideal_k: a bound
     ideal_k: int | None = None
     served: ServedPrediction | None = None  # served speed per concurrency and k, from a measured cost profile
@@ -130,6 +132,10 @@ class Schedule:
     accepted_per_position: list[float]  # P(at least j accepted) per draft, as vLLM reports it
     accepted_per_step: float  # E[accepted tokens] per decoding step (a step without a draft accepts 0)
     drafted_per_step: float  # E[draft tokens] per step (k for a model drafter; less for n-gram lookups)
+    # Response tokens per step as served: the tokens up to the end of each response over the steps it took, so a
+    # last step's tokens accepted past EOS count for nothing (plain decoding makes one token a step)
+    tokens_per_step: float = 0.0
+    steps_per_response: float = 0.0  # E[verification steps] per response (the prefill step not counted)
 
 
 def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | None = None) -> Schedule:
@@ -138,9 +144,10 @@ def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | 
     starts at t + j + 1. Where drafts start depends on what was accepted, so this is a distribution over
     start positions rather than a draft at every position, which misweights mixed stretches (on the
     demo: 0.84 vs 0.86 of the real loop). reaches[i] is [T_i, k]: drafts start at FIRST_DRAFT..T_i-1."""
-    totals, drafts, steps, drafted = torch.zeros(k), 0.0, 0.0, 0.0
+    totals, drafts, steps, drafted, useful = torch.zeros(k), 0.0, 0.0, 0.0, 0.0
     for i, reach_all in enumerate(reaches):
         n_starts = reach_all.shape[0]
+        useful += max(0, n_starts - FIRST_DRAFT)
         start_mass = torch.zeros(n_starts + k + 1)  # P(a step starts at position t)
         start_mass[FIRST_DRAFT] = 1.0
         for t in range(FIRST_DRAFT, n_starts):
@@ -158,7 +165,9 @@ def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | 
             start_mass[t + 1:t + k + 2] += mass * exactly
     return Schedule(accepted_per_position=(totals / max(drafts, 1e-12)).tolist(),
                     accepted_per_step=float(totals.sum()) / max(steps, 1e-12),
-                    drafted_per_step=drafted / max(steps, 1e-12))
+                    drafted_per_step=drafted / max(steps, 1e-12),
+                    tokens_per_step=useful / max(steps, 1e-12),
+                    steps_per_response=steps / max(len(reaches), 1))
 
 
 def accepted_per_position(alphas: list[torch.Tensor], k: int, starts: list[int] | None = None) -> list[float]:
@@ -285,6 +294,8 @@ def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuati
         drafted_tokens_per_step=chosen.drafted_per_step,
         accepted_per_step_by_k={str(j): s.accepted_per_step for j, s in by_k.items()},
         drafted_per_step_by_k={str(j): s.drafted_per_step for j, s in by_k.items()},
+        tokens_per_step_by_k={str(j): s.tokens_per_step for j, s in by_k.items()},
+        steps_per_response_by_k={str(j): s.steps_per_response for j, s in by_k.items()},
         ideal_speedup=speedups[k],
         ideal_k=k,
     )
@@ -307,8 +318,9 @@ def with_served_prediction(est: SpeculativeEstimate, prediction: ServedPredictio
         return replace(at_k(est, est.ideal_k), expected_speedup=None, expected_speedup_by_k={}, served=None)
     k = prediction.best_k[str(concurrency)]
     chosen, speedup = at_k(est, k), prediction.speedup(concurrency, k)
-    # speedup is (1 + accepted) x (plain step / speculative step): it reaches 1 at 1 + accepted = speedup's step ratio
-    even = ((1 + chosen.expected_accepted_tokens) / speedup - 1) / chosen.drafted_tokens_per_step \
-        if chosen.drafted_tokens_per_step else None
+    # speedup is (tokens per step) x (plain step / speculative step), tokens per step about 1 + accepted: it falls
+    # to 1 where tokens per step falls by the factor `speedup`
+    tokens = est.tokens_per_step_by_k[str(k)]
+    even = max(0.0, (tokens / speedup - 1) / chosen.drafted_tokens_per_step) if chosen.drafted_tokens_per_step else None
     return replace(chosen, expected_speedup=speedup, expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]),
                    served=prediction, break_even_acceptance=even)

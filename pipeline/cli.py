@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,16 +35,24 @@ def cmd_verify(args) -> int:
     from pipeline.manifest import load_manifest, verify
     from pipeline.registry.local import resolve_ref
 
+    public_key = args.public_key or publish_param("signing", {}).get("public_key")
     ref = registry_ref(args.bundle, args.registry)
     if ref:
-        bundle = resolve_ref(*ref)
+        bundle = resolve_ref(*ref, public_key=public_key)
         manifest = load_manifest(bundle)  # resolve_ref has just verified it
         shown = f"{args.bundle} ({bundle})"
     else:
         manifest, shown = verify(args.bundle), args.bundle
+        if public_key:
+            from pipeline import signing
+
+            signing.verify(Path(args.bundle), public_key)
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
-          f"(digest {manifest['bundle_digest'][:12]})")
+          f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else ""))
     return 0
+
+
+MAX_LATEST = 256  # bytes of a registry's `latest` file: one version name and a newline
 
 
 def registry_ref(arg: str, registry: str | None) -> tuple[str, Path] | None:
@@ -52,26 +61,37 @@ def registry_ref(arg: str, registry: str | None) -> tuple[str, Path] | None:
     path = Path(arg)
     if path.is_dir():
         return None
-    if path.name == "latest" and path.is_file():
-        return f"{path.parent.name}@{path.read_text(errors='replace').strip()}", path.parent.parent
+    if path.name == "latest" and os.path.lexists(path):
+        # Never follow a link or print what is read: `latest` -> a 266 MB file once ended up on stderr.
+        if path.is_symlink() or not path.is_file():
+            raise PipelineError(f"{path} is a link or not a file: not a registry's latest file")
+        with path.open("rb") as f:
+            head = f.read(MAX_LATEST + 1)
+        version = head.decode("utf-8", "replace").strip()
+        if len(head) > MAX_LATEST or not version.isprintable():
+            raise PipelineError(f"{path} is not a registry's latest file (it should hold one version name)")
+        return f"{path.parent.name}@{version}", path.parent.parent
     return (arg, registry_dir(registry)) if "@" in arg else None
 
 
-def registry_dir(arg: str | None) -> Path:
-    """--registry, else publish.registry_dir from params.yaml in the cwd, else `registry`. Only that
-    key is read: load_params' full check imports quantization libraries (seconds) verify doesn't need."""
+def publish_param(key: str, default):
+    """publish.<key> from params.yaml in the cwd (default when absent). Only that section is read: load_params'
+    full check imports quantization libraries (seconds) verify doesn't need."""
     import yaml
 
     from pipeline.config import PARAMS_FILE
 
-    if arg:
-        return Path(arg)
     try:
         params = yaml.safe_load(PARAMS_FILE.read_text()) if PARAMS_FILE.is_file() else None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PipelineError(f"{PARAMS_FILE} is not valid YAML ({str(e).splitlines()[0]})") from None
     publish = params.get("publish") if isinstance(params, dict) else None
-    return Path((publish if isinstance(publish, dict) else {}).get("registry_dir") or "registry")
+    return (publish if isinstance(publish, dict) else {}).get(key) or default
+
+
+def registry_dir(arg: str | None) -> Path:
+    """--registry, else publish.registry_dir from params.yaml in the cwd, else `registry`."""
+    return Path(arg) if arg else Path(publish_param("registry_dir", "registry"))
 
 
 def cmd_gate(args) -> int:
@@ -114,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--registry", metavar="DIR",
                         help="local registry for <name>@<version> (default: publish.registry_dir of ./params.yaml, "
                              "else registry)")
+    verify.add_argument("--public-key", metavar="PEM",
+                        help="check the bundle's model.sig with this key (default: publish.signing.public_key of "
+                             "./params.yaml; unset: the signature is not checked)")
     verify.set_defaults(func=cmd_verify)
     gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__)
     gate.add_argument("--metrics-dir", required=True,

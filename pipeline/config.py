@@ -33,7 +33,14 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
     if not path.is_file():
         raise PipelineError(f"{what} {path} not found{hint}".lstrip())
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        # An alias (*name) is expanded in memory by every reader, DVC's too: nested ones are a billion-laughs bomb
+        # (dvc status aborted, the bundle stage ran out of memory). Params need none, so none is read.
+        alias = next((e for e in yaml.parse(text) if isinstance(e, yaml.AliasEvent)), None)
+        if alias is not None:
+            raise PipelineError(f"{path}:{alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not allowed "
+                                "in params; write the values out")
+        data = yaml.safe_load(text)
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
@@ -48,6 +55,36 @@ def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True) -> d
     params = read_yaml_mapping(path, hint="; run from the project root")
     validate(params, path, check_recipes)
     return params
+
+
+SCHEMA_FILE = Path(__file__).with_name("params.schema.json")
+
+
+def check_schema(params: dict, path: Path) -> None:
+    """params.schema.json (JSON Schema): every key known, the ranged knobs in range. One line: the key, and for
+    a typo the keys allowed there with the nearest named."""
+    import difflib
+    import json
+
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(params))
+    if error is None:
+        return
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        near = difflib.get_close_matches(str(unknown[0]), allowed, n=1)
+        raise PipelineError(f"{path}: unknown key {'.'.join([where, str(unknown[0])]).lstrip('.')}"
+                            + (f" (did you mean {near[0]}?)" if near else "") + f"; allowed here: {', '.join(allowed)}")
+    if error.validator == "required":
+        raise PipelineError(f"{path}: {where + ': ' if where else ''}{error.message}")
+    value = error.instance
+    rule = {k: error.schema[k] for k in ("type", "minimum", "maximum", "minLength", "enum") if k in error.schema}
+    raise PipelineError(f"{path}: {where} is {value!r}; allowed: "
+                        + ", ".join(f"{k} {v}" for k, v in rule.items()))
 
 
 def _section(params: dict, dotted: str, path: Path) -> dict:
@@ -70,6 +107,14 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     missing = [s for s in SECTIONS if s not in params]
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
+    check_schema(params, path)
+    from pipeline.redact import secret_paths
+
+    leaked = secret_paths(params)
+    if leaked:  # params land in dvc.lock, PROVENANCE.json and the logs
+        raise PipelineError(f"{path}: {leaked[0]} holds a credential (user:password@ or a secret query parameter); "
+                            "params are recorded in dvc.lock and the bundle: give it in the environment instead "
+                            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
     variants = _section(params, "quantize.variants", path)
     specs = {}  # name -> parsed VariantSpec, reused by the serving.gpu check below
     for name, raw in variants.items():
@@ -137,6 +182,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
         methods.check(params)  # draft.method, draft.ngram, draft.eagle3: before any training
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
+    registry = Path(str(params["publish"]["registry_dir"])).resolve()
+    if Path("artifacts").resolve() in registry.parents or registry == Path("artifacts").resolve():
+        raise PipelineError(f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "
+                            "which the pipeline rebuilds (and whose bundles it copies): put the registry elsewhere")
+    for role, key in ((params["publish"].get("signing") or {}).items()):
+        if key is not None and not Path(key).is_file():
+            raise PipelineError(f"{path}: publish.signing.{role} {key} not found")
     version = _section(params, "publish", path).get("version")
     if not isinstance(version, str):
         raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
@@ -216,6 +268,19 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
                                             and not isinstance(v, bool) and value.match(str(v)) for k, v in env.items()):
         raise PipelineError(f"{path}: serving.env must map environment variable names to plain values (letters, "
                             f"digits and _.,:=/@+%-), got {env!r}")
+    from pipeline.redact import _secret_key
+
+    secret_named = sorted(k for k in env if _secret_key(k))
+    if secret_named:
+        raise PipelineError(f"{path}: serving.env.{secret_named[0]} looks like a secret: its value would ship in clear "
+                            f"in serve.env and the manifests; name a Kubernetes Secret instead, serving.secret_env: "
+                            f"{{{secret_named[0]}: <secret-name>/<key>}}")
+    secrets = serving.get("secret_env") or {}
+    ref = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]{1,253}$")
+    if not isinstance(secrets, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, str)
+                                                and ref.match(v) for k, v in secrets.items()):
+        raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
+                            "<kubernetes-secret-name>/<key> references")
     check_serve_bench(_section(params, "serve_bench", path), serving, path)
     check_handoff(params, serving, path)
 
@@ -256,8 +321,10 @@ def check_deploy(deploy: dict) -> None:
             raise PipelineError(f"deploy.{key} must be a Kubernetes quantity string (e.g. '8', '32Gi'), "
                                 f"got {deploy.get(key)!r}")
     root = deploy.get("bundle_root")
-    if not isinstance(root, str) or not root.startswith("/") or ".." in root.split("/"):
-        raise PipelineError(f"deploy.bundle_root must be an absolute path in the container, got {root!r}")
+    # Plain path characters only: the value lands in manifests, shell-free args and the model card's markdown
+    if not isinstance(root, str) or not re.fullmatch(r"/[A-Za-z0-9._/-]*", root) or ".." in root.split("/"):
+        raise PipelineError(f"deploy.bundle_root must be an absolute path in the container (letters, digits, "
+                            f"'.', '_', '-', '/'), got {root!r}")
 
 
 def check_monitoring(cfg: dict) -> None:

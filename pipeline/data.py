@@ -62,13 +62,36 @@ def _check_turn_order(roles: list[str], where: str) -> None:
 
 def load_traffic(path: str | Path) -> list[list[dict]]:
     """All conversations in the file, as message lists; the first bad line stops with its number."""
+    return read_traffic(path)[0]
+
+
+def _lines(f, max_bytes: int | None):
+    """(raw line or None for one over max_bytes) per line, never holding more than max_bytes + 1 of a line: a
+    50 MB row once cost 9.8 GB and 85 s of tokenizing before it was dropped as too long."""
+    while True:
+        raw = f.readline() if max_bytes is None else f.readline(max_bytes + 1)
+        if not raw:
+            return
+        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):  # skip the rest of the line in bounded reads
+                raw = f.readline(1 << 20)
+            yield None
+            continue
+        yield raw
+
+
+def read_traffic(path: str | Path, max_row_bytes: int | None = None) -> tuple[list[list[dict]], int]:
+    """(conversations, rows over max_row_bytes skipped unread); the first bad line stops with its number."""
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"traffic file {path} does not exist")
-    conversations = []
+    conversations, oversized = [], 0
     with path.open("rb") as f:  # bytes, so a bad encoding is reported on its own line
-        for lineno, raw in enumerate(f, 1):
+        for lineno, raw in enumerate(_lines(f, max_row_bytes), 1):
             where = f"{path}:{lineno}"
+            if raw is None:
+                oversized += 1
+                continue
             line = _decode(raw, lineno, where)
             if not line.strip():
                 continue
@@ -76,10 +99,19 @@ def load_traffic(path: str | Path) -> list[list[dict]]:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise PipelineError(f"{where}: not valid JSON ({e.msg})") from None
+            except RecursionError:
+                raise PipelineError(f"{where}: JSON nested too deeply (a row is an object of messages)") from None
             conversations.append(_validate_row(row, where))
     if not conversations:
-        raise PipelineError(f"traffic file {path} has no rows")
-    return conversations
+        raise PipelineError(f"traffic file {path} has no rows" + (f" within {max_row_bytes} bytes" if oversized else ""))
+    return conversations, oversized
+
+
+def max_token_bytes(tokenizer) -> int:
+    """The most UTF-8 bytes one token of this tokenizer stands for: a row longer than max_tokens times this can't
+    fit in max_tokens tokens, so it is dropped before it is parsed or tokenized."""
+    return max(len(tokenizer.convert_tokens_to_string([t]).encode("utf-8", "replace"))
+               for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if t is not None)
 
 
 def _decode(raw: bytes, lineno: int, where: str) -> str:

@@ -51,6 +51,9 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
               "modelprep/variant": variant, "modelprep/tier": tier.name}
     port = deploy["port"]
     env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    # serving.secret_env: values stay in the cluster's Secret, never in the bundle
+    env_vars += [{"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
+                 for k, ref in sorted((serving.get("secret_env") or {}).items())]
     warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
                              "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
     container = {

@@ -100,7 +100,7 @@ class ServingContext:
     target_concurrency: int
     min_gain: float
     baseline: ServeBenchRecord | None  # the baseline variant's serving benchmark (speedup_vs_bf16)
-    declared: dict[str, int] = field(default_factory=dict)  # tiers that would carry speculation -> concurrency
+    max_num_seqs: int = 1  # the default config's batch limit: a prediction holds for one request at a time
 
 
 def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
@@ -109,7 +109,7 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
 
     A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
     its card says why); only quality and serving checks fail a variant."""
-    decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.declared)
+    decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
     metrics = {**speculation.candidate_metrics(summary, decision.method),
                **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method)}
     if decision.num_speculative_tokens:
@@ -200,7 +200,6 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
     """Gate every variant with params.yaml's thresholds (validated by load_params); allow_fail adds
     to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
     from pipeline.config import gate_thresholds
-    from pipeline.tiers import DEFAULT, parse_tiers
 
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
     known = set(metrics_by_variant) | set(params["quantize"]["variants"])
@@ -212,8 +211,7 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
     ctx = ServingContext(target_concurrency=serving["target_concurrency"],
                          min_gain=serving["speculation"]["min_gain"],
                          baseline=serve_by_variant.get(serving["baseline_variant"]),
-                         declared={t.name: t.concurrency for t in parse_tiers(serving)
-                                   if t.name != DEFAULT and t.speculation == "auto"})
+                         max_num_seqs=serving["max_num_seqs"])
     return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
 
 

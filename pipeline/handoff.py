@@ -93,7 +93,8 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
     (out / "deploy").mkdir(exist_ok=True)
     for tier in tiers:
         chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
-                                       serving["speculation"]["min_gain"], shipped.predicted)
+                                       serving["speculation"]["min_gain"], shipped.predicted,
+                                       tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
                 spec, serving, speculative_config_for(chosen, params), quantization, tier.engine)))

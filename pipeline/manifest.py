@@ -39,11 +39,15 @@ def _regular_files(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_res
                 raise PipelineError(f"{root}: {name} is not a regular file (fifo, socket or device)")
 
 
+SIGNATURE = "model.sig"  # pipeline/signing.py: it signs the manifest, so the manifest can't list it
+
+
 def file_table(root: Path) -> dict[str, dict]:
-    """Every file but the root MANIFEST.json; a nested one would vouch for files it shouldn't."""
+    """Every file but the root MANIFEST.json (and the root signature); a nested one would vouch for files it
+    shouldn't."""
     table = {}
     for name, st in _regular_files(Path(root)):
-        if name == MANIFEST:
+        if name in (MANIFEST, SIGNATURE):
             continue
         if PurePosixPath(name).name == MANIFEST:
             raise PipelineError(f"{root}: nested {name}; a bundle has one MANIFEST.json, at its root")
@@ -92,6 +96,8 @@ def load_manifest(root: Path) -> dict:
         manifest = json.loads(path.read_bytes())
     except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
         raise PipelineError(f"{path} is not valid JSON ({e})") from None
+    except RecursionError:
+        raise PipelineError(f"{path} is malformed: JSON nested too deeply") from None
     if not isinstance(manifest, dict) or not _is_sha256(manifest.get("bundle_digest")) \
             or not isinstance(manifest.get("files"), dict):
         raise PipelineError(f"{path} is malformed: needs a bundle_digest (sha256) and a files object")

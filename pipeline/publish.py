@@ -7,7 +7,10 @@ refused with one line, whoever runs the publish stage and however.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import shutil
+import tempfile
 from pathlib import Path
 
 from pipeline import records
@@ -49,6 +52,25 @@ def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fai
     return verdict
 
 
+@contextlib.contextmanager
+def pinned_copy(bundle: Path, digest: str, staging: Path):
+    """A private copy of the bundle, verified to be the one whose verdict and tags were checked (digest): a bundle
+    directory swapped or rebuilt between that check and the upload (a concurrent `bundle@v` renames a new one
+    into place) can then not be published under the other's tags. Removed afterwards."""
+    staging.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{bundle.name}.", dir=staging))
+    try:
+        copy = tmp / bundle.name
+        shutil.copytree(bundle, copy, symlinks=True)  # a link is copied as one, then refused by verify
+        found = verify(copy)["bundle_digest"]
+        if found != digest:
+            raise PipelineError(f"{bundle} changed while it was being published (digest {found[:12]}, checked "
+                                f"{digest[:12]}); publish it again")
+        yield copy
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
     """The shipped method's accepted/drafted ratio as the gate checked it (served, else estimated), not the
     evaluate summary's unsuffixed one, which is the CPU-best method's; n/a when nothing ships."""
@@ -69,7 +91,8 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
     verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
     summary = read_json(bundle / EVAL)
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
-    tags = {"variant": variant, "gates": "passed" if verdict.passed else "failed-allowed",
+    tags = {"variant": variant, "bundle_digest": manifest["bundle_digest"],
+            "gates": "passed" if verdict.passed else "failed-allowed",
             "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),
             "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
                                           else summary["num_speculative_tokens"]),

@@ -3,41 +3,56 @@
 Acceptance is half of what a speculative method is worth; the other half is what a step costs as vLLM
 serves it, and that does not follow from weight bytes: vLLM 0.26's draft-model path pays a fixed
 per-forward overhead for each drafted token whatever the draft's size. So the CPU estimator predicts served
-speed only from costs measured on a GPU, kept as cost profiles (pipeline/cost_profiles/*.json), one per GPU,
-vLLM version and target shape. `benchmarks/gpu/measure_costs.py` measures them; `assemble` (below) fits them.
+speed only from step times measured on a GPU, kept as cost profiles (pipeline/cost_profiles/*.json), one per
+GPU, vLLM version and target shape. `benchmarks/gpu/measure_costs.py` measures them; `assemble` (below)
+turns its raw output into a profile.
 
-Model, at concurrency c (c requests decoding together):
-- a plain step takes T(c) ms and makes c tokens (T measured against batch size, interpolated);
-- a speculative step drafting D tokens per request takes T(c * (1 + D)) for the target's verify pass over
-  c * (1 + D) tokens, plus D * d(c) for the drafter (d: its cost per drafted token at that batch, fitted from
-  steps measured at two k; D = k for a model drafter, fewer for n-gram lookups that find no match);
-- each request gains 1 + A tokens per step, A the accepted tokens per step of the CPU acceptance estimate.
-Predicted speedup = (1 + A) * T(c) / (T(c * (1 + D)) + D * d(c)). Decode only: prefill is the same with and
-without speculation, so served ratios sit a little closer to 1 than predicted.
+Model, at concurrency c (c requests decoding together): a plain step takes T(c) ms and makes c tokens; a
+speculative step drafting D tokens per request takes S(c, D), measured at D = k for a few k (random weights
+of the target's shape, so every step drafts k tokens) and interpolated linearly between them, from S(c, 0) =
+T(c); both interpolated linearly over the measured batch sizes. A request makes R response tokens per step:
+the CPU acceptance estimate's tokens up to each response's end over the steps vLLM's schedule takes to reach
+it (about 1 + the accepted tokens per step on long answers; less on short ones, whose last step's tokens past
+EOS are wasted). D is the estimate's drafted tokens per step (k for a model drafter, fewer for n-gram lookups
+that find nothing). A response of N verification steps makes R * N tokens after the prefill's; plain decoding
+takes R * N steps of T, speculation N steps of S plus the drafting in the prefill step, S - T. Predicted
+speedup = R N T / ((N + 1) S - T), which tends to R T / S on long answers; T and S from one run. The prefill's
+own forward pass is the same with and without speculation and left out.
 """
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from pipeline.errors import PipelineError
 
-SCHEMA = 1
+SCHEMA = 2
 PROFILE_DIR = Path(__file__).parent / "cost_profiles"
 VLLM_VERSION = "0.26.0"  # the vLLM the bundles are served with (deploy.image, the GPU evidence)
 DEFAULT_GPU = "h100"  # serving.gpu null: the GPU the committed profiles were measured on
+METHODS = ("draft_model", "eagle3", "ngram")
 
 
 @dataclass(frozen=True)
 class MethodCost:
+    run: str  # the raw folder (one engine start per config, one lease) plain and speculative steps come from
     drafter: dict  # the drafter's shape as measured (parameters, layers), for the record
-    draft_ms_per_token: dict[str, float]  # batch size -> drafter cost per drafted token (ms)
-    drafted_per_step: dict[str, float]  # batch size -> tokens drafted per request per step as measured
-    holdout_error: dict[str, float]  # batch size -> |predicted - measured| / measured step time, fit on one k
-    measured_k: list[int]
+    plain_step_ms: dict[str, float]  # batch size -> that run's plain decode step (ms): the ratio's denominator
+    step_ms: dict[str, dict[str, float]]  # k -> batch size -> speculative step (ms), monotone fit
+    step_ms_measured: dict[str, dict[str, float]]  # the same as measured (median of the timed pairs)
+    drafted_per_step: dict[str, float]  # k -> tokens drafted per request per step, as measured
+    interpolation_error: dict[str, float] = field(default_factory=dict)  # batch -> |S interpolated - measured| /
+    # measured at an inner k, from its neighbours (only where three or more k were measured)
+
+    def spec_ms(self, concurrency: float, drafted: float) -> float:
+        """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c))."""
+        pts = [(0.0, interpolate(self.plain_step_ms, concurrency))] + sorted(
+            (self.drafted_per_step[k], interpolate(by_batch, concurrency)) for k, by_batch in self.step_ms.items())
+        return interpolate({str(d): ms for d, ms in pts}, drafted)
 
 
 @dataclass(frozen=True)
@@ -47,27 +62,28 @@ class CostProfile:
     gpu_name: str
     vllm_version: str
     target: dict  # params, hidden_size, num_hidden_layers, vocab_size
-    plain_step_ms: dict[str, float]  # batch size (tokens per step) -> plain decode step time (ms), monotone fit
+    plain_step_ms: dict[str, float]  # batch size -> plain decode step (ms), monotone fit, of the newest run
     methods: dict[str, MethodCost]
-    source: str  # the raw files and the command that measured them
-    plain_step_ms_measured: dict[str, float] = field(default_factory=dict)  # as measured, before the monotone fit
+    runs: list[str]  # the raw folders it was assembled from, in order (benchmarks/gpu/raw/costs/...)
+    plain_step_ms_measured: dict[str, float] = field(default_factory=dict)
     schema: int = SCHEMA
 
-    def plain_ms(self, tokens: float) -> float:
-        return interpolate(self.plain_step_ms, tokens)
+    def plain_ms(self, concurrency: float) -> float:
+        return interpolate(self.plain_step_ms, concurrency)
 
-    def spec_ms(self, method: str, concurrency: int, drafted: float) -> float:
-        """One speculative step at this concurrency, drafting `drafted` tokens per request."""
+    def speedup(self, method: str, concurrency: int, tokens_per_step: float, drafted: float,
+                steps_per_response: float | None = None) -> float:
         cost = self.methods[method]
-        return self.plain_ms(concurrency * (1 + drafted)) + drafted * interpolate(cost.draft_ms_per_token, concurrency)
-
-    def speedup(self, method: str, concurrency: int, accepted: float, drafted: float) -> float:
-        return (1 + accepted) * self.plain_ms(concurrency) / self.spec_ms(method, concurrency, drafted)
+        plain, spec = interpolate(cost.plain_step_ms, concurrency), cost.spec_ms(concurrency, drafted)
+        if not steps_per_response:  # the long-answer limit
+            return tokens_per_step * plain / spec
+        n = steps_per_response
+        return tokens_per_step * n * plain / ((n + 1) * spec - plain)
 
 
 def interpolate(table: dict[str, float], x: float) -> float:
-    """Piecewise linear over the measured points; the end segments extend beyond them (a step's time grows
-    about linearly in its tokens once compute-bound; below the first point it is flat)."""
+    """Piecewise linear over the measured points; beyond the last one the last segment extends (never
+    downwards); below the first one it is flat."""
     pts = sorted((float(k), float(v)) for k, v in table.items())
     if len(pts) == 1 or x <= pts[0][0]:
         return pts[0][1]
@@ -166,15 +182,17 @@ class ServedPrediction:
         return self.plain_tokens_per_s[str(concurrency)] * (self.speedup(concurrency, k) if k else 1.0)
 
 
-def predict(choice: Choice, method: str, accepted_per_step: dict[str, float], drafted_per_step: dict[str, float],
-            concurrencies: list[int]) -> ServedPrediction | None:
-    """accepted/drafted per step by k (the CPU estimate's schedule). None without a profile for the method."""
+def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], drafted_per_step: dict[str, float],
+            concurrencies: list[int], steps_per_response: dict[str, float] | None = None) -> ServedPrediction | None:
+    """Response tokens, drafted tokens and steps per response by k (the CPU estimate's schedule). None without a
+    profile for the method."""
     profile = choice.profile
     if profile is None or method not in profile.methods:
         return None
     speedups, plain, best = {}, {}, {}
     for c in sorted(set(concurrencies)):
-        by_k = {k: profile.speedup(method, c, accepted_per_step[k], drafted_per_step[k]) for k in accepted_per_step}
+        by_k = {k: profile.speedup(method, c, tokens_per_step[k], drafted_per_step[k], (steps_per_response or {}).get(k))
+                for k in tokens_per_step}
         speedups[str(c)] = by_k
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
         best[str(c)] = int(max(by_k, key=by_k.get))
@@ -182,15 +200,32 @@ def predict(choice: Choice, method: str, accepted_per_step: dict[str, float], dr
                             speedup_by_k=speedups, best_k=best, target_params_ratio=choice.target_params_ratio)
 
 
-# --- fitting a profile from measure_costs.py's raw output (CPU) --------------------------------------------
+# --- assembling a profile from measure_costs.py's raw output (CPU) -----------------------------------------
+
+def _pairs(run: dict) -> list[tuple[dict, dict]]:
+    """(short, long) timed generations of one batch size: one pair (first runs) or several (repeats)."""
+    short, long = run["short"], run["long"]
+    return list(zip(short, long)) if isinstance(short, list) else [(short, long)]
+
+
+def _steps(r: dict, batch: int) -> float:
+    """Engine steps of one timed generation: every step of a model drafter (and of n-gram lookups on random
+    weights' repetitive output) verifies one draft per request, so vLLM's num_drafts counts them exactly; the
+    tokens less the accepted ones would overcount the last step's accepted tokens past max_tokens."""
+    if r.get("num_drafts"):
+        return r["num_drafts"] / batch
+    return (r["tokens"] - (r.get("num_accepted_tokens") or 0)) / batch
+
 
 def _step(run: dict, batch: int) -> tuple[float, float]:
-    """(ms per engine step, drafted tokens per request per step) from a short and a long timed generation."""
-    short, long = run["short"], run["long"]
-    steps = [(r["tokens"] - (r.get("num_accepted_tokens") or 0)) / batch for r in (short, long)]
-    ms = 1000.0 * (long["wall_s"] - short["wall_s"]) / (steps[1] - steps[0])
-    drafted = ((long.get("num_draft_tokens") or 0) - (short.get("num_draft_tokens") or 0)) / batch / (steps[1] - steps[0])
-    return ms, drafted
+    """(ms per engine step, drafted tokens per request per step): the median over the timed pairs of the
+    difference between a long and a short generation over the difference in steps (start-up and prefill cancel)."""
+    ms, drafted = [], []
+    for short, long in _pairs(run):
+        steps = _steps(long, batch) - _steps(short, batch)
+        ms.append(1000.0 * (long["wall_s"] - short["wall_s"]) / steps)
+        drafted.append(((long.get("num_draft_tokens") or 0) - (short.get("num_draft_tokens") or 0)) / batch / steps)
+    return statistics.median(ms), statistics.median(drafted)
 
 
 def monotone(points: dict[str, float]) -> dict[str, float]:
@@ -208,58 +243,71 @@ def monotone(points: dict[str, float]) -> dict[str, float]:
     return {k: total / n for total, n, ks in blocks for k in ks}
 
 
-def _drafter_ms(plain: dict[str, float], points: list[tuple[int, float, float]], batch: int) -> float:
-    """Least-squares drafter cost per drafted token over (k, step ms, drafted) points at one batch size."""
-    num = sum(d * (ms - interpolate(plain, batch * (1 + d))) for _, ms, d in points)
-    den = sum(d * d for _, _, d in points)
-    return max(0.0, num / den) if den else 0.0
+def _plain(raw_dir: Path) -> tuple[dict[str, float], dict[str, float]] | None:
+    path = raw_dir / "plain-k0.json"
+    if not path.is_file():
+        return None
+    runs = sorted(json.loads(path.read_text())["runs"], key=lambda r: r["batch"])
+    measured = {str(r["batch"]): _step(r, r["batch"])[0] for r in runs}
+    return monotone(measured), measured
 
 
-def assemble(raw_dir: Path, shape_dir: Path, name: str, gpu: str, source: str) -> CostProfile:
-    """The profile of one shape from measure_costs.py's OUT/<shape>/*.json (plain-k0 plus <method>-k<k>) and
-    the shape's configs (SHAPE_DIR/target/config.json, draft/config.json); gpu.txt and versions.txt beside
-    the shape's raw folder name the GPU and vLLM."""
-    shape_cfg = json.loads((shape_dir / "target" / "config.json").read_text())
-    plain_raw = json.loads((raw_dir / "plain-k0.json").read_text())
-    measured = {str(r["batch"]): _step(r, r["batch"])[0] for r in sorted(plain_raw["runs"], key=lambda r: r["batch"])}
-    plain = monotone(measured)
+def _method(raw_dir: Path, method: str, plain: dict[str, float], drafter: dict) -> MethodCost | None:
+    files = [f for f in raw_dir.glob(f"{method}-k*.json") if not f.name.endswith(".failed.json")]
+    if not files:
+        return None
+    measured, drafted = {}, {}
+    for f in files:
+        rec = json.loads(f.read_text())
+        steps = {r["batch"]: _step(r, r["batch"]) for r in sorted(rec["runs"], key=lambda r: r["batch"])}
+        measured[str(rec["k"])] = {str(b): ms for b, (ms, _) in steps.items()}
+        drafted[str(rec["k"])] = statistics.median(d for _, d in steps.values())
+    ks = sorted(measured, key=int)
+    measured = {k: measured[k] for k in ks}
+    cost = MethodCost(run=raw_dir.as_posix(), drafter=drafter, plain_step_ms=plain,
+                      step_ms={k: monotone(v) for k, v in measured.items()}, step_ms_measured=measured,
+                      drafted_per_step={k: drafted[k] for k in ks})
+    if len(ks) < 3:
+        return cost
+    errors: dict[str, float] = {}
+    for i in range(1, len(ks) - 1):  # each inner k predicted from its neighbours alone
+        k, around = ks[i], {key: cost.step_ms[key] for key in (ks[i - 1], ks[i + 1])}
+        partial = MethodCost(cost.run, drafter, plain, around, around, {key: cost.drafted_per_step[key] for key in around})
+        for b, ms in measured[k].items():
+            err = abs(partial.spec_ms(int(b), cost.drafted_per_step[k]) - ms) / ms
+            errors[b] = max(errors.get(b, 0.0), err)
+    return MethodCost(cost.run, drafter, plain, cost.step_ms, measured, cost.drafted_per_step, errors)
+
+
+def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> CostProfile:
+    """The profile of one shape from measure_costs.py's output folders (OUT/<shape>/, one per run, oldest first;
+    gpu.txt and versions.txt beside each): each method from the newest run that measured it, its step times
+    against that run's plain decoding; shape from SHAPE_DIR/target and draft config.json."""
+    target_cfg = json.loads((shape_dir / "target" / "config.json").read_text())
+    draft_cfg = json.loads((shape_dir / "draft" / "config.json").read_text())
     methods: dict[str, MethodCost] = {}
-    for method in ("draft_model", "eagle3", "ngram"):
-        files = sorted(raw_dir.glob(f"{method}-k*.json"))
-        files = [f for f in files if not f.name.endswith(".failed.json")]
-        if not files:
+    newest_plain = None
+    for raw_dir in raw_dirs:
+        plain = _plain(raw_dir)
+        if plain is None:
             continue
-        by_k = {}
-        for f in files:
-            rec = json.loads(f.read_text())
-            by_k[rec["k"]] = {r["batch"]: _step(r, r["batch"]) for r in rec["runs"]}
-        batches = sorted(set.intersection(*(set(v) for v in by_k.values())))
-        cost, drafted, error = {}, {}, {}
-        for b in sorted(batches):
-            points = [(k, *by_k[k][b]) for k in sorted(by_k)]
-            cost[str(b)] = _drafter_ms(plain, points, b)
-            drafted[str(b)] = max(d for _, _, d in points)
-            if len(points) >= 2:  # fit on each k alone, predict the other(s): the model's own check
-                errs = []
-                for i, (_, _, _) in enumerate(points):
-                    fit = _drafter_ms(plain, [points[i]], b)
-                    for j, (_, ms, d) in enumerate(points):
-                        if j != i:
-                            errs.append(abs(interpolate(plain, b * (1 + d)) + d * fit - ms) / ms)
-                error[str(b)] = max(errs)
-        drafter = {}
-        if method == "draft_model":
-            dcfg = json.loads((shape_dir / "draft" / "config.json").read_text())
-            drafter = {"params": llama_params(dcfg), "num_hidden_layers": dcfg["num_hidden_layers"]}
-        methods[method] = MethodCost(drafter=drafter, draft_ms_per_token=cost, drafted_per_step=drafted,
-                                     holdout_error=error, measured_k=sorted(by_k))
-    target = {"params": llama_params(shape_cfg), **{k: shape_cfg[k] for k in (
-        "hidden_size", "num_hidden_layers", "vocab_size")}}
-    gpu_txt = raw_dir.parent / "gpu.txt"
-    versions = (raw_dir.parent / "versions.txt").read_text().split() if (raw_dir.parent / "versions.txt").exists() else []
-    return CostProfile(name=name, gpu=gpu, gpu_name=gpu_txt.read_text().split(",")[0].strip() if gpu_txt.exists() else "",
-                       vllm_version=versions[1] if len(versions) > 1 else VLLM_VERSION, target=target,
-                       plain_step_ms=plain, methods=methods, source=source, plain_step_ms_measured=measured)
+        newest_plain = (raw_dir, *plain)
+        for method in METHODS:
+            drafter = ({"params": llama_params(draft_cfg), "num_hidden_layers": draft_cfg["num_hidden_layers"]}
+                       if method == "draft_model" else {})
+            cost = _method(raw_dir, method, plain[0], drafter)
+            if cost is not None:
+                methods[method] = cost
+    if newest_plain is None:
+        raise PipelineError(f"no plain decoding measured (plain-k0.json) in {', '.join(map(str, raw_dirs))}")
+    run_dir, plain, measured = newest_plain
+    gpu_name = (run_dir.parent / "gpu.txt").read_text().split(",")[0].strip()
+    vllm = (run_dir.parent / "versions.txt").read_text().split()[1]
+    target = {"params": llama_params(target_cfg), **{k: target_cfg[k] for k in ("hidden_size", "num_hidden_layers",
+                                                                                  "vocab_size")}}
+    return CostProfile(name=name, gpu=gpu, gpu_name=gpu_name, vllm_version=vllm, target=target, plain_step_ms=plain,
+                       methods={m: methods[m] for m in METHODS if m in methods},
+                       runs=[d.as_posix() for d in raw_dirs], plain_step_ms_measured=measured)
 
 
 def write(profile: CostProfile, path: Path) -> None:
@@ -267,12 +315,12 @@ def write(profile: CostProfile, path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """python -m pipeline.serving_costs assemble RAW_SHAPE_DIR SHAPE_DIR NAME GPU OUT.json"""
-    if len(argv) != 6 or argv[0] != "assemble":
+    """python -m pipeline.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]"""
+    if len(argv) < 6 or argv[0] != "assemble":
         print(main.__doc__, file=sys.stderr)
         return 2
-    raw, shape, name, gpu, out = Path(argv[1]), Path(argv[2]), argv[3], argv[4], Path(argv[5])
-    write(assemble(raw, shape, name, gpu, f"{raw} (python benchmarks/gpu/measure_costs.py run)"), out)
+    name, gpu, shape, out, raws = argv[1], argv[2], Path(argv[3]), Path(argv[4]), [Path(a) for a in argv[5:]]
+    write(assemble(raws, shape, name, gpu), out)
     print(f"wrote {out}")
     return 0
 

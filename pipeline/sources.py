@@ -84,6 +84,13 @@ def check_model_dir(path: Path, role: str) -> None:
         raise PipelineError(f"{role} model directory {path} has no {WEIGHTS} or {WEIGHTS_INDEX} weights{hint}")
     if not any(path.glob("tokenizer*")):
         raise PipelineError(f"{role} model directory {path} has no tokenizer files")
+    # tokenizer_config.json alone describes a tokenizer it can't build: name the file transformers needs instead
+    # of its "Couldn't instantiate the backend tokenizer"
+    vocabularies = [("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",),
+                    ("tokenizer.tiktoken",)]
+    if not any(all((path / f).is_file() for f in files) for files in vocabularies):
+        raise PipelineError(f"{role} model directory {path} has no tokenizer vocabulary: expected tokenizer.json "
+                            "(or tokenizer.model, vocab.json with merges.txt, vocab.txt)")
     check_config(path / "config.json", role)
     for rel in model_files(path):
         if rel.endswith(".safetensors"):

@@ -3,11 +3,14 @@
 Measured beats predicted. With a serving benchmark of the variant (GPU, vLLM), the method that gave the
 most output tokens/s at `serving.target_concurrency` ships, and only when it beats plain decoding by
 `serving.speculation.min_gain`. Without one, the served speed predicted from the CPU acceptance estimate and
-a cost profile measured on a GPU (pipeline/serving_costs.py) decides: the method and k predicted fastest
-ship only when the prediction clears the same margin at the target concurrency and is not below plain
-decoding at the concurrency of any tier that would carry it; with no cost profile nothing is predicted and
-nothing ships. "No speculation" is always a candidate, so a method that doesn't pay is never shipped because
-it was the least bad one.
+a cost profile measured on a GPU (pipeline/serving_costs.py) decides, where a prediction holds: the profiles
+time requests decoding in lockstep, which is what a server sees with one request at a time. A server with
+several requests mixes new requests' prefills into the speculative steps, which no profile measures (issue
+#28 served the demo's draft model at 0.39x of plain decoding at concurrency 16 where lockstep steps predict a
+gain), so a config ships speculation on a prediction only when it serves one request at a time
+(max_num_seqs 1, concurrency 1) and the prediction there clears the margin. With no cost profile nothing is
+predicted and nothing ships. "No speculation" is always a candidate, so a method that doesn't pay is never
+shipped because it was the least bad one.
 """
 from __future__ import annotations
 
@@ -50,15 +53,15 @@ def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str)
 
 
 def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float,
-           declared: dict[str, int] | None = None) -> SpeculationDecision:
+           max_num_seqs: int = 1) -> SpeculationDecision:
     """Measured whenever plain decoding was served at the concurrency: then only a method served there without
     failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
-    a method vLLM failed to serve must not ship on its CPU estimate). declared: tier name -> concurrency of
-    the tiers that would carry the speculation (the predicted basis checks it does not lose at any of them)."""
+    a method vLLM failed to serve must not ship on its CPU estimate). max_num_seqs: the config's batch limit
+    (a prediction holds only for a config that serves one request at a time)."""
     plain = (serve.configs[PLAIN].at(concurrency)
              if serve is not None and not serve.skipped and PLAIN in serve.configs else None)
     if plain is None:
-        return _estimated(summary, min_gain, concurrency, declared or {})
+        return _estimated(summary, min_gain, concurrency, max_num_seqs)
     if plain.failed:
         return _measured_none(concurrency, f"plain decoding had {plain.failed} failed requests in the serving "
                                            f"benchmark at concurrency {concurrency}; no speedup can be claimed")
@@ -95,9 +98,13 @@ def _measured_none(concurrency: int, reason: str) -> SpeculationDecision:
     return SpeculationDecision(0, 0, MEASURED, None, concurrency, reason, method=None)
 
 
-def _estimated(summary: dict, min_gain: float, concurrency: int, declared: dict[str, int]) -> SpeculationDecision:
-    """The predicted served speed of the best method and k (the evaluate stage picked them) against min_gain at
-    the target concurrency, and against plain decoding at every declared tier concurrency."""
+LOCKSTEP = ("a prediction holds only for one request at a time: with several, new requests' prefills mix into "
+            "the speculative steps, which the lockstep cost profiles do not measure")
+
+
+def _estimated(summary: dict, min_gain: float, concurrency: int, max_num_seqs: int) -> SpeculationDecision:
+    """The predicted served speed of the best method and k (the evaluate stage picked them) against min_gain, for
+    a config that serves one request at a time."""
     k, expected = summary.get("num_speculative_tokens"), summary.get("expected_speedup")
     method = summary.get("speculative_method", DRAFT_MODEL)
     profile = summary.get("cost_profile")
@@ -110,16 +117,14 @@ def _estimated(summary: dict, min_gain: float, concurrency: int, declared: dict[
     compared = {m.removeprefix("expected_speedup_"): float(v) for m, v in summary.items()
                 if m.startswith("expected_speedup_") and v is not None}
     source = f"predicted from the CPU acceptance estimate and measured serving costs ({profile})"
-    losing = {t: predicted.get(str(c)) for t, c in declared.items()
-              if predicted.get(str(c)) is None or predicted[str(c)] < 1.0}
-    pays = expected >= min_gain and not losing
+    one_at_a_time = concurrency == 1 and max_num_seqs == 1
+    pays = expected >= min_gain and one_at_a_time
     why = (f" (>= serving.speculation.min_gain {min_gain})" if expected >= min_gain else
            f", below serving.speculation.min_gain {min_gain}: plain decoding is predicted as fast or faster")
-    if expected >= min_gain and losing:
-        why = "; not shipped: " + "; ".join(
-            f"tier {t} at concurrency {declared[t]} is " + (f"predicted x{v:.2f}, slower than plain decoding"
-                                                           if v is not None else "not predicted")
-            for t, v in losing.items()) + " (serving.tiers.<tier>.speculation: off exempts a tier)"
+    if expected >= min_gain and not one_at_a_time:
+        why = (f"; not shipped: this config serves up to {max_num_seqs} requests at once (serving.max_num_seqs) at "
+               f"target concurrency {concurrency}, and {LOCKSTEP}; serve_bench measures it on a GPU, or "
+               "serving.max_num_seqs: 1 makes a one-request config")
     return SpeculationDecision(
         num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected, concurrency=concurrency,
         reason=f"{source}: x{expected:.2f} served output tokens/s at concurrency {concurrency} with {method} k={k}" + why,
@@ -191,9 +196,11 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
 
 
 def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int, serve: ServeBenchRecord | None,
-                     min_gain: float, predicted: dict[str, float] | None = None) -> tuple[Speculation, str]:
+                     min_gain: float, predicted: dict[str, float] | None = None,
+                     max_num_seqs: int | None = None) -> tuple[Speculation, str]:
     """(speculation, why) for a tier. shipped: the gate's decision (disabled: the bundle has no drafter);
-    predicted: its predicted speedup per concurrency, where the decision was predicted rather than measured."""
+    predicted: its predicted speedup per concurrency, where the decision was predicted rather than measured;
+    max_num_seqs: the tier's batch limit."""
     none = Speculation(None, 0)
     if not shipped.enabled:
         return none, "the bundle ships no speculation"
@@ -204,19 +211,18 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
         # Benchmarked at its own settings: that measurement decides, whatever the default sweep said.
         d = decide({}, _only(own, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (this tier's own settings, serve_bench.tiers)"
+    if predicted is not None:  # the gate's decision rests on a prediction: it holds for one request at a time
+        if tier.concurrency != 1 or max_num_seqs != 1:
+            return none, (f"not measured on a GPU; this tier serves up to {max_num_seqs} requests at concurrency "
+                          f"{tier.concurrency}, and {LOCKSTEP}")
+        return shipped, f"predicted x{predicted.get('1', 0.0):.2f} at concurrency 1, one request at a time"
     if tier.concurrency == shipped_concurrency:
         return shipped, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
         d = decide({}, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
-    if predicted and str(tier.concurrency) in predicted:
-        gain = predicted[str(tier.concurrency)]
-        if gain >= min_gain:
-            return shipped, f"predicted x{gain:.2f} at concurrency {tier.concurrency} (measured serving costs)"
-        return none, (f"predicted x{gain:.2f} at concurrency {tier.concurrency}, below serving.speculation.min_gain "
-                      f"{min_gain}")
-    return none, (f"speculation was not measured or predicted at concurrency {tier.concurrency}; it ships only "
-                  "where it was shown to pay")
+    return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
+                  "shown to pay")
 
 
 def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:

@@ -13,6 +13,7 @@ import functools
 import logging
 import os
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import IO, Iterable, Iterator, TypeVar
@@ -20,6 +21,7 @@ from typing import IO, Iterable, Iterator, TypeVar
 from tqdm import tqdm
 
 from pipeline.errors import PipelineError
+from pipeline.redact import redact_uri
 
 LOG_DIR = Path("artifacts/logs")
 T = TypeVar("T")
@@ -34,14 +36,24 @@ def console() -> IO[str]:
     return _console_err or sys.stderr
 
 
+def _print(line: str, stream: IO[str]) -> None:
+    """A console line, redacted; a reader that went away (`... | head -1`) must not stop the stage half way
+    through (a partial release, no receipt): the line is dropped and the work goes on."""
+    try:
+        print(redact_uri(line), file=stream, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())  # later lines and the final flush go nowhere
+
+
 def say(line: str) -> None:
     """A summary line for the person watching `dvc repro` (stdout, not the log file)."""
-    print(line, file=_console_out or sys.stdout, flush=True)
+    _print(line, _console_out or sys.stdout)
 
 
 def warn(line: str) -> None:
     """An error or warning line on the terminal's stderr."""
-    print(line, file=console(), flush=True)
+    _print(line, console())
 
 
 def progress_bar(desc: str, total: int | None = None, initial: int = 0, items: Iterable[T] | None = None) -> tqdm:
@@ -54,26 +66,41 @@ def progress(items: Iterable[T], desc: str) -> Iterator[T]:
     yield from progress_bar(desc, items=items)
 
 
+def _redacting_copy(read_fd: int, log: IO[bytes]) -> None:
+    """Every line written to fds 1 and 2 (this process's, its libraries', its children's) reaches the log with
+    credentials in URLs replaced (MLflow prints `View run ... at: http://user:password@host/...`)."""
+    with os.fdopen(read_fd, "rb") as pipe:
+        for raw in pipe:
+            log.write(redact_uri(raw.decode("utf-8", "replace")).encode())
+            log.flush()
+
+
 @contextlib.contextmanager
 def output_to_log(log_path: Path) -> Iterator[None]:
-    """Point fds 1 and 2 (and Python's logging, loguru) at log_path; console() keeps the terminal."""
+    """Point fds 1 and 2 (and Python's logging, loguru) at log_path, through a redacting pipe; console() keeps the
+    terminal."""
     global _console_out, _console_err
     log_path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
     _console_out, _console_err = os.fdopen(os.dup(1), "w", buffering=1), os.fdopen(os.dup(2), "w", buffering=1)
-    with open(log_path, "a", buffering=1) as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
+    with open(log_path, "ab", buffering=0) as log:
+        read_fd, write_fd = os.pipe()
+        copier = threading.Thread(target=_redacting_copy, args=(read_fd, log), daemon=True)
+        copier.start()
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)  # fds 1 and 2 hold the pipe open now
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True)
         try:
             yield
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
-            os.dup2(saved[0], 1)
+            os.dup2(saved[0], 1)  # the pipe's last write ends close here (children have exited)...
             os.dup2(saved[1], 2)
+            copier.join(timeout=10)  # ...so the copier reads to EOF and stops
             for fd in saved:
                 os.close(fd)
             _console_out.close()

@@ -82,3 +82,8 @@ def check_thresholds(thresholds: dict, where: str) -> None:
     bad = {k: v for k, v in thresholds.items() if not is_number(v) or math.isnan(v)}
     if bad:
         raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")
+    # .inf (or -.inf) passes every value: a gate written so that it can never fail is a deleted gate
+    endless = sorted(k for k, v in thresholds.items() if math.isinf(v))
+    if endless:
+        raise PipelineError(f"{where}: {endless[0]} is {thresholds[endless[0]]}: a gate threshold must be finite "
+                            "(delete the key to drop an optional check; required ones can't be dropped)")

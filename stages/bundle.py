@@ -1,7 +1,7 @@
 """Stage `bundle@<variant>`: assemble the serving-ready directory for one gated variant."""
 from pathlib import Path
 
-from pipeline import methods, records
+from pipeline import methods, records, signing
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.bundle import build_bundle, finish_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
@@ -87,9 +87,12 @@ def main(argv: list[str]) -> None:
         card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
                           p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant))
         manifest = finish_bundle(tmp, variant, card)
+        private_key, _ = signing.configured(p["publish"])
+        if private_key:  # over every file, the manifest and the card included
+            signing.sign(tmp, private_key)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
         f"gates {verdict.label}, " + (f"speculation {shipped.method} k={k}" if k else "no speculation")
-        + f" ({verdict.speculation.basis})")
+        + f" ({verdict.speculation.basis})" + (", signed" if signing.configured(p["publish"])[0] else ""))
 
 
 if __name__ == "__main__":

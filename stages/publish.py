@@ -4,12 +4,12 @@ Each bundle carries its own verdict (GATE.json) and numbers (EVAL.json) under it
 current gate run's verdicts say whether it is still the build to ship (pipeline/publish.py)."""
 from pathlib import Path
 
-from pipeline import records
+from pipeline import records, signing
 from pipeline.config import gate_thresholds, load_params
 from pipeline.errors import PipelineError
 from pipeline.gates import GateReport
 from pipeline.io import write_json
-from pipeline.publish import release_tags
+from pipeline.publish import pinned_copy, release_tags
 from pipeline.registry import get_backend
 from pipeline.stage import say, stage_main
 
@@ -20,6 +20,7 @@ def main(argv: list[str]) -> None:
     pub, name = p["publish"], p["serving"]["name"]
     backend = get_backend(pub["backend"])
     current = records.read(GateReport, "artifacts/gate/verdict.json")
+    _, public_key = signing.configured(pub)
     releases = {}
     for variant in p["quantize"]["enabled"]:  # every bundle checked before any is published
         bundle = Path("artifacts/bundles") / variant
@@ -29,7 +30,10 @@ def main(argv: list[str]) -> None:
                                                    gate_thresholds(p, variant)))
     receipts = []
     for variant, (bundle, version, tags) in releases.items():
-        receipt = backend.publish(bundle, f"{name}-{variant}", version, tags, pub)
+        with pinned_copy(bundle, tags["bundle_digest"], Path("artifacts/publish/.staging")) as copy:
+            if public_key:
+                signing.verify(copy, public_key)  # the copy that is published, not the directory it came from
+            receipt = backend.publish(copy, f"{name}-{variant}", version, tags, pub)
         receipts.append(receipt)
         say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
     write_json("artifacts/publish/receipt.json", {"backend": pub["backend"], "published": receipts})

@@ -47,7 +47,11 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     from pipeline.serve_records import ServeBenchRecord
 
     target, draft = demo_pair
-    params = tiny_params(quantize={"enabled": list(variants)}, **overrides)
+    # One request at a time by default: where a predicted speculative setting holds, so the bundles carry one
+    from conftest import merge
+
+    params = tiny_params(quantize={"enabled": list(variants)},
+                         **merge({"serving": {"max_num_seqs": 1}}, overrides))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(draft, root / "artifacts/draft/model")
     spec = speculative_estimate()

@@ -229,3 +229,12 @@ def test_bad_settings_are_one_line_errors(models, prompts, kwargs, match):
     with pytest.raises(PipelineError, match=match):
         acceptance.estimate(models[0], models[1], args["prompts"], args["continuation_tokens"], args["temperature"],
                             args["max_k"], cost_ratio=0.1)
+
+
+def test_tokens_past_the_end_of_a_response_do_not_count_as_served_tokens():
+    """A 5-token answer (the prefill samples the first) drafted at k = 8 with every draft accepted: one step
+    ends it, vLLM counts 8 accepted tokens, but only 4 of them are the answer's; a 41-token one takes 5 steps."""
+    short = acceptance.schedule([acceptance.reach_from_alphas(torch.ones(20), 8, 5)], 8)
+    assert short.accepted_per_step == pytest.approx(8.0) and short.tokens_per_step == pytest.approx(4.0)
+    long = acceptance.schedule([acceptance.reach_from_alphas(torch.ones(60), 8, 41)], 8)
+    assert long.tokens_per_step == pytest.approx(40 / 5) and long.accepted_per_step == pytest.approx(8.0)

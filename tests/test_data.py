@@ -36,6 +36,7 @@ def test_prompt_response_and_messages_rows_load_as_conversations(tmp_path):
     (json.dumps({"messages": [{"role": "user", "content": "no answer"}]}), "must end with an assistant turn"),
     (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "role"),
     (json.dumps(["a", "list"]), "expected a JSON object"),
+    ('{"messages": ' + "[" * 100000 + "]" * 100000 + "}", "JSON nested too deeply"),
 ])
 def test_malformed_row_names_its_line(tmp_path, bad, expected):
     path = write_lines(tmp_path / "t.jsonl", [row(1), row(2), bad])
@@ -77,3 +78,15 @@ def test_data_stage_rejects_malformed_file_with_one_line(tmp_path, demo_pair):
     assert r.returncode == 2
     assert r.stderr.strip().count("\n") == 0 and "traffic.jsonl:5" in r.stderr, r.stderr
     assert not (proj / "artifacts" / "data").exists()
+
+
+def test_a_huge_row_is_skipped_unread_and_counted(tmp_path):
+    """A 20 MB row can't fit data.max_tokens: read_traffic skips it in bounded reads (never holding it whole),
+    counts it, and goes on with the next line."""
+    from pipeline.data import read_traffic
+
+    huge = json.dumps({"prompt": "x" * 20_000_000, "response": "y"})
+    path = write_lines(tmp_path / "t.jsonl", [row(1), huge, row(2)])
+    rows, oversized = read_traffic(path, max_row_bytes=4096)
+    assert oversized == 1 and [m[0]["content"] for m in rows] == ["question 1?", "question 2?"]
+    assert read_traffic(path)[1] == 0 and len(read_traffic(path)[0]) == 3  # unbounded: read as before

@@ -45,7 +45,7 @@ def test_defaults_are_stricter_for_fp8_than_int4():
 
 
 def test_every_check_is_recorded_and_passes():
-    p = tiny_params()
+    p = tiny_params(serving={"max_num_seqs": 1})  # one request at a time: the predicted speculation ships
     report = gates.run(p, {INT4: passing_metrics(p, INT4)})
     assert report.passed
     checks = {c.check: c for c in report.variants[INT4].checks}
@@ -91,7 +91,7 @@ def test_bad_absolute_thresholds_are_one_line(threshold, message, tmp_path):
 
 
 def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
-    p = tiny_params()
+    p = tiny_params(serving={"max_num_seqs": 1})
     measured = {**passing_metrics(p, INT4), "vllm_speculative_speedup": 0.95, "vllm_accepted_per_draft_token": 0.3}
     report = gates.run(p, {INT4: measured})
     verdict = report.variants[INT4]
@@ -148,6 +148,20 @@ def test_nan_metric_fails():
     # 128 characters pass alone, but publish registers <name>-<variant>: refused before any stage runs
     (lambda p: p["serving"].update(name="n" * 128), "serving.name: the registry name n{40}... of variant .* is 1[34]"),
     (lambda p: p["serving"]["speculation"].update(cost_profile=""), "serving.speculation.cost_profile must be auto"),
+    # issue #30's typos and out-of-range knobs: each named, before any work
+    (lambda p: p.update(servng={}), r"unknown key servng \(did you mean serving\?\)"),
+    (lambda p: p["quantize"]["calibration"].update(num_sample=5),
+     r"unknown key quantize.calibration.num_sample \(did you mean num_samples\?\)"),
+    (lambda p: p["publish"].update(backnd="local"), r"unknown key publish.backnd \(did you mean backend\?\)"),
+    (lambda p: p["gates"]["thresholds"].update(max_kl_divergence=float("inf")), "max_kl_divergence is inf: .* finite"),
+    (lambda p: p["quantize"]["calibration"].update(num_samples=-5), "quantize.calibration.num_samples is -5"),
+    (lambda p: p["publish"].update(registry_dir=""), "publish.registry_dir is ''"),
+    (lambda p: p["publish"].pop("registry_dir"), "publish: 'registry_dir' is a required property"),
+    (lambda p: p["publish"].update(backend="s3"), "publish.backend is 's3'; allowed: enum"),
+    (lambda p: p["deploy"].update(port=99999), "deploy.port is 99999; allowed: type integer, minimum 1, maximum 65535"),
+    (lambda p: p["deploy"].update(warmup_prompts="1e9"), "deploy.warmup_prompts is '1e9'"),
+    (lambda p: p["deploy"].update(bundle_root="/models\n# <script>alert(1)</script>"), "deploy.bundle_root must be"),
+    (lambda p: p["publish"].update(registry_dir="artifacts/bundles/bf16/registry"), "registry_dir .* is inside artifacts/"),
     (lambda p: p["serving"]["speculation"].update(cost_profile="missing.json"), "cost_profile: missing.json not found"),
     (lambda p: p["quantize"]["variants"].update({"../x": {"algorithm": "rtn", "scheme": "FP8"}}), "invalid variant name"),
     (lambda p: p["quantize"]["variants"].update({"bf16": {"algorithm": "none", "scheme": "FP8"}}),
@@ -274,3 +288,15 @@ def test_cli_empty_or_bad_metrics_dir_is_one_line(metrics_dir, tmp_path):
     (metrics_dir / f"eval-{INT4}.json").write_text("{not json")
     r = gate_cli(metrics_dir)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "not valid JSON" in r.stderr
+
+
+def test_a_yaml_alias_bomb_in_params_is_refused_before_it_is_expanded(tmp_path):
+    """Nested aliases expand to billions of nodes in every reader (DVC's too); params.yaml may hold none."""
+    from pipeline.config import load_params
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(12))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()) + "serving_bomb:\n  " + bomb.replace("\n", "\n  "))
+    with pytest.raises(PipelineError, match=r"params.yaml:\d+: YAML aliases \(\*a\) are not allowed"):
+        load_params(tmp_path / "params.yaml")

@@ -34,10 +34,16 @@ def one_line_error(call, *args) -> str:
 # --- model directories --------------------------------------------------------------------------
 
 def model_dir(path: Path) -> Path:
-    """A directory that passes the checks: a config, a real (tiny) safetensors file, a tokenizer file."""
+    """A directory that passes the checks: a tiny Llama's config and weights (the tensors its config names), a
+    tokenizer file."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps({"model_type": "llama"}))
-    save_file({"w": torch.zeros(4, 4)}, path / "model.safetensors")
+    config = LlamaConfig(hidden_size=8, intermediate_size=16, num_hidden_layers=1, num_attention_heads=2,
+                         num_key_value_heads=1, vocab_size=16)
+    (path / "config.json").write_text(config.to_json_string())
+    save_file({k: v.contiguous() for k, v in LlamaForCausalLM(config).state_dict().items()},
+              path / "model.safetensors")
     (path / "tokenizer.json").write_text("{}")
     return path
 
@@ -69,10 +75,18 @@ def test_pickles_and_git_internals_are_never_copied(tmp_path, capsys):
     assert "not copied, pickled: extra.pkl, pytorch_model.bin, training_args.pt" in capsys.readouterr().out
 
 
+def test_a_tokenizer_config_without_a_vocabulary_names_the_missing_file(tmp_path):
+    src = model_dir(tmp_path / "m")
+    (src / "tokenizer.json").rename(src / "tokenizer_config.json")
+    assert "has no tokenizer vocabulary: expected tokenizer.json" in one_line_error(check_model_dir, src, "target")
+
+
 def test_hub_cache_snapshot_is_copied_as_files_not_links(tmp_path):
-    """A snapshot in the Hub cache is symlinks into blobs/: artifacts must not point out of the workspace."""
-    blobs, snapshot = model_dir(tmp_path / "blobs"), tmp_path / "snapshot"
-    snapshot.mkdir()
+    """A snapshot in the Hub cache is symlinks into its repository's blobs/: artifacts must not point out of the
+    workspace."""
+    repo = tmp_path / "models--acme--tiny"
+    blobs, snapshot = model_dir(repo / "blobs"), repo / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
     for f in blobs.iterdir():
         (snapshot / f.name).symlink_to(f)
     out = tmp_path / "out"
@@ -144,8 +158,9 @@ def test_local_fingerprint_follows_content_not_mtime_or_location(tmp_path):
     (src / "pytorch_model.bin").write_bytes(b"never copied, so not part of the source")
     assert source_fingerprint(str(src), "target") == first
     assert source_fingerprint(str(shutil.copytree(src, tmp_path / "elsewhere")), "target") == first
+    edited = (src / "config.json").read_text().replace('"rms_norm_eps": 1e-06', '"rms_norm_eps": 2e-06')
     with (src / "config.json").open("r+") as f:  # edited in place: same inode, same size
-        f.write('{"model_type": "llamb"}')
+        f.write(edited)
     assert source_fingerprint(str(src), "target")["sha256"] != first["sha256"]
 
 

@@ -99,7 +99,8 @@ def stale_after(project, edit) -> set[str]:
 
 
 def test_params_invalidate_only_the_stages_that_read_them(project):
-    assert stale_after(project, lambda p: p["gates"]["thresholds"].update(max_kl_divergence=0.049)) == {"gate"}
+    # publish re-checks each verdict against the thresholds in force, so it reads them too
+    assert stale_after(project, lambda p: p["gates"]["thresholds"].update(max_kl_divergence=0.049)) == {"gate", "publish"}
     # A GPTQ knob: that variant's quantize and bundle (its card states the recipe), the gate (which knows
     # the variants) and the served-draft stage (which can quantize the draft with any variant's recipe;
     # with none set it copies, so nothing after it changes). Never the distillation or the fine-tune.

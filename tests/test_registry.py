@@ -27,7 +27,7 @@ def workspace(tmp_path_factory, demo_pair):
 def different_bundle(src, dest):
     """A legitimately different bundle (re-manifested), as a changed build would produce."""
     b = shutil.copytree(src, dest)
-    (b / "serve.yaml").write_text((b / "serve.yaml").read_text().replace("max-num-seqs: 64", "max-num-seqs: 32"))
+    (b / "serve.yaml").write_text((b / "serve.yaml").read_text().replace("max-num-seqs: 1\n", "max-num-seqs: 32\n"))
     write_manifest(b, read_json(b / "MANIFEST.json")["provenance"])
     return b
 
@@ -107,6 +107,47 @@ def test_a_verdict_reached_under_other_thresholds_is_not_published(workspace, tm
     line = one_error_line(run_stage(ws, "stages.publish"))
     assert "fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, params.yaml now says 0.0001" in line
     assert not (ws / "registry").exists() and not (ws / "artifacts/publish/receipt.json").exists()
+
+
+def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_its_tags(workspace, tmp_path):
+    """A concurrent `bundle@v` renames a new bundle into place between the verdict check and the upload: the
+    registry must not store the new content under the old one's digest and tags."""
+    from pipeline.gates import GateReport
+    from pipeline.publish import pinned_copy, release_tags
+    from pipeline import records
+
+    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    bundle = ws / "artifacts/bundles/fp8-static"
+    current = records.read(GateReport, ws / "artifacts/gate/verdict.json")
+    version, tags = release_tags(bundle, "fp8-static", {"version": "auto"}, [], current)
+    assert tags["bundle_digest"].startswith(version)
+    other = different_bundle(bundle, tmp_path / "other")
+    bundle.rename(tmp_path / "old")
+    other.rename(bundle)  # the swap, as an atomic rename
+    with pytest.raises(PipelineError, match="changed while it was being published"):
+        with pinned_copy(bundle, tags["bundle_digest"], tmp_path / "staging"):
+            pass
+    assert not any((tmp_path / "staging").iterdir())  # the private copy is gone
+    with pinned_copy(tmp_path / "old", tags["bundle_digest"], tmp_path / "staging") as copy:
+        assert local.publish(copy, "m", version, tags, {"registry_dir": str(tmp_path / "reg")})["status"] == "published"
+    assert read_json(tmp_path / "reg/m" / version / "MANIFEST.json")["bundle_digest"] == tags["bundle_digest"]
+
+
+def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(workspace, tmp_path):
+    """`python -m stages.publish | head -1`: head exits after the first line; every variant is still published and
+    the receipt written."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    r = subprocess.run(f"{sys.executable} -m stages.publish | head -1", shell=True, cwd=ws, capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.stdout.count("\n") == 1 and "publish " in r.stdout and "BrokenPipe" not in r.stderr, r.stderr
+    receipt = read_json(ws / "artifacts/publish/receipt.json")
+    assert len(receipt["published"]) == len(VARIANTS)
 
 
 @pytest.mark.parametrize("version", ["latest", "../escape", "a b", ""])

@@ -3,6 +3,7 @@ doctored manifests, tampered stored copies, corrupt indexes, failing disks, leak
 from __future__ import annotations
 
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -139,6 +140,57 @@ def test_a_lock_that_is_a_fifo_is_refused_without_blocking(tmp_path, bundles):
     os.mkfifo(registry / ".lock")
     with pytest.raises(PipelineError, match="is not a regular file"):
         local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+
+
+def test_a_killed_publishs_temp_dir_goes_with_the_next_publish_of_any_version(tmp_path, bundles):
+    """kill -9 mid-copy leaves registry/m/.1.tmp-*; the next publish, of another version, removes it under the lock."""
+    registry = tmp_path / "registry"
+    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    left = registry / "m" / ".2.tmp-killed"
+    (left / "model").mkdir(parents=True)
+    (left / "model" / "weights.bin").write_text("half")
+    local.publish(bundles[1], "m", "3", {}, {"registry_dir": str(registry)})
+    assert not left.exists() and sorted(p.name for p in (registry / "m").iterdir()) == ["1", "3", "latest"]
+
+
+def test_verify_never_follows_or_prints_a_latest_that_is_not_a_version(tmp_path, bundles):
+    registry = tmp_path / "registry"
+    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    big = tmp_path / "big.txt"
+    big.write_text("SECRET-CONTENT " * 10000)
+    (registry / "m" / "latest").unlink()
+    (registry / "m" / "latest").symlink_to(big)
+    r = cli("verify", str(registry / "m" / "latest"), cwd=tmp_path)
+    assert r.returncode != 0 and "is a link or not a file" in r.stderr and "SECRET" not in r.stdout + r.stderr
+    (registry / "m" / "latest").unlink()
+    (registry / "m" / "latest").write_text("SECRET-CONTENT " * 100)
+    r = cli("verify", str(registry / "m" / "latest"), cwd=tmp_path)
+    assert r.returncode != 0 and "not a registry's latest file" in r.stderr and "SECRET" not in r.stdout + r.stderr
+    (registry / "m" / "latest").write_text("1\n")
+    assert cli("verify", str(registry / "m" / "latest"), cwd=tmp_path).returncode == 0
+
+
+def test_a_malformed_index_or_manifest_is_one_line_not_a_traceback(tmp_path, bundles):
+    registry = tmp_path / "registry"
+    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    index = read_json(registry / "index.json")
+    index["models"]["m"]["versions"]["1"]["bundle_digest"] = 12345
+    write_json(registry / "index.json", index)
+    with pytest.raises(PipelineError, match="registry index .* is corrupt"):
+        local.resolve(registry, "m")
+    (registry / "index.json").write_text('{"models": ' + "[" * 100000 + "]" * 100000 + "}")
+    with pytest.raises(PipelineError, match="nested too deeply"):
+        local.resolve(registry, "m")
+    (bundles[1] / MANIFEST).write_text("[" * 100000 + "]" * 100000)
+    with pytest.raises(PipelineError, match="MANIFEST.json is malformed: JSON nested too deeply"):
+        verify(bundles[1])
+
+
+def test_a_registry_inside_the_bundle_is_refused_before_any_copy(bundles):
+    registry = bundles[0] / "model" / "registry"
+    with pytest.raises(PipelineError, match="is inside the bundle"):
+        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    assert not registry.exists()
 
 
 # 2. Names reach the filesystem
@@ -376,6 +428,69 @@ def test_redaction_of_uris_and_params():
                         "creds": [{"db_password": "***", "apiKey": "***", "HF_TOKEN": None}],
                         "draft_training": {"max_new_tokens": 96}, "client_secret": "***"}
     assert params["publish"]["hf"]["token"] == "hf_abc"  # a copy; the input is untouched
+
+
+def test_secret_query_parameters_are_redacted_too():
+    from pipeline.redact import redact_uri
+
+    assert redact_uri("GET https://h/api?x=1&token=abc123&access_token=t2;sig=zz#f") == \
+        "GET https://h/api?x=1&token=***&access_token=***;sig=***#f"
+    assert redact_uri("max_tokens=96 &tokens=1") == "max_tokens=96 &tokens=***"  # a query-looking key is hidden
+    assert redact_uri("?max_new_tokens=5") == "?max_new_tokens=***"
+
+
+STAGE_THAT_LEAKS = """
+import logging, os, subprocess, sys
+from pipeline.stage import say, stage_main
+
+@stage_main("leaky")
+def main(argv):
+    uri = os.environ["MLFLOW_TRACKING_URI"]
+    print(f"View run at: {uri}/#/experiments/1", flush=True)  # what MLflow prints
+    logging.getLogger("mlflow").warning("retrying %s", uri)
+    os.write(2, f"raw fd write {uri}\\n".encode())
+    subprocess.run([sys.executable, "-c", f"print('child process {uri}?token=tok-secret-9')"], check=True)
+    say(f"publish: {uri}/api?api_key=key-secret-7")
+
+main()
+"""
+
+
+def test_every_line_a_stage_and_its_children_write_reaches_the_log_redacted(tmp_path):
+    """A password in MLFLOW_TRACKING_URI (the environment, where secrets belong) printed by a library, by logging,
+    by a raw write to fd 2 or by a child process, and a key in a console line: none reaches the log or console."""
+    env = {**ENV, "MLFLOW_TRACKING_URI": "http://bob:pw-secret-1@127.0.0.1:5123"}
+    r = subprocess.run([sys.executable, "-c", STAGE_THAT_LEAKS], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    log = (tmp_path / "artifacts/logs/leaky.log").read_text()
+    for line in ("View run at: http://***@127.0.0.1:5123", "retrying http://***@127.0.0.1:5123",
+                 "raw fd write http://***@127.0.0.1:5123", "child process http://***@127.0.0.1:5123?token=***"):
+        assert line in log, log
+    assert "publish: http://***@127.0.0.1:5123/api?api_key=***" in r.stdout
+    for secret in ("pw-secret-1", "tok-secret-9", "key-secret-7", "bob"):
+        assert secret not in log + r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("where, value", [
+    (("publish", "mlflow", "tracking_uri"), "http://bob:pw@mlflow.internal:5000"),
+    (("publish", "mlflow", "tracking_uri"), "https://mlflow.internal/?token=abc"),
+    (("data", "traffic"), "s3://key:secret@bucket/traffic.jsonl"),
+])
+def test_params_never_carry_credentials(tmp_path, where, value):
+    """Params are recorded in dvc.lock, PROVENANCE.json and logs: a credential there is refused up front."""
+    from conftest import tiny_params
+    from pipeline.config import validate
+
+    p = tiny_params()
+    node = p
+    for key in where[:-1]:
+        node = node[key]
+    node[where[-1]] = value
+    key = re.escape(".".join(where))
+    with pytest.raises(PipelineError, match=rf"{key} holds a credential") as e:
+        validate(p, tmp_path / "params.yaml")
+    assert "pw" not in str(e.value) and "abc" not in str(e.value) and "secret" not in str(e.value).split("holds")[0]
 
 
 # 8. Status of a variant published under allow_fail

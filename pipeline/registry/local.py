@@ -43,6 +43,8 @@ def read_index(root: str | Path) -> dict:
         raise PipelineError(f"cannot read registry index {path}: {e.strerror}") from None
     except ValueError as e:  # bad JSON and bad UTF-8 alike
         raise PipelineError(f"registry index {path} is corrupt ({e})") from None
+    except RecursionError:
+        raise PipelineError(f"registry index {path} is corrupt (JSON nested too deeply)") from None
     if not _well_formed(index):
         raise PipelineError(f"registry index {path} is corrupt: expected "
                             '{"models": {name: {"latest": version, "versions": {version: record}}}}')
@@ -53,7 +55,8 @@ def _well_formed(index) -> bool:
     models = index.get("models") if isinstance(index, dict) else None
     return isinstance(models, dict) and all(
         isinstance(e, dict) and isinstance(e.get("latest"), str) and isinstance(e.get("versions"), dict)
-        and all(isinstance(r, dict) for r in e["versions"].values()) for e in models.values())
+        and all(isinstance(r, dict) and isinstance(r.get("bundle_digest"), str) for r in e["versions"].values())
+        for e in models.values())
 
 
 def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dict:
@@ -62,6 +65,9 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     if name == INDEX:
         raise PipelineError(f"model name {INDEX!r} is taken by the local registry's index; choose another")
     root = Path(cfg["registry_dir"])
+    if root.resolve() == Path(bundle).resolve() or Path(bundle).resolve() in root.resolve().parents:
+        raise PipelineError(f"publish.registry_dir {root} is inside the bundle {bundle}: publishing would copy the "
+                            "registry into itself; put the registry elsewhere")
     digest = verify(bundle)["bundle_digest"]
     try:
         with _locked(root):
@@ -123,7 +129,7 @@ def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags:
 def _install(bundle: Path, dest: Path, digest: str) -> None:
     """Copy into a private temp dir, verify, make readable, then one rename: never a partial version."""
     _make_dir(dest.parent)
-    for stale in dest.parent.glob(f".{dest.name}.tmp-*"):  # a killed publish's; under the lock none is live
+    for stale in dest.parent.glob(".*.tmp-*"):  # killed publishes' of any version; under the lock none is live
         shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
     try:
@@ -189,8 +195,9 @@ def _verified(root: Path, index: dict, name: str, version: str) -> dict:
     return manifest
 
 
-def resolve(root: str | Path, name: str, version: str = "latest") -> Path:
-    """A stored version's directory (`latest` as the index has it), verified before it is handed out."""
+def resolve(root: str | Path, name: str, version: str = "latest", public_key: str | Path | None = None) -> Path:
+    """A stored version's directory (`latest` as the index has it), verified before it is handed out (and its
+    signature checked against public_key, when given)."""
     check_name(name)
     root = Path(root)
     index = read_index(root)
@@ -202,12 +209,16 @@ def resolve(root: str | Path, name: str, version: str = "latest") -> Path:
     if version not in entry["versions"]:
         raise PipelineError(f"{name} has no version {version!r} in registry {root}")
     _verified(root, index, name, version)
+    if public_key is not None:
+        from pipeline import signing
+
+        signing.verify(root / name / version, public_key)
     return root / name / version
 
 
-def resolve_ref(ref: str, registry_dir: str | Path) -> Path:
+def resolve_ref(ref: str, registry_dir: str | Path, public_key: str | Path | None = None) -> Path:
     """`<name>@<version>` or `<name>@latest` -> that version's directory in registry_dir, verified."""
     name, at, version = ref.rpartition("@")
     if not at:
         raise PipelineError(f"{ref!r} is not a registry reference (<name>@<version> or <name>@latest)")
-    return resolve(registry_dir, name, version)
+    return resolve(registry_dir, name, version, public_key)
