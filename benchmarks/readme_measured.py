@@ -67,7 +67,9 @@ def render() -> str:
             f"{v} " + ", ".join(f"{k.removeprefix('expected_speedup_')} "
                                 + (f"x{x:.2f} (k={e['num_speculative_tokens_' + k.removeprefix('expected_speedup_')]})"
                                    if x is not None else "not predicted")
-                                for k, x in e.items() if k.startswith("expected_speedup_")) for v, e in evals.items()) + ";",
+                                for k, x in e.items() if k.startswith("expected_speedup_")) for v, e in evals.items())
+        + " (steps timed in lockstep with random weights; the demo's trained EAGLE-3 served well below its "
+        "prediction: `benchmarks/gpu/COSTS.md`);",
         "- shipped speculative setting (predicted, no GPU here): " + ", ".join(
             f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"]
                        else "none") for v, d in
