@@ -69,6 +69,9 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     from pipeline.errors import PipelineError
 
     path = Path(path)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    if getattr(config, "quantization_config", None) is not None:
+        return  # a quantized checkpoint stores packed tensors and scales, not the parameters its config builds
     index = path / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     stored: dict[str, tuple] = {}
@@ -76,7 +79,6 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
         with safe_open(str(path / name), framework="pt") as f:
             for key in f.keys():
                 stored[key] = tuple(f.get_slice(key).get_shape())
-    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}

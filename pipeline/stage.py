@@ -69,10 +69,16 @@ def progress(items: Iterable[T], desc: str) -> Iterator[T]:
 def _redacting_copy(read_fd: int, log: IO[bytes]) -> None:
     """Every line written to fds 1 and 2 (this process's, its libraries', its children's) reaches the log with
     credentials in URLs replaced (MLflow prints `View run ... at: http://user:password@host/...`)."""
+    writable = True
     with os.fdopen(read_fd, "rb") as pipe:
-        for raw in pipe:
-            log.write(redact_uri(raw.decode("utf-8", "replace")).encode())
-            log.flush()
+        for raw in pipe:  # always drained: a copier that stopped reading would block the stage on its next print
+            if not writable:
+                continue
+            try:
+                log.write(redact_uri(raw.decode("utf-8", "replace")).encode())
+                log.flush()
+            except OSError:  # a full disk: the log stops, the stage goes on (and fails on its own writes)
+                writable = False
 
 
 @contextlib.contextmanager

@@ -472,6 +472,29 @@ def test_every_line_a_stage_and_its_children_write_reaches_the_log_redacted(tmp_
         assert secret not in log + r.stdout + r.stderr
 
 
+STAGE_ON_A_FULL_DISK = """
+import resource, signal
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail (EFBIG), as a full disk fails them
+resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
+from pipeline.stage import say, stage_main
+
+@stage_main("full")
+def main(argv):
+    for i in range(20000):  # far more than the pipe holds: the copier must keep draining after the log fails
+        print(f"library line {i} " + "x" * 60)
+    say("full: done")
+
+main()
+"""
+
+
+def test_a_stage_whose_log_fills_the_disk_finishes_instead_of_hanging(tmp_path):
+    r = subprocess.run([sys.executable, "-c", STAGE_ON_A_FULL_DISK], cwd=tmp_path, env=ENV, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "full: done" in r.stdout, r.stderr[-2000:]
+    assert (tmp_path / "artifacts/logs/full.log").stat().st_size <= 16384
+
+
 @pytest.mark.parametrize("where, value", [
     (("publish", "mlflow", "tracking_uri"), "http://bob:pw@mlflow.internal:5000"),
     (("publish", "mlflow", "tracking_uri"), "https://mlflow.internal/?token=abc"),
