@@ -71,6 +71,12 @@ class SpeculativeEstimate:
     served: ServedPrediction | None = None  # served speed per concurrency and k, from a measured cost profile
     break_even_acceptance: float | None = None  # accepted per draft token below which the served speedup is < 1
 
+    @property
+    def break_even(self) -> float:
+        """Below this accepted/drafted ratio speculation is slower than plain decoding: the measured serving
+        costs' break-even where a prediction exists, else the ideal bound's cost ratio."""
+        return self.cost_ratio if self.break_even_acceptance is None else self.break_even_acceptance
+
 
 def _next_token(logits: torch.Tensor, temperature: float) -> int:
     """Greedy at temperature 0, else pure temperature sampling (no top-k/top-p, which the

@@ -25,7 +25,7 @@ import json
 import math
 import statistics
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from pipeline.errors import PipelineError
@@ -178,9 +178,6 @@ class ServedPrediction:
     def speedup(self, concurrency: int, k: int) -> float:
         return self.speedup_by_k[str(concurrency)][str(k)]
 
-    def tokens_per_s(self, concurrency: int, k: int) -> float:
-        return self.plain_tokens_per_s[str(concurrency)] * (self.speedup(concurrency, k) if k else 1.0)
-
 
 def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], drafted_per_step: dict[str, float],
             concurrencies: list[int], steps_per_response: dict[str, float] | None = None) -> ServedPrediction | None:
@@ -276,7 +273,7 @@ def _method(raw_dir: Path, method: str, plain: dict[str, float], drafter: dict) 
         for b, ms in measured[k].items():
             err = abs(partial.spec_ms(int(b), cost.drafted_per_step[k]) - ms) / ms
             errors[b] = max(errors.get(b, 0.0), err)
-    return MethodCost(cost.run, drafter, plain, cost.step_ms, measured, cost.drafted_per_step, errors)
+    return replace(cost, interpolation_error=errors)
 
 
 def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> CostProfile:

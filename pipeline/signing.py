@@ -14,8 +14,7 @@ import os
 from pathlib import Path
 
 from pipeline.errors import PipelineError
-
-SIGNATURE = "model.sig"
+from pipeline.manifest import SIGNATURE  # the manifest leaves it out: the one name for both
 PASSWORD_ENV = "MODELPREP_SIGNING_KEY_PASSWORD"
 
 

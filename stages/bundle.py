@@ -78,8 +78,7 @@ def main(argv: list[str]) -> None:
         drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
         env = server_env(spec, p["serving"])
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
-        even = est.break_even_acceptance if est.break_even_acceptance is not None else est.cost_ratio
-        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, even, serve, quantization, warm, env)
+        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
         for plan in tiers:
             if plan.name in serve.tiers:
                 check_measured_config(serve_dir, serve, methods.Speculation(plan.method, plan.num_speculative_tokens),

@@ -52,10 +52,11 @@ def with_predictions(p: dict, estimates: dict[str, acceptance.SpeculativeEstimat
     profile nearest this target (pipeline/serving_costs.py); without one, no expected speedup at all."""
     serving = p["serving"]
     choice = serving_costs.choose(serving["speculation"]["cost_profile"], serving["gpu"], target_params)
+    concurrencies = served_concurrencies(p)
     out = {}
     for method, est in estimates.items():
         prediction = serving_costs.predict(choice, method, est.tokens_per_step_by_k, est.drafted_per_step_by_k,
-                                           served_concurrencies(p), est.steps_per_response_by_k)
+                                           concurrencies, est.steps_per_response_by_k)
         out[method] = acceptance.with_served_prediction(est, prediction, serving["target_concurrency"])
     return out, choice
 
