@@ -78,20 +78,23 @@ def _template() -> jinja2.Template:
 
 
 def serving_rows(serve: ServeBenchRecord) -> list[dict]:
-    """The card's serving table: one row per config and concurrency, as measured."""
-    rows = []
-    for name, config in serve.configs.items():
-        for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency):
-            rows.append({"config": name if not config.num_speculative_tokens else f"{name} (k={config.num_speculative_tokens})",
-                         "level": level})
-    return rows
+    """The card's serving table: one row per config and concurrency, as measured: plain decoding on each kernel
+    compared (the chosen one is plain decoding itself), each method at its k, each k schedule."""
+    named = [(f"plain on {kernel}", config) for kernel, config in serve.kernels.items() if kernel != serve.kernel]
+    named += [(name if not config.num_speculative_tokens else f"{name} (k={config.num_speculative_tokens})", config)
+              for name, config in serve.configs.items()]
+    named += [(f"{method} (k per batch: {config.schedule})", config) for method, config in serve.schedules.items()]
+    return [{"config": name, "level": level} for name, config in named
+            for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
 
 
 def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
-               alerts=None, deploy: dict | None = None, bundle_path: str | None = None) -> str:
+               alerts=None, deploy: dict | None = None, bundle_path: str | None = None,
+               server_env: dict[str, str] | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2. tiers, alerts: the handoff
-    kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one."""
+    kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one; server_env: serve.env's
+    variables (the card says to load it when there are any)."""
     from pipeline.hardware import requirements
 
     return _template().render(
@@ -101,7 +104,7 @@ def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeE
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
-        method_names=METHOD_NAMES)
+        method_names=METHOD_NAMES, server_env=server_env or {})
 
 
 METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",

@@ -356,6 +356,8 @@ def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
     k = cfg.get("num_speculative_tokens")
     if k != "auto" and not is_positive_int(k):
         raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
+    if cfg.get("k_schedule") not in ("auto", "off"):
+        raise PipelineError(f"{path}: serve_bench.k_schedule must be auto or off, got {cfg.get('k_schedule')!r}")
     from pipeline.tiers import benchmarked
 
     try:

@@ -111,7 +111,8 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     its card says why); only quality and serving checks fail a variant."""
     decision = speculation.decide(summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
     metrics = {**speculation.candidate_metrics(summary, decision.method),
-               **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method)}
+               **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method,
+                                                   bool(decision.schedule))}
     if decision.num_speculative_tokens:
         spec_checks = check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")
         failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]

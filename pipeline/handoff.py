@@ -53,6 +53,11 @@ class TierPlan:
     serve_file: str
     manifest: str | None  # deploy/<tier>.yaml, when deploy.tiers includes it
     served_tokens_per_s: float | None = None  # the shipped config at the tier's concurrency, where it was served
+    schedule: tuple[tuple[int, int, int], ...] | None = None  # a k per batch-size range, where one ships
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(self.method, self.num_speculative_tokens, self.schedule)
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
@@ -109,7 +114,7 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
         config = config_of(own, chosen) if own is not None else None
         level = config.at(tier.concurrency) if config is not None else None
         plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
-                              manifest, level.output_throughput if level is not None else None))
+                              manifest, level.output_throughput if level is not None else None, chosen.schedule))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"

@@ -88,20 +88,51 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
 DEEPGEMM_OFF = {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
 
 
+# On Hopper vLLM 0.26 picks MacheteLinearKernel first for integer weight-only (W4A16/W8A16) checkpoints, then
+# AllSpark (Ampere only), then Marlin (model_executor/kernels/linear/__init__.py, _POSSIBLE_KERNELS); disabling the
+# two before Marlin selects Marlin. Which is faster depends on the shape and the batch: serve_bench measures both.
+MACHETE_OFF = {"VLLM_DISABLED_KERNELS": "MacheteLinearKernel,AllSparkLinearKernel"}
+KERNEL_SWITCH = "VLLM_DISABLED_KERNELS"  # the variable every choice sets; a user's own setting of it wins
+
+
+@dataclass(frozen=True)
+class KernelChoice:
+    name: str
+    env: dict[str, str]  # what selects it (empty: vLLM's own pick)
+
+
+def kernel_choices(spec: VariantSpec, compute_capability: float | None) -> list[KernelChoice]:
+    """The GEMM kernels vLLM 0.26 can serve this variant with on a GPU of this compute capability, the one shipped
+    without a measurement first (kernel_env). Fewer than two: nothing to choose. None: no GPU named (the
+    unmeasured default assumes Hopper, the fleet the project's measurements come from)."""
+    if is_unquantized(spec) or (compute_capability is not None and compute_capability != 9.0):
+        return []
+    scheme = scheme_for(spec)
+    w, a = scheme.weights, scheme.input_activations
+    if w is not None and w.type == "float" and w.strategy == "block":
+        return [KernelChoice("cutlass", dict(DEEPGEMM_OFF)), KernelChoice("deepgemm", {})]
+    if w is not None and w.type == "int" and a is None:
+        return [KernelChoice("machete", {}), KernelChoice("marlin", dict(MACHETE_OFF))]
+    return []
+
+
 def kernel_env(spec: VariantSpec, gpu: str | None) -> dict[str, str]:
-    """Environment that steers vLLM off a kernel measured slower than its alternative for this variant."""
-    if is_unquantized(spec) or (gpu is not None and GPUS.get(gpu) != 9.0):
-        return {}
-    weights = scheme_for(spec).weights
-    if weights is not None and weights.type == "float" and weights.strategy == "block":
-        return dict(DEEPGEMM_OFF)
-    return {}
+    """The environment shipped for this variant's GEMM kernel when serve_bench measured no choice: the first of
+    kernel_choices (FP8 block-wise: CUTLASS, DeepGEMM measured slower; integer weight-only: vLLM's Machete)."""
+    choices = kernel_choices(spec, GPUS.get(gpu) if gpu is not None else None)
+    return dict(choices[0].env) if choices else {}
 
 
-def server_env(spec: VariantSpec, serving: dict) -> dict[str, str]:
+def server_env(spec: VariantSpec, serving: dict, measured_kernel_env: dict[str, str] | None = None) -> dict[str, str]:
     """The server's environment for this variant, as serve_bench measures it and the bundle ships it
-    (serve.env, the manifests): kernel_env, with serving.env over it (the user's setting wins)."""
-    return {**kernel_env(spec, serving.get("gpu")), **{k: str(v) for k, v in (serving.get("env") or {}).items()}}
+    (serve.env, the manifests): the kernel choice serve_bench measured faster (measured_kernel_env; None: not
+    measured, kernel_env's default), with serving.env over it (the user's setting wins)."""
+    kernel = kernel_env(spec, serving.get("gpu")) if measured_kernel_env is None else measured_kernel_env
+    return {**kernel, **user_env(serving)}
+
+
+def user_env(serving: dict) -> dict[str, str]:
+    return {k: str(v) for k, v in (serving.get("env") or {}).items()}
 
 
 @contextmanager

@@ -22,15 +22,51 @@ BUNDLE_DIRS = {DRAFT_MODEL: "draft", EAGLE3: "eagle3"}
 NGRAM_MAX = 16  # longer lookups than this only slow the CPU-side search; vLLM's default max is 5
 
 
+# vLLM 0.26's dynamic speculative decoding: (first batch size, last batch size, k) inclusive ranges, the first
+# starting at 1, k 0 meaning no drafting at those batch sizes (vllm/v1/spec_decode/dynamic/utils.py).
+KSchedule = tuple[tuple[int, int, int], ...]
+
+
 @dataclass(frozen=True)
 class Speculation:
-    """What a serving config speculates with: a method at k draft tokens (k 0: none)."""
+    """What a serving config speculates with: a method at k draft tokens (k 0: none), or with a k per batch-size
+    range (schedule; k is then its largest, vLLM's num_speculative_tokens)."""
     method: str | None
     k: int
+    schedule: KSchedule | None = None
 
     @property
     def enabled(self) -> bool:
         return bool(self.method and self.k)
+
+    @property
+    def label(self) -> str:
+        """How cards and summary lines name it: `eagle3 k=4`, `eagle3 k=4 at batch 1-2, none from 3`."""
+        if not self.enabled:
+            return "no speculation"
+        if not self.schedule:
+            return f"{self.method} k={self.k}"
+        last = len(self.schedule) - 1  # vLLM carries the last range's k to every larger batch
+        return f"{self.method} " + ", ".join(
+            (f"k={k}" if k else "none") + (f" from batch {lo}" if i == last else f" at batch {lo}-{hi}")
+            for i, (lo, hi, k) in enumerate(self.schedule))
+
+
+def check_schedule(schedule: KSchedule, where: str) -> None:
+    """The rules vLLM 0.26 enforces on num_speculative_tokens_per_batch_size, checked where it is rendered so a
+    bundle never carries one its server refuses at start."""
+    if not schedule:
+        raise PipelineError(f"{where}: an empty k schedule")
+    previous = 0
+    for lo, hi, k in schedule:
+        if not (is_int(lo) and is_int(hi) and is_int(k)) or lo <= previous or hi < lo or k < 0:
+            raise PipelineError(f"{where}: k schedule {list(map(list, schedule))} must be sorted, non-overlapping "
+                                "inclusive [first batch, last batch, k >= 0] ranges")
+        previous = hi
+    if schedule[0][0] != 1:
+        raise PipelineError(f"{where}: a k schedule's first range must start at batch size 1")
+    if max(k for _, _, k in schedule) <= 0:
+        raise PipelineError(f"{where}: a k schedule that never drafts is plain decoding")
 
 
 NONE = Speculation(None, 0)
@@ -100,6 +136,13 @@ def speculative_config(spec: Speculation, ngram: dict | None = None,
     if not spec.enabled:
         return None
     config: dict = {"method": spec.method, "num_speculative_tokens": spec.k}
+    if spec.schedule:
+        check_schedule(spec.schedule, "speculative_config")
+        if spec.k != max(k for _, _, k in spec.schedule):
+            raise PipelineError(f"speculative_config: k {spec.k} is not the schedule's largest k")
+        # Dynamic speculation switches vLLM 0.26 to PIECEWISE CUDA graphs (config/vllm.py,
+        # _maybe_override_dynamic_sd_cudagraph_mode): serve_bench measures the schedule itself for that reason.
+        config["num_speculative_tokens_per_batch_size"] = [list(r) for r in spec.schedule]
     if spec.method in BUNDLE_DIRS:
         config["model"] = f"./{BUNDLE_DIRS[spec.method]}"
     if spec.method == NGRAM:

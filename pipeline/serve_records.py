@@ -35,9 +35,11 @@ class LoadLevel:
 @dataclass
 class ServeConfigResult:
     """One serve.yaml (plain or with the draft) measured over the concurrency sweep."""
-    num_speculative_tokens: int  # 0: no speculative-config
+    num_speculative_tokens: int  # 0: no speculative-config; with a schedule, its largest k
     startup_s: float  # vllm serve start until /health answered
     levels: dict[str, LoadLevel]  # "c1", "c8", ...
+    schedule: list[list[int]] | None = None  # num_speculative_tokens_per_batch_size, where the config has one
+    kernels_used: list[str] = field(default_factory=list)  # GEMM kernels the server's log says vLLM selected
 
     def at(self, concurrency: int) -> LoadLevel | None:
         return self.levels.get(level_key(concurrency))
@@ -65,13 +67,22 @@ class ServeBenchRecord:
     tiers: dict[str, dict[str, ServeConfigResult]] = field(default_factory=dict)
     tier_skipped: dict[str, str] = field(default_factory=dict)
     tier_failed_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # A k per batch-size range for one method (speculation.k_schedule: k where its fixed config paid, none where
+    # it lost), served over the same sweep: method -> its config (serve-<method>-schedule.yaml).
+    schedules: dict[str, ServeConfigResult] = field(default_factory=dict)
+    # Plain decoding under each kernel choice vLLM offers this variant on this GPU (hardware.kernel_choices): the
+    # faster at target_concurrency is `kernel`, its environment `kernel_env`; every other config ran on it.
+    kernels: dict[str, ServeConfigResult] = field(default_factory=dict)
+    kernel: str | None = None
+    kernel_env: dict[str, str] = field(default_factory=dict)
+    kernel_note: str | None = None  # why kernels were not compared, or which choice failed to serve
 
     def tier(self, name: str) -> ServeBenchRecord | None:
         """A benchmarked tier's own measurement, as a record of its configs (None: the tier was not run)."""
         if self.skipped or name not in self.tiers:
             return None
         return replace(self, configs=self.tiers[name], failed_configs=self.tier_failed_configs.get(name, {}),
-                       tiers={}, tier_skipped={}, tier_failed_configs={})
+                       tiers={}, tier_skipped={}, tier_failed_configs={}, schedules={})
 
     def speculative(self) -> dict[str, ServeConfigResult]:
         """The measured speculative configs by method (a legacy `speculative` config is the draft model's)."""

@@ -11,12 +11,19 @@ gain), so a config ships speculation on a prediction only when it serves one req
 (max_num_seqs 1, concurrency 1) and the prediction there clears the margin. With no cost profile nothing is
 predicted and nothing ships. "No speculation" is always a candidate, so a method that doesn't pay is never
 shipped because it was the least bad one.
+
+A k per batch size (vLLM's num_speculative_tokens_per_batch_size): speculation pays at small batches and loses
+at large ones, where the verify step is compute-bound. serve_bench serves a schedule built from its own sweep (k
+where the fixed config paid, none where it lost) and the schedule ships instead of the best fixed setting (plain
+decoding or one method at one k) when, over the sweep's concurrencies, its geometric-mean speedup against plain
+decoding is higher, and at target_concurrency it clears min_gain wherever it drafts there.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
-from pipeline.methods import DRAFT_MODEL, Speculation
+from pipeline.methods import DRAFT_MODEL, KSchedule, Speculation
 from pipeline.serve_records import PLAIN, ServeBenchRecord
 from pipeline.tiers import Tier
 
@@ -35,10 +42,55 @@ class SpeculationDecision:
     compared: dict[str, float] | None = None  # every method's speedup, where more than one was weighed
     predicted: dict[str, float] | None = None  # estimated basis: concurrency -> predicted speedup at candidate_k
     profile: str | None = None  # the cost profile that predicted it
+    schedule: list[list[int]] | None = None  # what ships is this k per batch-size range (k: its largest)
 
     @property
     def speculation(self) -> Speculation:
-        return Speculation(self.method if self.num_speculative_tokens else None, self.num_speculative_tokens)
+        k = self.num_speculative_tokens
+        schedule = tuple(tuple(r) for r in self.schedule) if k and self.schedule else None
+        return Speculation(self.method if k else None, k, schedule)
+
+
+SCHEDULE = "schedule"
+
+
+def config_name(speculation: Speculation) -> str:
+    """The serve_bench config (serve-<name>.yaml, record key) a speculative setting is measured as."""
+    if not speculation.enabled:
+        return PLAIN
+    return f"{speculation.method}-{SCHEDULE}" if speculation.schedule else speculation.method
+
+
+def k_schedule(speedups: dict[int, float], k: int, min_gain: float, max_num_seqs: int) -> KSchedule | None:
+    """The batch-size schedule a method's fixed-k sweep suggests: k at the concurrencies where it measured at least
+    min_gain against plain decoding, none (0) elsewhere; a concurrency's range reaches halfway (geometrically) to
+    the next one's, the last to max_num_seqs. None when that is the fixed config (k everywhere) or plain decoding."""
+    levels = sorted(speedups)
+    ks = [k if speedups[c] >= min_gain else 0 for c in levels]
+    if not any(ks) or all(x == k for x in ks):
+        return None
+    ranges: list[tuple[int, int, int]] = []
+    lo = 1
+    for i, (c, kc) in enumerate(zip(levels, ks)):
+        hi = max(lo, max_num_seqs) if i == len(levels) - 1 else max(lo, math.isqrt(c * levels[i + 1]))
+        if ranges and ranges[-1][2] == kc:
+            ranges[-1] = (ranges[-1][0], hi, kc)
+        else:
+            ranges.append((lo, hi, kc))
+        lo = hi + 1
+    return tuple(ranges)
+
+
+def k_at(schedule: KSchedule, batch: int) -> int:
+    """The k vLLM drafts at this batch size (the last range's k carries on past its end)."""
+    for lo, hi, k in schedule:
+        if lo <= batch <= hi:
+            return k
+    return schedule[-1][2]
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else 0.0
 
 
 def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str):
@@ -86,12 +138,60 @@ def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_
     gain, k = gains[method], serve.speculative()[method].num_speculative_tokens
     pays = gain >= min_gain
     others = "".join(f"; {m} x{g:.2f}" for m, g in gains.items() if m != method)
-    return SpeculationDecision(
+    fixed = SpeculationDecision(
         num_speculative_tokens=k if pays else 0, candidate_k=k, basis=MEASURED, speedup=gain, concurrency=concurrency,
         reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with {method} k={k}"
                 + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
                    f", below serving.speculation.min_gain {min_gain}") + others + skipped),
         method=method, compared=gains if len(gains) > 1 else None)
+    return _scheduled(serve, fixed, concurrency, min_gain) or fixed
+
+
+def _sweep_speedups(serve: ServeBenchRecord, config) -> dict[int, float]:
+    """A config's output tokens/s over plain decoding's at every concurrency both were measured at."""
+    out = {}
+    for key, level in config.levels.items():
+        base = serve.configs[PLAIN].levels.get(key)
+        if base is not None and base.output_throughput and not level.failed:
+            out[level.concurrency] = level.output_throughput / base.output_throughput
+    return out
+
+
+def _scheduled(serve: ServeBenchRecord, fixed: SpeculationDecision, concurrency: int,
+               min_gain: float) -> SpeculationDecision | None:
+    """The measured k schedule that beats the best fixed setting (see the module docstring), or None."""
+    best_fixed = (_sweep_speedups(serve, serve.speculative()[fixed.method]) if fixed.num_speculative_tokens
+                  else None)
+    winner = None
+    for method, config in serve.schedules.items():
+        if config.failed_requests or not config.schedule or method in serve.failed_configs:
+            continue
+        mine = _sweep_speedups(serve, config)
+        if concurrency not in mine:
+            continue
+        levels = sorted(mine)
+        theirs = [best_fixed.get(c) for c in levels] if best_fixed is not None else [1.0] * len(levels)
+        if None in theirs:
+            continue  # compared only where both were measured
+        schedule = tuple(tuple(r) for r in config.schedule)
+        drafts_here = k_at(schedule, concurrency) > 0
+        if drafts_here and mine[concurrency] < min_gain:
+            continue
+        g_mine, g_theirs = _geomean([mine[c] for c in levels]), _geomean(theirs)
+        if g_mine > g_theirs and (winner is None or g_mine > winner[0]):
+            winner = (g_mine, g_theirs, method, config, mine)
+    if winner is None:
+        return None
+    g_mine, g_theirs, method, config, mine = winner
+    shipped = Speculation(method, config.num_speculative_tokens, tuple(tuple(r) for r in config.schedule))
+    than = (f"{fixed.method} k={fixed.num_speculative_tokens}" if fixed.num_speculative_tokens
+            else "plain decoding")
+    per_level = ", ".join(f"c{c} x{v:.2f}" for c, v in sorted(mine.items()))
+    return replace(fixed, num_speculative_tokens=config.num_speculative_tokens, candidate_k=config.num_speculative_tokens,
+                   method=method, speedup=mine[concurrency], schedule=[list(r) for r in config.schedule],
+                   reason=f"measured: {shipped.label} ({per_level} against plain decoding) beats {than}, the best "
+                          f"fixed setting, over the sweep: geometric mean x{g_mine:.2f} against x{g_theirs:.2f}; "
+                          f"the fixed settings: {fixed.reason}")
 
 
 def _measured_none(concurrency: int, reason: str) -> SpeculationDecision:
@@ -152,15 +252,21 @@ def candidate_metrics(summary: dict, method: str | None) -> dict:
     return out
 
 
-def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None) -> dict:
+def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None,
+                        scheduled: bool = False) -> dict:
     """Metrics of the candidate method's config as served, for the speculation checks (they take precedence
-    over the evaluate stage's offline vLLM numbers and the CPU estimate)."""
+    over the evaluate stage's offline vLLM numbers and the CPU estimate). scheduled: the candidate is the method's
+    k schedule; its speedup is the schedule's, its acceptance the fixed config's (the same drafter at the same k,
+    and a schedule may not draft at this concurrency at all)."""
     pair = measured_pair(serve, concurrency, method) if method else None
     if pair is None:
         return {}
     plain, spec = pair
-    out = {"served_speculative_speedup": spec.output_throughput / plain.output_throughput if plain.output_throughput
-           else None}
+    served = spec
+    if scheduled and method in serve.schedules and serve.schedules[method].at(concurrency) is not None:
+        served = serve.schedules[method].at(concurrency)
+    out = {"served_speculative_speedup": served.output_throughput / plain.output_throughput
+           if plain.output_throughput else None}
     if spec.accepted_per_draft_token is not None:
         out["served_accepted_per_draft_token"] = spec.accepted_per_draft_token
     return out
@@ -168,7 +274,11 @@ def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method
 
 def config_of(serve: ServeBenchRecord, speculation: Speculation):
     """The measured config that a speculative setting ships (plain when it has none)."""
-    return serve.speculative().get(speculation.method) if speculation.enabled else serve.configs.get(PLAIN)
+    if not speculation.enabled:
+        return serve.configs.get(PLAIN)
+    if speculation.schedule:
+        return serve.schedules.get(speculation.method)
+    return serve.speculative().get(speculation.method)
 
 
 def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, speculation: Speculation,
@@ -231,4 +341,5 @@ def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:
     if method in serve.speculative():
         configs[method] = serve.speculative()[method]
     return ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version, configs=configs,
-                            failed_configs={m: why for m, why in serve.failed_configs.items() if m == method})
+                            failed_configs={m: why for m, why in serve.failed_configs.items() if m == method},
+                            schedules={m: c for m, c in serve.schedules.items() if m == method})

@@ -13,8 +13,9 @@ from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.hardware import server_env
 from pipeline.io import atomic_dir, read_json
 from pipeline.loading import load_tokenizer
-from pipeline.serve_records import PLAIN, ServeBenchRecord
+from pipeline.serve_records import ServeBenchRecord
 from pipeline.served_draft import MODEL
+from pipeline.speculation import config_name, config_of
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import say, stage_main
 from pipeline.vllm_spec import VllmMeasurement
@@ -30,9 +31,9 @@ def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation:
     record = serve.tier(tier) if tier else serve
     if serve.skipped or record is None:
         return
-    name = speculation.method if speculation.enabled else PLAIN
+    name = config_name(speculation)
     where = serve_dir / "tiers" / tier if tier else serve_dir
-    if (record.speculative() if speculation.enabled else record.configs).get(name) is None:
+    if config_of(record, speculation) is None:
         raise PipelineError(f"{serve_dir}/record.json has no measurement of the {name} config"
                             + (f" of tier {tier}" if tier else "") + " that ships; re-run `dvc repro` so the gate "
                             "and serve_bench agree")
@@ -63,7 +64,6 @@ def main(argv: list[str]) -> None:
     serve = records.read(ServeBenchRecord, serve_dir / "record.json")
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = Path("artifacts/quantized") / variant
-    k = shipped.k
     quantization = checkpoint_quantization(model_dir)
     args = engine_args(spec, p["serving"], methods.speculative_config_for(shipped, p), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
@@ -76,21 +76,22 @@ def main(argv: list[str]) -> None:
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
         drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
-        env = server_env(spec, p["serving"])
+        # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
+        env = server_env(spec, p["serving"], serve.kernel_env if serve.kernel else None)
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
         for plan in tiers:
             if plan.name in serve.tiers:
-                check_measured_config(serve_dir, serve, methods.Speculation(plan.method, plan.num_speculative_tokens),
-                                      (tmp / plan.serve_file).read_text(), plan.name)
+                check_measured_config(serve_dir, serve, plan.speculation, (tmp / plan.serve_file).read_text(),
+                                      plan.name)
         card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
-                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant))
+                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant), env)
         manifest = finish_bundle(tmp, variant, card)
         private_key, _ = signing.configured(p["publish"])
         if private_key:  # over every file, the manifest and the card included
             signing.sign(tmp, private_key)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
-        f"gates {verdict.label}, " + (f"speculation {shipped.method} k={k}" if k else "no speculation")
+        f"gates {verdict.label}, " + shipped.label
         + f" ({verdict.speculation.basis})" + (", signed" if signing.configured(p["publish"])[0] else ""))
 
 

@@ -3,10 +3,19 @@ speculative method of draft.method (each at the k its CPU estimate found best on
 
 On a CUDA host with vLLM: `vllm serve --config serve-<config>.yaml` (the file the bundle would ship,
 rendered by the same code) from a directory laid out like the bundle, then `vllm bench serve` over
-held-out traffic at every concurrency of serve_bench.concurrency. The tiers of serve_bench.tiers are then
-served the same way at their own engine settings (tiers/<tier>/serve-<config>.yaml), each at its own
-concurrency. Elsewhere the record says why it was skipped, and the gate falls back to the CPU estimate.
+held-out traffic at every concurrency of serve_bench.concurrency, in this order:
+1. plain decoding under each GEMM kernel vLLM offers the variant on this GPU (hardware.kernel_choices: W4A16
+   Machete or Marlin, FP8 block-wise CUTLASS or DeepGEMM); the faster at serving.target_concurrency is the
+   kernel every later config runs on and the bundle ships (serve.env);
+2. each method at its k;
+3. a k per batch-size range (serve_bench.k_schedule): k where a method's fixed config paid, none where it lost,
+   for the method whose sweep suggests the most (speculation.k_schedule).
+The tiers of serve_bench.tiers are then served the same way at their own engine settings
+(tiers/<tier>/serve-<config>.yaml), each at its own concurrency. Elsewhere the record says why it was skipped,
+and the gate falls back to the CPU estimate.
 """
+import math
+import re
 import datetime
 import importlib.metadata
 import shutil
@@ -19,11 +28,12 @@ from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import heldout_prompts
 from pipeline.errors import PipelineError
 from pipeline.formatting import prompt_text
-from pipeline.hardware import server_env
+from pipeline.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
 from pipeline.io import atomic_dir, write_csv
 from pipeline.loading import load_tokenizer
 from pipeline.served_draft import MODEL as DRAFT
 from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
+from pipeline.speculation import config_name, k_schedule
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
 from pipeline.tiers import Tier, benchmarked
@@ -47,6 +57,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
     quantization = checkpoint_quantization(model_dir)
     spec = enabled_variant(p, variant)
     tiers = benchmarked(p["serving"], cfg["tiers"])
+    major, minor = torch.cuda.get_device_capability(0)
+    kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, p["serving"])
     configs, failed = {}, {}
     tier_configs, tier_failed, tier_skipped = {}, {}, {}
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
@@ -60,13 +72,44 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
         dataset = serving_dir / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
         runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
-        bar = progress_bar(f"serve_bench {variant}",
-                           total=len(runs) * (len(cfg["concurrency"]) + len(tiers)))
-        args = (spec, quantization, dataset, add_special, temperature, p, bar)
-        for name, speculation in runs:
+        scheduling = cfg["k_schedule"] == "auto" and len(cfg["concurrency"]) > 1 and candidates
+        bar = progress_bar(f"serve_bench {variant}", total=len(cfg["concurrency"]) * (
+            len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs))
+        args = [spec, quantization, dataset, add_special, temperature, p, bar, server_env(spec, p["serving"])]
+        # 1. Plain decoding on each kernel; the faster at target_concurrency serves everything after it.
+        kernel, by_kernel, kernel_failed = None, {}, {}
+        for choice in kernels:
+            args[-1] = {**choice.env, **user_env(p["serving"])}
+            result = served_or_failed(out, serving_dir, variant, PLAIN, methods.NONE, args, kernel_failed,
+                                      label=f"{PLAIN}-{choice.name}", must=len(kernels) == 1)
+            if result is not None:
+                by_kernel[choice.name] = result
+        if kernels:
+            if not by_kernel:
+                raise PipelineError(f"serve_bench {variant}: plain decoding failed on every kernel "
+                                    f"({'; '.join(f'{k}: {v[:150]}' for k, v in kernel_failed.items())})")
+            target = p["serving"]["target_concurrency"]
+            kernel = max(by_kernel, key=lambda name: throughput_at(by_kernel[name], target))
+            env = {**next(c.env for c in kernels if c.name == kernel), **user_env(p["serving"])}
+            args[-1] = env
+            configs[PLAIN] = by_kernel[kernel]
+            for name in kernel_failed:
+                say(f"serve_bench {variant}: kernel {name} failed; the others go on")
+            keep_raw(out, f"{PLAIN}-{kernel}", PLAIN)
+        # 2. Each method at its k.
+        for name, speculation in (runs if not kernels else runs[1:]):
             result = served_or_failed(out, serving_dir, variant, name, speculation, args, failed)
             if result is not None:
                 configs[name] = result
+        # 3. The k schedule the sweep suggests.
+        schedules = {}
+        plan = (schedule_to_measure(configs, candidates, p["serving"]["speculation"]["min_gain"],
+                                    p["serving"]["max_num_seqs"]) if scheduling and PLAIN in configs else None)
+        if plan is not None:
+            speculation = methods.Speculation(plan[0], candidates[plan[0]], plan[1])
+            result = served_or_failed(out, serving_dir, variant, config_name(speculation), speculation, args, failed)
+            if result is not None:
+                schedules[plan[0]] = result
         gpus = torch.cuda.device_count()
         for tier in tiers:
             too_few = vllm_spec.too_few_gpus(tier.tensor_parallel_size, gpus, "tensor_parallel_size")
@@ -77,7 +120,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
             for name, speculation in runs if tier.speculation == "auto" else runs[:1]:
                 if name in failed:
                     continue  # vLLM could not start it at the default settings either
-                result = served_or_failed(where, serving_dir, variant, name, speculation, args, failed_here, tier)
+                result = served_or_failed(where, serving_dir, variant, name, speculation, args, failed_here,
+                                          tier=tier)
                 if result is not None:
                     tier_configs.setdefault(tier.name, {})[name] = result
                 elif name == PLAIN:
@@ -90,25 +134,77 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
                             load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
                             temperature=temperature, configs=configs, failed_configs=failed, tiers=tier_configs,
-                            tier_skipped=tier_skipped, tier_failed_configs=tier_failed)
+                            tier_skipped=tier_skipped, tier_failed_configs=tier_failed, schedules=schedules,
+                            kernels=by_kernel, kernel=kernel,
+                            kernel_env=next((c.env for c in kernels if c.name == kernel), {}),
+                            kernel_note=kernel_note or "".join(
+                                f"{name} failed: {why[:200]}; " for name, why in kernel_failed.items()) or None)
+
+
+def kernels_to_compare(spec, compute_capability: float, serving: dict):
+    """(choices, why none): the kernel choices serve_bench serves plain decoding on. A user's own
+    VLLM_DISABLED_KERNELS in serving.env decides instead: it wins over any choice, so measuring them is moot."""
+    choices = kernel_choices(spec, compute_capability)
+    if len(choices) < 2:
+        return [], None
+    if KERNEL_SWITCH in user_env(serving):
+        return [], f"serving.env sets {KERNEL_SWITCH}: the kernel is the user's choice, not compared"
+    return choices, None
+
+
+def throughput_at(config: ServeConfigResult, concurrency: int) -> float:
+    level = config.at(concurrency)
+    return level.output_throughput if level is not None and not level.failed else 0.0
+
+
+def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[str, int], min_gain: float,
+                        max_num_seqs: int):
+    """(method, schedule) of the method whose schedule the sweep says is best (its fixed config's speedups
+    where it drafts, 1 where it does not, geometric mean), or None when no method's sweep is mixed."""
+    best = None
+    plain = configs[PLAIN]
+    for method in candidates:
+        config = configs.get(method)
+        if config is None or config.failed_requests:
+            continue
+        speedups = {lvl.concurrency: lvl.output_throughput / plain.at(lvl.concurrency).output_throughput
+                    for lvl in config.levels.values()
+                    if plain.at(lvl.concurrency) is not None and plain.at(lvl.concurrency).output_throughput}
+        schedule = k_schedule(speedups, config.num_speculative_tokens, min_gain, max_num_seqs)
+        if schedule is None:
+            continue
+        expected = math.prod(v if v >= min_gain else 1.0 for v in speedups.values()) ** (1 / len(speedups))
+        if best is None or expected > best[0]:
+            best = (expected, method, schedule)
+    return None if best is None else best[1:]
+
+
+def keep_raw(out: Path, measured_as: str, name: str) -> None:
+    """The chosen kernel's plain run also under plain decoding's own raw file names (what every other config
+    and the bundle's checks compare against)."""
+    for raw in (out / "raw").glob(f"{measured_as}-c*.json"):
+        shutil.copy(raw, raw.with_name(raw.name.replace(f"{measured_as}-", f"{name}-", 1)))
 
 
 def served_or_failed(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation,
-                     args: tuple, failed: dict[str, str], tier: Tier | None = None) -> ServeConfigResult | None:
+                     args: list, failed: dict[str, str], tier: Tier | None = None, label: str | None = None,
+                     must: bool | None = None) -> ServeConfigResult | None:
     """serve_config(out, ...) for one config (args: serve_config's from spec on), or None when it failed: then
-    why is in failed[name], its files are discarded and a line says so, and the caller goes on. Plain decoding
-    at the default settings is every comparison's baseline: its failure fails the stage."""
+    why is in failed[label or name], its files are discarded and a line says so, and the caller goes on. Plain
+    decoding at the default settings is every comparison's baseline: its failure fails the stage (must: unless
+    another kernel may still serve it)."""
+    label = label or name
     try:
-        return serve_config(out, serving_dir, variant, name, speculation, *args, tier=tier)
+        return serve_config(out, serving_dir, variant, name, speculation, *args, tier=tier, label=label)
     except PipelineError as e:
-        if name == PLAIN and tier is None:
+        if (name == PLAIN and tier is None) if must is None else must:
             raise
         # One config vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the others'
         # measurements; it is recorded and never shipped.
-        failed[name] = str(e)[:500]
-        discard(out, name)
-        say(f"serve_bench {variant}: " + (f"tier {tier.name} {name} failed" if tier else
-                                          f"{name} failed, the other configs go on") + f": {str(e)[:200]}")
+        failed[label] = str(e)[:500]
+        discard(out, label)
+        say(f"serve_bench {variant}: " + (f"tier {tier.name} {label} failed" if tier else
+                                          f"{label} failed, the other configs go on") + f": {str(e)[:200]}")
         return None
 
 
@@ -120,34 +216,50 @@ def discard(out: Path, name: str) -> None:
 
 
 def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,
-                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar,
-                 tier: Tier | None = None) -> ServeConfigResult:
+                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar, env: dict[str, str],
+                 tier: Tier | None = None, label: str | None = None) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
-    `vllm serve` and swept over the concurrencies (a tier: its own concurrency only)."""
+    `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only). label: its raw
+    files' and logs' name (a kernel choice of plain decoding: plain-<kernel>)."""
     cfg, serving = p["serve_bench"], p["serving"]
+    label = label or name
     out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
         spec, serving, methods.speculative_config_for(speculation, p), quantization,
         tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
-    label = f"{tier.name}.{name}" if tier else name
+    log = f"{tier.name}.{label}" if tier else label
     # Logs outside the output directory, which is discarded when the stage fails.
-    with serve(serving_dir / config.name, serving_dir, LOG_DIR / f"serve_bench@{variant}.{label}-server.log",
-               cfg["startup_timeout_s"], cfg["port"],
-               server_env(spec, serving)) as server:
+    server_log = LOG_DIR / f"serve_bench@{variant}.{log}-server.log"
+    with serve(serving_dir / config.name, serving_dir, server_log, cfg["startup_timeout_s"], cfg["port"],
+               env) as server:
         levels = {}
         for c in ([tier.concurrency] if tier else cfg["concurrency"]):
-            result = out / "raw" / f"{name}-c{c}.json"
+            result = out / "raw" / f"{label}-c{c}.json"
             result.parent.mkdir(exist_ok=True)
             command = serve_bench.bench_command(
                 vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset, c,
                 serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
                 warmups=cfg["warmup_requests"])
             levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
-                                                         LOG_DIR / f"serve_bench@{variant}.{label}-bench.log")
+                                                         LOG_DIR / f"serve_bench@{variant}.{log}-bench.log")
             bar.update()
-    return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels)
+    return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels,
+                             schedule=[list(r) for r in speculation.schedule] if speculation.schedule else None,
+                             kernels_used=kernels_in_log(server_log))
+
+
+KERNEL_LINE = re.compile(r"(?:Selected|Using) (\w+Kernel)\b")
+
+
+def kernels_in_log(path: Path) -> list[str]:
+    """The GEMM kernels vLLM says it selected ("Selected MacheteLinearKernel for ..."), in order, once each."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(KERNEL_LINE.findall(text)))
 
 
 def candidates(p: dict, variant: str) -> dict[str, int]:
@@ -165,6 +277,12 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
         level = config.at(concurrency)
         parts.append(f"{name} {level.output_throughput:.0f} tok/s, p99 ITL {level.itl_ms['p99']:.1f} ms"
                      + (f", {level.failed} failed" if level.failed else ""))
+    for method, config in record.schedules.items():
+        level = config.at(concurrency)
+        if level is not None:
+            parts.append(f"{method} k per batch {config.schedule} {level.output_throughput:.0f} tok/s")
+    if record.kernel:
+        parts.append(f"kernel {record.kernel} (faster of {', '.join(record.kernels)})")
     for tier, configs in record.tiers.items():
         parts.append(f"tier {tier}: " + ", ".join(
             f"{name} {level.output_throughput:.0f} tok/s at c={level.concurrency}"

@@ -334,9 +334,9 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
     from pipeline.tiers import Tier
     from stages import serve_bench
 
-    def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None):
+    def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None, label=None):
         (out / "raw").mkdir(parents=True, exist_ok=True)
-        for partial in (f"serve-{name}.yaml", f"raw/{name}-c1.json"):
+        for partial in (f"serve-{name}.yaml", f"raw/{label or name}-c1.json"):
             (out / partial).write_text("written before vLLM failed\n")
         if name != "ngram":
             raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
@@ -357,9 +357,19 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
     in_tier = {}
     assert attempt(tmp_path / "tiers/throughput", PLAIN, in_tier, Tier("throughput", concurrency=64)) is None
     assert list(in_tier) == [PLAIN] and "serve_bench v: tier throughput plain failed: " in capsys.readouterr().out
+    # Plain decoding on one of two kernels: recorded under the kernel's label, its raw files gone; the other kernel
+    # may still serve plain decoding, so the stage goes on.
+    kernels = {}
+    assert serve_bench.served_or_failed(tmp_path, tmp_path, "v", PLAIN, methods.NONE, (), kernels,
+                                        label="plain-machete", must=False) is None
+    assert list(kernels) == ["plain-machete"]
+    with pytest.raises(PipelineError, match="plain"):  # the only kernel: its failure fails the stage
+        serve_bench.served_or_failed(tmp_path, tmp_path, "v", PLAIN, methods.NONE, (), {}, label="plain-marlin",
+                                     must=True)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
-        "raw/ngram-c1.json", "raw/plain-c1.json", "serve-ngram.yaml", "serve-plain.yaml"]  # the default plain's:
-    # the stage fails there, and its whole output directory with it
+        "raw/ngram-c1.json", "raw/plain-c1.json", "raw/plain-marlin-c1.json", "serve-ngram.yaml",
+        "serve-plain.yaml"]  # the default plain's and the only kernel's: the stage fails there, and its whole
+    # output directory with it
 
 
 def test_without_a_measurement_the_best_estimated_method_decides():

@@ -18,6 +18,9 @@
 #   session.sh costs OUT S [ITEM...]  serving-cost profiles (measure_costs.py queue ITEM...: shapes and `served`) in
 #                                 the background; S seconds later the first costs-watch
 #   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
+#   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
+#                                 concurrency 1, 8, 16, 32) in /tmp/sb in the background, then demo-serve-watch
+#   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
 #   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
 #                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
 #                                 then /metrics scraped before and after the load (checked on the CPU machine by
@@ -132,6 +135,39 @@ PY
       echo "stage_wall_s $v $(( $(date +%s) - start ))" | tee -a "$out/walls.txt"
     done
     tar czf "$out/serve-bench-$(echo "$@" | tr ' ' '_').tgz" metrics/serve-*.json artifacts/serve artifacts/logs/serve_bench@* ;;
+  demo-serve)
+    # Issue #28: the serve_bench stage (kernel choice, each method, the k schedule) on the CPU demo's artifacts
+    # (carried: artifacts/quantized/<V>, artifacts/draft/model, artifacts/eagle3/model, artifacts/eval,
+    # artifacts/data), with profiles/gpu-demo-serve.yaml over params.yaml, in /tmp/sb (a copy: later calls re-sync
+    # this tree) in the background; then demo-serve-watch. Variants V in order.
+    out=$2; shift 2; mkdir -p "$out"
+    rm -rf /tmp/sb && mkdir -p /tmp/sb && tar --exclude=./.gpu --exclude=./.venv -cf - . | tar -C /tmp/sb -xf -
+    gpu_line | tee /tmp/sb/gpu.txt
+    (cd /tmp/sb && PYTHONPATH=/tmp/vllm/site python - <<'PY'
+import yaml
+from pathlib import Path
+params, overlay = (yaml.safe_load(Path(f).read_text()) for f in ("params.yaml", "profiles/gpu-demo-serve.yaml"))
+def merge(a, b):
+    return {**a, **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v for k, v in b.items()}}
+Path("params.yaml").write_text(yaml.safe_dump(merge(params, overlay), sort_keys=False))
+PY
+     export SB_VARIANTS="$*"
+     setsid bash -c 'start=$(date +%s); for v in $SB_VARIANTS; do t=$(date +%s);
+         PYTHONPATH=/tmp/vllm/site:. python -m stages.serve_bench "$v" > "serve-bench-$v.log" 2>&1; rc=$?;
+         echo "$v exit $rc after $(( $(date +%s) - t )) s" >> walls.txt; done; echo done > sb.rc' \
+       < /dev/null > /dev/null 2>&1 &)
+    sleep "${SB_WAIT:-30}"; bash "$0" demo-serve-watch "$out" 1 ;;
+  demo-serve-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/sb/sb.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cd /tmp/sb
+    cat walls.txt 2>/dev/null || true
+    for f in serve-bench-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v -E "it/s|s/it" "$f" | tail -n 4 | cut -c1-300; }; done
+    [ -f sb.rc ] && echo "demo-serve finished" || echo "demo-serve still running"
+    tar czf "$out/demo-serve.tgz" --ignore-failed-read gpu.txt params.yaml $(ls walls.txt serve-bench-*.log \
+      metrics/serve-*.json 2>/dev/null) $(ls -d artifacts/serve plots/serve_* 2>/dev/null) \
+      $(ls artifacts/logs/serve_bench@* 2>/dev/null) 2>/dev/null || true
+    ls -la "$out" ;;
   schemes8b)
     # Issue #18's speed at a realistic size: a random Llama-3-8B-shape checkpoint quantized by the pipeline's own
     # quantize_model (llm-compressor site first) to each variant V, then decode speed in vLLM (its own site), BF16
