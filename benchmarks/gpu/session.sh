@@ -17,6 +17,9 @@
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
 #   session.sh costs OUT S [ITEM...]  serving-cost profiles (measure_costs.py queue ITEM...: shapes and `served`) in
 #                                 the background; S seconds later the first costs-watch
+#   session.sh collect25 N / install25  vLLM 0.25.0's kit (.gpu/qN) into /tmp/vllm25 beside 0.26's
+#   session.sh draft-cost-versions OUT S  the draft model's step cost on vLLM 0.25.0 then 0.26.0 (measure_costs.py run
+#                                 gpu-profile-1b:draft_model demo:draft_model per vLLM), in the background
 #   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32) in /tmp/sb in the background, then demo-serve-watch
@@ -210,6 +213,25 @@ PY
       measure_costs.py queue shapes out /tmp/served-input $COSTS_ITEMS > run.log 2>&1; \
       echo $? > rc' < /dev/null > /dev/null 2>&1 &)
     sleep "${3:-60}"; bash "$0" costs-watch "$2" 1 ;;
+  collect25) mkdir -p /tmp/stage25 && cp .gpu/q"$2"/* /tmp/stage25/ && ls /tmp/stage25 ;;
+  install25)
+    # vLLM 0.25.0's offline kit (REQ=.../requirements-vllm-0.25.0.txt build_bundle.sh, parts in .gpu/q0-q2) beside 0.26's
+    (cd /tmp/stage25 && sha256sum -c --quiet SHA256SUMS)
+    mkdir -p /tmp/vllm25 && cat /tmp/stage25/part* | xz -d | tar -C /tmp/vllm25 -xf -
+    PYTHONPATH=/tmp/vllm25/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" ;;
+  draft-cost-versions)
+    # The draft model's serving cost on vLLM 0.25.0 and 0.26.0 in one lease (after install and install25):
+    # measure_costs.py over the GPU profile's 1B shape and the demo's, plain decoding and draft_model at k = 2 and 8,
+    # once per vLLM, in the background; then costs-watch (its run.log is the 0.26 run's).
+    rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
+    gpu_line | tee /tmp/costs/out/gpu.txt
+    (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'for v in 0.25.0 0.26.0; do
+        site=/tmp/vllm/site; [ $v = 0.25.0 ] && site=/tmp/vllm25/site
+        PYTHONPATH=$site python -c "import vllm, torch; print(\"vllm\", vllm.__version__, \"torch\", torch.__version__)" \
+          > out/versions-$v.txt 2>&1
+        PYTHONPATH=$site python measure_costs.py run shapes out/vllm-$v ${DCV_ITEMS:-gpu-profile-1b:draft_model demo:draft_model} \
+          > run-$v.log 2>&1; cp run-$v.log run.log; done; echo 0 > rc' < /dev/null > /dev/null 2>&1 &)
+    sleep "${3:-60}"; bash "$0" costs-watch "$2" 1 ;;
   costs-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     if [ -f .gpu/served/prompts.json ] && [ ! -e /tmp/served-input ]; then
@@ -219,7 +241,7 @@ PY
     while [ ! -f /tmp/costs/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     grep -E "^ENGINE|Error" /tmp/costs/run.log | tail -n 40 | cut -c1-300 || true
     [ -f /tmp/costs/rc ] && echo "costs exit status: $(cat /tmp/costs/rc)" || echo "costs still running"
-    tar czf "$out/costs.tgz" -C /tmp/costs out run.log ;;
+    tar czf "$out/costs.tgz" -C /tmp/costs out $(cd /tmp/costs && ls run*.log) ;;
   gpu-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     while [ ! -f /tmp/gp-repro.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
