@@ -89,6 +89,19 @@ def test_a_same_size_edit_is_read_again(model, tmp_path):
     assert edited["sha256"] != first["sha256"] and (cache.reads, cache.hits) == (1, 2)
 
 
+def test_a_touched_or_grown_file_is_read_again(model, tmp_path):
+    cache_file = tmp_path / "cache.json"
+    first, _ = fingerprint(model, cache_file)
+    os.utime(model / "config.json")  # mtime only: read again, same content
+    settle(model)
+    touched, cache = fingerprint(model, cache_file)
+    assert touched == first and cache.reads == 1
+    with (model / "tokenizer.json").open("a") as f:
+        f.write(" ")
+    grown, cache = fingerprint(model, cache_file)
+    assert grown["sha256"] != first["sha256"] and cache.reads == 1
+
+
 def test_a_same_size_edit_with_its_mtime_set_back_is_read_again(model, tmp_path):
     """The blind spot of DVC's state (inode, mtime, size): ctime, which utime itself sets, gives it away."""
     cache_file = tmp_path / "cache.json"
