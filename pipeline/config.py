@@ -6,6 +6,7 @@ version is a YAML float, rather than after hours of quantization and training.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from pathlib import Path
@@ -48,13 +49,68 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
     return data
 
 
-def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True) -> dict:
+def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True, checked: Path | None = None) -> dict:
     """check_recipes=False skips building each variant's recipe (compressed-tensors takes seconds to
-    import), for commands that only read the gates, such as `modelprep gate` on a metrics directory."""
+    import), for commands that only read the gates, such as `modelprep gate` on a metrics directory.
+    checked: a file remembering which recipe checks passed (see recipe_check_key): an unchanged set of variants
+    is not checked again, a changed one is checked in full. Every other check runs every time."""
     path = Path(path)
     params = read_yaml_mapping(path, hint="; run from the project root")
-    validate(params, path, check_recipes)
+    key = recipe_check_key(params) if check_recipes and checked is not None else None
+    known = key is not None and key in passed_recipe_checks(checked)
+    validate(params, path, check_recipes and not known)
+    if key is not None and not known:
+        remember_recipe_check(checked, key)
     return params
+
+
+# Libraries the recipe check runs on: compressed-tensors' presets, pydantic validating its scheme models.
+RECIPE_CHECK_LIBRARIES = ("compressed-tensors", "pydantic", "pydantic-core")
+RECIPE_CHECKS_KEPT = 16  # a few params files (profiles, worktrees' tests) alternate without re-checking
+
+
+def recipe_check_key(params: dict) -> str | None:
+    """What the recipe part of validate (parse_variant of every variant, check_runs_on of the enabled ones) depends
+    on: quantize.variants, quantize.enabled and serving.gpu as YAML gave them (repr tells 1 from '1' and True),
+    every module of this package (its code may change what passes) and the libraries' versions. None when a
+    library is missing: the full check then says so."""
+    from importlib import metadata
+
+    def get(section: str, key: str) -> object:
+        node = params.get(section)
+        return node.get(key, "<absent>") if isinstance(node, dict) else ("<not a mapping>", node)
+
+    inputs = get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu")
+    digest = hashlib.sha256(repr(inputs).encode())
+    package = Path(__file__).parent
+    for module in sorted(package.rglob("*.py")):
+        digest.update(f"\0{module.relative_to(package).as_posix()}\0".encode() + module.read_bytes())
+    try:
+        digest.update(repr([metadata.version(lib) for lib in RECIPE_CHECK_LIBRARIES]).encode())
+    except metadata.PackageNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def passed_recipe_checks(checked: Path) -> list[str]:
+    """The keys in `checked`; none when it is missing, corrupt or edited (a cache: then everything is checked)."""
+    from pipeline.io import read_sealed_json
+
+    try:
+        keys = read_sealed_json(checked).get("passed")
+    except (OSError, ValueError):
+        return []
+    return keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else []
+
+
+def remember_recipe_check(checked: Path, key: str) -> None:
+    from pipeline.io import write_sealed_json
+
+    keys = [key, *(k for k in passed_recipe_checks(checked) if k != key)][:RECIPE_CHECKS_KEPT]
+    try:
+        write_sealed_json(checked, {"passed": keys})
+    except OSError:  # only the shortcut is lost
+        pass
 
 
 SCHEMA_FILE = Path(__file__).with_name("params.schema.json")

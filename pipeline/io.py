@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import io
 import json
 import os
@@ -112,6 +113,35 @@ def write_json(path: str | os.PathLike, obj) -> None:
 
 def read_json(path: str | os.PathLike):
     return json.loads(Path(path).read_text())
+
+
+def write_sealed_json(path: str | os.PathLike, body: dict) -> None:
+    """A cache file that carries the sha256 of its own body: read_sealed_json refuses one that was truncated or
+    edited. Atomic, so concurrent writers leave one complete file (the last), never a mix."""
+    write_json(path, {"sha256": _seal(body), "body": body})
+
+
+def read_sealed_json(path: str | os.PathLike) -> dict:
+    """The body write_sealed_json wrote. FileNotFoundError when there is none; ValueError, saying why, when the
+    file is not one or its body no longer matches its sha256. A checksum, not a signature: it catches corruption
+    and hand edits, not a writer who recomputes it (who could as well rewrite the outputs the cache feeds)."""
+    try:
+        sealed = json.loads(Path(path).read_bytes())
+        if not isinstance(sealed, dict) or set(sealed) != {"sha256", "body"} or not isinstance(sealed["body"], dict):
+            raise ValueError("not a sealed cache file")
+        intact = sealed["sha256"] == _seal(sealed["body"])
+    except FileNotFoundError:
+        raise
+    except (OSError, RecursionError, UnicodeDecodeError, json.JSONDecodeError) as e:  # nested past the parser too
+        raise ValueError(f"not readable as JSON ({type(e).__name__})") from None
+    if not intact:
+        raise ValueError("its checksum does not match its content (edited or corrupted)")
+    return sealed["body"]
+
+
+def _seal(body: dict) -> str:
+    """sha256 of the body's canonical JSON (sorted keys, no spaces): the same body always seals alike."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def write_csv(path: str | os.PathLike, rows: list[dict], fieldnames: list[str] | None = None) -> None:

@@ -1,15 +1,19 @@
 """Where models come from: the embedded `demo`, a local HF-layout directory, or a Hub repo id."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
+import stat
+import time
 from fnmatch import fnmatch
 from pathlib import Path
 
 from pipeline.errors import PipelineError
+from pipeline.io import read_sealed_json, write_sealed_json
 from pipeline.stage import say
 
 REPO_ID = re.compile(r"^(hf:)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -118,7 +122,7 @@ def check_safetensors(path: Path, role: str) -> None:
     from safetensors import SafetensorError, safe_open
 
     try:
-        with safe_open(path, "pt"):
+        with safe_open(path, "numpy"):  # the header check is the same for every framework; "pt" imports torch (1 s)
             pass
     except (SafetensorError, OSError) as e:
         raise PipelineError(f"{role} model file {path} is truncated or not a safetensors file "
@@ -157,9 +161,10 @@ def top_level_pickles(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
 
 
-def source_fingerprint(source: str, role: str, revision: str | None = None) -> dict:
+def source_fingerprint(source: str, role: str, revision: str | None = None, cache: HashCache | None = None) -> dict:
     """What exactly a model source is, so a changed source re-runs the stages built on it.
-    Local: a hash of the content that would be copied (not mtimes, not the absolute path)."""
+    Local: a hash of the content that would be copied (not mtimes, not the absolute path); cache: file hashes
+    remembered by stat from earlier runs (the result is the same with or without it)."""
     kind = classify(source)
     if kind == "demo":
         return {"kind": "demo"}
@@ -169,13 +174,117 @@ def source_fingerprint(source: str, role: str, revision: str | None = None) -> d
     path = Path(source).expanduser()
     check_model_dir(path, role)
     files = model_files(path)
-    listing = json.dumps([[rel, file_sha256(path / rel)] for rel in files])  # JSON: no ambiguous joins
+    cache = HashCache() if cache is None else cache
+    hashes = []
+    for rel in files:
+        try:
+            hashes.append([rel, cache.sha256(path / rel)])
+        except OSError as e:  # gone since the listing, unreadable
+            raise PipelineError(f"{role} model directory {path}: {rel} cannot be read "
+                                f"({e.strerror or type(e).__name__})") from None
+    listing = json.dumps(hashes)  # JSON: no ambiguous joins
     return {"kind": "local", "sha256": hashlib.sha256(listing.encode()).hexdigest(), "files": len(files)}
 
 
-def file_sha256(path: Path) -> str:
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+# What a file's content is taken to be unchanged by: which inode it is (device, number) and what the kernel says
+# about it (size, mtime, ctime in nanoseconds).
+Stat = tuple[int, int, int, int, int]
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# A file changed within one timestamp tick of being read keeps its stat ("racy git"): a file is remembered only
+# when its mtime and ctime were this much older than the read. Fine timestamps (ext4, xfs, btrfs, tmpfs: the
+# kernel's clock tick is 1-10 ms) and whole-second ones (ext3, HFS+; FAT's 2 s).
+RACY_NS, RACY_COARSE_NS = 100_000_000, 2_000_000_000
+
+
+def stat_of(st: os.stat_result) -> Stat:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def settled(st: os.stat_result, now_ns: int) -> bool:
+    """Whether a read that started at now_ns saw the file after its last change by more than a timestamp tick."""
+    coarse = st.st_mtime_ns % 1_000_000_000 == 0 or st.st_ctime_ns % 1_000_000_000 == 0
+    return max(st.st_mtime_ns, st.st_ctime_ns) < now_ns - (RACY_COARSE_NS if coarse else RACY_NS)
+
+
+class HashCache:
+    """sha256 of files remembered by stat, the way DVC's state does: a file whose stat is what it was when it was
+    hashed is not read again; any other is (a changed size, mtime, ctime or inode: a file rewritten or replaced,
+    a directory swapped for another, a symlink pointed elsewhere, since the stat is the target's).
+
+    DVC's state keys on inode, mtime and size, so it takes a rewrite of the same size whose mtime is then set back
+    (touch -d, rsync -t, tar x, os.utime) for unchanged: the known blind spot of stat caches. ctime is in the key
+    too: the kernel sets it on every write and on utime itself, and nothing in user space sets it back. What is
+    left: writers that bypass the kernel's clock (the clock set back, raw device writes, a FUSE filesystem that
+    keeps no ctime, a network filesystem whose server clock runs behind this one by more than RACY_NS).
+
+    The file on disk is ignored as a whole (every file read again, `problem` says why) when it is missing,
+    truncated, edited against its checksum or malformed: never trusted in part."""
+
+    FORMAT = 1
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self.known: dict[str, list] = {}  # absolute path -> [*Stat, sha256], as loaded
+        self.seen: dict[str, list] = {}   # the entries of the files looked up in this run: what save() writes
+        self.hits = 0
+        self.reads = 0
+        self.problem: str | None = None
+        if path is not None:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        try:
+            body = read_sealed_json(path)
+        except FileNotFoundError:
+            return
+        except ValueError as e:
+            self.problem = str(e)
+            return
+        files = body.get("files")
+        if set(body) != {"format", "files"} or body["format"] != self.FORMAT or not isinstance(files, dict):
+            self.problem = f"not format {self.FORMAT}"
+            return
+        if not all(valid_entry(e) for e in files.values()):
+            self.problem = "a malformed entry"
+            return
+        self.known = files
+
+    def sha256(self, file: Path) -> str:
+        name = os.path.abspath(file)
+        entry = self.seen.get(name) or self.known.get(name)  # seen: target and draft may share files
+        if entry is not None and tuple(entry[:5]) == stat_of(os.stat(file)):
+            self.hits += 1
+            self.seen[name] = entry
+            return entry[5]
+        started = time.time_ns()
+        # O_NONBLOCK: a FIFO named like a model file would block the open, and its read, for ever
+        with open(os.open(file, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            before = os.fstat(f.fileno())  # the inode actually read, not whatever the path names a moment later
+            if not stat.S_ISREG(before.st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
+            after = os.fstat(f.fileno())
+        self.reads += 1
+        if stat_of(before) == stat_of(after) and settled(after, started):  # changed while read, or too recently
+            self.seen[name] = [*stat_of(after), digest]
+        return digest
+
+    def save(self) -> str | None:
+        """Write this run's entries (files gone since are dropped) when they differ from the file's; the reason
+        when it could not be written (the cache is then only lost, the hashes stand)."""
+        if self.path is None or (self.seen == self.known and self.problem is None):
+            return None
+        try:
+            write_sealed_json(self.path, {"format": self.FORMAT, "files": self.seen})
+        except OSError as e:
+            return f"{self.path} not written ({e.strerror or type(e).__name__})"
+        return None
+
+
+def valid_entry(entry) -> bool:
+    """[device, inode, size, mtime_ns, ctime_ns, sha256]: ints (times may be negative: before 1970) and a hex digest."""
+    return (isinstance(entry, list) and len(entry) == 6 and all(type(v) is int for v in entry[:5])
+            and min(entry[:3]) >= 0 and isinstance(entry[5], str) and SHA256_HEX.fullmatch(entry[5]) is not None)
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:

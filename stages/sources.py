@@ -1,22 +1,38 @@
 """Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
 re-runs when a local model directory is edited in place or a Hub revision moves, and only then.
-Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included."""
+Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included.
+
+It runs on every `dvc repro`, so an unchanged workspace must cost little: a local model's files are read only
+when their stat changed (HashCache), and the recipe check, which imports compressed-tensors and torch (seconds),
+only when the variants, the code or the libraries changed. Both memories live in artifacts/cache/: gitignored,
+one per workspace (inodes and times are this machine's), dropped with the rest of artifacts/, and not DVC
+outputs (DVC deletes a stage's outputs before running it). Deleting them costs one slow run, never a wrong hash."""
+from pathlib import Path
+
 from pipeline.config import load_params
 from pipeline.io import write_json
-from pipeline.sources import source_fingerprint
-from pipeline.stage import say, stage_main
+from pipeline.sources import HashCache, source_fingerprint
+from pipeline.stage import say, stage_main, warn
 
 OUT = "artifacts/sources.json"
+HASHES = Path("artifacts/cache/source-hashes.json")
+RECIPES_CHECKED = Path("artifacts/cache/recipes-checked.json")
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params()
-    prints = {"target": source_fingerprint(p["target"]["source"], "target", p["target"].get("revision")),
-              "draft": source_fingerprint(p["draft"]["source"], "draft")}
+    p = load_params(checked=RECIPES_CHECKED)
+    cache = HashCache(HASHES)
+    if cache.problem:
+        warn(f"sources: ignored {HASHES} ({cache.problem}); every model file is read again")
+    prints = {"target": source_fingerprint(p["target"]["source"], "target", p["target"].get("revision"), cache),
+              "draft": source_fingerprint(p["draft"]["source"], "draft", cache=cache)}
+    if problem := cache.save():
+        warn(f"sources: {problem}; the next run reads every model file again")
     write_json(OUT, prints)
+    read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
-                                for role, fp in prints.items()))
+                                for role, fp in prints.items()) + read)
 
 
 if __name__ == "__main__":

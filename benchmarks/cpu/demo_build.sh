@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's first command, timed on a fresh clone of HEAD on this machine, then a second `dvc repro`
-# (which should find nothing stale but the always-run `sources` fingerprint).
+# (which should find nothing stale but the always-run `sources` fingerprint), then
+# benchmarks/cpu/repro_nochange.py in the same clone.
 #
 #   bash benchmarks/cpu/demo_build.sh          # writes benchmarks/cpu/raw/demo-build.json
 #   bash benchmarks/cpu/demo_build.sh --lock   # also copies the clone's dvc.lock, metrics/ and plots/
@@ -33,6 +34,9 @@ record = {
 json.dump(record, open(out, "w"), indent=2)
 print(json.dumps(record))
 PY
+# the no-change `dvc repro` and its `sources` stage, cold and warm, in the same fresh build (issue #32, item 2)
+python benchmarks/cpu/repro_nochange.py --out "$root/benchmarks/cpu/raw/repro-nochange.json" > "$work/nochange.log" 2>&1 \
+  || { tail -20 "$work/nochange.log"; echo "benchmarks/cpu/repro_nochange.py failed (the build's record stands)" >&2; }
 if [ "${1:-}" = "--lock" ]; then
   cp dvc.lock "$root/dvc.lock"
   rm -rf "$root/metrics" "$root/plots"
