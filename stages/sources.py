@@ -1,6 +1,7 @@
 """Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
 re-runs when a local model directory is edited in place or a Hub revision moves, and only then.
-Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included."""
+Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included, and
+where a GGUF source (`smollm2`, a .gguf file) is converted on first use (cached: pipeline/gguf_source.py)."""
 from pipeline.config import load_params
 from pipeline.io import write_json
 from pipeline.sources import source_fingerprint
@@ -15,8 +16,13 @@ def main(argv: list[str]) -> None:
     prints = {"target": source_fingerprint(p["target"]["source"], "target", p["target"].get("revision")),
               "draft": source_fingerprint(p["draft"]["source"], "draft")}
     write_json(OUT, prints)
-    say("sources: " + ", ".join(f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
-                                for role, fp in prints.items()))
+    say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()))
+
+
+def describe(role: str, fp: dict) -> str:
+    if fp["kind"] == "target":
+        return f"{role} the target's first {fp['layers']} layers"
+    return f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
 
 
 if __name__ == "__main__":
