@@ -108,7 +108,8 @@ def cmd_gate(args) -> int:
 
 def cmd_profile(args) -> int:
     """Write a profile's values (profiles/<name>.yaml, or a .yaml path) over params.yaml; `dvc repro` then
-    re-runs what they change. The GPU demo profile: `modelprep profile gpu`."""
+    re-runs what they change. The GPU demo profile: `modelprep profile gpu`; SmolLM2-135M-Instruct as the target
+    with a draft of its first layers: `modelprep profile smollm2`."""
     from pipeline.profiles import apply_profile
 
     changed = apply_profile(args.profile, Path(args.params))
@@ -149,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.set_defaults(func=cmd_gate)
     profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
                              description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu) or a .yaml overlay path")
+    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2) or a .yaml overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
     return parser

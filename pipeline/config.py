@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -139,6 +140,8 @@ def check_schema(params: dict, path: Path) -> None:
         raise PipelineError(f"{path}: {where + ': ' if where else ''}{error.message}")
     value = error.instance
     rule = {k: error.schema[k] for k in ("type", "minimum", "maximum", "minLength", "enum") if k in error.schema}
+    if not rule and "description" in error.schema:  # an anyOf of shapes: its description says which
+        raise PipelineError(f"{path}: {where} is {value!r}; allowed: {error.schema['description']}")
     raise PipelineError(f"{path}: {where} is {value!r}; allowed: "
                         + ", ".join(f"{k} {v}" for k, v in rule.items()))
 
@@ -164,6 +167,7 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
     check_schema(params, path)
+    check_sources(params, path)
     from pipeline.redact import secret_paths
 
     leaked = secret_paths(params)
@@ -251,6 +255,34 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+@dataclass(frozen=True)
+class LayerDraft:
+    """draft.source {from: target, layers: N}: the draft is the target's first N decoder layers with its
+    embeddings, final norm and head (the same tokenizer by construction), then fine-tuned as any draft."""
+    layers: int
+
+
+def layer_draft(params: dict) -> LayerDraft | None:
+    """The draft built from the target's layers, or None when draft.source names a model (its shape was
+    checked by params.schema.json)."""
+    source = params["draft"]["source"]
+    return LayerDraft(source["layers"]) if isinstance(source, dict) else None
+
+
+def check_sources(params: dict, path: Path) -> None:
+    """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
+    target, draft = params["target"]["source"], params["draft"]["source"]
+    if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
+        raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
+                            "draft.source: {from: target, layers: N}")
+    if target == "demo" and isinstance(draft, dict):
+        raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
+                            "target.source demo builds its own draft (draft.source: demo)")
+    if (target == "demo") != (draft == "demo"):
+        hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
+        raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")
 
 
 def quantize_distributed(params: dict, path: Path = PARAMS_FILE) -> dict:

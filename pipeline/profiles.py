@@ -47,6 +47,7 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
     import io
 
     from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
 
     rt = YAML()
     rt.width = 120
@@ -57,7 +58,13 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
         node, value = doc, merged
         for key in parents:
             node, value = node[key], value[key]
-        node[leaf] = value[leaf]
+        new = value[leaf]
+        if isinstance(new, dict) and not isinstance(node.get(leaf), dict):
+            # a scalar becoming a mapping (draft.source: {from: target, ...}) stays one line: a block mapping
+            # would open below the comment of the key that follows
+            new = CommentedMap(new)
+            new.fa.set_flow_style()
+        node[leaf] = new
     buf = io.StringIO()
     rt.dump(doc, buf)
     atomic_write_text(params_path, buf.getvalue())

