@@ -64,6 +64,23 @@ def test_bundle_layout_and_manifest(workspace):
     assert r.stdout.startswith("ok: ") and manifest["bundle_digest"][:12] in r.stdout
 
 
+def test_bundle_files_are_as_readable_as_any_file_the_user_makes(workspace):
+    """Issue #29: bundles were 0600/0700 (mkdtemp's directory, safetensors' weights, copytree carrying both).
+    Every file and directory of a built bundle gets the modes of a file the user makes under the umask."""
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    b = bundle(workspace, "fp8-static")
+    source = workspace / "artifacts/quantized/fp8-static/model.safetensors"
+    assert stat.S_IMODE(source.stat().st_mode) == 0o600  # as safetensors wrote it: what the bundle must not keep
+    for path in [b, *b.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        expected = 0o777 & ~mask if path.is_dir() or mode & 0o111 else 0o666 & ~mask
+        assert mode == expected, (path.relative_to(b), oct(mode))
+
+
 def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(workspace):
     b = bundle(workspace, "fp8-static")
     serve = yaml.safe_load((b / "serve.yaml").read_text())
