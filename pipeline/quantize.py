@@ -12,7 +12,7 @@ import torch
 
 from pipeline.errors import PipelineError
 from pipeline.recipes import VariantSpec, build_recipe, is_unquantized, weight_group_size
-from pipeline.sizes import dir_size
+from pipeline.sizes import dir_size, megabytes
 
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
 # sequential for recipes that calibrate, datafree for the rest.
@@ -129,10 +129,10 @@ def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
 
 def peak_memory() -> dict:
     """Peak host RSS of this process (so run one variant per process to compare them; rank 0's in a
-    distributed run), and GPU."""
-    peak = {"peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}  # Linux: KiB
+    distributed run), and GPU, in MB (10^6 bytes)."""
+    peak = {"peak_memory_mb": megabytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, 1)}  # Linux: KiB
     if torch.cuda.is_available():
-        peak["peak_gpu_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        peak["peak_gpu_memory_mb"] = megabytes(torch.cuda.max_memory_allocated(), 1)
     return peak
 
 
@@ -233,7 +233,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "wall_time_s": round(wall, 2),
         "oneshot_time_s": round(oneshot_s, 2),
         **peak_memory(),
-        "size_before_mb": round(size_before / 2**20, 3),
-        "size_after_mb": round(size_after / 2**20, 3),
+        "size_before_mb": megabytes(size_before),  # MB, 10^6 bytes
+        "size_after_mb": megabytes(size_after),
         "compression_ratio": round(size_before / size_after, 3),
     }

@@ -74,6 +74,8 @@ def test_baseline_variant_is_the_target_byte_for_byte(demo_pair, tmp_path):
     assert digests(tmp_path / "bf16") == digests(demo_pair[0])
     assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
     assert metrics["compression_ratio"] == 1.0 and metrics["calibration_samples"] == 0 and metrics["scheme"] is None
+    weights = sum(p.stat().st_size for p in demo_pair[0].glob("*.safetensors"))
+    assert metrics["size_after_mb"] == round(weights / 1e6, 3) != round(weights / 2**20, 3)  # MB as labelled, not MiB
     with pytest.raises(PipelineError, match="algorithm 'none' is the unquantized target"):
         parse_variant("bf16", {"algorithm": "none", "group_size": 128})
 
