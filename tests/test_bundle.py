@@ -171,6 +171,46 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
             "served": "this build served the variant on NVIDIA H100 80GB HBM3 (section 5)."}[ran] in hardware
 
 
+def test_eval_json_keeps_estimates_apart_from_what_ships(workspace):
+    """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
+    The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
+    from pipeline.publish import eval_record, summary_of
+
+    b = bundle(workspace, "fp8-static")
+    ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())
+    k = gate["speculation"]["num_speculative_tokens"]
+    assert k and ev["speculation_shipped"] == {"method": "draft_model", "num_speculative_tokens": k,
+                                               "basis": "estimated", "speedup": gate["speculation"]["speedup"],
+                                               "reason": gate["speculation"]["reason"]}
+    assert not {"num_speculative_tokens", "expected_speedup", "speculative_method", "cost_profile"} & set(ev)
+    assert ev["speculation_estimates"]["num_speculative_tokens"] == k and "do not say what ships" in \
+        ev["speculation_estimates"]["note"]
+    assert ev["top1_agreement"] == json.loads((workspace / "artifacts/eval/fp8-static/summary.json").read_text())[
+        "top1_agreement"]
+
+    # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
+    summary = {"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "speculative_method": "ngram",
+               "num_speculative_tokens": 8, "expected_speedup": 1.46, "accepted_per_draft_token": 0.398,
+               "expected_speedup_ngram": 1.46, "num_speculative_tokens_ngram": 8, "lm_eval_domain_heldout_acc": 0.1}
+    off = SpeculationDecision(0, 8, "estimated", 1.46, 1, "x1.46 ...; not shipped: min_accepted_per_draft_token",
+                              method="ngram")
+    record = eval_record(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off))
+    assert record["speculation_shipped"] == {"method": None, "num_speculative_tokens": 0, "basis": "estimated",
+                                             "speedup": None, "reason": off.reason}
+    assert set(record) == {"variant", "perplexity", "top1_agreement", "lm_eval_domain_heldout_acc",
+                           "speculation_shipped", "speculation_estimates"}
+    assert record["speculation_estimates"]["expected_speedup_ngram"] == 1.46
+    assert summary_of(record) == summary and summary_of(summary) == summary  # publish reads it back (old bundles too)
+
+
+def test_bf16_card_does_not_call_its_model_quantized():
+    card = render_card("bf16", VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("bf16", skipped="no CUDA device"))
+    assert "| `model/` | the target, unquantized (this build's baseline): safetensors" in card
+    assert "| `model/` | quantized target" not in card and " quantized target" not in card
+    assert "| `model/` | quantized target: " in render_card("fp8-static", VllmMeasurement(skipped="no CUDA device"),
+                                                           ServeBenchRecord("fp8-static", skipped="no CUDA device"))
+
+
 def test_allowed_failure_is_flagged_in_the_card(workspace):
     card = (bundle(workspace, "awq-w4a16") / "README.md").read_text()
     assert "WARNING: this variant failed its release gates" in card
