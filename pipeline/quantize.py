@@ -46,6 +46,45 @@ def awq_pinning_off_without_accelerator():
         IntermediatesCache.pin_memory = original
 
 
+def calibrated_layers(model: torch.nn.Module, sequential_targets) -> int | None:
+    """How many times llm-compressor's sequential pipeline ends a calibration epoch (LifecycleCallbacks.
+    sequential_epoch_end, after which GPTQ solves and AWQ smooths that subgraph): once per decoder layer (its
+    sequential targets, e.g. LlamaDecoderLayer) and once for what follows the last one (the final norm and head)."""
+    from llmcompressor.utils.pytorch.module import infer_sequential_targets
+
+    targets = infer_sequential_targets(model, sequential_targets)
+    targets = {targets} if isinstance(targets, str) else set(targets)
+    layers = sum(type(m).__name__ in targets for m in model.modules())
+    return layers + 1 if layers else None  # targets given as patterns: count unknown, the bar counts up without a total
+
+
+@contextlib.contextmanager
+def layer_progress(desc: str, total: int | None):
+    """The console's progress bar (pipeline/stage.py) advanced each time llm-compressor finishes a layer: GPTQ and
+    AWQ do their work per layer inside LifecycleCallbacks.sequential_epoch_end (the modifiers' on_event), which
+    every calibration pipeline calls (sequential: per subgraph; basic: once). llm-compressor's own tqdm bars and
+    METRIC lines go to the stage's log; without this the console showed nothing for 11 (GPTQ) and 24 (AWQ) minutes
+    on SmolLM2-135M (issue #29)."""
+    from llmcompressor.core import LifecycleCallbacks
+
+    from pipeline.stage import progress_bar
+
+    original = LifecycleCallbacks.__dict__["sequential_epoch_end"]
+    bar = progress_bar(desc, total=total)
+
+    def sequential_epoch_end(cls, modules, **kwargs):
+        result = original.__func__(cls, modules, **kwargs)
+        bar.update(1)
+        return result
+
+    LifecycleCallbacks.sequential_epoch_end = classmethod(sequential_epoch_end)
+    try:
+        yield bar
+    finally:
+        LifecycleCallbacks.sequential_epoch_end = original
+        bar.close()
+
+
 def check_group_size(model: torch.nn.Module, group_size: int | None, ignore: list[str]) -> None:
     """INT4 group quantization (and vLLM's kernels) need every quantized layer's input width
     divisible by the group; checked before calibration rather than after it."""
@@ -195,6 +234,10 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
         stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
         if spec.algorithm == "awq":
             stack.enter_context(awq_pinning_off_without_accelerator())
+        if calibrate and rank == 0:  # data-free recipes take seconds; the ranks of a distributed run share one console
+            layers = calibrated_layers(model, cfg.get("sequential_targets")) if cfg.get("pipeline") in (
+                None, "sequential") else None
+            stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
         oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
     oneshot_s = time.perf_counter() - t1
     # Calibration ran in float32 on CPU; store the unquantized tensors (embeddings, norms,

@@ -257,3 +257,30 @@ def test_stage_refuses_with_one_line_and_leaves_no_artifact(demo_pair, splits, t
         assert not (project / "metrics" / f"quantize-{variant}.json").exists()
         assert not (project / "artifacts" / "quantized").exists() or \
             not list((project / "artifacts" / "quantized").iterdir())
+
+
+@pytest.mark.parametrize("variant", ["gptq-w4a16", "awq-w4a16"])
+def test_gptq_and_awq_show_per_layer_progress_in_short_lines(variant, demo_pair, splits, tmp_path):
+    """Issue #29: GPTQ and AWQ printed nothing for 11 and 24 minutes, and a progress bar written to a non-terminal
+    made one multi-KB line. The stage's console bar advances once per layer llm-compressor finishes; into a pipe (not
+    a terminal) each refresh is a line of its own; library bars in the log keep their last state per line."""
+    import os
+    import shutil
+
+    params = tiny_params()
+    params["quantize"]["enabled"] = [variant]
+    project = copy_project(tmp_path, params)
+    shutil.copytree(demo_pair[0], project / "artifacts" / "models" / "target")
+    (project / "artifacts" / "data").mkdir()
+    write_split(splits["calibration"], project / "artifacts" / "data" / "calibration.jsonl")
+    result = run([sys.executable, "-m", "stages.quantize", variant], cwd=project,
+                 env={**os.environ, "MODELPREP_PROGRESS_INTERVAL": "0"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    layers = PARAMS["demo"]["target"]["num_hidden_layers"] + 1  # each decoder layer, then the head
+    algorithm = PARAMS["quantize"]["variants"][variant]["algorithm"]
+    bar = [line for line in result.stderr.splitlines() if line.startswith(f"quantize {variant} ({algorithm}, layers)")]
+    assert f"0/{layers}" in bar[0] and all(f"{i}/{layers}" in result.stderr for i in range(1, layers + 1)), bar
+    assert "\r" not in result.stderr and max(map(len, result.stderr.splitlines())) <= 100
+    log = (project / "artifacts" / "logs" / f"quantize@{variant}.log").read_text()
+    assert "\r" not in log and max(map(len, log.splitlines())) < 1000
+    assert result.stdout.startswith(f"quantize {variant}: ")
