@@ -141,6 +141,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                 check_runs_on(specs[name], gpu)
             except PipelineError as e:
                 raise PipelineError(f"{path}: {e}") from None
+        draft_variant = (params.get("draft_quantize") or {}).get("variant")
+        try:  # layer widths against group sizes, before any work
+            group_sizes(params, [specs[n] for n in enabled])
+            if draft_variant in specs:
+                group_sizes(params, [specs[draft_variant]], role="draft")
+        except PipelineError as e:
+            raise PipelineError(f"{path}: {e}") from None
 
     gates = _section(params, "gates", path)
     thresholds = _section(params, "gates.thresholds", path)
@@ -195,6 +202,64 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+
+
+def model_config(params: dict, role: str = "target"):
+    """The transformers config of the target (or draft) as far as it is known before any stage runs: the demo's from
+    demo.<role>, a local model directory's config.json, a Hub repo's config.json already in the local cache. None
+    where it is not (or does not parse): the quantize stage then resolves group sizes on the loaded model."""
+    import json
+
+    from transformers import AutoConfig, LlamaConfig
+
+    section = params.get(role) if isinstance(params.get(role), dict) else {}
+    source = str(section.get("source"))
+    if source == "demo":  # pipeline/demo/models.py's llama_config, from the same params
+        demo = params["demo"]
+        d = demo[role]
+        return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
+                           intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
+                           num_attention_heads=d["num_attention_heads"], num_key_value_heads=d["num_key_value_heads"],
+                           tie_word_embeddings=False)
+    local = Path(source).expanduser() / "config.json"
+    try:
+        if local.is_file():
+            found = local
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source.removeprefix("hf:"), "config.json", revision=section.get("revision"))
+            found = Path(cached) if isinstance(cached, str) else None
+        if found is None:
+            return None
+        config = json.loads(found.read_text())
+        return AutoConfig.for_model(config.pop("model_type"), **config)
+    except Exception:  # noqa: BLE001 - an unreadable config is the sources/models stages' to report, with its file
+        return None
+
+
+def group_sizes(params: dict, specs: list, role: str = "target") -> dict:
+    """variant name -> recipes.GroupSize of each grouped variant against the model's layer widths (config only, on
+    the meta device); {} when the model's config is not known yet. Raises for a setting no layer width allows."""
+    from pipeline.recipes import choose_group_size, config_input_widths, is_unquantized, scheme_for
+
+    grouped = [s for s in specs if not is_unquantized(s) and (w := scheme_for(s).weights) is not None
+               and w.strategy == "group"]
+    config = model_config(params, role) if grouped else None
+    if config is None:
+        return {}
+    base = list((params["quantize"].get("calibration") or {}).get("ignore", ["lm_head"]))
+    widths = {}  # per ignore list: the meta model is built once per list
+    out = {}
+    for spec in grouped:
+        ignore = tuple(sorted(set(base) | set(spec.ignore)))
+        if ignore not in widths:
+            try:
+                widths[ignore] = config_input_widths(config, list(ignore))
+            except Exception:  # noqa: BLE001 - an architecture transformers can't build here: the stage checks it
+                return {}
+        out[spec.name] = choose_group_size(spec, widths[ignore])
+    return out
 
 
 def quantize_distributed(params: dict, path: Path = PARAMS_FILE) -> dict:

@@ -11,7 +11,8 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.recipes import VariantSpec, build_recipe, is_unquantized, weight_group_size
+from pipeline.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths, is_unquantized,
+                             with_group_size)
 from pipeline.sizes import dir_size, megabytes
 
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
@@ -85,18 +86,11 @@ def layer_progress(desc: str, total: int | None):
         bar.close()
 
 
-def check_group_size(model: torch.nn.Module, group_size: int | None, ignore: list[str]) -> None:
-    """INT4 group quantization (and vLLM's kernels) need every quantized layer's input width
-    divisible by the group; checked before calibration rather than after it."""
-    if not group_size:
-        return
-    from compressed_tensors.utils import match_named_modules
-
-    # The same target/ignore matching the recipe uses, so `re:` patterns and class names work.
-    for name, module in match_named_modules(model, ["Linear"], ignore):
-        if module.in_features % group_size:
-            raise PipelineError(f"group_size {group_size} does not divide the input width {module.in_features} "
-                                f"of layer {name}; pick a divisor of the layer widths or add the layer to ignore")
+def resolve_group_size(model: torch.nn.Module, spec: VariantSpec, ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
+    """The spec with the group size its layers take (recipes.choose_group_size), checked before calibration: a
+    configured size that does not divide a layer's input width gives way to the largest vLLM serves that does."""
+    group = choose_group_size(spec, input_widths(model, ignore))
+    return with_group_size(spec, group), group
 
 
 @contextlib.contextmanager
@@ -205,8 +199,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     cfg = calibration_settings(cfg, spec)
     device, dtype = compute_setup()
     ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.ignore))
-    recipe = build_recipe(spec, ignore)
-    calibrate = any(m.requires_calibration_data for m in recipe)
+    calibrate = any(m.requires_calibration_data for m in build_recipe(spec, ignore))
     if calibrate and not calibration_texts:
         raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
 
@@ -218,7 +211,8 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     saved_dtype = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).dtype
     # Distributed: rank 0 loads, the other ranks map its shared copy (llm-compressor's documented way).
     model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")) or world > 1)
-    check_group_size(model, weight_group_size(spec), ignore)
+    spec, group = resolve_group_size(model, spec, ignore)
+    recipe = build_recipe(spec, ignore)
 
     kwargs, texts = {}, []
     if calibrate:
@@ -250,7 +244,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
         tokenizer.save_pretrained(out_dir)
     wall = time.perf_counter() - t0
 
-    return quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world)
+    return quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world, group)
 
 
 def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
@@ -262,13 +256,14 @@ def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
 
 
 def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
-                     oneshot_s: float, processes: int = 1) -> dict:
+                     oneshot_s: float, processes: int = 1, group: GroupSize | None = None) -> dict:
+    """group: the weight group size used (-1: channel-wise), the one configured, and why they differ (null when not)."""
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        "group_size": weight_group_size(spec),
+        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": None}),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,

@@ -125,15 +125,17 @@ def test_model_card_is_a_runbook(workspace):
     assert "WARNING" not in card
 
 
-def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord) -> str:
-    """The card of params.yaml's `variant` from these GPU records, with passing numbers for the rest."""
+def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, quant: dict | None = None) -> str:
+    """The card of params.yaml's `variant` from these GPU records (and quantize metrics), with passing numbers for
+    the rest."""
     spec = speculative_estimate()
     return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
                       {"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                        "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}, spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu, serve)
+                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
+                      serve)
 
 
 MEASURED_GPU = {"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81, "accepted_per_position": [0.9, 0.75],
@@ -209,6 +211,19 @@ def test_bf16_card_does_not_call_its_model_quantized():
     assert "| `model/` | quantized target" not in card and " quantized target" not in card
     assert "| `model/` | quantized target: " in render_card("fp8-static", VllmMeasurement(skipped="no CUDA device"),
                                                            ServeBenchRecord("fp8-static", skipped="no CUDA device"))
+
+
+def test_card_states_the_group_size_configured_and_used():
+    no_gpu, not_served = VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("gptq-w4a16", skipped="no CUDA device")
+    why = "group size 128 does not divide the input width 576 of layer model.layers.0.self_attn.q_proj; 64 is ..."
+    quant = {"size_before_mb": 269.1, "size_after_mb": 86.3, "compression_ratio": 3.1, "group_size": 64,
+             "group_size_configured": 128, "group_size_reason": why}
+    card = render_card("gptq-w4a16", no_gpu, not_served, quant)
+    assert f"(x3.1). Weight group size 64, not the configured 128: {why}." in card
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": 128, "group_size_reason": None})
+    assert "(x3.1). Weight group size 128." in card and "configured" not in card.split("## 1.")[0]
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": -1, "group_size_reason": "no ..."})
+    assert "Weight group size channel-wise (one scale per output channel), not the configured 128: no ...." in card
 
 
 def test_allowed_failure_is_flagged_in_the_card(workspace):
