@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from summary import gpu_summary, quantize_summary  # noqa: E402
 
+sys.path.insert(0, str(ROOT))
+from pipeline.records import eval_summary  # noqa: E402  (metrics/eval-<v>.json keeps per-method numbers in lists)
+
 BEGIN, END = "<!-- measured:begin (benchmarks/readme_measured.py) -->", "<!-- measured:end -->"
 
 
@@ -57,7 +60,7 @@ def gate_speculation(gates: dict) -> list[tuple[str, dict]]:
 def render() -> str:
     build = _json(ROOT / "benchmarks/cpu/raw/demo-build.json")
     params_enabled = sorted(p.stem.removeprefix("eval-") for p in (ROOT / "metrics").glob("eval-*.json"))
-    evals = {v: _json(ROOT / f"metrics/eval-{v}.json") for v in params_enabled}
+    evals = {v: eval_summary(_json(ROOT / f"metrics/eval-{v}.json")) for v in params_enabled}
     draft = _json(ROOT / "metrics/draft.json")
     gates = _json(ROOT / "metrics/gates.json")
     q = quantize_summary()

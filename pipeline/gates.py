@@ -237,7 +237,8 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): records.read_object(f) for f in sorted(metrics_dir.glob("eval-*.json"))}
+    found = {f.stem.removeprefix("eval-"): records.eval_summary(records.read_object(f))
+             for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
         if missing:

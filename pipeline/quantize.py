@@ -263,7 +263,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": None}),
+        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,

@@ -156,7 +156,9 @@ class GroupSize:
     reason: str | None = None
 
     def as_metrics(self) -> dict:
-        return {"group_size": self.used, "group_size_configured": self.configured, "group_size_reason": self.reason}
+        """The quantize metrics' fields; the reason in a list, which `dvc metrics show` leaves out of its table."""
+        return {"group_size": self.used, "group_size_configured": self.configured,
+                "group_size_reason": [self.reason] if self.reason else []}
 
 
 def input_widths(model, ignore: list[str]) -> dict[str, int]:

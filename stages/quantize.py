@@ -28,7 +28,8 @@ def main(argv: list[str]) -> None:
     group = ""
     if metrics.get("group_size_reason"):
         used = "channel-wise" if metrics["group_size"] == -1 else metrics["group_size"]
-        group = f"; group size {used}, not the configured {metrics['group_size_configured']}: {metrics['group_size_reason']}"
+        group = (f"; group size {used}, not the configured {metrics['group_size_configured']}: "
+                 + "; ".join(metrics["group_size_reason"]))
     say(f"quantize {variant}: {metrics['wall_time_s']} s{ranks}, {metrics['size_before_mb']} MB -> "
           f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group}")
 

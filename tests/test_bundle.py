@@ -217,12 +217,12 @@ def test_card_states_the_group_size_configured_and_used():
     no_gpu, not_served = VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("gptq-w4a16", skipped="no CUDA device")
     why = "group size 128 does not divide the input width 576 of layer model.layers.0.self_attn.q_proj; 64 is ..."
     quant = {"size_before_mb": 269.1, "size_after_mb": 86.3, "compression_ratio": 3.1, "group_size": 64,
-             "group_size_configured": 128, "group_size_reason": why}
+             "group_size_configured": 128, "group_size_reason": [why]}
     card = render_card("gptq-w4a16", no_gpu, not_served, quant)
     assert f"(x3.1). Weight group size 64, not the configured 128: {why}." in card
-    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": 128, "group_size_reason": None})
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": 128, "group_size_reason": []})
     assert "(x3.1). Weight group size 128." in card and "configured" not in card.split("## 1.")[0]
-    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": -1, "group_size_reason": "no ..."})
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": -1, "group_size_reason": ["no ..."]})
     assert "Weight group size channel-wise (one scale per output channel), not the configured 128: no ...." in card
 
 

@@ -287,6 +287,30 @@ def test_cli_passes(metrics_dir):
     assert f"gate {INT4}: PASS" in r.stdout and f"gate {FP8}: PASS" in r.stdout
 
 
+def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
+    """metrics/eval-<v>.json keeps each method's estimate and the predicted speedups in lists (out of `dvc metrics
+    show`'s table); the CLI reads them back as the flat summary, deciding exactly as from the summary itself."""
+    from pipeline import records
+
+    p = tiny_params(serving={"max_num_seqs": 1})
+    summary = {**passing_metrics(p, INT4), "speculative_method": "ngram", "expected_speedup_ngram": 2.0,
+               "num_speculative_tokens_ngram": 4, "accepted_per_draft_token_ngram": 0.7,
+               "expected_speedup_eagle3": 1.5, "num_speculative_tokens_eagle3": 3, "accepted_per_draft_token_eagle3": 0.8}
+    written = records.eval_metrics(summary)
+    assert written["methods"][0] == {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4,
+                                     "expected_speedup": 2.0}
+    assert written["predicted_speedup_by_concurrency"] == [{"concurrency": 1, "speedup": 2.0},
+                                                           {"concurrency": 64, "speedup": 1.2}]
+    assert not [k for k in written if k.endswith(("_ngram", "_eagle3"))]
+    assert records.eval_summary(written) == summary and records.eval_summary(summary) == summary
+    (metrics_dir / f"eval-{FP8}.json").unlink()
+    (metrics_dir / f"eval-{INT4}.json").write_text(json.dumps(written))
+    assert gates.load_eval_metrics(metrics_dir) == {INT4: summary}
+    decided = gates.run(p, gates.load_eval_metrics(metrics_dir)).variants[INT4].speculation
+    assert decided == gates.run(p, {INT4: summary}).variants[INT4].speculation and decided.compared == {
+        "ngram": 2.0, "eagle3": 1.5}
+
+
 def test_cli_failure_exits_1_naming_the_check(metrics_dir):
     path = metrics_dir / f"eval-{FP8}.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "perplexity_increase_pct": 2.0}))

@@ -324,7 +324,7 @@ def test_group_size_is_checked_against_layer_widths_when_params_are_validated(de
     validate(params, tmp_path / "params.yaml")
     chosen = group_sizes(params, [enabled_variant(params, v) for v in params["quantize"]["enabled"]])
     assert set(chosen) == {"gptq-w4a16"} and chosen["gptq-w4a16"].as_metrics() == {
-        "group_size": 64, "group_size_configured": 128, "group_size_reason": WHY_64}
+        "group_size": 64, "group_size_configured": 128, "group_size_reason": [WHY_64]}
 
     (tmp_path / "auto").mkdir()
     project = copy_project(tmp_path / "auto", params)
@@ -352,7 +352,7 @@ def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, 
     metrics = quantize(narrow, tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
                        {**CALIBRATION, "num_samples": 8})
     assert quantization_config(tmp_path / "q")["config_groups"]["group_0"]["weights"]["group_size"] == 64
-    assert (metrics["group_size"], metrics["group_size_configured"], metrics["group_size_reason"]) == (64, 128, WHY_64)
+    assert (metrics["group_size"], metrics["group_size_configured"], metrics["group_size_reason"]) == (64, 128, [WHY_64])
     with torch.no_grad():
         assert math.isfinite(load_causal_lm(tmp_path / "q", torch.device("cpu"))(torch.tensor([[1, 2, 3]])).logits.sum())
 
@@ -362,6 +362,7 @@ def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, 
     weights = quantization_config(tmp_path / "c")["config_groups"]["group_0"]["weights"]
     assert (weights["strategy"], weights["group_size"]) == ("channel", None)
     assert (metrics["group_size"], metrics["group_size_configured"]) == (-1, 64)
-    assert metrics["group_size_reason"].startswith("group size 64 does not divide the input width 80 of layer ")
-    assert metrics["group_size_reason"].endswith("divides every quantized layer's input width: one scale per output "
+    [why] = metrics["group_size_reason"]
+    assert why.startswith("group size 64 does not divide the input width 80 of layer ")
+    assert why.endswith("divides every quantized layer's input width: one scale per output "
                                                  "channel (vLLM's group size -1)")
