@@ -214,15 +214,15 @@ def model_config(params: dict, role: str = "target"):
 
     section = params.get(role) if isinstance(params.get(role), dict) else {}
     source = str(section.get("source"))
-    if source == "demo":  # pipeline/demo/models.py's llama_config, from the same params
-        demo = params["demo"]
-        d = demo[role]
-        return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
-                           intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
-                           num_attention_heads=d["num_attention_heads"], num_key_value_heads=d["num_key_value_heads"],
-                           tie_word_embeddings=False)
-    local = Path(source).expanduser() / "config.json"
     try:
+        if source == "demo":  # pipeline/demo/models.py's llama_config, from the same params
+            demo = params["demo"]
+            d = demo[role]
+            return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
+                               intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
+                               num_attention_heads=d["num_attention_heads"],
+                               num_key_value_heads=d["num_key_value_heads"], tie_word_embeddings=False)
+        local = Path(source).expanduser() / "config.json"
         if local.is_file():
             found = local
         else:
