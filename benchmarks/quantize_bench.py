@@ -87,7 +87,7 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     # built the demo target would show up in every child; VmHWM is this process image's own peak.
     hwm_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                   if line.startswith("VmHWM:"))
-    metrics["peak_memory_mb"] = round(hwm_kb / 1024, 1)
+    metrics["peak_memory_mb"] = round(hwm_kb * 1024 / 1e6, 1)  # MB (10^6 bytes), as the stage's; runs before 2026-11-25 recorded MiB
     result.write_text(json.dumps(metrics))
 
 

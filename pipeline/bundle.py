@@ -13,7 +13,7 @@ from pipeline.acceptance import SpeculativeEstimate
 from pipeline.gates import VariantVerdict
 from pipeline.io import atomic_write_text, write_json
 from pipeline.manifest import write_manifest
-from pipeline.publish import EVAL, GATE
+from pipeline.publish import EVAL, GATE, eval_record
 from pipeline.recipes import VariantSpec
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.serving_config import serve_env, serve_yaml
@@ -136,7 +136,7 @@ def build_bundle(out: Path, model_dir: Path, drafter: tuple[Path, str] | None, a
     write_json(out / "engine_args.json", args)
     write_json(out / PROVENANCE, provenance_record)
     write_json(out / GATE, dataclasses.asdict(verdict))  # publish re-checks it against the current gate run
-    write_json(out / EVAL, summary)
+    write_json(out / EVAL, eval_record(summary, verdict))
 
 
 def finish_bundle(out: Path, variant: str, card: str) -> dict:

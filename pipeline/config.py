@@ -50,6 +50,15 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
     return data
 
 
+def recipe_check_remembered(path: str | Path = PARAMS_FILE, checked: Path | None = None) -> bool:
+    """Whether load_params(path, checked=checked) will skip the recipe check (an unchanged set of variants)."""
+    try:
+        key = recipe_check_key(read_yaml_mapping(Path(path)))
+    except PipelineError:
+        return False
+    return checked is not None and key is not None and key in passed_recipe_checks(checked)
+
+
 def load_params(path: str | Path = PARAMS_FILE, check_recipes: bool = True, checked: Path | None = None) -> dict:
     """check_recipes=False skips building each variant's recipe (compressed-tensors takes seconds to
     import), for commands that only read the gates, such as `modelprep gate` on a metrics directory.
@@ -81,8 +90,16 @@ def recipe_check_key(params: dict) -> str | None:
         node = params.get(section)
         return node.get(key, "<absent>") if isinstance(node, dict) else ("<not a mapping>", node)
 
-    inputs = get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu")
+    # Group sizes are checked against the target's and draft's layer widths: their sources (the demo's shapes) and
+    # a local source's config.json are inputs too.
+    inputs = (get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu"), get("target", "source"),
+              get("draft", "source"), params.get("demo"))
     digest = hashlib.sha256(repr(inputs).encode())
+    for role in ("target", "draft"):
+        source = get(role, "source")
+        config = Path(str(source)).expanduser() / "config.json" if isinstance(source, str) else None
+        if config is not None and config.is_file():
+            digest.update(b"\0config\0" + config.read_bytes())
     package = Path(__file__).parent
     for module in sorted(package.rglob("*.py")):
         digest.update(f"\0{module.relative_to(package).as_posix()}\0".encode() + module.read_bytes())
@@ -201,6 +218,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                 check_runs_on(specs[name], gpu)
             except PipelineError as e:
                 raise PipelineError(f"{path}: {e}") from None
+        draft_variant = (params.get("draft_quantize") or {}).get("variant")
+        try:  # layer widths against group sizes, before any work
+            group_sizes(params, [specs[n] for n in enabled])
+            if draft_variant in specs:
+                group_sizes(params, [specs[draft_variant]], role="draft")
+        except PipelineError as e:
+            raise PipelineError(f"{path}: {e}") from None
 
     gates = _section(params, "gates", path)
     thresholds = _section(params, "gates.thresholds", path)
@@ -283,6 +307,64 @@ def check_sources(params: dict, path: Path) -> None:
     if (target == "demo") != (draft == "demo"):
         hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
         raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")
+
+
+def model_config(params: dict, role: str = "target"):
+    """The transformers config of the target (or draft) as far as it is known before any stage runs: the demo's from
+    demo.<role>, a local model directory's config.json, a Hub repo's config.json already in the local cache. None
+    where it is not (or does not parse): the quantize stage then resolves group sizes on the loaded model."""
+    import json
+
+    from transformers import AutoConfig, LlamaConfig
+
+    section = params.get(role) if isinstance(params.get(role), dict) else {}
+    source = str(section.get("source"))
+    try:
+        if source == "demo":  # pipeline/demo/models.py's llama_config, from the same params
+            demo = params["demo"]
+            d = demo[role]
+            return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
+                               intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
+                               num_attention_heads=d["num_attention_heads"],
+                               num_key_value_heads=d["num_key_value_heads"], tie_word_embeddings=False)
+        local = Path(source).expanduser() / "config.json"
+        if local.is_file():
+            found = local
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source.removeprefix("hf:"), "config.json", revision=section.get("revision"))
+            found = Path(cached) if isinstance(cached, str) else None
+        if found is None:
+            return None
+        config = json.loads(found.read_text())
+        return AutoConfig.for_model(config.pop("model_type"), **config)
+    except Exception:  # noqa: BLE001 - an unreadable config is the sources/models stages' to report, with its file
+        return None
+
+
+def group_sizes(params: dict, specs: list, role: str = "target") -> dict:
+    """variant name -> recipes.GroupSize of each grouped variant against the model's layer widths (config only, on
+    the meta device); {} when the model's config is not known yet. Raises for a setting no layer width allows."""
+    from pipeline.recipes import choose_group_size, config_input_widths, is_unquantized, scheme_for
+
+    grouped = [s for s in specs if not is_unquantized(s) and (w := scheme_for(s).weights) is not None
+               and w.strategy == "group"]
+    config = model_config(params, role) if grouped else None
+    if config is None:
+        return {}
+    base = list((params["quantize"].get("calibration") or {}).get("ignore", ["lm_head"]))
+    widths = {}  # per ignore list: the meta model is built once per list
+    out = {}
+    for spec in grouped:
+        ignore = tuple(sorted(set(base) | set(spec.ignore)))
+        if ignore not in widths:
+            try:
+                widths[ignore] = config_input_widths(config, list(ignore))
+            except Exception:  # noqa: BLE001 - an architecture transformers can't build here: the stage checks it
+                return {}
+        out[spec.name] = choose_group_size(spec, widths[ignore])
+    return out
 
 
 def quantize_distributed(params: dict, path: Path = PARAMS_FILE) -> dict:

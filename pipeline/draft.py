@@ -60,15 +60,16 @@ def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict
 
 def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
                              calibration_cfg: dict) -> None:
-    """The variant's recipe checked against the draft before any calibration runs."""
-    from pipeline.quantize import check_group_size
-    from pipeline.recipes import needs_calibration, weight_group_size
+    """The variant's recipe checked against the draft before any calibration runs (a group size that does not divide
+    the draft's layer widths gives way to one that does, as for the target: recipes.choose_group_size)."""
+    from pipeline.quantize import resolve_group_size
+    from pipeline.recipes import needs_calibration
 
     if needs_calibration(spec) and not calibration:
         raise PipelineError(f"draft_quantize.variant {spec.name!r} needs calibration data but the calibration "
                             "split is empty")
     ignore = sorted(set(calibration_cfg.get("ignore", [])) | set(spec.ignore))
-    check_group_size(load_causal_lm(draft_dir, torch.device("cpu")), weight_group_size(spec), ignore)
+    resolve_group_size(load_causal_lm(draft_dir, torch.device("cpu")), spec, ignore)
 
 
 def quantize_draft(draft_dir: Path, out: Path, spec: VariantSpec, calibration: list[list[dict]],

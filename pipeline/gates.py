@@ -61,8 +61,19 @@ class VariantVerdict:
 
 @dataclass
 class GateReport:
-    passed: bool
+    """The gate run. all_passed: every variant passed every quality and serving check (allowed failures are
+    failures); published_with_failures: the variants that failed and ship anyway, flagged, by gates.allow_fail;
+    blocked: those that failed without it (the gate stage fails)."""
+    all_passed: bool
     variants: dict[str, VariantVerdict]
+    published_with_failures: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    allow_fail: list[str] = field(default_factory=list)  # gates.allow_fail (and --allow-fail) as applied
+
+    @property
+    def shippable(self) -> bool:
+        """No blocking failure: every variant passed or is allowed to fail."""
+        return not self.blocked
 
 
 def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None
@@ -137,7 +148,59 @@ def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fa
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
     report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
               for v, m in metrics_by_variant.items()}
-    return GateReport(all(v.shippable for v in report.values()), report)
+    return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
+                      published_with_failures=[n for n, v in report.items() if v.allowed_failure],
+                      blocked=[n for n, v in report.items() if not v.shippable],
+                      allow_fail=sorted(set(allow_fail)))
+
+
+def summary(report: GateReport) -> dict:
+    """metrics/gates.json: what the gate run decided, in a few scalar columns for `dvc metrics show` (all_passed is
+    false whenever a variant failed, allowed or not), and per variant in a list (which DVC's table leaves out): its
+    verdict, failed checks and the speculation that ships. Every check's value and threshold stay in
+    artifacts/gate/verdict.json."""
+    return {"all_passed": report.all_passed,
+            "variants_passed": sum(v.passed for v in report.variants.values()),
+            "variants_failed": sum(not v.passed for v in report.variants.values()),
+            "published_with_failures": report.published_with_failures, "blocked": report.blocked,
+            "allow_fail": report.allow_fail,
+            "variants": [{"variant": name, "passed": v.passed, "allowed_failure": v.allowed_failure,
+                          "verdict": v.label, "counts": check_counts(v),
+                          "failed_checks": [c.check for c in v.checks if not c.passed and c.group != SPECULATION],
+                          "failed_speculation_checks": [c.check for c in v.checks
+                                                        if not c.passed and c.group == SPECULATION],
+                          "speculation": None if v.speculation is None else {
+                              "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
+                              "num_speculative_tokens": v.speculation.num_speculative_tokens,
+                              "basis": v.speculation.basis, "reason": v.speculation.reason}}
+                         for name, v in report.variants.items()]}
+
+
+def check_counts(v: VariantVerdict) -> dict[str, int]:
+    """How many checks passed, failed (a failed speculation check turns speculation off rather than failing the
+    variant: counted apart) and were skipped (nothing measured, or no speculation shipped to check)."""
+    applied = [c for c in v.checks if not c.skipped]
+    return {"checks": len(v.checks), "passed": sum(c.passed for c in applied),
+            "failed": sum(not c.passed and c.group != SPECULATION for c in applied),
+            "speculation_failed": sum(not c.passed and c.group == SPECULATION for c in applied),
+            "skipped": len(v.checks) - len(applied)}
+
+
+def verdict_line(variant: str, v: VariantVerdict) -> str:
+    """'gate bf16: PASS: 4 of 10 checks passed, 1 speculation check failed (min_accepted_per_draft_token: no
+    speculation ships), 5 skipped; ships without speculation (estimated)': every check counted once, as what it was."""
+    n = check_counts(v)
+    failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group != SPECULATION]
+    spec_failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group == SPECULATION]
+    parts = [f"{n['passed']} of {n['checks']} checks passed"]
+    if failed:
+        parts.append(f"{len(failed)} failed ({', '.join(failed)})")
+    if spec_failed:
+        parts.append(f"{len(spec_failed)} speculation check{'s' if len(spec_failed) > 1 else ''} failed "
+                     f"({', '.join(spec_failed)}: no speculation ships)")
+    if n["skipped"]:
+        parts.append(f"{n['skipped']} skipped")
+    return f"gate {variant}: {v.label}: {', '.join(parts)}{_shipped_setting(v.speculation)}"
 
 
 def failed_checks(report: GateReport, allowed: bool) -> list[str]:
@@ -151,11 +214,7 @@ def failed_checks(report: GateReport, allowed: bool) -> list[str]:
 def conclude(report: GateReport) -> int:
     """One line per variant, a warning for allowed failures, every blocking failure named; the exit code."""
     for variant, v in report.variants.items():
-        failed = [c.check for c in v.checks if not c.passed and c.group != SPECULATION]
-        skipped = sum(1 for c in v.checks if c.skipped)
-        counted = f"{len(v.checks) - skipped} checks" + (f", {skipped} skipped" if skipped else "")
-        say(f"gate {variant}: {v.label}" + (f" ({', '.join(failed)})" if failed else f" ({counted})")
-            + _shipped_setting(v.speculation))
+        say(verdict_line(variant, v))
     allowed = failed_checks(report, allowed=True)
     if allowed:
         warn("warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "
@@ -179,7 +238,8 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): records.read_object(f) for f in sorted(metrics_dir.glob("eval-*.json"))}
+    found = {f.stem.removeprefix("eval-"): records.eval_summary(records.read_object(f))
+             for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
         if missing:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -17,17 +18,36 @@ from typing import Iterator
 @contextlib.contextmanager
 def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     """Yield a temp directory beside `final`; on success it replaces `final` (renamed in, then the
-    old one deleted). Temp directories of killed runs are removed when the next run starts."""
+    old one deleted), readable as any file the user makes (share_modes). Temp directories of killed runs
+    are removed when the next run starts."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temps(final)
     tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(final), dir=final.parent))
     try:
         yield tmp
+        share_modes(tmp)
         swap_in(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def share_modes(tree: Path) -> None:
+    """The modes a file or directory the user creates gets (0644 / 0755 under the usual umask 022), for everything
+    in tree: mkdtemp makes the directory 0700, and safetensors 0.8 writes weights 0600 (its save is a temp file
+    renamed in), which copytree then carries into quantized variants and bundles. Each gets exactly what the umask
+    allows (an executable keeps its x bits); links are left alone, and so is a file with other hard links (a
+    model's weights linked from the user's own directory keep that file's mode: never chmod someone else's file)."""
+    mask = _umask()
+    for path in [tree, *tree.rglob("*")]:
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or (stat.S_ISREG(st.st_mode) and st.st_nlink > 1):
+            continue
+        executable = stat.S_ISDIR(st.st_mode) or st.st_mode & 0o111
+        want = (0o777 if executable else 0o666) & ~mask
+        if stat.S_IMODE(st.st_mode) != want:
+            os.chmod(path, want)
 
 
 def write_skipped(final: str | os.PathLike, reason: str) -> None:

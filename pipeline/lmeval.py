@@ -101,8 +101,20 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
     out = lm_eval.simple_evaluate(model=name, model_args=model_args, tasks=tasks, limit=limit,
                                   batch_size=batch_size, device="cuda" if name == "vllm" else "cpu",
                                   task_manager=manager, log_samples=False, bootstrap_iters=0)
-    scores = {}
+    return {"backend": name, **scores_of(out)}
+
+
+def scores_of(out: dict) -> dict:
+    """{"scores": {task: {metric: value}}, "samples": {task: n}} from simple_evaluate's output. A score is one of the
+    task's metrics (its `higher_is_better` entries, e.g. acc, byte_perplexity); lm-eval's bookkeeping numbers beside
+    them in "results" (sample_len, the documents scored) are not quality metrics and never become one: they go to
+    "samples", outside what the gates and the card read as scores."""
+    scores, samples = {}, {}
     for task, result in out["results"].items():
-        scores[task] = {k.split(",")[0]: v for k, v in result.items()
-                        if isinstance(v, (int, float)) and "stderr" not in k}
-    return {"backend": name, "scores": scores}
+        metrics = set((out.get("higher_is_better") or {}).get(task) or {})
+        values = {k.split(",")[0]: v for k, v in result.items()
+                  if isinstance(v, (int, float)) and not isinstance(v, bool) and "stderr" not in k}
+        if "sample_len" in values:
+            samples[task] = values.pop("sample_len")
+        scores[task] = {k: v for k, v in values.items() if not metrics or k in metrics}
+    return {"scores": scores, "samples": samples}

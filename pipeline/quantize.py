@@ -11,8 +11,9 @@ from pathlib import Path
 import torch
 
 from pipeline.errors import PipelineError
-from pipeline.recipes import VariantSpec, build_recipe, is_unquantized, weight_group_size
-from pipeline.sizes import dir_size
+from pipeline.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths, is_unquantized,
+                             with_group_size)
+from pipeline.sizes import dir_size, megabytes
 
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
 # sequential for recipes that calibrate, datafree for the rest.
@@ -46,18 +47,50 @@ def awq_pinning_off_without_accelerator():
         IntermediatesCache.pin_memory = original
 
 
-def check_group_size(model: torch.nn.Module, group_size: int | None, ignore: list[str]) -> None:
-    """INT4 group quantization (and vLLM's kernels) need every quantized layer's input width
-    divisible by the group; checked before calibration rather than after it."""
-    if not group_size:
-        return
-    from compressed_tensors.utils import match_named_modules
+def calibrated_layers(model: torch.nn.Module, sequential_targets) -> int | None:
+    """How many times llm-compressor's sequential pipeline ends a calibration epoch (LifecycleCallbacks.
+    sequential_epoch_end, after which GPTQ solves and AWQ smooths that subgraph): once per decoder layer (its
+    sequential targets, e.g. LlamaDecoderLayer) and once for what follows the last one (the final norm and head)."""
+    from llmcompressor.utils.pytorch.module import infer_sequential_targets
 
-    # The same target/ignore matching the recipe uses, so `re:` patterns and class names work.
-    for name, module in match_named_modules(model, ["Linear"], ignore):
-        if module.in_features % group_size:
-            raise PipelineError(f"group_size {group_size} does not divide the input width {module.in_features} "
-                                f"of layer {name}; pick a divisor of the layer widths or add the layer to ignore")
+    targets = infer_sequential_targets(model, sequential_targets)
+    targets = {targets} if isinstance(targets, str) else set(targets)
+    layers = sum(type(m).__name__ in targets for m in model.modules())
+    return layers + 1 if layers else None  # targets given as patterns: count unknown, the bar counts up without a total
+
+
+@contextlib.contextmanager
+def layer_progress(desc: str, total: int | None):
+    """The console's progress bar (pipeline/stage.py) advanced each time llm-compressor finishes a layer: GPTQ and
+    AWQ do their work per layer inside LifecycleCallbacks.sequential_epoch_end (the modifiers' on_event), which
+    every calibration pipeline calls (sequential: per subgraph; basic: once). llm-compressor's own tqdm bars and
+    METRIC lines go to the stage's log; without this the console showed nothing for 11 (GPTQ) and 24 (AWQ) minutes
+    on SmolLM2-135M (issue #29)."""
+    from llmcompressor.core import LifecycleCallbacks
+
+    from pipeline.stage import progress_bar
+
+    original = LifecycleCallbacks.__dict__["sequential_epoch_end"]
+    bar = progress_bar(desc, total=total)
+
+    def sequential_epoch_end(cls, modules, **kwargs):
+        result = original.__func__(cls, modules, **kwargs)
+        bar.update(1)
+        return result
+
+    LifecycleCallbacks.sequential_epoch_end = classmethod(sequential_epoch_end)
+    try:
+        yield bar
+    finally:
+        LifecycleCallbacks.sequential_epoch_end = original
+        bar.close()
+
+
+def resolve_group_size(model: torch.nn.Module, spec: VariantSpec, ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
+    """The spec with the group size its layers take (recipes.choose_group_size), checked before calibration: a
+    configured size that does not divide a layer's input width gives way to the largest vLLM serves that does."""
+    group = choose_group_size(spec, input_widths(model, ignore))
+    return with_group_size(spec, group), group
 
 
 @contextlib.contextmanager
@@ -129,10 +162,10 @@ def calibration_dataset(tokenizer, texts: list[str], max_seq_length: int):
 
 def peak_memory() -> dict:
     """Peak host RSS of this process (so run one variant per process to compare them; rank 0's in a
-    distributed run), and GPU."""
-    peak = {"peak_memory_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}  # Linux: KiB
+    distributed run), and GPU, in MB (10^6 bytes)."""
+    peak = {"peak_memory_mb": megabytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, 1)}  # Linux: KiB
     if torch.cuda.is_available():
-        peak["peak_gpu_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        peak["peak_gpu_memory_mb"] = megabytes(torch.cuda.max_memory_allocated(), 1)
     return peak
 
 
@@ -166,8 +199,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     cfg = calibration_settings(cfg, spec)
     device, dtype = compute_setup()
     ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.ignore))
-    recipe = build_recipe(spec, ignore)
-    calibrate = any(m.requires_calibration_data for m in recipe)
+    calibrate = any(m.requires_calibration_data for m in build_recipe(spec, ignore))
     if calibrate and not calibration_texts:
         raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
 
@@ -179,7 +211,8 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     saved_dtype = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).dtype
     # Distributed: rank 0 loads, the other ranks map its shared copy (llm-compressor's documented way).
     model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")) or world > 1)
-    check_group_size(model, weight_group_size(spec), ignore)
+    spec, group = resolve_group_size(model, spec, ignore)
+    recipe = build_recipe(spec, ignore)
 
     kwargs, texts = {}, []
     if calibrate:
@@ -195,6 +228,10 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
         stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
         if spec.algorithm == "awq":
             stack.enter_context(awq_pinning_off_without_accelerator())
+        if calibrate and rank == 0:  # data-free recipes take seconds; the ranks of a distributed run share one console
+            layers = calibrated_layers(model, cfg.get("sequential_targets")) if cfg.get("pipeline") in (
+                None, "sequential") else None
+            stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
         oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
     oneshot_s = time.perf_counter() - t1
     # Calibration ran in float32 on CPU; store the unquantized tensors (embeddings, norms,
@@ -207,7 +244,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
         tokenizer.save_pretrained(out_dir)
     wall = time.perf_counter() - t0
 
-    return quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world)
+    return quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world, group)
 
 
 def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
@@ -219,13 +256,14 @@ def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
 
 
 def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
-                     oneshot_s: float, processes: int = 1) -> dict:
+                     oneshot_s: float, processes: int = 1, group: GroupSize | None = None) -> dict:
+    """group: the weight group size used (-1: channel-wise), the one configured, and why they differ (null when not)."""
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        "group_size": weight_group_size(spec),
+        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,
@@ -233,7 +271,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "wall_time_s": round(wall, 2),
         "oneshot_time_s": round(oneshot_s, 2),
         **peak_memory(),
-        "size_before_mb": round(size_before / 2**20, 3),
-        "size_after_mb": round(size_after / 2**20, 3),
+        "size_before_mb": megabytes(size_before),  # MB, 10^6 bytes
+        "size_after_mb": megabytes(size_after),
         "compression_ratio": round(size_before / size_after, 3),
     }

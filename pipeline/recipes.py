@@ -8,7 +8,7 @@ own dtype: the BF16 baseline every quality and speed ratio is taken against, in 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compressed_tensors.quantization import QuantizationArgs
 from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_name_to_scheme
@@ -35,6 +35,18 @@ KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor"
                             "symmetric": True}}
 # SmoothQuant (migrate activation outliers into the weights) before GPTQ or RTN: INT8 W8A8 needs it.
 SMOOTHING_ALGORITHMS = ("gptq", "rtn")
+# vLLM's kernels for integer weights with 16-bit activations (W4A16, W8A16: compressed-tensors' WNA16 scheme) and the
+# group sizes they serve, from vLLM's source (-1 there: channel-wise, one scale per output channel):
+# - Marlin, every NVIDIA GPU from compute capability 8.0: MARLIN_SUPPORTED_GROUP_SIZES = [-1, 32, 64, 128]
+#   (vllm/model_executor/layers/quantization/utils/marlin_utils.py, _check_marlin_supported);
+# - Machete, Hopper (9.0): query_machete_supported_group_sizes -> [-1, 64, 128] for float16/bfloat16 activations
+#   (vllm/model_executor/layers/quantization/utils/machete_utils.py; kernels/linear/mixed_precision/machete.py).
+# A group must divide the layer's input width (compressed-tensors' group quantization, and Marlin's
+# verify_marlin_supports_shape). Where the configured size does not, the largest of these that divides every
+# quantized layer's input width is used, else channel-wise (choose_group_size).
+VLLM_WNA16_GROUP_SIZES = (128, 64, 32)
+CHANNELWISE = -1  # VariantSpec.group_size once chosen: one scale per output channel (vLLM's group_size -1)
+WNA16_KERNELS = "Marlin: 32, 64, 128; Machete on Hopper: 64, 128; or channel-wise"
 # Keys of a variant spec; anything else is a typo.
 SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", *CALIBRATION_KEYS,
              *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
@@ -60,10 +72,16 @@ def parse_variant(name: str, raw) -> VariantSpec:
     check_variant_name(name)
     validate_spec(name, raw)
     knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
-    return VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
+    spec = VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
                        ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
                        smoothing_strength=raw.get("smoothing_strength"),
                        num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
+    if spec.group_size is not None and is_wna16(scheme_for(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
+        raise PipelineError(f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
+                            f"{scheme_for(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
+                            f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does not divide a "
+                            "layer's input width, the largest that divides them all is used)")
+    return spec
 
 
 def validate_spec(name: str, spec: dict) -> None:
@@ -108,25 +126,98 @@ def validate_spec(name: str, spec: dict) -> None:
 
 
 def scheme_for(spec: VariantSpec):
-    """The compressed-tensors scheme: the preset with the spec's overrides applied."""
+    """The compressed-tensors scheme: the preset with the spec's overrides applied (group_size CHANNELWISE, which only
+    choose_group_size sets: one scale per output channel)."""
     scheme = preset_name_to_scheme(spec.scheme, ["Linear"])
     if spec.group_size is not None:
         if scheme.weights is None or scheme.weights.strategy != "group":
             raise PipelineError(f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), "
                                 f"not {spec.scheme}")
-        scheme.weights.group_size = int(spec.group_size)
+        if spec.group_size == CHANNELWISE:
+            scheme.weights = QuantizationArgs(**{**scheme.weights.model_dump(), "strategy": "channel",
+                                                 "group_size": None})
+        else:
+            scheme.weights.group_size = int(spec.group_size)
     return scheme
+
+
+def is_wna16(scheme) -> bool:
+    """Integer weights in groups with 16-bit activations: what vLLM serves with Marlin or Machete."""
+    w = scheme.weights
+    return w is not None and w.type == "int" and w.strategy == "group" and scheme.input_activations is None
+
+
+@dataclass(frozen=True)
+class GroupSize:
+    """A grouped variant's weight group size against the model's layers: configured (the spec's, else its preset's)
+    and used (CHANNELWISE: one scale per output channel), with why they differ."""
+    configured: int
+    used: int
+    reason: str | None = None
+
+    def as_metrics(self) -> dict:
+        """The quantize metrics' fields; the reason in a list, which `dvc metrics show` leaves out of its table."""
+        return {"group_size": self.used, "group_size_configured": self.configured,
+                "group_size_reason": [self.reason] if self.reason else []}
+
+
+def input_widths(model, ignore: list[str]) -> dict[str, int]:
+    """Each layer the recipe quantizes (its Linear targets, minus ignore, matched as llm-compressor matches them, so
+    `re:` patterns and class names work) by name, with its input width."""
+    from compressed_tensors.utils import match_named_modules
+
+    return {name: module.in_features for name, module in match_named_modules(model, ["Linear"], ignore)}
+
+
+def config_input_widths(config, ignore: list[str]) -> dict[str, int]:
+    """input_widths of the model a transformers config describes, built on the meta device (no weights read or
+    allocated: an 8B Llama takes a tenth of a second), so layer widths are known when params are validated."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    return input_widths(model, ignore)
+
+
+def choose_group_size(spec: VariantSpec, widths: dict[str, int]) -> GroupSize | None:
+    """The group size a grouped variant quantizes these layers with (None: its scheme has no groups). The configured
+    size when it divides every layer's input width; else, for INT weight-only schemes (W4A16, W8A16), the largest
+    that vLLM's kernels serve and divides them all (VLLM_WNA16_GROUP_SIZES), or channel-wise; other grouped schemes
+    (W4A8, MXFP4) have no such fallback: one line naming the param and the layer."""
+    if is_unquantized(spec):
+        return None
+    scheme = scheme_for(spec)
+    if scheme.weights is None or scheme.weights.strategy != "group":
+        return None
+    configured = scheme.weights.group_size
+    blocking = next(((name, w) for name, w in widths.items() if w % configured), None)
+    if blocking is None:
+        return GroupSize(configured, configured)
+    name, width = blocking
+    doesnt = f"group size {configured} does not divide the input width {width} of layer {name}"
+    if not is_wna16(scheme):
+        raise PipelineError(f"quantize.variants.{spec.name}.group_size: {doesnt} (scheme {spec.scheme}); set a "
+                            "group_size that divides every quantized layer's input width, or add the layer to ignore")
+    used = next((g for g in VLLM_WNA16_GROUP_SIZES
+                 if g <= configured and all(w % g == 0 for w in widths.values())), CHANNELWISE)
+    bits = scheme.weights.num_bits
+    why = (f"{used} is the largest group size vLLM's INT{bits} weight-only kernels serve ({WNA16_KERNELS}) that "
+           "divides every quantized layer's input width" if used != CHANNELWISE else
+           f"no group size vLLM's INT{bits} weight-only kernels serve ({', '.join(map(str, VLLM_WNA16_GROUP_SIZES))}) "
+           "divides every quantized layer's input width: one scale per output channel (vLLM's group size -1)")
+    return GroupSize(configured, used, f"{doesnt}; {why}")
+
+
+def with_group_size(spec: VariantSpec, group: GroupSize | None) -> VariantSpec:
+    """The spec quantized with the chosen group size."""
+    if group is None or group.used == group.configured:
+        return spec
+    return replace(spec, group_size=group.used)
 
 
 def is_unquantized(spec: VariantSpec) -> bool:
     return spec.algorithm == "none"
-
-
-def weight_group_size(spec: VariantSpec) -> int | None:
-    if is_unquantized(spec):
-        return None
-    scheme = scheme_for(spec)
-    return scheme.weights.group_size if scheme.weights is not None and scheme.weights.strategy == "group" else None
 
 
 def _one_line(error: ValueError) -> str:

@@ -56,26 +56,74 @@ def warn(line: str) -> None:
     _print(line, console())
 
 
+# A console that is not a terminal (`dvc repro > build.log 2>&1`, CI) gets a progress line at most this often, plus
+# the last one when the step ends; MODELPREP_PROGRESS_INTERVAL sets it (seconds).
+LINE_INTERVAL_S = 30.0
+LINE_WIDTH = 100
+
+
+class _Lines:
+    """A progress bar's stream when the console is not a terminal. tqdm redraws its one line with carriage returns,
+    which a file keeps as a single line growing by a whole bar per refresh (6 KB lines in issue #29); here each
+    refresh becomes a line of its own, and tqdm's clearing writes (blanks, cursor moves) become nothing."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        for part in text.replace("\x1b[A", "").split("\r"):
+            if part.strip():
+                _print(part.strip(), self._stream)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
 def progress_bar(desc: str, total: int | None = None, initial: int = 0, items: Iterable[T] | None = None) -> tqdm:
-    """A progress bar on the console for a long step (library bars go to the log file)."""
-    return tqdm(items, desc=desc, total=total, initial=initial, file=console(), leave=False, dynamic_ncols=True,
-                mininterval=float(os.environ.get("TQDM_MININTERVAL", 2)))
+    """A progress bar on the console for a long step (library bars go to the log file): redrawn in place on a
+    terminal; elsewhere a line every LINE_INTERVAL_S seconds and one when the step ends."""
+    stream = console()
+    if _is_terminal(stream):
+        return tqdm(items, desc=desc, total=total, initial=initial, file=stream, leave=False, dynamic_ncols=True,
+                    mininterval=float(os.environ.get("TQDM_MININTERVAL", 2)))
+    return tqdm(items, desc=desc, total=total, initial=initial, file=_Lines(stream), leave=True, ncols=LINE_WIDTH,
+                ascii=True, mininterval=float(os.environ.get("MODELPREP_PROGRESS_INTERVAL", LINE_INTERVAL_S)))
 
 
 def progress(items: Iterable[T], desc: str) -> Iterator[T]:
     yield from progress_bar(desc, items=items)
 
 
+def collapse_redraws(line: str) -> str:
+    """What a terminal shows of a line redrawn with carriage returns (a library's progress bar writing into the log,
+    e.g. AWQ's per-layer bars): its last non-blank state, not every refresh glued into one line of kilobytes."""
+    if "\r" not in line:
+        return line
+    end = "\n" if line.endswith("\n") else ""
+    states = [part for part in line.rstrip("\n").split("\r") if part.strip()]
+    return (states[-1] if states else "") + end
+
+
 def _redacting_copy(read_fd: int, log: IO[bytes]) -> None:
     """Every line written to fds 1 and 2 (this process's, its libraries', its children's) reaches the log with
-    credentials in URLs replaced (MLflow prints `View run ... at: http://user:password@host/...`)."""
+    credentials in URLs replaced (MLflow prints `View run ... at: http://user:password@host/...`), and a line redrawn
+    with carriage returns as its last state (collapse_redraws)."""
     writable = True
     with os.fdopen(read_fd, "rb") as pipe:
         for raw in pipe:  # always drained: a copier that stopped reading would block the stage on its next print
             if not writable:
                 continue
             try:
-                log.write(redact_uri(raw.decode("utf-8", "replace")).encode())
+                log.write(redact_uri(collapse_redraws(raw.decode("utf-8", "replace"))).encode())
                 log.flush()
             except OSError:  # a full disk: the log stops, the stage goes on (and fails on its own writes)
                 writable = False

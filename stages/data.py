@@ -25,10 +25,20 @@ def main(argv: list[str]) -> None:
             write_split(convs, tmp / f"{name}.jsonl")
         write_task_data(splits["heldout"], tokenizer, tmp / "heldout_lmeval.jsonl")  # for evals/domain_heldout
     total = len(rows) + oversized
-    write_json("metrics/data.json", {"rows": total, "duplicates_dropped": len(rows) - len(unique),
+    duplicates = len(rows) - len(unique)
+    write_json("metrics/data.json", {"rows": total, "duplicates_dropped": duplicates,
                                      "too_long_dropped": too_long, **{k: len(v) for k, v in splits.items()}})
-    say(f"data: {total} rows (dropped {len(rows) - len(unique)} duplicates, {too_long} over data.max_tokens) -> "
-        + ", ".join(f"{k} {len(v)}" for k, v in splits.items()))
+    say(summary_line(total, duplicates, too_long, p["max_tokens"], {k: len(v) for k, v in splits.items()}))
+
+
+def summary_line(total: int, duplicates: int, too_long: int, max_tokens: int, splits: dict[str, int]) -> str:
+    """'data: 500 rows read, 37 dropped (37 longer than data.max_tokens 1024 tokens) -> 463 kept: ...': whether
+    rows were dropped, how many and why, before the split sizes."""
+    reasons = [f"{n} {why}" for n, why in ((duplicates, "duplicates of an earlier conversation"),
+                                           (too_long, f"longer than data.max_tokens {max_tokens} tokens")) if n]
+    dropped = (f"{duplicates + too_long} dropped ({', '.join(reasons)})" if reasons else "none dropped")
+    return (f"data: {total} rows read, {dropped} -> {sum(splits.values())} kept: "
+            + ", ".join(f"{k} {n}" for k, n in splits.items()))
 
 
 if __name__ == "__main__":

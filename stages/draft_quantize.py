@@ -9,7 +9,7 @@ from pipeline.data import read_split
 from pipeline.draft import quantize_draft
 from pipeline.io import atomic_dir
 from pipeline.served_draft import DRAFT_DIR, MODEL, RECORD, ServedDraft
-from pipeline.sizes import dir_size
+from pipeline.sizes import dir_size, megabytes
 from pipeline.stage import say, stage_main
 
 FINETUNED = Path("artifacts/draft-finetuned")
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
         else:
             quantize_draft(FINETUNED, tmp / MODEL.name, enabled_variant(p, name),
                            read_split("artifacts/data/calibration.jsonl"), p["quantize"]["calibration"])
-        size_mb = round(dir_size(tmp / MODEL.name, ".safetensors") / 2**20, 3)
+        size_mb = megabytes(dir_size(tmp / MODEL.name, ".safetensors"))
         served = ServedDraft(quantized_variant=name, size_mb=size_mb)
         records.write(tmp / RECORD.name, served)
     say(f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "

@@ -152,7 +152,7 @@ def main(argv: list[str]) -> None:
         write_json(tmp / "lm_eval.json", lm_eval)
         records.write(tmp / "vllm.json", gpu)
         write_json(tmp / "summary.json", summary)
-    write_json(f"metrics/eval-{variant}.json", summary)
+    write_json(f"metrics/eval-{variant}.json", records.eval_metrics(summary))  # per-method detail in lists
     max_k = p["evaluate"]["acceptance"]["max_k"]
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
               [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,

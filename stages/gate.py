@@ -5,7 +5,7 @@ from pathlib import Path
 
 from pipeline import gates, records
 from pipeline.config import load_params
-from pipeline.io import write_csv
+from pipeline.io import write_csv, write_json
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.stage import stage_main
 
@@ -19,7 +19,7 @@ def main(argv: list[str]) -> None:
     metrics = {v: records.read_object(EVAL_DIR / v / "summary.json") for v in enabled}
     serve = {v: records.read(ServeBenchRecord, SERVE_DIR / v / "record.json") for v in enabled}
     report = gates.run(p, metrics, serve_by_variant=serve)
-    records.write("metrics/gates.json", report)
+    write_json("metrics/gates.json", gates.summary(report))
     records.write("artifacts/gate/verdict.json", report)
     write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
                                      "perplexity_increase_pct": m.get("perplexity_increase_pct"),

@@ -25,8 +25,13 @@ def main(argv: list[str]) -> None:
         metrics = quantize(TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
     write_json(f"metrics/quantize-{variant}.json", metrics)
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
+    group = ""
+    if metrics.get("group_size_reason"):
+        used = "channel-wise" if metrics["group_size"] == -1 else metrics["group_size"]
+        group = (f"; group size {used}, not the configured {metrics['group_size_configured']}: "
+                 + "; ".join(metrics["group_size_reason"]))
     say(f"quantize {variant}: {metrics['wall_time_s']} s{ranks}, {metrics['size_before_mb']} MB -> "
-          f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']})")
+          f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group}")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ one per workspace (inodes and times are this machine's), dropped with the rest o
 outputs (DVC deletes a stage's outputs before running it). Deleting them costs one slow run, never a wrong hash."""
 from pathlib import Path
 
-from pipeline.config import load_params
+from pipeline.config import enabled_variant, group_sizes, load_params, recipe_check_remembered
 from pipeline.io import write_json
 from pipeline.sources import HashCache, source_fingerprint
 from pipeline.stage import say, stage_main, warn
@@ -22,6 +22,7 @@ RECIPES_CHECKED = Path("artifacts/cache/recipes-checked.json")
 
 @stage_main()
 def main(argv: list[str]) -> None:
+    remembered = recipe_check_remembered(checked=RECIPES_CHECKED)
     p = load_params(checked=RECIPES_CHECKED)
     cache = HashCache(HASHES)
     if cache.problem:
@@ -33,12 +34,23 @@ def main(argv: list[str]) -> None:
     write_json(OUT, prints)
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
+    # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
+    # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
+    if not remembered:
+        for name, group in group_sizes(p, [enabled_variant(p, v) for v in p["quantize"]["enabled"]]).items():
+            if group.reason:
+                say(f"sources: quantize {name}: group_size {group.configured} -> {group_label(group.used)} "
+                    f"({group.reason})")
 
 
 def describe(role: str, fp: dict) -> str:
     if fp["kind"] == "target":
         return f"{role} the target's first {fp['layers']} layers"
     return f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
+
+
+def group_label(size: int) -> str:
+    return "channel-wise" if size == -1 else str(size)
 
 
 if __name__ == "__main__":

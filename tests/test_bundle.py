@@ -64,6 +64,23 @@ def test_bundle_layout_and_manifest(workspace):
     assert r.stdout.startswith("ok: ") and manifest["bundle_digest"][:12] in r.stdout
 
 
+def test_bundle_files_are_as_readable_as_any_file_the_user_makes(workspace):
+    """Issue #29: bundles were 0600/0700 (mkdtemp's directory, safetensors' weights, copytree carrying both).
+    Every file and directory of a built bundle gets the modes of a file the user makes under the umask."""
+    import os
+    import stat
+
+    mask = os.umask(0)
+    os.umask(mask)
+    b = bundle(workspace, "fp8-static")
+    source = workspace / "artifacts/quantized/fp8-static/model.safetensors"
+    assert stat.S_IMODE(source.stat().st_mode) == 0o600  # as safetensors wrote it: what the bundle must not keep
+    for path in [b, *b.rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        expected = 0o777 & ~mask if path.is_dir() or mode & 0o111 else 0o666 & ~mask
+        assert mode == expected, (path.relative_to(b), oct(mode))
+
+
 def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(workspace):
     b = bundle(workspace, "fp8-static")
     serve = yaml.safe_load((b / "serve.yaml").read_text())
@@ -108,15 +125,17 @@ def test_model_card_is_a_runbook(workspace):
     assert "WARNING" not in card
 
 
-def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord) -> str:
-    """The card of params.yaml's `variant` from these GPU records, with passing numbers for the rest."""
+def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, quant: dict | None = None) -> str:
+    """The card of params.yaml's `variant` from these GPU records (and quantize metrics), with passing numbers for
+    the rest."""
     spec = speculative_estimate()
     return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
                       {"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                        "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}, spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu, serve)
+                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
+                      serve)
 
 
 MEASURED_GPU = {"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81, "accepted_per_position": [0.9, 0.75],
@@ -152,6 +171,59 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
     assert {"nowhere": "this build ran the variant on no GPU.",
             "offline engine": "this build ran the variant on a GPU with vLLM's offline engine (section 4).",
             "served": "this build served the variant on NVIDIA H100 80GB HBM3 (section 5)."}[ran] in hardware
+
+
+def test_eval_json_keeps_estimates_apart_from_what_ships(workspace):
+    """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
+    The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
+    from pipeline.publish import eval_record, summary_of
+
+    b = bundle(workspace, "fp8-static")
+    ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())
+    k = gate["speculation"]["num_speculative_tokens"]
+    assert k and ev["speculation_shipped"] == {"method": "draft_model", "num_speculative_tokens": k,
+                                               "basis": "estimated", "speedup": gate["speculation"]["speedup"],
+                                               "reason": gate["speculation"]["reason"]}
+    assert not {"num_speculative_tokens", "expected_speedup", "speculative_method", "cost_profile"} & set(ev)
+    assert ev["speculation_estimates"]["num_speculative_tokens"] == k and "do not say what ships" in \
+        ev["speculation_estimates"]["note"]
+    assert ev["top1_agreement"] == json.loads((workspace / "artifacts/eval/fp8-static/summary.json").read_text())[
+        "top1_agreement"]
+
+    # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
+    summary = {"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "speculative_method": "ngram",
+               "num_speculative_tokens": 8, "expected_speedup": 1.46, "accepted_per_draft_token": 0.398,
+               "expected_speedup_ngram": 1.46, "num_speculative_tokens_ngram": 8, "lm_eval_domain_heldout_acc": 0.1}
+    off = SpeculationDecision(0, 8, "estimated", 1.46, 1, "x1.46 ...; not shipped: min_accepted_per_draft_token",
+                              method="ngram")
+    record = eval_record(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off))
+    assert record["speculation_shipped"] == {"method": None, "num_speculative_tokens": 0, "basis": "estimated",
+                                             "speedup": None, "reason": off.reason}
+    assert set(record) == {"variant", "perplexity", "top1_agreement", "lm_eval_domain_heldout_acc",
+                           "speculation_shipped", "speculation_estimates"}
+    assert record["speculation_estimates"]["expected_speedup_ngram"] == 1.46
+    assert summary_of(record) == summary and summary_of(summary) == summary  # publish reads it back (old bundles too)
+
+
+def test_bf16_card_does_not_call_its_model_quantized():
+    card = render_card("bf16", VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("bf16", skipped="no CUDA device"))
+    assert "| `model/` | the target, unquantized (this build's baseline): safetensors" in card
+    assert "| `model/` | quantized target" not in card and " quantized target" not in card
+    assert "| `model/` | quantized target: " in render_card("fp8-static", VllmMeasurement(skipped="no CUDA device"),
+                                                           ServeBenchRecord("fp8-static", skipped="no CUDA device"))
+
+
+def test_card_states_the_group_size_configured_and_used():
+    no_gpu, not_served = VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("gptq-w4a16", skipped="no CUDA device")
+    why = "group size 128 does not divide the input width 576 of layer model.layers.0.self_attn.q_proj; 64 is ..."
+    quant = {"size_before_mb": 269.1, "size_after_mb": 86.3, "compression_ratio": 3.1, "group_size": 64,
+             "group_size_configured": 128, "group_size_reason": [why]}
+    card = render_card("gptq-w4a16", no_gpu, not_served, quant)
+    assert f"(x3.1). Weight group size 64, not the configured 128: {why}." in card
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": 128, "group_size_reason": []})
+    assert "(x3.1). Weight group size 128." in card and "configured" not in card.split("## 1.")[0]
+    card = render_card("gptq-w4a16", no_gpu, not_served, {**quant, "group_size": -1, "group_size_reason": ["no ..."]})
+    assert "Weight group size channel-wise (one scale per output channel), not the configured 128: no ...." in card
 
 
 def test_allowed_failure_is_flagged_in_the_card(workspace):

@@ -80,6 +80,32 @@ def test_data_stage_rejects_malformed_file_with_one_line(tmp_path, demo_pair):
     assert not (proj / "artifacts" / "data").exists()
 
 
+def test_data_stage_line_says_which_rows_were_dropped_and_why(tmp_path, demo_pair):
+    """Issue #29: the `data` line must say when rows were dropped, how many and why (duplicates, over
+    data.max_tokens), and say so when none were."""
+    import shutil
+
+    import yaml
+
+    proj = copy_project(tmp_path)
+    max_tokens = yaml.safe_load((proj / "params.yaml").read_text())["data"]["max_tokens"]
+    shutil.copytree(demo_pair[0], proj / "artifacts" / "models" / "target")
+    long_answer = json.dumps({"prompt": "tell me everything", "response": " ".join(["word"] * 3000)})
+    write_lines(proj / "data" / "demo" / "traffic.jsonl", [row(i) for i in range(60)] + [row(3), row(7), long_answer])
+    r = run([sys.executable, "-m", "stages.data"], proj)
+    assert r.returncode == 0, r.stderr
+    metrics = json.loads((proj / "metrics" / "data.json").read_text())
+    assert (metrics["rows"], metrics["duplicates_dropped"], metrics["too_long_dropped"]) == (63, 2, 1)
+    kept = ", ".join(f"{k} {metrics[k]}" for k in ("calibration", "draft_train", "heldout"))
+    assert r.stdout.strip() == ("data: 63 rows read, 3 dropped (2 duplicates of an earlier conversation, 1 longer than "
+                                f"data.max_tokens {max_tokens} tokens) -> 60 kept: {kept}")
+
+    write_lines(proj / "data" / "demo" / "traffic.jsonl", [row(i) for i in range(60)])
+    r = run([sys.executable, "-m", "stages.data"], proj)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().startswith("data: 60 rows read, none dropped -> 60 kept: calibration ")
+
+
 def test_a_huge_row_is_skipped_unread_and_counted(tmp_path):
     """A 20 MB row can't fit data.max_tokens: read_traffic skips it in bounded reads (never holding it whole),
     counts it, and goes on with the next line."""

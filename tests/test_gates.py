@@ -41,13 +41,13 @@ def test_defaults_are_stricter_for_fp8_than_int4():
     metrics = {v: {**passing_metrics(p, INT4), "perplexity_increase_pct": 2.0} for v in (INT4, FP8)}
     report = gates.run(p, metrics)
     assert report.variants[INT4].passed and not report.variants[FP8].passed
-    assert not report.passed
+    assert not report.all_passed
 
 
 def test_every_check_is_recorded_and_passes():
     p = tiny_params(serving={"max_num_seqs": 1})  # one request at a time: the predicted speculation ships
     report = gates.run(p, {INT4: passing_metrics(p, INT4)})
-    assert report.passed
+    assert report.all_passed
     checks = {c.check: c for c in report.variants[INT4].checks}
     assert set(checks) == set(CHECKS)
     # GPU-only numbers were not measured: skipped with the reason, not failed and not silently dropped
@@ -99,9 +99,25 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     assert set(failed) == {"min_vllm_speculative_speedup", "min_accepted_per_draft_token"}
     # a measurement outranks the CPU estimate of the same ratio
     assert failed["min_accepted_per_draft_token"].metric == "vllm_accepted_per_draft_token"
-    assert report.passed and verdict.passed and gates.failed_checks(report, allowed=False) == []
+    assert report.all_passed and verdict.passed and gates.failed_checks(report, allowed=False) == []
     assert verdict.speculation.num_speculative_tokens == 0
     assert "min_accepted_per_draft_token" in verdict.speculation.reason
+    # Issue #29: the line said "PASS (5 checks, 5 skipped)" here; every check is counted once, as what it was.
+    assert gates.verdict_line(INT4, verdict) == (
+        f"gate {INT4}: PASS: 4 of {len(CHECKS)} checks passed, 2 speculation checks failed (min_accepted_per_draft_token, "
+        "min_vllm_speculative_speedup: no speculation ships), 4 skipped; ships without speculation (estimated)")
+    assert gates.summary(report)["variants"][0]["failed_speculation_checks"] == [
+        "min_accepted_per_draft_token", "min_vllm_speculative_speedup"]
+
+
+def test_verdict_line_counts_failed_and_skipped_checks(capsys):
+    p = tiny_params()
+    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": 0.5, "top1_agreement": 0.5}},
+                       allow_fail=[INT4])
+    assert gates.conclude(report) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith(f"gate {INT4}: FAIL (allowed, flagged): 2 of {len(CHECKS)} checks passed, 2 failed "
+                           "(max_kl_divergence, min_top1_agreement), 6 skipped; ships without speculation")
 
 
 def test_failure_message_says_what_was_needed_and_by_how_much():
@@ -117,7 +133,7 @@ def test_failure_names_the_check(metric, check):
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), metric: 0.5}
     report = gates.run(p, {INT4: bad})
-    assert not report.passed
+    assert not report.all_passed
     failed = gates.failed_checks(report, allowed=False)
     assert len(failed) == 1 and failed[0].startswith(f"{INT4}: {check} ")
 
@@ -134,7 +150,7 @@ def test_missing_required_metric_fails():
 def test_nan_metric_fails():
     p = tiny_params()
     report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": float("nan")}})
-    assert not report.passed
+    assert not report.all_passed
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -187,10 +203,16 @@ def test_allow_fail_passes_the_gate_but_flags_the_variant():
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), "kl_divergence": 1.0}
     metrics = {INT4: bad, FP8: passing_metrics(p, FP8)}
-    assert not gates.run(p, metrics).passed
+    blocked = gates.run(p, metrics)
+    assert not blocked.shippable and blocked.blocked == [INT4] and blocked.published_with_failures == []
     for report in (gates.run(p, metrics, allow_fail=[INT4]),
                    gates.run({**p, "gates": {**p["gates"], "allow_fail": [INT4]}}, metrics)):
-        assert report.passed
+        # Shippable (the stage passes), but not all passed: the record says what happened.
+        assert report.shippable and not report.all_passed
+        assert report.published_with_failures == [INT4] and report.blocked == [] and report.allow_fail == [INT4]
+        summary = gates.summary(report)
+        assert (summary["all_passed"], summary["variants_passed"], summary["variants_failed"]) == (False, 1, 1)
+        assert summary["published_with_failures"] == [INT4] and "passed" not in summary
         assert report.variants[INT4].allowed_failure and not report.variants[INT4].passed
         assert not report.variants[FP8].allowed_failure
         assert gates.conclude(report) == 0
@@ -263,6 +285,30 @@ def test_cli_passes(metrics_dir):
     r = gate_cli(metrics_dir)
     assert r.returncode == 0, r.stderr
     assert f"gate {INT4}: PASS" in r.stdout and f"gate {FP8}: PASS" in r.stdout
+
+
+def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
+    """metrics/eval-<v>.json keeps each method's estimate and the predicted speedups in lists (out of `dvc metrics
+    show`'s table); the CLI reads them back as the flat summary, deciding exactly as from the summary itself."""
+    from pipeline import records
+
+    p = tiny_params(serving={"max_num_seqs": 1})
+    summary = {**passing_metrics(p, INT4), "speculative_method": "ngram", "expected_speedup_ngram": 2.0,
+               "num_speculative_tokens_ngram": 4, "accepted_per_draft_token_ngram": 0.7,
+               "expected_speedup_eagle3": 1.5, "num_speculative_tokens_eagle3": 3, "accepted_per_draft_token_eagle3": 0.8}
+    written = records.eval_metrics(summary)
+    assert written["methods"][0] == {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4,
+                                     "expected_speedup": 2.0}
+    assert written["predicted_speedup_by_concurrency"] == [{"concurrency": 1, "speedup": 2.0},
+                                                           {"concurrency": 64, "speedup": 1.2}]
+    assert not [k for k in written if k.endswith(("_ngram", "_eagle3"))]
+    assert records.eval_summary(written) == summary and records.eval_summary(summary) == summary
+    (metrics_dir / f"eval-{FP8}.json").unlink()
+    (metrics_dir / f"eval-{INT4}.json").write_text(json.dumps(written))
+    assert gates.load_eval_metrics(metrics_dir) == {INT4: summary}
+    decided = gates.run(p, gates.load_eval_metrics(metrics_dir)).variants[INT4].speculation
+    assert decided == gates.run(p, {INT4: summary}).variants[INT4].speculation and decided.compared == {
+        "ngram": 2.0, "eagle3": 1.5}
 
 
 def test_cli_failure_exits_1_naming_the_check(metrics_dir):

@@ -316,6 +316,39 @@ def test_atomic_dir_removes_temps_of_dead_processes_only(tmp_path):
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["new"]  # replaced, no aside left behind
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_atomic_dir_output_gets_the_modes_the_umask_gives(tmp_path, umask):
+    """mkdtemp makes 0700 and safetensors writes weights 0600; the finished output is 0644/0755 under umask 022
+    (0640/0750 under 027), an executable keeps its x bits, a hard-linked file (a user's own weights, linked in by
+    the models stage) keeps its mode, and a link is not followed."""
+    import stat
+
+    import torch
+    from safetensors.torch import save_file
+
+    outside = tmp_path / "users-weights.safetensors"
+    save_file({"w": torch.zeros(2)}, outside)
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+    old = os.umask(umask)
+    try:
+        with atomic_dir(tmp_path / "out") as tmp:
+            assert stat.S_IMODE(tmp.stat().st_mode) == 0o700
+            (tmp / "model").mkdir(mode=0o700)
+            save_file({"w": torch.zeros(2)}, tmp / "model" / "model.safetensors")
+            (tmp / "run.sh").write_text("#!/bin/sh\n")
+            (tmp / "run.sh").chmod(0o700)
+            os.link(outside, tmp / "linked.safetensors")
+            (tmp / "alias").symlink_to("model/model.safetensors")
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    modes = {p.relative_to(out).as_posix(): stat.S_IMODE(p.lstat().st_mode) for p in [out, *out.rglob("*")]
+             if not p.is_symlink()}
+    assert modes == {".": 0o777 & ~umask, "model": 0o777 & ~umask, "model/model.safetensors": 0o666 & ~umask,
+                     "run.sh": 0o777 & ~umask, "linked.safetensors": 0o600}
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600  # never someone else's file
+
+
 def test_failed_atomic_dir_keeps_the_previous_output(tmp_path):
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "old").write_text("previous")

@@ -68,6 +68,10 @@ def test_custom_task_runs_on_the_demo_model(model, request, demo_pair, task_dir,
     result = lmeval.run_tasks(model_dir, ["domain_heldout"], limit=N_DOCS)
     assert result["backend"] == "hf"  # no GPU here
     scores = result["scores"]["domain_heldout"]
+    # Only the task's metrics are scores (the summary, the gates and the card read them as quality): lm-eval's
+    # sample_len is the number of documents scored, recorded apart.
+    assert set(scores) == {"acc", "byte_perplexity", "bits_per_byte"}
+    assert result["samples"] == {"domain_heldout": N_DOCS}
     assert 0.0 <= scores["acc"] <= 1.0
     assert math.isfinite(scores["byte_perplexity"]) and scores["byte_perplexity"] > 1.0
     assert scores["bits_per_byte"] == pytest.approx(math.log2(scores["byte_perplexity"]), rel=1e-6)

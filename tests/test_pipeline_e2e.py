@@ -44,7 +44,7 @@ def test_repro_publishes_every_variant(project):
             assert "speculative-config" not in serve
         assert run(["modelprep", "verify", str(bundle)], project).returncode == 0
     gates = json.loads((project / "metrics" / "gates.json").read_text())
-    assert gates["passed"] is True
+    assert gates["all_passed"] is True and gates["variants_failed"] == 0 and gates["published_with_failures"] == []
     draft = json.loads((project / "metrics" / "draft.json").read_text())
     assert draft["token_acceptance_finetuned"] > draft["token_acceptance_untrained"], draft
 
@@ -123,7 +123,7 @@ def test_failed_gate_fails_repro_naming_the_check(project):
     assert r.returncode != 0
     assert "min_top1_agreement" in r.stderr + r.stdout
     report = json.loads((project / "metrics" / "gates.json").read_text())
-    assert report["passed"] is False
+    assert report["all_passed"] is False and report["blocked"]
     # Running publish by hand after the failure publishes nothing: the bundles on disk are from
     # another gate run than the current (failed) one.
     index = (project / "registry" / "index.json").read_text()

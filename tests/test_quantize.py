@@ -74,6 +74,8 @@ def test_baseline_variant_is_the_target_byte_for_byte(demo_pair, tmp_path):
     assert digests(tmp_path / "bf16") == digests(demo_pair[0])
     assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
     assert metrics["compression_ratio"] == 1.0 and metrics["calibration_samples"] == 0 and metrics["scheme"] is None
+    weights = sum(p.stat().st_size for p in demo_pair[0].glob("*.safetensors"))
+    assert metrics["size_after_mb"] == round(weights / 1e6, 3) != round(weights / 2**20, 3)  # MB as labelled, not MiB
     with pytest.raises(PipelineError, match="algorithm 'none' is the unquantized target"):
         parse_variant("bf16", {"algorithm": "none", "group_size": 128})
 
@@ -178,7 +180,10 @@ def test_offloaded_load_quantizes(variant, demo_pair, calibration_texts, tmp_pat
     ({"algorithm": "gptq", "scheme": "W4A16", "actorder": "group"}, "actorder must be one of"),
     ({"algorithm": "gptq", "scheme": "W4A16", "dampening_frac": "lots"}, "invalid recipe value: dampening_frac"),
     ({"algorithm": "gptq", "scheme": "FP8_DYNAMIC", "group_size": 128}, "group_size applies to grouped schemes"),
-    ({"algorithm": "gptq", "scheme": "W4A16", "group_size": 96}, "group_size 96 does not divide the input width 128"),
+    ({"algorithm": "gptq", "scheme": "W4A16", "group_size": 96},
+     "quantize.variants.bad.group_size is 96, a size vLLM's INT4 weight-only kernels do not serve"),
+    ({"algorithm": "rtn", "scheme": "MXFP4A16", "group_size": 96},  # no served fallback outside INT weight-only
+     "quantize.variants.bad.group_size: group size 96 does not divide the input width 128 of layer model.layers.0."),
 ])
 def test_bad_recipes_are_refused_before_calibration(spec, message, demo_pair, calibration_texts, tmp_path):
     with pytest.raises(PipelineError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
@@ -255,3 +260,109 @@ def test_stage_refuses_with_one_line_and_leaves_no_artifact(demo_pair, splits, t
         assert not (project / "metrics" / f"quantize-{variant}.json").exists()
         assert not (project / "artifacts" / "quantized").exists() or \
             not list((project / "artifacts" / "quantized").iterdir())
+
+
+@pytest.mark.parametrize("variant", ["gptq-w4a16", "awq-w4a16"])
+def test_gptq_and_awq_show_per_layer_progress_in_short_lines(variant, demo_pair, splits, tmp_path):
+    """Issue #29: GPTQ and AWQ printed nothing for 11 and 24 minutes, and a progress bar written to a non-terminal
+    made one multi-KB line. The stage's console bar advances once per layer llm-compressor finishes; into a pipe (not
+    a terminal) each refresh is a line of its own; library bars in the log keep their last state per line."""
+    import os
+    import shutil
+
+    params = tiny_params()
+    params["quantize"]["enabled"] = [variant]
+    project = copy_project(tmp_path, params)
+    shutil.copytree(demo_pair[0], project / "artifacts" / "models" / "target")
+    (project / "artifacts" / "data").mkdir()
+    write_split(splits["calibration"], project / "artifacts" / "data" / "calibration.jsonl")
+    result = run([sys.executable, "-m", "stages.quantize", variant], cwd=project,
+                 env={**os.environ, "MODELPREP_PROGRESS_INTERVAL": "0"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    layers = PARAMS["demo"]["target"]["num_hidden_layers"] + 1  # each decoder layer, then the head
+    algorithm = PARAMS["quantize"]["variants"][variant]["algorithm"]
+    bar = [line for line in result.stderr.splitlines() if line.startswith(f"quantize {variant} ({algorithm}, layers)")]
+    assert f"0/{layers}" in bar[0] and all(f"{i}/{layers}" in result.stderr for i in range(1, layers + 1)), bar
+    assert "\r" not in result.stderr and max(map(len, result.stderr.splitlines())) <= 100
+    log = (project / "artifacts" / "logs" / f"quantize@{variant}.log").read_text()
+    assert "\r" not in log and max(map(len, log.splitlines())) < 1000
+    assert result.stdout.startswith(f"quantize {variant}: ")
+
+
+def shaped_target(demo_target: Path, dest: Path, hidden: int, intermediate: int, heads: int) -> Path:
+    """The demo target's tokenizer on a randomly initialized Llama of other widths: hidden 192 (3 heads of 64) and
+    intermediate 512 are SmolLM2-135M's 576 (9 heads of 64) and 1536 scaled down, not multiples of 128."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = load_tokenizer(demo_target)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=intermediate,
+                         num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=1,
+                         max_position_embeddings=512, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+WHY_64 = ("group size 128 does not divide the input width 192 of layer model.layers.0.self_attn.q_proj; 64 is the "
+          "largest group size vLLM's INT4 weight-only kernels serve (Marlin: 32, 64, 128; Machete on Hopper: 64, 128; "
+          "or channel-wise) that divides every quantized layer's input width")
+
+
+def test_group_size_is_checked_against_layer_widths_when_params_are_validated(demo_pair, tmp_path):
+    """Issue #29: group_size 128 on SmolLM2 (hidden 576) stopped the build 2.7 minutes in, after other variants were
+    built, naming no size that works. The params check reads the target's config.json (widths on the meta device):
+    where the configured size does not divide a width, the largest vLLM serves that divides every width is chosen
+    (the `sources` stage, first in every repro, says so); a size vLLM's kernels do not serve fails in one line naming
+    the param, before any stage does work."""
+    from pipeline.config import enabled_variant, group_sizes, validate
+
+    target = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
+    params = tiny_params(target={"source": str(target)}, draft={"source": str(demo_pair[1])})
+    assert params["quantize"]["variants"]["gptq-w4a16"]["group_size"] == 128
+    validate(params, tmp_path / "params.yaml")
+    chosen = group_sizes(params, [enabled_variant(params, v) for v in params["quantize"]["enabled"]])
+    assert set(chosen) == {"gptq-w4a16"} and chosen["gptq-w4a16"].as_metrics() == {
+        "group_size": 64, "group_size_configured": 128, "group_size_reason": [WHY_64]}
+
+    (tmp_path / "auto").mkdir()
+    project = copy_project(tmp_path / "auto", params)
+    r = run([sys.executable, "-m", "stages.sources"], cwd=project)
+    assert r.returncode == 0, r.stderr
+    assert f"sources: quantize gptq-w4a16: group_size 128 -> 64 ({WHY_64})" in r.stdout.splitlines()
+
+    params["quantize"]["variants"]["gptq-w4a16"]["group_size"] = 96  # divides 192 and 512, but no kernel serves it
+    with pytest.raises(PipelineError, match=r"quantize\.variants\.gptq-w4a16\.group_size is 96, a size vLLM's INT4 "
+                                            r"weight-only kernels do not serve .*set it to one of 128, 64, 32"):
+        validate(params, tmp_path / "params.yaml")
+    (tmp_path / "explicit").mkdir()
+    project = copy_project(tmp_path / "explicit", params)
+    r = run([sys.executable, "-m", "stages.sources"], cwd=project)
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith("error: params.yaml: quantize.variants.gptq-w4a16.group_size is 96")
+    assert not (project / "artifacts" / "sources.json").exists()
+
+
+def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, calibration_texts, tmp_path):
+    """GPTQ with the default group_size 128 on widths 192/512: the checkpoint is grouped by 64, the metrics record
+    what was configured, what was used and why; widths no served group divides (80) go channel-wise."""
+    narrow = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
+    metrics = quantize(narrow, tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
+                       {**CALIBRATION, "num_samples": 8})
+    assert quantization_config(tmp_path / "q")["config_groups"]["group_0"]["weights"]["group_size"] == 64
+    assert (metrics["group_size"], metrics["group_size_configured"], metrics["group_size_reason"]) == (64, 128, [WHY_64])
+    with torch.no_grad():
+        assert math.isfinite(load_causal_lm(tmp_path / "q", torch.device("cpu"))(torch.tensor([[1, 2, 3]])).logits.sum())
+
+    odd = shaped_target(demo_pair[0], tmp_path / "odd", hidden=80, intermediate=240, heads=5)  # 80 = 16 x 5
+    rtn = {"algorithm": "rtn", "scheme": "W4A16", "group_size": 64}
+    metrics = quantize(odd, tmp_path / "c", "rtn-w4a16", rtn, [], CALIBRATION)
+    weights = quantization_config(tmp_path / "c")["config_groups"]["group_0"]["weights"]
+    assert (weights["strategy"], weights["group_size"]) == ("channel", None)
+    assert (metrics["group_size"], metrics["group_size_configured"]) == (-1, 64)
+    [why] = metrics["group_size_reason"]
+    assert why.startswith("group size 64 does not divide the input width 80 of layer ")
+    assert why.endswith("divides every quantized layer's input width: one scale per output "
+                                                 "channel (vLLM's group size -1)")

@@ -165,7 +165,8 @@ PY
     while [ ! -f /tmp/sb/sb.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     cd /tmp/sb
     cat walls.txt 2>/dev/null || true
-    for f in serve-bench-*.log; do [ -f "$f" ] && { echo "== $f"; grep -v -E "it/s|s/it" "$f" | tail -n 4 | cut -c1-300; }; done
+    for f in serve-bench-*.log artifacts/logs/serve_bench@*.log; do
+      [ -f "$f" ] && { echo "== $f"; { grep -v -E "it/s|s/it" "$f" || true; } | tail -n 3 | cut -c1-300; }; done
     [ -f sb.rc ] && echo "demo-serve finished" || echo "demo-serve still running"
     tar czf "$out/demo-serve.tgz" --ignore-failed-read gpu.txt params.yaml $(ls walls.txt serve-bench-*.log \
       metrics/serve-*.json 2>/dev/null) $(ls -d artifacts/serve plots/serve_* 2>/dev/null) \
