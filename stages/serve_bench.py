@@ -5,8 +5,9 @@ On a CUDA host with vLLM: `vllm serve --config serve-<config>.yaml` (the file th
 rendered by the same code) from a directory laid out like the bundle, then `vllm bench serve` over
 held-out traffic at every concurrency of serve_bench.concurrency, in this order:
 1. plain decoding under each GEMM kernel vLLM offers the variant on this GPU (hardware.kernel_choices: W4A16
-   Machete or Marlin, FP8 block-wise CUTLASS or DeepGEMM); the faster at serving.target_concurrency is the
-   kernel every later config runs on and the bundle ships (serve.env);
+   Machete or Marlin, FP8 block-wise CUTLASS or DeepGEMM); the faster at serving.target_concurrency (within
+   serve_bench.kernel_tie of each other: the faster over the whole sweep) is the kernel every later config runs
+   on and the bundle ships (serve.env);
 2. each method at its k;
 3. a k per batch-size range (serve_bench.k_schedule): k where a method's fixed config paid, none where it lost,
    for the method whose sweep suggests the most (speculation.k_schedule).
@@ -88,8 +89,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
             if not by_kernel:
                 raise PipelineError(f"serve_bench {variant}: plain decoding failed on every kernel "
                                     f"({'; '.join(f'{k}: {v[:150]}' for k, v in kernel_failed.items())})")
-            target = p["serving"]["target_concurrency"]
-            kernel = max(by_kernel, key=lambda name: throughput_at(by_kernel[name], target))
+            kernel = choose_kernel(by_kernel, p["serving"]["target_concurrency"], cfg["kernel_tie"])
             env = {**next(c.env for c in kernels if c.name == kernel), **user_env(p["serving"])}
             args[-1] = env
             configs[PLAIN] = by_kernel[kernel]
@@ -150,6 +150,20 @@ def kernels_to_compare(spec, compute_capability: float, serving: dict):
     if KERNEL_SWITCH in user_env(serving):
         return [], f"serving.env sets {KERNEL_SWITCH}: the kernel is the user's choice, not compared"
     return choices, None
+
+
+def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: float) -> str:
+    """The kernel with the most output tokens/s at the target concurrency; where others come within `tie` of it
+    there (serve_bench.kernel_tie: noise between runs), the one with the highest geometric mean over the sweep
+    among them, so a 1% lead at batch 1 does not ship a kernel 12% slower under load."""
+    best = max(throughput_at(c, target) for c in by_kernel.values())
+    close = [name for name, c in by_kernel.items() if throughput_at(c, target) >= best * (1 - tie)]
+
+    def sweep(name: str) -> float:
+        values = [lvl.output_throughput for lvl in by_kernel[name].levels.values() if not lvl.failed]
+        return math.prod(values) ** (1 / len(values)) if values and min(values) > 0 else 0.0
+
+    return max(close, key=lambda name: (sweep(name), throughput_at(by_kernel[name], target)))
 
 
 def throughput_at(config: ServeConfigResult, concurrency: int) -> float:

@@ -210,3 +210,30 @@ def test_the_kernels_vllm_selected_are_read_from_its_log(tmp_path: Path):
         "(EngineCore pid=12) INFO 11-25 04:01:03 [__init__.py:605] Selected MarlinLinearKernel for x\n")
     assert kernels_in_log(log) == ["MarlinLinearKernel", "MacheteLinearKernel"]
     assert kernels_in_log(tmp_path / "missing.log") == []
+
+
+def test_a_kernel_within_noise_at_the_target_loses_to_the_one_faster_under_load():
+    """The demo's GPTQ checkpoint on an H100 (benchmarks/gpu/raw/demo-serve): Machete 405 tok/s at concurrency 1
+    against Marlin's 402, Marlin 12-13% faster at 16 and 32."""
+    from stages.serve_bench import choose_kernel
+
+    machete = config(0, {1: 405.0, 8: 2221.0, 16: 3025.0, 32: 5377.0})
+    marlin = config(0, {1: 402.0, 8: 2226.0, 16: 3377.0, 32: 6096.0})
+    assert choose_kernel({"machete": machete, "marlin": marlin}, 1, 0.04) == "marlin"
+    assert choose_kernel({"machete": machete, "marlin": marlin}, 1, 0.0) == "machete"  # strictly the target's
+    slow_at_target = config(0, {1: 300.0, 8: 2500.0, 16: 4000.0, 32: 7000.0})
+    assert choose_kernel({"machete": machete, "marlin": slow_at_target}, 1, 0.04) == "machete"
+
+
+def test_serving_md_is_the_rendering_of_its_raw_files():
+    """benchmarks/gpu/SERVING.md: every number from raw/demo-serve and raw/costs/versions, every decision by the
+    pipeline's own functions over those records."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "benchmarks/gpu/serve_report.py"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert out == (ROOT / "benchmarks/gpu/SERVING.md").read_text()
+    assert "ships (`speculation.decide` at concurrency 1, min_gain 1.1): **eagle3 k=2**" in out
