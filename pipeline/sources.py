@@ -218,6 +218,12 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 RACY_NS, RACY_COARSE_NS = 100_000_000, 2_000_000_000
 
 
+def file_sha256(path: Path) -> str:
+    """One file's sha256, read in full (a GGUF and its extracted copy: hashed once per conversion, no stat cache)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def stat_of(st: os.stat_result) -> Stat:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
