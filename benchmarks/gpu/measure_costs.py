@@ -23,6 +23,7 @@ profile the pipeline ships (pipeline/cost_profiles/).
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
@@ -158,7 +159,9 @@ def engine(models: Path, method: str, k: int, batches: list[int], out: Path, wei
     record: dict = {"method": method, "k": k if spec else 0, "weights": weights, "engine_args": {
         key: v for key, v in kw.items() if key != "model"}, "runs": []}
     t0 = time.perf_counter()
-    llm = LLM(**kw)
+    # a copy: vLLM 0.25 writes its ModelConfig into the speculative_config dict it is given, which then can't be
+    # saved as JSON (what failed 0.25.0's draft_model engines in raw/costs/versions before their record was written)
+    llm = LLM(**copy.deepcopy(kw))
     record["load_s"] = time.perf_counter() - t0
     vocab = json.loads((models / "target" / "config.json").read_text())["vocab_size"]
     rng = random.Random(0)

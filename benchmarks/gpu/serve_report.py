@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import records, serving_costs  # noqa: E402
+from pipeline import records  # noqa: E402
 from pipeline.serve_records import PLAIN, ServeBenchRecord  # noqa: E402
 from pipeline.speculation import decide  # noqa: E402
 from stages.serve_bench import choose_kernel  # noqa: E402
@@ -108,44 +108,68 @@ def served_section(variant: str, rec: ServeBenchRecord, params: dict) -> list[st
     return out
 
 
+BATCHES = (1, 4, 8, 16, 32, 64)
+
+
 def versions_section() -> list[str]:
+    """Both vLLMs' engines in one lease. vLLM 0.25.0 wrote its ModelConfig into the speculative_config dict
+    measure_costs.py saves, so its draft-model records failed to write after every timing had run (fixed since);
+    their logs' RUN lines (each batch's last long generation, 288 tokens a request after a 128-token prompt) are
+    what both versions have, and are compared here: wall time over engine steps, prefill and scheduling included."""
     if not VERSIONS.is_dir():
         return ["Not measured yet (`session.sh draft-cost-versions`).", ""]
-    out = []
     runs = sorted(p for p in VERSIONS.iterdir() if p.is_dir() and p.name.startswith("vllm-"))
+    versions = "; ".join((VERSIONS / f"versions-{r.name.removeprefix('vllm-')}.txt").read_text().strip() for r in runs)
+    out = [f"{(VERSIONS / 'gpu.txt').read_text().strip()}; {versions}. `measure_costs.py run` with random weights, "
+           "one engine per config, vLLM's default CUDA graphs. vLLM 0.25.0's draft-model engines ran every timing but "
+           "failed to save their records (a JSON error in measure_costs.py, fixed since: vLLM 0.25 writes an object "
+           "into the speculative_config it is given), so both versions are compared on what their logs hold: each "
+           "batch's last long generation (288 tokens a request after a 128-token prompt), wall time over engine "
+           "steps (vLLM's num_drafts; plain decoding: tokens), prefill and scheduling included. In brackets: per "
+           "drafted token, (step - plain step) / k.", ""]
     for shape in sorted({s.name for r in runs for s in r.iterdir() if s.is_dir()}):
-        out += [f"Shape `{shape}` (random weights, `measure_costs.py run`): median step time (ms) over the runs' "
-                "short/long pairs (the cost profiles' method), and in brackets per drafted token (the speculative step "
-                "less the plain step at that batch, over k):", "",
-                "| vLLM | config | " + " | ".join(f"batch {b}" for b in (1, 4, 8, 16, 32, 64)) + " |",
-                "| --- | --- | " + " | ".join("---" for _ in range(6)) + " |"]
-        for run in runs:
-            files = {f.stem: json.loads(f.read_text()) for f in sorted((run / shape).glob("*.json"))
-                     if not f.name.endswith(".failed.json")}
-            plain = steps(files.get("plain-k0"))
-            for name in sorted(files):
-                if name == "plain-k0":
-                    continue
+        table = {r.name.removeprefix("vllm-"): {f.stem: run_lines(f) for f in sorted((r / shape).glob("*.log"))}
+                 for r in runs}
+        out += [f"Shape `{shape}`, ms per engine step:", "",
+                "| vLLM | config | " + " | ".join(f"batch {b}" for b in BATCHES) + " |",
+                "| --- | --- | " + " | ".join("---" for _ in BATCHES) + " |"]
+        for version, configs in table.items():
+            plain = configs.get("plain-k0", {})
+            for name in sorted(configs, key=lambda n: (n != "plain-k0", n)):
                 k = int(name.rsplit("-k", 1)[1])
-                spec = steps(files[name])
                 cells = []
-                for b in (1, 4, 8, 16, 32, 64):
-                    s, p = spec.get(b), plain.get(b)
-                    cells.append("-" if s is None or p is None else f"{s:.2f} ({(s - p) / k:.2f}/token)")
-                out.append(f"| {run.name.removeprefix('vllm-')} | {name} | " + " | ".join(cells) + " |")
-            failed = sorted(f.stem.removesuffix(".failed") for f in (run / shape).glob("*.failed.json"))
-            if failed:
-                out.append(f"| {run.name.removeprefix('vllm-')} | failed: {', '.join(failed)} | " + " | ".join("-" for _ in range(6)) + " |")
+                for b in BATCHES:
+                    v, base = configs[name].get(b), plain.get(b)
+                    if v is None:
+                        cells.append("-")
+                    elif k and base is not None:
+                        cells.append(f"{v:.2f} ({(v - base) / k:.2f})")
+                    else:
+                        cells.append(f"{v:.2f}")
+                out.append(f"| {version} | {name} | " + " | ".join(cells) + " |")
+        both = [v for v in table if "draft_model-k8" in table[v] and "plain-k0" in table[v]]
+        if len(both) == 2:
+            a, b = both
+            per = {v: {bb: (table[v]["draft_model-k8"][bb] - table[v]["plain-k0"][bb]) / 8 for bb in BATCHES
+                       if bb in table[v]["draft_model-k8"] and bb in table[v]["plain-k0"]} for v in both}
+            common = [bb for bb in BATCHES if bb in per[a] and bb in per[b]]
+            out += ["", f"Per drafted token at k = 8, {b} over {a}: " + ", ".join(
+                f"batch {bb} x{per[b][bb] / per[a][bb]:.2f}" for bb in common) + "."]
         out.append("")
     return out
 
 
-def steps(record: dict | None) -> dict[int, float]:
-    """batch -> ms per engine step, as the cost profiles take it (serving_costs._step: the median over the timed
-    short/long pairs of their wall-time difference over their engine-step difference)."""
-    if record is None:
-        return {}
-    return {run["batch"]: serving_costs._step(run, run["batch"])[0] for run in record["runs"]}
+def run_lines(log: Path) -> dict[int, float]:
+    """batch -> ms per engine step of the RUN lines measure_costs.py prints (`RUN method k batch {json}`)."""
+    out = {}
+    for line in log.read_text(errors="replace").splitlines():
+        if not line.startswith("RUN "):
+            continue
+        _, _method, _k, batch, body = line.split(" ", 4)
+        r, b = json.loads(body), int(batch)
+        steps = r["num_drafts"] / b if r.get("num_drafts") else r["tokens"] / b
+        out[b] = 1000.0 * r["wall_s"] / steps
+    return out
 
 
 def main() -> None:

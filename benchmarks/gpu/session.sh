@@ -226,7 +226,7 @@ PY
     # once per vLLM, in the background; then costs-watch (its run.log is the 0.26 run's).
     rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
     gpu_line | tee /tmp/costs/out/gpu.txt
-    (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'for v in 0.25.0 0.26.0; do
+    (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'for v in ${DCV_VERSIONS:-0.25.0 0.26.0}; do
         site=/tmp/vllm/site; [ $v = 0.25.0 ] && site=/tmp/vllm25/site
         PYTHONPATH=$site python -c "import vllm, torch; print(\"vllm\", vllm.__version__, \"torch\", torch.__version__)" \
           > out/versions-$v.txt 2>&1
