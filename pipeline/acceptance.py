@@ -256,23 +256,40 @@ def draft_model_scorer(target, draft, temperature: float) -> Scorer:
 
 
 def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
-             cost_ratio: float | None = None, seed: int = 0) -> SpeculativeEstimate:
+             cost_ratio: float | None = None, seed: int = 0,
+             continuations: list[tuple[list[int], int]] | None = None) -> SpeculativeEstimate:
     """The draft model's estimate; cost_ratio None times both models on the first prompt."""
     if cost_ratio is None:
         cost_ratio = draft_cost_ratio(target, draft, prompts[0]) if prompts else 0.0
     return estimate_method(target, draft_model_scorer(target, draft, temperature), prompts, continuation_tokens,
-                           temperature, max_k, cost_ratio, method="draft_model", seed=seed)
+                           temperature, max_k, cost_ratio, method="draft_model", seed=seed, continuations=continuations)
+
+
+def target_continuations(target, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
+                         seed: int = 0) -> list[tuple[list[int], int]]:
+    """What the target writes after each prompt ((tokens, response length), as target_continuation): the same
+    for every method, so the evaluate stage writes them once per variant and each method is scored on the same
+    text (a paired comparison; at temperature 0 exactly what each method's own run would write)."""
+    check_settings(len(prompts), continuation_tokens, temperature, max_k)
+    torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
+    stop_ids = stop_token_ids(target)
+    return [target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
+            for prompt in progress(prompts, desc="target continuations")]
 
 
 def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuation_tokens: int, temperature: float,
-                    max_k: int, cost_ratio: float, method: str, seed: int = 0) -> SpeculativeEstimate:
+                    max_k: int, cost_ratio: float, method: str, seed: int = 0,
+                    continuations: list[tuple[list[int], int]] | None = None) -> SpeculativeEstimate:
     """Acceptance per position, expected speedup for k = 1..max_k and the best k, for any drafter: the
-    target writes each continuation, the scorer says how its drafts would be accepted along it."""
+    target writes each continuation (continuations: already written by target_continuations with the same
+    settings), the scorer says how its drafts would be accepted along it."""
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
-    torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
-    stop_ids, reaches, lengths = stop_token_ids(target), [], []
-    for prompt in progress(prompts, desc=f"acceptance estimate ({method})"):
-        cont, end = target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
+    if continuations is None:
+        continuations = target_continuations(target, prompts, continuation_tokens, temperature, max_k, seed)
+    elif len(continuations) != len(prompts):
+        raise ValueError(f"{len(continuations)} continuations for {len(prompts)} prompts")
+    reaches, lengths = [], []
+    for prompt, (cont, end) in progress(list(zip(prompts, continuations)), desc=f"acceptance estimate ({method})"):
         reach, length = scorer(prompt, cont, end, max_k)
         reaches.append(reach)
         lengths.append(torch.full((end,), max_k) if length is None else length)

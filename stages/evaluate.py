@@ -21,22 +21,27 @@ def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]
     trained on the unquantized target reads the quantized one's hidden states here, as it would served)."""
     cfg = p["evaluate"]["acceptance"]
     args = (prompts[: cfg["prompts"]], cfg["continuation_tokens"], cfg["temperature"], cfg["max_k"])
+    # The target's continuations are the same for every method: written once (the stage's largest cost per method
+    # before: one greedy generation per prompt and method).
+    written = acceptance.target_continuations(model, *args)
     out = {}
     for method in methods.requested(p):
         if method == methods.DRAFT_MODEL:
             out[method] = acceptance.estimate(model, load_causal_lm(DRAFT), *args,
-                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir, DRAFT))
+                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir, DRAFT),
+                                              continuations=written)
         elif method == methods.EAGLE3:
             eagle3.check_compatible(HEAD, model.config.to_dict())
             head = eagle3.load(HEAD, model.device)
             features = eagle3.TargetFeatures(model, head.config.eagle_aux_hidden_state_layer_ids)
             out[method] = acceptance.estimate_method(model, eagle3.scorer(head, features, cfg["temperature"]), *args,
-                                                     eagle3.cost_ratio(HEAD, variant_dir), method)
+                                                     eagle3.cost_ratio(HEAD, variant_dir), method,
+                                                     continuations=written)
         else:  # lookups in the token history cost no GPU weight reads
             lookup = p["draft"]["ngram"]
             out[method] = acceptance.estimate_method(
                 model, ngram.scorer(model, cfg["temperature"], lookup["prompt_lookup_min"], lookup["prompt_lookup_max"]),
-                *args, 0.0, method)
+                *args, 0.0, method, continuations=written)
     return out
 
 

@@ -238,3 +238,16 @@ def test_tokens_past_the_end_of_a_response_do_not_count_as_served_tokens():
     assert short.accepted_per_step == pytest.approx(8.0) and short.tokens_per_step == pytest.approx(4.0)
     long = acceptance.schedule([acceptance.reach_from_alphas(torch.ones(60), 8, 41)], 8)
     assert long.tokens_per_step == pytest.approx(40 / 5) and long.accepted_per_step == pytest.approx(8.0)
+
+
+def test_continuations_written_once_score_every_method_as_their_own_would(models, prompts):
+    """The evaluate stage writes the target's continuations once per variant and scores each method on them: at
+    temperature 0 that is exactly each method's own run; a list for other prompts is refused."""
+    target, draft = models
+    written = acceptance.target_continuations(target, prompts, N_TOKENS, 0.0, MAX_K)
+    assert len(written) == len(prompts) and all(end <= len(tokens) for tokens, end in written)
+    own = acceptance.estimate(target, draft, prompts, N_TOKENS, 0.0, MAX_K, cost_ratio=0.25)
+    shared = acceptance.estimate(target, draft, prompts, N_TOKENS, 0.0, MAX_K, cost_ratio=0.25, continuations=written)
+    assert shared == own
+    with pytest.raises(ValueError, match="continuations for"):
+        acceptance.estimate(target, draft, prompts, N_TOKENS, 0.0, MAX_K, cost_ratio=0.25, continuations=written[:1])
