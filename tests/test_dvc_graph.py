@@ -111,6 +111,16 @@ def test_dvc_lock_matches_the_code_in_the_tree():
     assert not stale, "dvc.lock was not produced by the code in the tree (run `dvc repro`): " + "; ".join(stale)
 
 
+def test_dvc_lock_holds_only_stages_that_exist():
+    """A stage removed from dvc.yaml leaves no entry in the committed lock (benchmarks/cpu/demo_build.sh --lock
+    builds it without the old lock); the lock's names are dvc.yaml's, foreach stages expanded as name@item."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
+    gone = sorted(name for name in locked if name.split("@")[0] not in stages
+                  or ("@" in name) != ("foreach" in stages[name.split("@")[0]]))
+    assert not gone, f"dvc.lock holds stages dvc.yaml no longer has: {gone}"
+
+
 def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     """Issue #29: `dvc metrics show` was a table ~4,900 characters wide (8,188 for the demo build of 2171ace): every
     check of every variant from metrics/gates.json, every method's estimate and prediction per variant, and on a GPU
