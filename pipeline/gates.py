@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline import records, speculation
+from pipeline.methods import NGRAM
 from pipeline.errors import PipelineError
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.speculation import SpeculationDecision
@@ -105,6 +106,17 @@ def check_variant(metrics: dict, thresholds: dict, group: str | None = None, ski
     return results
 
 
+# An acceptance floor guards against a drafter whose rejected tokens each cost a forward pass (a draft model, an
+# EAGLE-3 head); n-gram lookups cost no GPU work, so a low acceptance wastes only the verify tokens, which the
+# measured or predicted speedup already counts: for n-gram the speedup against min_gain decides alone.
+DRAFTER_COST_CHECKS = ("min_accepted_per_draft_token",)
+
+
+def drafter_cost_free(check: GateCheck) -> GateCheck:
+    return replace(check, passed=True, note=None,
+                   skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides")
+
+
 @dataclass
 class ServingContext:
     """What the speculation decision and the serving checks need besides a variant's own metrics."""
@@ -125,7 +137,8 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
                **speculation.speculative_metrics(serve, ctx.target_concurrency, decision.method,
                                                    bool(decision.schedule))}
     if decision.num_speculative_tokens:
-        spec_checks = check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")
+        spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
+                       for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
         failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
         if failed:
             decision = speculation.without_speculation(decision, "; ".join(failed))

@@ -110,6 +110,20 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
         "min_accepted_per_draft_token", "min_vllm_speculative_speedup"]
 
 
+def test_an_acceptance_floor_vetoes_model_drafters_not_ngram_lookups():
+    """Issue #29: n-gram at 0.40 accepted per drafted token and a predicted x1.47 was vetoed by the 0.6 floor meant for
+    drafters that cost a forward pass per token; its speedup decides, a draft model's acceptance still does."""
+    p = tiny_params(serving={"max_num_seqs": 1})
+    low = {**passing_metrics(p, INT4), "accepted_per_draft_token": 0.40, "expected_speedup": 1.47,
+           "num_speculative_tokens": 8}
+    ngram = gates.run(p, {INT4: {**low, "speculative_method": "ngram"}}).variants[INT4]
+    floor = next(c for c in ngram.checks if c.check == "min_accepted_per_draft_token")
+    assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 8)
+    assert floor.passed and "n-gram lookups cost no GPU forward pass" in floor.skipped
+    draft = gates.run(p, {INT4: {**low, "speculative_method": "draft_model"}}).variants[INT4]
+    assert draft.speculation.num_speculative_tokens == 0 and "min_accepted_per_draft_token" in draft.speculation.reason
+
+
 def test_verdict_line_counts_failed_and_skipped_checks(capsys):
     p = tiny_params()
     report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": 0.5, "top1_agreement": 0.5}},
