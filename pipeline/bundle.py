@@ -88,14 +88,49 @@ def serving_rows(serve: ServeBenchRecord) -> list[dict]:
             for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
 
 
+PARETO = "capacity.png"  # the gate's chart of every variant's configs against the SLO, where one was measured
+
+
+def _load(value: float, arrival: str) -> str:
+    return f"{value:g} users" if arrival == "concurrency" else f"{value:.3g} req/s"
+
+
+def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
+    """The card's capacity table: each config searched (plain decoding, each method, each k schedule), its capacity
+    and how the search ended, in words."""
+    if serve.skipped:
+        return []
+    named = [(name if not c.num_speculative_tokens else f"{name} (k={c.num_speculative_tokens})", c)
+             for name, c in serve.configs.items()]
+    named += [(f"{method} (k per batch: {c.schedule})", c) for method, c in serve.schedules.items()]
+    rows = []
+    for name, config in named:
+        cap = config.capacity
+        if cap is None:
+            continue
+        at = _load(cap.load, cap.arrival)
+        ceiling = _load(cap.ceiling, cap.arrival) if cap.ceiling is not None else None
+        search = {"found": f"{at}; {ceiling} missed it",
+                  "at_bound": f"at least {at}: met at the search's bound",
+                  "never": "none: one user at a time already misses it" if cap.arrival == "concurrency" else
+                           "none: one request at a time already misses it",
+                  }.get(cap.status) or (f"between {at} and {ceiling} (probes ran out)" if ceiling else
+                                        f"at least {at} (probes ran out while it still met it)")
+        rows.append({"config": name, "cap": cap, "level": cap.level,
+                     "search": search + f"; {len(cap.probes)} probes" + (f"; {cap.note}" if cap.note else "")})
+    return rows
+
+
 def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
                alerts=None, deploy: dict | None = None, bundle_path: str | None = None,
-               server_env: dict[str, str] | None = None) -> str:
+               server_env: dict[str, str] | None = None, pareto: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/templates/model_card.md.j2. tiers, alerts: the handoff
     kit's TierPlans and AlertLevels (pipeline/handoff.py), when the bundle carries one; server_env: serve.env's
-    variables (the card says to load it when there are any)."""
+    variables (the card says to load it when there are any); pareto: the capacity chart's file in the bundle, where
+    there is one."""
     from pipeline.hardware import requirements
+    from pipeline.tiers import serving_slo
 
     return _template().render(
         variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
@@ -104,7 +139,8 @@ def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeE
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
-        method_names=METHOD_NAMES, server_env=server_env or {})
+        method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
+        **dict(zip(("slo", "arrival"), serving_slo(serving) if "slo" in serving else (None, None))), pareto=pareto)
 
 
 METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",

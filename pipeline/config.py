@@ -156,7 +156,8 @@ def check_schema(params: dict, path: Path) -> None:
     if error.validator == "required":
         raise PipelineError(f"{path}: {where + ': ' if where else ''}{error.message}")
     value = error.instance
-    rule = {k: error.schema[k] for k in ("type", "minimum", "maximum", "minLength", "enum") if k in error.schema}
+    rule = {k: error.schema[k] for k in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "minLength", "enum") if k in error.schema}
     if not rule and "description" in error.schema:  # an anyOf of shapes: its description says which
         raise PipelineError(f"{path}: {where} is {value!r}; allowed: {error.schema['description']}")
     raise PipelineError(f"{path}: {where} is {value!r}; allowed: "
@@ -451,6 +452,12 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
                                                 and ref.match(v) for k, v in secrets.items()):
         raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
                             "<kubernetes-secret-name>/<key> references")
+    from pipeline.tiers import serving_slo
+
+    try:
+        serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
     check_serve_bench(_section(params, "serve_bench", path), serving, path)
     check_handoff(params, serving, path)
 
@@ -461,8 +468,10 @@ def check_handoff(params: dict, serving: dict, path: Path) -> None:
 
     deploy = _section(params, "deploy", path)
     try:
-        select(parse_tiers(serving), deploy.get("tiers"))
+        tiers = parse_tiers(serving)
+        deployed = {t.name for t in select(tiers, deploy.get("tiers"))}
         check_deploy(deploy)
+        check_autoscale(deploy, tiers, deployed)
         check_monitoring(_section(params, "monitoring", path))
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
@@ -495,6 +504,25 @@ def check_deploy(deploy: dict) -> None:
     if not isinstance(root, str) or not re.fullmatch(r"/[A-Za-z0-9._/-]*", root) or ".." in root.split("/"):
         raise PipelineError(f"deploy.bundle_root must be an absolute path in the container (letters, digits, "
                             f"'.', '_', '-', '/'), got {root!r}")
+
+
+def check_autoscale(deploy: dict, tiers: list, deployed: set[str]) -> None:
+    """deploy.autoscale: the tiers sized from the measured capacity, each one deploy.tiers renders (its autoscaler
+    scales that Deployment); min_replicas <= max_replicas."""
+    from pipeline.tiers import select
+
+    cfg = deploy.get("autoscale")
+    if not isinstance(cfg, dict):
+        raise PipelineError("deploy.autoscale must be a mapping (tiers, min_replicas, max_replicas, target_utilization)")
+    if cfg.get("tiers") != []:
+        names = [t.name for t in select(tiers, cfg.get("tiers"), "deploy.autoscale.tiers")]
+        undeployed = [n for n in names if n not in deployed]
+        if undeployed:
+            raise PipelineError(f"deploy.autoscale.tiers names {undeployed}, which deploy.tiers does not render: an "
+                                "autoscaler needs the tier's Deployment")
+    if cfg["min_replicas"] > cfg["max_replicas"]:
+        raise PipelineError(f"deploy.autoscale.min_replicas ({cfg['min_replicas']}) exceeds max_replicas "
+                            f"({cfg['max_replicas']})")
 
 
 def check_monitoring(cfg: dict) -> None:

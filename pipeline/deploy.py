@@ -41,10 +41,17 @@ def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
     return max(60, int(math.ceil(measured_startup_s * deploy["startup_margin"])))
 
 
+# The per-pod metric the autoscaler reads: vLLM's gauge of requests in the running batch, as a custom-metrics adapter
+# (prometheus-adapter, with CUSTOM_METRICS_RULES) serves it: Kubernetes API metric names carry no ':'.
+RUNNING = "vllm:num_requests_running"
+RUNNING_METRIC = "vllm_num_requests_running"
+
+
 def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path: str, startup_s: int,
-              annotations: dict[str, str], env: dict[str, str]) -> str:
-    """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream. bundle_path: where the bundle
-    lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
+              annotations: dict[str, str], env: dict[str, str], running_target: int | None = None) -> str:
+    """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream; with running_target (requests running
+    per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too. bundle_path: where the
+    bundle lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
     environment (hardware.server_env, as serve.env has it)."""
     name = object_name(serving["name"], variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
@@ -107,4 +114,40 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
         "spec": {"selector": {"app.kubernetes.io/name": name},
                  "ports": [{"name": "http", "port": port, "targetPort": "http"}]},
     }
-    return yaml.safe_dump_all([deployment, service], sort_keys=False)
+    docs = [deployment, service]
+    if running_target is not None:
+        del deployment["spec"]["replicas"]  # the autoscaler owns it: `kubectl apply` must not reset it to 1
+        docs.append(autoscaler(name, deploy, labels, running_target))
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def autoscaler(name: str, deploy: dict, labels: dict, running_target: int) -> dict:
+    """autoscaling/v2 HorizontalPodAutoscaler on the pods' mean running requests (a Pods metric). Not KEDA: a
+    core API object needs no operator besides a custom-metrics adapter, and the same schemas validate it as the
+    Deployment. Scaling in waits 5 minutes: a replica takes minutes to load and warm up, so one given back on a
+    dip is dearly bought back."""
+    cfg = deploy["autoscale"]
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+            "minReplicas": cfg["min_replicas"], "maxReplicas": cfg["max_replicas"],
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": RUNNING_METRIC},
+                                                  "target": {"type": "AverageValue",
+                                                             "averageValue": str(running_target)}}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
+        },
+    }
+
+
+def custom_metrics_rules(served_name: str) -> str:
+    """deploy/custom-metrics-rules.yaml: the prometheus-adapter rule serving RUNNING per pod as RUNNING_METRIC (its
+    config's `rules:`); Prometheus must label the series with namespace and pod (a kubernetes_sd pod scrape does)."""
+    rules = {"rules": [{
+        "seriesQuery": f'{RUNNING}{{namespace!="",pod!=""}}',
+        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+        "name": {"matches": f"^{RUNNING}$", "as": RUNNING_METRIC},
+        "metricsQuery": f'sum(<<.Series>>{{<<.LabelMatchers>>,model_name="{served_name}"}}) by (<<.GroupBy>>)'}]}
+    return ("# prometheus-adapter rules (add to its config's `rules:`): the autoscalers in deploy/ read "
+            f"{RUNNING_METRIC} per pod\n" + yaml.safe_dump(rules, sort_keys=False))

@@ -8,10 +8,12 @@ from pathlib import Path
 from pipeline import records, speculation
 from pipeline.methods import NGRAM
 from pipeline.errors import PipelineError
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.speculation import SpeculationDecision
+from pipeline.methods import Speculation
+from pipeline.serve_records import PLAIN, ServeBenchRecord
+from pipeline.speculation import SpeculationDecision, config_name, config_of
 from pipeline.stage import say, warn
 from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for
+from pipeline.tiers import Slo
 from pipeline.values import is_number
 
 
@@ -40,12 +42,38 @@ class GateCheck:
         return text
 
 
+AT_LEAST, AT_MOST = "at least", "at most"
+
+
+@dataclass
+class CapacityClaim:
+    """What the config that ships carries at serving.slo (serve_bench's capacity search), per GPU, against the
+    baseline variant's plain decoding measured on the same GPU model with the same vLLM."""
+    config: str  # the shipped config as serve_bench named it (plain, a method, <method>-schedule)
+    slo: Slo
+    arrival: str  # concurrency | poisson
+    status: str  # serve_records.Capacity.status
+    lower_bound: bool  # it still met the SLO at the highest load measured: at least this many users
+    users: float  # per replica
+    gpus: int
+    users_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None
+    request_goodput: float | None
+    baseline_users_per_gpu: float | None = None
+    vs_bf16: float | None = None  # users per GPU over the baseline's plain decoding
+    vs_bf16_bound: str | None = None  # at least / at most: one of the two capacities is a lower bound
+    vs_bf16_note: str | None = None  # why there is no ratio
+    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
+    cost_per_million_output_tokens: float | None = None  # at the SLO's capacity
+
+
 @dataclass
 class VariantVerdict:
     passed: bool  # every quality and serving check passed (speculation checks only turn the draft off)
     allowed_failure: bool
     checks: list[GateCheck] = field(default_factory=list)
     speculation: SpeculationDecision | None = None
+    capacity: CapacityClaim | None = None  # None: not measured (no serving benchmark, or no capacity search)
 
     @property
     def shippable(self) -> bool:
@@ -77,10 +105,11 @@ class GateReport:
         return not self.blocked
 
 
-def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None
-                  ) -> list[GateCheck]:
+def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None,
+                  reasons: dict[str, str] | None = None) -> list[GateCheck]:
     """The checks of one group (all when None). A missing optional metric is a skipped check, reported
-    with skip_reason; a missing required one fails."""
+    with skip_reason (reasons: a check's own, where it has one); a missing required one fails."""
+    reasons = reasons or {}
     results = []
     for name, threshold in thresholds.items():
         spec = check_for(name)
@@ -93,7 +122,7 @@ def check_variant(metrics: dict, thresholds: dict, group: str | None = None, ski
                 results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
             else:
                 results.append(GateCheck(name, metric, None, threshold, spec.op, True, None, spec.group,
-                                         skip_reason or "not measured"))
+                                         reasons.get(name) or skip_reason or "not measured"))
             continue
         if not is_number(value):
             results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})",
@@ -124,6 +153,58 @@ class ServingContext:
     min_gain: float
     baseline: ServeBenchRecord | None  # the baseline variant's serving benchmark (speedup_vs_bf16)
     max_num_seqs: int = 1  # the default config's batch limit: a prediction holds for one request at a time
+    baseline_variant: str = "bf16"  # serving.baseline_variant, as the reasons name it
+    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
+
+
+def capacity_claim(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, shipped: Speculation,
+                   ctx: ServingContext) -> tuple[CapacityClaim | None, str | None]:
+    """(claim, why it has no ratio) for the config that ships; (None, why) when its capacity was not searched."""
+    if serve is None or serve.skipped:
+        return None, None  # the serving checks' own reason says why
+    config = config_of(serve, shipped)
+    cap = config.capacity if config is not None else None
+    if cap is None:
+        return None, f"no capacity search of the {config_name(shipped)} config that ships (serve_bench.capacity)"
+    tokens = cap.output_tokens_per_s_per_gpu
+    cost = (ctx.gpu_hour_cost / (tokens * 3600) * 1e6) if ctx.gpu_hour_cost and tokens else None
+    claim = CapacityClaim(config=config_name(shipped), slo=cap.slo, arrival=cap.arrival, status=cap.status,
+                          lower_bound=cap.lower_bound, users=cap.users, gpus=cap.gpus, users_per_gpu=cap.users_per_gpu,
+                          output_tokens_per_s_per_gpu=tokens, request_goodput=cap.request_goodput,
+                          gpu_hour_cost=ctx.gpu_hour_cost, cost_per_million_output_tokens=cost)
+    comparable = (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
+                  and baseline.vllm_version == serve.vllm_version)  # a ratio across GPUs or vLLMs means nothing
+    plain = baseline.configs.get(PLAIN) if comparable else None
+    base = plain.capacity if plain is not None else None
+    name = f"{ctx.baseline_variant} plain decoding"
+    if base is None:
+        claim.vs_bf16_note = f"no capacity of {name} on the same GPU and vLLM"
+    elif (base.slo, base.arrival) != (cap.slo, cap.arrival):
+        claim.vs_bf16_note = f"{name} was searched at another SLO or arrival"
+    else:
+        claim.baseline_users_per_gpu = base.users_per_gpu
+        if not base.users_per_gpu:
+            claim.vs_bf16_note = f"{name} met the SLO at no load ({base.slo.label()})"
+        elif cap.lower_bound and base.lower_bound:
+            claim.vs_bf16_note = (f"both still met the SLO at the highest load measured ({cap.users:g} and "
+                                  f"{base.users:g} users): raise serve_bench.capacity.max_concurrency or max_probes")
+        else:
+            claim.vs_bf16 = cap.users_per_gpu / base.users_per_gpu
+            claim.vs_bf16_bound = AT_LEAST if cap.lower_bound else AT_MOST if base.lower_bound else None
+    return claim, claim.vs_bf16_note
+
+
+def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tuple[dict, str | None]:
+    """capacity_vs_bf16 for the gate, unless a bound leaves the check undecided (at least x0.9 against 1.0: the
+    true ratio may pass): then (nothing, why)."""
+    if claim is None or claim.vs_bf16 is None:
+        return {}, None
+    ratio = claim.vs_bf16
+    if threshold is not None and ((claim.vs_bf16_bound == AT_LEAST and ratio < threshold)
+                                  or (claim.vs_bf16_bound == AT_MOST and ratio >= threshold)):
+        return {}, (f"undecided: the ratio is {claim.vs_bf16_bound} x{ratio:.2f} (a search stopped below its "
+                    "boundary); raise serve_bench.capacity.max_probes")
+    return {"capacity_vs_bf16": ratio}, None
 
 
 def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
@@ -146,12 +227,16 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
         spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
     metrics |= speculation.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
+    claim, no_ratio = capacity_claim(serve, ctx.baseline, decision.speculation, ctx)
+    ratio, undecided = capacity_metrics(claim, thresholds.get("min_capacity_vs_bf16"))
+    metrics |= ratio
     not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
                   else "no serving benchmark of the baseline variant on the same GPU and vLLM")
+    reasons = {"min_capacity_vs_bf16": f"not measured: {undecided or no_ratio}"} if (undecided or no_ratio) else {}
     checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
-              + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}"))
+              + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons))
     passed = all(c.passed for c in checks if c.group != SPECULATION)
-    return VariantVerdict(passed, (not passed) and allowed, checks, decision)
+    return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
 
 
 def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str],
@@ -185,7 +270,13 @@ def summary(report: GateReport) -> dict:
                           "speculation": None if v.speculation is None else {
                               "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
                               "num_speculative_tokens": v.speculation.num_speculative_tokens,
-                              "basis": v.speculation.basis, "reason": v.speculation.reason}}
+                              "basis": v.speculation.basis, "reason": v.speculation.reason},
+                          "capacity": None if v.capacity is None else {
+                              "slo": v.capacity.slo.label(), "users_per_gpu": v.capacity.users_per_gpu,
+                              "at_least": v.capacity.lower_bound,
+                              "output_tokens_per_s_per_gpu": v.capacity.output_tokens_per_s_per_gpu,
+                              "vs_bf16": v.capacity.vs_bf16, "vs_bf16_bound": v.capacity.vs_bf16_bound,
+                              "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens}}
                          for name, v in report.variants.items()]}
 
 
@@ -285,7 +376,8 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
     ctx = ServingContext(target_concurrency=serving["target_concurrency"],
                          min_gain=serving["speculation"]["min_gain"],
                          baseline=serve_by_variant.get(serving["baseline_variant"]),
-                         max_num_seqs=serving["max_num_seqs"])
+                         max_num_seqs=serving["max_num_seqs"], baseline_variant=serving["baseline_variant"],
+                         gpu_hour_cost=serving.get("gpu_hour_cost"))
     return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
 
 

@@ -41,14 +41,20 @@ def write_dataset(path: Path, prompts: list[str]) -> None:
 
 def bench_command(command: list[str], base_url: str, served_name: str, tokenizer_dir: Path, dataset: Path,
                   concurrency: int, prompts: int, max_tokens: int, temperature: float, add_special_tokens: bool,
-                  result: Path, warmups: int = 0) -> list[str]:
+                  result: Path, warmups: int = 0, request_rate: float | None = None,
+                  goodput: dict[str, float] | None = None) -> list[str]:
     """`vllm bench serve` over the OpenAI completions API. The prompts are already rendered with the
-    chat template, so the client must not apply it again, nor the server add a second BOS."""
+    chat template, so the client must not apply it again, nor the server add a second BOS. request_rate: Poisson
+    arrivals at that rate (burstiness 1), at most `concurrency` open at once; None: closed loop, `concurrency`
+    users. goodput: the SLO as vLLM's per-request objectives (tiers.Slo.goodput), counted into request_goodput."""
+    rate = ["--request-rate", "inf"] if request_rate is None else ["--request-rate", f"{request_rate:.6g}",
+                                                                     "--burstiness", "1.0"]
+    good = ["--goodput", *(f"{k}:{v:g}" for k, v in goodput.items() if v is not None)] if goodput else []
     return [*command, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
             "--base-url", base_url, "--model", served_name, "--served-model-name", served_name,
             "--tokenizer", str(tokenizer_dir), "--dataset-name", "custom", "--dataset-path", str(dataset),
             "--skip-chat-template", "--custom-output-len", str(max_tokens), "--num-prompts", str(prompts),
-            "--max-concurrency", str(concurrency), "--request-rate", "inf", "--temperature", str(temperature),
+            "--max-concurrency", str(concurrency), *rate, *good, "--temperature", str(temperature),
             "--extra-body", json.dumps({"add_special_tokens": add_special_tokens}), "--seed", "0",
             "--num-warmups", str(warmups), "--percentile-metrics", ",".join(LATENCIES),
             "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--save-result", "--save-detailed",
@@ -74,6 +80,8 @@ def parse_result(raw: dict, where: str) -> LoadLevel:
     failed = int(raw.get("failed") or 0)
     errors = sorted({e.strip().splitlines()[-1][:300] for e in raw.get("errors") or [] if e and e.strip()})[:5]
     rate = raw.get("spec_decode_acceptance_rate")
+    arrivals = raw.get("request_rate")  # "inf" for a closed loop (vllm/benchmarks/serve.py)
+    goodput = raw.get("request_goodput")
     return LoadLevel(
         concurrency=int(need("max_concurrency")), num_prompts=int(need("num_prompts")), completed=completed,
         failed=failed, duration_s=float(need("duration")), request_throughput=float(need("request_throughput")),
@@ -82,7 +90,8 @@ def parse_result(raw: dict, where: str) -> LoadLevel:
         accepted_per_draft_token=None if rate is None else float(rate) / 100.0,
         mean_acceptance_length=raw.get("spec_decode_acceptance_length"),
         accepted_per_position=raw.get("spec_decode_per_position_acceptance_rates"),
-        errors=errors)
+        errors=errors, request_rate=None if arrivals in (None, "inf") else float(arrivals),
+        request_goodput=None if goodput is None else float(goodput))
 
 
 def gauge_values(metrics_text: str, name: str) -> list[float]:

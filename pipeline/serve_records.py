@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from pipeline.tiers import Slo
+
 PLAIN = "plain"  # no speculative-config; every other config is named after its method (pipeline/methods.py)
 SPECULATIVE = "speculative"  # records written before draft.method: the draft model's config
 PERCENTILES = (50, 90, 99)
@@ -30,6 +32,40 @@ class LoadLevel:
     kv_cache_usage_mean: float | None = None
     requests_waiting_max: float | None = None
     errors: list[str] = field(default_factory=list)  # distinct error messages of failed requests (first 5)
+    request_rate: float | None = None  # the open-loop arrival rate (req/s, Poisson); None: closed loop (concurrency)
+    request_goodput: float | None = None  # req/s whose own TTFT and TPOT met serving.slo (`vllm bench serve --goodput`)
+
+
+# Capacity.status: how the search ended (pipeline/capacity.py).
+FOUND, BRACKET, AT_BOUND, NEVER = "found", "bracket", "at_bound", "never"
+
+
+@dataclass
+class Capacity:
+    """A config's capacity at the SLO: the largest load measured to meet it (serve_bench's search on the config's
+    running server). load: users (concurrency arrival) or req/s (poisson); users: concurrent requests there (the
+    concurrency, or rate x mean request latency). status: found (the next load up missed it, within the search's
+    resolution), bracket (the probes ran out between load and ceiling; ceiling None: still rising), at_bound (met at
+    the search's bound: at least this), never (one user at a time already misses it: load 0)."""
+    arrival: str
+    slo: Slo
+    status: str
+    load: float
+    users: float
+    gpus: int  # GPUs of one replica (tensor parallelism): the per-GPU numbers divide by it
+    users_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None  # at that load; None when no load met the SLO
+    request_goodput: float | None  # req/s meeting the SLO at that load, as vLLM counts them
+    level: LoadLevel | None  # the measurement at that load
+    ceiling: float | None  # the smallest load measured to miss it
+    bound: float  # the search's max load (serve_bench.capacity.max_concurrency or max_rate)
+    probes: list[LoadLevel] = field(default_factory=list)  # the search's own runs, in order (beyond the sweep)
+    note: str | None = None  # why the search stopped early (a probe vLLM failed to run)
+
+    @property
+    def lower_bound(self) -> bool:
+        """The SLO still held at the highest load measured: capacity is at least this, not this."""
+        return self.status == AT_BOUND or (self.status == BRACKET and self.ceiling is None)
 
 
 @dataclass
@@ -40,6 +76,7 @@ class ServeConfigResult:
     levels: dict[str, LoadLevel]  # "c1", "c8", ...
     schedule: list[list[int]] | None = None  # num_speculative_tokens_per_batch_size, where the config has one
     kernels_used: list[str] = field(default_factory=list)  # GEMM kernels the server's log says vLLM selected
+    capacity: Capacity | None = None  # at serving.slo, where serve_bench.capacity searched it
 
     def at(self, concurrency: int) -> LoadLevel | None:
         return self.levels.get(level_key(concurrency))
@@ -76,6 +113,7 @@ class ServeBenchRecord:
     kernel: str | None = None
     kernel_env: dict[str, str] = field(default_factory=dict)
     kernel_note: str | None = None  # why kernels were not compared, or which choice failed to serve
+    tensor_parallel_size: int | None = None  # GPUs one replica served on in the default sweep (per-GPU numbers)
 
     def tier(self, name: str) -> ServeBenchRecord | None:
         """A benchmarked tier's own measurement, as a record of its configs (None: the tier was not run)."""

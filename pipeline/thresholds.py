@@ -39,6 +39,8 @@ CHECKS = {
     "max_failed_requests": Check(("failed_requests",), "<=", False, SERVING),
     # Output tokens/s at concurrency 1 over the baseline variant's plain decoding, same run.
     "min_speedup_vs_bf16": Check(("speedup_vs_bf16",), ">=", False, SERVING),
+    # Users per GPU at serving.slo (serve_bench's capacity search) over the baseline variant's plain decoding.
+    "min_capacity_vs_bf16": Check(("capacity_vs_bf16",), ">=", False, SERVING),
     # Absolute quality: the checks above compare each variant with its own target, so a broken target passes
     # them all; these catch it. Perplexity of the held-out responses (not relative to anything).
     "max_heldout_perplexity": Check(("perplexity",), "<=", False),

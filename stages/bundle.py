@@ -1,9 +1,10 @@
 """Stage `bundle@<variant>`: assemble the serving-ready directory for one gated variant."""
+import shutil
 from pathlib import Path
 
 from pipeline import methods, records, signing
 from pipeline.acceptance import SpeculativeEstimate
-from pipeline.bundle import build_bundle, finish_bundle, model_card, provenance
+from pipeline.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import heldout_prompts
 from pipeline.errors import PipelineError
@@ -80,12 +81,16 @@ def main(argv: list[str]) -> None:
         env = server_env(spec, p["serving"], serve.kernel_env if serve.kernel else None)
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
+        chart = Path("artifacts/gate/pareto.png")  # drawn by the gate, over every variant, where one was measured
+        if chart.is_file():
+            shutil.copyfile(chart, tmp / PARETO)
         for plan in tiers:
             if plan.name in serve.tiers:
                 check_measured_config(serve_dir, serve, plan.speculation, (tmp / plan.serve_file).read_text(),
                                       plan.name)
         card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
-                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant), env)
+                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant), env,
+                          PARETO if chart.is_file() else None)
         manifest = finish_bundle(tmp, variant, card)
         private_key, _ = signing.configured(p["publish"])
         if private_key:  # over every file, the manifest and the card included

@@ -3,13 +3,15 @@ import sys
 
 from pathlib import Path
 
-from pipeline import gates, records
+from pipeline import capacity, gates, records
 from pipeline.config import load_params
 from pipeline.io import write_csv, write_json
 from pipeline.serve_records import ServeBenchRecord
 from pipeline.stage import stage_main
+from pipeline.tiers import serving_slo
 
 EVAL_DIR, SERVE_DIR = Path("artifacts/eval"), Path("artifacts/serve")
+PARETO = Path("artifacts/gate/pareto.png")  # every variant's configs against the SLO; each bundle carries it
 
 
 @stage_main()
@@ -21,6 +23,8 @@ def main(argv: list[str]) -> None:
     report = gates.run(p, metrics, serve_by_variant=serve)
     write_json("metrics/gates.json", gates.summary(report))
     records.write("artifacts/gate/verdict.json", report)
+    PARETO.unlink(missing_ok=True)
+    capacity.pareto_png(PARETO, serve, serving_slo(p["serving"])[0])  # none without a measurement: the card says so
     write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
                                      "perplexity_increase_pct": m.get("perplexity_increase_pct"),
                                      "top1_agreement": m.get("top1_agreement"),

@@ -11,6 +11,8 @@ held-out traffic at every concurrency of serve_bench.concurrency, in this order:
 2. each method at its k;
 3. a k per batch-size range (serve_bench.k_schedule): k where a method's fixed config paid, none where it lost,
    for the method whose sweep suggests the most (speculation.k_schedule).
+After each config's sweep, on its still-running server, serve_bench.capacity searches the largest load whose p99
+latencies meet serving.slo (pipeline/capacity.py; this file only runs its probes).
 The tiers of serve_bench.tiers are then served the same way at their own engine settings
 (tiers/<tier>/serve-<config>.yaml), each at its own concurrency. Elsewhere the record says why it was skipped,
 and the gate falls back to the CPU estimate.
@@ -23,7 +25,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pipeline import methods, records, serve_bench, vllm_spec
+from pipeline import capacity, methods, records, serve_bench, vllm_spec
 from pipeline.acceptance import SpeculativeEstimate
 from pipeline.config import enabled_variant, load_params, variant_argument
 from pipeline.data import heldout_prompts
@@ -37,7 +39,7 @@ from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, l
 from pipeline.speculation import config_name, k_schedule
 from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
-from pipeline.tiers import Tier, benchmarked
+from pipeline.tiers import Tier, benchmarked, serving_slo
 from pipeline.vllm_server import serve, vllm_command
 
 
@@ -137,6 +139,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                             tier_skipped=tier_skipped, tier_failed_configs=tier_failed, schedules=schedules,
                             kernels=by_kernel, kernel=kernel,
                             kernel_env=next((c.env for c in kernels if c.name == kernel), {}),
+                            tensor_parallel_size=p["serving"]["tensor_parallel_size"],
                             kernel_note=kernel_note or "".join(
                                 f"{name} failed: {why[:200]}; " for name, why in kernel_failed.items()) or None)
 
@@ -246,22 +249,39 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     log = f"{tier.name}.{label}" if tier else label
     # Logs outside the output directory, which is discarded when the stage fails.
     server_log = LOG_DIR / f"serve_bench@{variant}.{log}-server.log"
+    slo, arrival = serving_slo(serving)
+    bench_log = LOG_DIR / f"serve_bench@{variant}.{log}-bench.log"
     with serve(serving_dir / config.name, serving_dir, server_log, cfg["startup_timeout_s"], cfg["port"],
                env) as server:
+
+        def bench(load: float, prompts: int, tag: str, warmups: int = 0):
+            """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
+            result = out / "raw" / f"{label}-{tag}.json"
+            result.parent.mkdir(exist_ok=True)
+            rate = load if tag.startswith("capacity-r") else None
+            command = serve_bench.bench_command(
+                vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset,
+                cfg["capacity"]["max_concurrency"] if rate else int(load), prompts, cfg["max_tokens"], temperature,
+                add_special, result, warmups=warmups, request_rate=rate, goodput=slo.goodput())
+            return serve_bench.run_level(command, server.base_url, result, bench_log)
+
         levels = {}
         for c in ([tier.concurrency] if tier else cfg["concurrency"]):
-            result = out / "raw" / f"{label}-c{c}.json"
-            result.parent.mkdir(exist_ok=True)
-            command = serve_bench.bench_command(
-                vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset, c,
-                serve_bench.num_prompts(cfg, c), cfg["max_tokens"], temperature, add_special, result,
-                warmups=cfg["warmup_requests"])
-            levels[level_key(c)] = serve_bench.run_level(command, server.base_url, result,
-                                                         LOG_DIR / f"serve_bench@{variant}.{log}-bench.log")
+            levels[level_key(c)] = bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg["warmup_requests"])
             bar.update()
+        found = None
+        if tier is None and cfg["capacity"]["enabled"]:  # the default sweep's configs; tiers: left to a later issue
+            bounds = cfg["capacity"]
+            seed, floor = capacity.open_loop_seed(levels.values(), slo)
+            found = capacity.search(
+                lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x),
+                                f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}"),
+                slo, arrival, bounds["max_concurrency"] if arrival == capacity.CONCURRENCY else bounds["max_rate"],
+                bounds["max_probes"], known=levels.values(), gpus=serving["tensor_parallel_size"], seed=seed,
+                floor_meets=floor if arrival == capacity.POISSON else None)
     return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels,
                              schedule=[list(r) for r in speculation.schedule] if speculation.schedule else None,
-                             kernels_used=kernels_in_log(server_log))
+                             kernels_used=kernels_in_log(server_log), capacity=found)
 
 
 KERNEL_LINE = re.compile(r"(?:Selected|Using) (\w+Kernel)\b")
@@ -297,6 +317,11 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
             parts.append(f"{method} k per batch {config.schedule} {level.output_throughput:.0f} tok/s")
     if record.kernel:
         parts.append(f"kernel {record.kernel} (faster of {', '.join(record.kernels)})")
+    held = {name: c.capacity for name, c in record.configs.items() if c.capacity is not None}
+    if held:
+        slo = next(iter(held.values())).slo
+        parts.append(f"users per GPU at {slo.label()}: " + ", ".join(
+            f"{name} {'>=' if cap.lower_bound else ''}{cap.users_per_gpu:.3g}" for name, cap in held.items()))
     for tier, configs in record.tiers.items():
         parts.append(f"tier {tier}: " + ", ".join(
             f"{name} {level.output_throughput:.0f} tok/s at c={level.concurrency}"
@@ -320,6 +345,8 @@ def main(argv: list[str]) -> None:
     for directory, (column, value) in serve_bench.PLOTS.items():
         rows, header = serve_bench.plot_rows(record, column, value)
         write_csv(f"{directory}/{variant}.csv", rows, header)
+    rows, header = capacity.pareto_rows(record, serving_slo(p["serving"])[0], serve_bench.CONFIG_NAMES)
+    write_csv(f"plots/serve_pareto/{variant}.csv", rows, header)
     say(summary_line(record, min(cfg["concurrency"])))
 
 

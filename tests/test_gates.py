@@ -52,7 +52,7 @@ def test_every_check_is_recorded_and_passes():
     assert set(checks) == set(CHECKS)
     # GPU-only numbers were not measured: skipped with the reason, not failed and not silently dropped
     gpu_only = {"min_vllm_speculative_speedup", "max_p99_itl_ms", "max_p99_ttft_ms", "max_failed_requests",
-                "min_speedup_vs_bf16"}
+                "min_speedup_vs_bf16", "min_capacity_vs_bf16"}
     assert {name for name, c in checks.items() if c.skipped} == gpu_only
     assert "no serving benchmark" in checks["max_p99_itl_ms"].describe()
     for name, c in checks.items():
@@ -105,7 +105,7 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     # Issue #29: the line said "PASS (5 checks, 5 skipped)" here; every check is counted once, as what it was.
     assert gates.verdict_line(INT4, verdict) == (
         f"gate {INT4}: PASS: 4 of {len(CHECKS)} checks passed, 2 speculation checks failed (min_accepted_per_draft_token, "
-        "min_vllm_speculative_speedup: no speculation ships), 4 skipped; ships without speculation (estimated)")
+        "min_vllm_speculative_speedup: no speculation ships), 5 skipped; ships without speculation (estimated)")
     assert gates.summary(report)["variants"][0]["failed_speculation_checks"] == [
         "min_accepted_per_draft_token", "min_vllm_speculative_speedup"]
 
@@ -131,7 +131,7 @@ def test_verdict_line_counts_failed_and_skipped_checks(capsys):
     assert gates.conclude(report) == 0
     line = capsys.readouterr().out.splitlines()[0]
     assert line.startswith(f"gate {INT4}: FAIL (allowed, flagged): 2 of {len(CHECKS)} checks passed, 2 failed "
-                           "(max_kl_divergence, min_top1_agreement), 6 skipped; ships without speculation")
+                           "(max_kl_divergence, min_top1_agreement), 7 skipped; ships without speculation")
 
 
 def test_failure_message_says_what_was_needed_and_by_how_much():

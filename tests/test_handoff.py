@@ -206,6 +206,111 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     assert not b.exists()
 
 
+def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler_ships(workspace):
+    """The CPU case: no serving benchmark, so no capacity; the card says why, the autoscaled tier keeps its
+    configured max-num-seqs and its manifest has no HorizontalPodAutoscaler."""
+    b = bundle(workspace)
+    card = (b / "README.md").read_text()
+    assert ("Not measured in this build (no CUDA device): no users per GPU, `min_capacity_vs_bf16` was skipped, "
+            "and the tiers of\n`deploy.autoscale.tiers` ship their configured max-num-seqs without an autoscaler.") in card
+    row = next(line for line in card.splitlines() if line.startswith("| throughput |"))
+    assert row.endswith("| capacity not measured (no CUDA device): max-num-seqs as configured, no autoscaler |")
+    # this workspace's verdict was reached without the serving records (bundle_helpers): skipped, with why
+    assert next(line for line in card.splitlines() if line.startswith("| min_capacity_vs_bf16 |")) == \
+        "| min_capacity_vs_bf16 | n/a | >= 1.0 | skipped: not measured: no serving benchmark |"
+    kinds = [d["kind"] for d in yaml.safe_load_all((b / "deploy/throughput.yaml").read_text())]
+    assert kinds == ["Deployment", "Service"]
+    assert not (b / "deploy/custom-metrics-rules.yaml").exists() and not (b / "capacity.png").exists()
+
+
+def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path, demo_pair):
+    """A GPU run's records (the serving benchmark of this variant and of bf16, with their capacity searches over a
+    deterministic latency model) through the real gate and bundle stages: the card states users and tokens/s per GPU
+    at the SLO, the ratio against bf16 plain decoding and the cost per million tokens; the throughput tier ships
+    max-num-seqs at the capacity of the config it serves and an autoscaling/v2 HorizontalPodAutoscaler that the
+    Kubernetes schemas accept; the gate's chart is in the bundle."""
+    import kubernetes_validate
+
+    from pipeline.config import enabled_variant
+    from pipeline.methods import Speculation, speculative_config
+    from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
+    from test_capacity import Server, search
+
+    (tmp_path / "ws").mkdir()
+    ws = stage_workspace(tmp_path / "ws", demo_pair, {"bf16": {}, V: {}},
+                         serving={"max_num_seqs": 64, "gpu_hour_cost": 3.0})
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+
+    def sweep(server, scale=None):
+        levels = {f"c{lvl.concurrency}": lvl for lvl in server.sweep()}
+        for key, lvl in levels.items():  # the draft pays at one request, not under load
+            lvl.output_throughput *= (2.0 if key == "c1" else 0.9) if scale else 1.0
+        return levels
+
+    plain, draft, base = Server(itl_slope=1.0), Server(itl_slope=1.25), Server(itl_slope=2.0)  # 40, 32 and 20 users
+    h100 = dict(gpu="NVIDIA H100 80GB HBM3", vllm_version="0.26.0", date="2026-12-01", max_tokens=128,
+                temperature=0.0, tensor_parallel_size=1)
+    record = ServeBenchRecord(V, **h100, configs={
+        PLAIN: ServeConfigResult(0, 50.0, sweep(plain), capacity=search(plain)),
+        "draft_model": ServeConfigResult(4, 55.0, sweep(draft, scale=True), capacity=search(draft))})
+    records.write(ws / f"artifacts/serve/{V}/record.json", record)
+    records.write(ws / "artifacts/serve/bf16/record.json", ServeBenchRecord("bf16", **h100, configs={
+        PLAIN: ServeConfigResult(0, 50.0, sweep(base), capacity=search(base))}))
+    spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
+    for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
+        config = speculative_config(Speculation(name if k else None, k))
+        (ws / f"artifacts/serve/{V}/serve-{name}.yaml").write_text(serve_yaml(engine_args(
+            spec, p["serving"], config, checkpoint_quantization(model))))
+    r = run_stage(ws, "stages.gate")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (ws / "artifacts/gate/pareto.png").read_bytes()[:4] == b"\x89PNG"
+    r = run_stage(ws, "stages.bundle", V)
+    assert r.returncode == 0, r.stderr[-3000:]
+    b = ws / "artifacts/bundles" / V
+
+    card = (b / "README.md").read_text()
+    assert "Objective: p99 TTFT <= 200 ms, p99 ITL <= 50 ms, no failed request; arrival closed loop" in card
+    plain_row = next(line for line in card.splitlines() if line.startswith("| plain | 40.0 |"))
+    assert plain_row.endswith("| 40 users; 42 users missed it; 4 probes |")
+    tokens = 100.0 * 32 ** 0.8  # the draft's capacity level at 32 users, as its search measured it
+    assert (f"**What ships (draft_model): 32.0 users per GPU and {tokens:.0f} output tokens/s per GPU at the "
+            "objective**;\nx1.60 the users per GPU of bf16 plain decoding (20.0, same GPU and vLLM);\n"
+            f"{3.0 / (tokens * 3600) * 1e6:.3f} per million output tokens at 3.0 per GPU-hour.") in card
+    assert "`capacity.png`: output tokens/s per GPU against p99 ITL" in card and (b / "capacity.png").is_file()
+    gate_row = next(line for line in card.splitlines() if line.startswith("| min_capacity_vs_bf16 |"))
+    assert gate_row == "| min_capacity_vs_bf16 | 1.6000 | >= 1.0 | pass |"
+
+    # the throughput tier serves plain decoding at 64 (the draft lost there): sized from plain's 40 users
+    served = yaml.safe_load((b / "serve-throughput.yaml").read_text())
+    assert served["max-num-seqs"] == 40 and "speculative-config" not in served
+    docs = list(yaml.safe_load_all((b / "deploy/throughput.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "HorizontalPodAutoscaler"]
+    for doc in docs:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    deployment, _, hpa = docs
+    assert "replicas" not in deployment["spec"]  # the autoscaler owns it
+    assert hpa["apiVersion"] == "autoscaling/v2" and hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": deployment["metadata"]["name"]}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (1, 4)
+    assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {
+        "metric": {"name": "vllm_num_requests_running"}, "target": {"type": "AverageValue", "averageValue": "32"}}}]
+    row = next(line for line in card.splitlines() if line.startswith("| throughput |"))
+    assert ("| 40 users per replica at p99 TTFT <= 200 ms, p99 ITL <= 50 ms (plain, serve_bench on NVIDIA H100 80GB "
+            "HBM3); max-num-seqs 40 (of 256 configured, batches measured up to serving.max_num_seqs 64); autoscaler "
+            "at 32 running requests per pod (0.8 of it) |") in row
+    # the default tier is not autoscaled, and serve.yaml ships as measured
+    assert [d["kind"] for d in yaml.safe_load_all((b / "deploy/default.yaml").read_text())] == ["Deployment", "Service"]
+    rules = yaml.safe_load((b / "deploy/custom-metrics-rules.yaml").read_text())["rules"]
+    assert rules[0]["name"] == {"matches": "^vllm:num_requests_running$", "as": "vllm_num_requests_running"}
+    if PROMTOOL:  # the adapter's query, its templates filled as prometheus-adapter fills them, is valid PromQL
+        query = (rules[0]["metricsQuery"].replace("<<.Series>>", "vllm:num_requests_running")
+                 .replace("<<.LabelMatchers>>", 'namespace="default"').replace("<<.GroupBy>>", "pod"))
+        check = tmp_path / "adapter.yaml"
+        check.write_text(yaml.safe_dump({"groups": [{"name": "adapter", "rules": [{"record": "x:y", "expr": query}]}]}))
+        r = subprocess.run([PROMTOOL, "check", "rules", str(check)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_pair, tmp_path):
     """deploy/warmup.py as the bundle ships it, against an OpenAI-compatible server on this machine."""
     from pipeline.vllm_server import serve
