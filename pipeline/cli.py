@@ -172,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                              description=cmd_traffic.__doc__)
     traffic.add_argument("kind", choices=["python-docs"], help="the documents the conversations are about")
     traffic.add_argument("--out", default="data/python-docs/traffic.jsonl", help="JSONL to write (and <stem>.source.json)")
-    traffic.add_argument("--rows", type=int, default=600, help="conversations (default 600)")
+    traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
     traffic.add_argument("--seed", type=int, default=0)
     traffic.add_argument("--max-answer-chars", type=int, default=1200,
                          help="a long answer keeps whole docstring paragraphs up to this many characters (default 1200)")
@@ -187,3 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":  # python -m pipeline.cli, where the modelprep script is not on PATH
+    main()
