@@ -140,10 +140,18 @@ def reduction_costs_section() -> list[str]:
     if not path.exists():
         return []
     r = json.loads(path.read_text())
-    rows = [[x["reduction"], x["metric"], _fmt(x["reduced"]), _fmt(x["default"]), _fmt(x.get("reduced_s"), 0),
-             _fmt(x.get("default_s"), 0)] for x in r["runs"]]
-    return ["", "## What the reductions cost", "", r["note"], "",
-            *_table(["reduction", "metric", "reduced", "closer to default", "reduced stage s", "default stage s"], rows)]
+    rows = []
+    for run in r["runs"]:
+        for i, v in enumerate(run["values"]):
+            rows.append([run["reduction"] if i == 0 else "", v["metric"], _fmt(v["reduced"], 4), _fmt(v["default"], 4),
+                         f"{run['reduced_s']:.0f}" if i == 0 else "", f"{run['default_s']:.0f}" if i == 0 else ""])
+    loads = ", ".join(f"{run['name']} {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f}" for run in r["runs"])
+    return ["", "## What the reductions cost", "",
+            "Each cut set back to its default alone in the built workspace (`python benchmarks/cpu/smollm2_reductions.py "
+            f"WORKSPACE`, {r['date']}), the stages it feeds re-run, the metric read beside the profile's; the "
+            "seconds are those stages' in the build and in the re-run (1-minute load average at each re-run's start "
+            f"and end: {loads}).", "",
+            *_table(["reduction", "metric", "profile", "default", "profile s", "default s"], rows)]
 
 
 def render() -> str:
