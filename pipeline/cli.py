@@ -118,6 +118,21 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def cmd_traffic(args) -> int:
+    """Write real-text traffic for the `data` stage from documents on this machine: python-docs asks about the
+    running Python's standard library and answers with its docstrings (pipeline/real_text.py), single- and
+    multi-turn, each row tagged with its module so `data` holds whole modules out. The rows depend on the Python
+    version (its docstrings), which is recorded beside the file and in metrics/data.json. Point data.traffic at
+    the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed)."""
+    from pipeline import real_text
+
+    record = real_text.write(Path(args.out), args.rows, args.seed, args.max_answer_chars)
+    print(f"{args.out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
+          f"{record['documents_used']} of {record['documents_available']} stdlib modules, from Python "
+          f"{record['python']}'s docstrings (seed {record['seed']})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelprep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -153,6 +168,15 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2) or a .yaml overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
+    traffic = sub.add_parser("traffic", help="write real-text traffic (python-docs) for data.traffic",
+                             description=cmd_traffic.__doc__)
+    traffic.add_argument("kind", choices=["python-docs"], help="the documents the conversations are about")
+    traffic.add_argument("--out", default="data/python-docs/traffic.jsonl", help="JSONL to write (and <stem>.source.json)")
+    traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
+    traffic.add_argument("--seed", type=int, default=0)
+    traffic.add_argument("--max-answer-chars", type=int, default=1200,
+                         help="a long answer keeps whole docstring paragraphs up to this many characters (default 1200)")
+    traffic.set_defaults(func=cmd_traffic)
     return parser
 
 
@@ -163,3 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     except PipelineError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":  # python -m pipeline.cli, where the modelprep script is not on PATH
+    main()

@@ -1,8 +1,10 @@
 """Domain traffic: load and validate JSONL, dedup, and split deterministically.
 
 Rows are {"prompt", "response"} or {"messages": [{"role", "content"}, ...]} ending with an
-assistant turn. Splits are assigned by a seeded hash of each conversation, so a row stays
-in its split when the file grows (no leakage from held-out into calibration or training).
+assistant turn, with an optional "group" (a string: the document a question is about, a user's session). Splits
+are assigned by a seeded hash of each conversation, or of its group where it has one, so a row stays in its split
+when the file grows (no leakage from held-out into calibration or training), and rows of one group share a split
+(held-out traffic is then about documents the draft never saw).
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ SPLITS = ("calibration", "draft_train", "heldout")
 def _validate_row(row, where: str) -> list[dict]:
     if not isinstance(row, dict):
         raise PipelineError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    if "group" in row and not (isinstance(row["group"], str) and row["group"].strip()):
+        raise PipelineError(f"{where}: 'group' must be a non-empty string (rows of one group share a split)")
     if "messages" in row:
         msgs = row["messages"]
         if not isinstance(msgs, list) or not msgs:
@@ -82,10 +86,17 @@ def _lines(f, max_bytes: int | None):
 
 def read_traffic(path: str | Path, max_row_bytes: int | None = None) -> tuple[list[list[dict]], int]:
     """(conversations, rows over max_row_bytes skipped unread); the first bad line stops with its number."""
+    conversations, _, oversized = read_grouped(path, max_row_bytes)
+    return conversations, oversized
+
+
+def read_grouped(path: str | Path, max_row_bytes: int | None = None) -> tuple[list[list[dict]], dict[str, str], int]:
+    """read_traffic's, plus the group of each conversation that has one, by conversation_key (a conversation that
+    appears twice keeps its first row's group, as dedup keeps the first row)."""
     path = Path(path)
     if not path.is_file():
         raise PipelineError(f"traffic file {path} does not exist")
-    conversations, oversized = [], 0
+    conversations, groups, oversized = [], {}, 0
     with path.open("rb") as f:  # bytes, so a bad encoding is reported on its own line
         for lineno, raw in enumerate(_lines(f, max_row_bytes), 1):
             where = f"{path}:{lineno}"
@@ -102,9 +113,35 @@ def read_traffic(path: str | Path, max_row_bytes: int | None = None) -> tuple[li
             except RecursionError:
                 raise PipelineError(f"{where}: JSON nested too deeply (a row is an object of messages)") from None
             conversations.append(_validate_row(row, where))
+            if "group" in row:
+                groups.setdefault(conversation_key(conversations[-1]), row["group"])
     if not conversations:
         raise PipelineError(f"traffic file {path} has no rows" + (f" within {max_row_bytes} bytes" if oversized else ""))
-    return conversations, oversized
+    return conversations, groups, oversized
+
+
+def source_path(traffic: str | Path) -> Path:
+    """`<stem>.source.json` beside a traffic file: what a generator (pipeline/real_text.py) made it from."""
+    traffic = Path(traffic)
+    return traffic.with_name(f"{traffic.stem}.source.json")
+
+
+def read_source(traffic: str | Path) -> dict | None:
+    """The generator's record beside the traffic file (None when the file was not generated here): the `data`
+    stage copies its provenance keys into its metrics, e.g. the Python version whose docstrings made the rows."""
+    path = source_path(traffic)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise PipelineError(f"{path}: not valid JSON ({e}); regenerate it with the traffic file") from None
+    if not isinstance(record, dict):
+        raise PipelineError(f"{path}: expected a JSON object (the traffic generator's record)")
+    return {k: record[k] for k in SOURCE_KEYS if k in record}
+
+
+SOURCE_KEYS = ("generator", "python", "implementation", "seed")  # what decides a generated file's rows
 
 
 def max_token_bytes(tokenizer) -> int:
@@ -138,14 +175,18 @@ def dedup(conversations: list[list[dict]]) -> list[list[dict]]:
     return unique
 
 
-def split(conversations: list[list[dict]], fractions: dict, seed: int) -> dict[str, list[list[dict]]]:
-    """Assign each conversation to a split by a seeded hash in [0, 1)."""
+def split(conversations: list[list[dict]], fractions: dict, seed: int,
+          groups: dict[str, str] | None = None) -> dict[str, list[list[dict]]]:
+    """Assign each conversation to a split by a seeded hash in [0, 1) of the conversation, or of its group (by
+    conversation_key, read_grouped's) where it has one: a group's rows land in one split."""
     cal, held = fractions["calibration"], fractions["heldout"]
     if not (0 < cal < 1 and 0 < held < 1 and cal + held < 1):
         raise PipelineError("data.fractions: calibration and heldout must be in (0, 1) and sum to < 1")
     out = {name: [] for name in SPLITS}
     for msgs in conversations:
-        h = int(hashlib.sha256(f"{seed}:{conversation_key(msgs)}".encode()).hexdigest()[:12], 16) / 16**12
+        key = conversation_key(msgs)
+        unit = f"group:{groups[key]}" if groups and key in groups else key  # ungrouped rows hash as before
+        h = int(hashlib.sha256(f"{seed}:{unit}".encode()).hexdigest()[:12], 16) / 16**12
         name = "heldout" if h < held else "calibration" if h < held + cal else "draft_train"
         out[name].append(msgs)
     for name, rows in out.items():

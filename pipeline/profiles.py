@@ -25,13 +25,22 @@ def profile_path(name_or_path: str) -> Path:
     return PROFILES_DIR / f"{name_or_path}.yaml"
 
 
+# Mappings whose keys are the user's to choose (a variant's recipe knobs, a variant's gate thresholds): a profile may
+# add a key there (AWQ's n_grid on one variant), which params validation then checks like any other value.
+OPEN = ("quantize.variants.", "gates.overrides.")
+
+
 def overlay(base: dict, values: dict, where: str = "") -> tuple[dict, list[str]]:
     """base with values written over it, and the dotted keys whose value changed."""
     out, changed = dict(base), []
     for key, value in values.items():
         dotted = f"{where}.{key}" if where else str(key)
-        if key not in base:
+        if key not in base and not (f"{where}.".startswith(OPEN) and where.count(".") == 2):
             raise PipelineError(f"profile sets {dotted}, which params.yaml does not have")
+        if key not in base:
+            out[key] = value
+            changed.append(dotted)
+            continue
         if isinstance(value, dict) and isinstance(base[key], dict):
             out[key], sub = overlay(base[key], value, dotted)
             changed += sub

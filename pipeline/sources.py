@@ -315,6 +315,12 @@ def valid_entry(entry) -> bool:
             and min(entry[:3]) >= 0 and isinstance(entry[5], str) and SHA256_HEX.fullmatch(entry[5]) is not None)
 
 
+def file_sha256(path: Path) -> str:
+    """One file's sha256, read whole (a GGUF's: pipeline/gguf_source.py keys its conversion on it)."""
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def hub_errors() -> tuple[type[BaseException], ...]:
     """Offline mode, no network (httpx errors are not OSErrors), no access, no such repo or revision."""
     import httpx

@@ -2,7 +2,8 @@
 from pathlib import Path
 
 from pipeline.config import load_params
-from pipeline.data import dedup, drop_too_long, max_token_bytes, read_traffic, split, write_split
+from pipeline.data import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source, split,
+                           write_split)
 from pipeline.io import atomic_dir, write_json
 from pipeline.lmeval import write_task_data
 from pipeline.loading import load_tokenizer
@@ -15,19 +16,24 @@ OUT = Path("artifacts/data")
 def main(argv: list[str]) -> None:
     p = load_params()["data"]
     tokenizer = load_tokenizer("artifacts/models/target")
-    rows, oversized = read_traffic(p["traffic"], p["max_tokens"] * max_token_bytes(tokenizer))
+    rows, groups, oversized = read_grouped(p["traffic"], p["max_tokens"] * max_token_bytes(tokenizer))
     unique = dedup(rows)
     kept, too_long = drop_too_long(unique, tokenizer, p["max_tokens"])
     too_long += oversized
-    splits = split(kept, p["fractions"], p["seed"])
+    splits = split(kept, p["fractions"], p["seed"], groups)
     with atomic_dir(OUT) as tmp:
         for name, convs in splits.items():
             write_split(convs, tmp / f"{name}.jsonl")
         write_task_data(splits["heldout"], tokenizer, tmp / "heldout_lmeval.jsonl")  # for evals/domain_heldout
     total = len(rows) + oversized
     duplicates = len(rows) - len(unique)
-    write_json("metrics/data.json", {"rows": total, "duplicates_dropped": duplicates,
-                                     "too_long_dropped": too_long, **{k: len(v) for k, v in splits.items()}})
+    record = {"rows": total, "duplicates_dropped": duplicates, "too_long_dropped": too_long,
+              **{k: len(v) for k, v in splits.items()}}
+    if groups:  # grouped traffic: how many documents (groups) each split holds; ungrouped files' metrics as before
+        record["groups"] = {k: len({groups.get(conversation_key(m)) for m in v}) for k, v in splits.items()}
+    if source := read_source(p["traffic"]):
+        record["source"] = source
+    write_json("metrics/data.json", record)
     say(summary_line(total, duplicates, too_long, p["max_tokens"], {k: len(v) for k, v in splits.items()}))
 
 

@@ -46,6 +46,10 @@ def test_gpu_profile_sets_a_1b_target_and_keeps_comments(params_copy):
     ({"draft_training": {"generator": "gpu"}}, "draft_training.generator must be"),
     ({"evaluate": {"vllm": {"throughput_batch_sizes": [0]}}}, "evaluate.vllm.throughput_batch_sizes"),
     ({"demo": {"general_corpus": "web"}}, "demo.general_corpus must be"),
+    # a variant's recipe takes new keys from a profile, which the recipe check then reads like any other
+    ({"quantize": {"variants": {"awq-w4a16": {"n_gird": 4}}}}, "unknown recipe keys"),
+    ({"gates": {"overrides": {"fp8-static": {"max_kl": 0.1}}}}, "unknown gate thresholds"),
+    ({"quantize": {"calibration": {"n_grid": 4}}}, "profile sets quantize.calibration.n_grid, which params.yaml"),
 ])
 def test_bad_profile_is_one_error_and_leaves_params_untouched(params_copy, tmp_path, overlay, message):
     before = params_copy.read_bytes()
@@ -125,6 +129,9 @@ def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_si
     for name, variant in p["quantize"]["variants"].items():
         if "group_size" in variant:
             assert 576 % variant["group_size"] == 0 and 1536 % variant["group_size"] == 0, name
+    # the real-text traffic, committed; AWQ's grid cut for the CPU, a key the default variant leaves to llm-compressor
+    assert (ROOT / p["data"]["traffic"]).is_file()
+    assert p["quantize"]["variants"]["awq-w4a16"]["n_grid"] == 4 and "quantize.variants.awq-w4a16.n_grid" in changed
     text = params_copy.read_text()
     # the source becomes one flow line; the comment of the key after it stays above that key
     assert "  source: {from: target, layers: 4}\n  # Speculative methods built and compared" in text

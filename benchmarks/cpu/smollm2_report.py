@@ -1,0 +1,177 @@
+"""Render benchmarks/cpu/SMOLLM2.md from the raw output of benchmarks/cpu/smollm2_build.sh (and, where present,
+benchmarks/cpu/smollm2_reductions.py): the smollm2 profile's whole `dvc repro` on the CPU machine, per stage, and
+what the real model's variants and speculative methods measured.
+
+    python benchmarks/cpu/smollm2_report.py           # print
+    python benchmarks/cpu/smollm2_report.py --write   # write benchmarks/cpu/SMOLLM2.md
+
+Reads only benchmarks/cpu/raw/smollm2/ (no torch, no pipeline); tests/test_benchmark_docs.py re-renders it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RAW = HERE / "raw" / "smollm2"
+MARKDOWN = HERE / "SMOLLM2.md"
+BUDGET_S = 30 * 60  # issue #29 item 5
+METHODS = ("draft_model", "eagle3", "ngram")
+
+
+def _json(name: str) -> dict:
+    return json.loads((RAW / name).read_text())
+
+
+def _fmt(value, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def stage_family(stage: str) -> str:
+    return stage.split("@")[0]
+
+
+def stage_section(build: dict) -> list[str]:
+    stages, total = build["stages"], build["total_s"]
+    families: dict[str, float] = {}
+    for s in stages:
+        families[stage_family(s["stage"])] = families.get(stage_family(s["stage"]), 0.0) + s["s"]
+    over = total - BUDGET_S
+    lines = [f"`dvc repro` took **{total:.0f} s ({total / 60:.1f} min)**: "
+             + (f"{over:.0f} s ({over / 60:.1f} min) over" if over > 0 else f"{-over:.0f} s under")
+             + f" the 30-minute target (exit status {build['dvc_repro_rc']}). Load average (1, 5, 15 min) "
+             f"{' / '.join(build['load_start'])} at the start and {' / '.join(build['load_end'])} at the end, on "
+             f"{build['cpus']} cores: other jobs shared the CPU, so every time here is longer than on an idle machine.",
+             "", "Per stage (from the first output line of each stage to the next's, DVC's lock update included):", ""]
+    lines += _table(["stage", "s", "share"], [[f"`{s['stage']}`", f"{s['s']:.1f}", f"{100 * s['s'] / total:.0f}%"]
+                                              for s in stages])
+    lines += ["", "By stage kind: " + ", ".join(f"{k} {v:.0f} s" for k, v in
+                                                sorted(families.items(), key=lambda kv: -kv[1])) + "."]
+    return lines
+
+
+def reductions_section(build: dict) -> list[str]:
+    changes = build["profile_changes"]
+    rows = [[f"`{k}`", f"`{json.dumps(v['default'])}`", f"`{json.dumps(v['profile'])}`"] for k, v in changes.items()]
+    return ["What `modelprep profile smollm2` changed from params.yaml's defaults (the model, traffic and serving "
+            "name, and the sizes cut to fit the CPU):", "", *_table(["param", "default", "smollm2 profile"], rows)]
+
+
+def data_section() -> list[str]:
+    d = _json("metrics/data.json")
+    src = d.get("source", {})
+    groups = d.get("groups", {})
+    return [f"Traffic: {d['rows']} conversations from `modelprep traffic python-docs` "
+            f"({src.get('generator', '?')}: Python {src.get('python', '?')}'s standard-library docstrings, seed "
+            f"{src.get('seed', '?')}), {d['too_long_dropped']} dropped as too long; split by module: "
+            + ", ".join(f"{k} {d[k]} rows / {groups.get(k, '?')} modules" for k in ("calibration", "draft_train",
+                                                                                     "heldout")) + "."]
+
+
+def quality_section(verdict: dict) -> list[str]:
+    rows = []
+    for variant, v in verdict["variants"].items():
+        e = _json(f"metrics/eval-{variant}.json")
+        q = _json(f"metrics/quantize-{variant}.json")
+        failed = [f"{c['check']} ({_fmt(c['value'])} vs {c['threshold']})" for c in v["checks"]
+                  if not c["passed"] and not c.get("skipped") and c.get("group") != "speculation"]
+        verdict_text = "pass" if v["passed"] else ("FAIL, allowed: " if v.get("allowed_failure") else "FAIL: ")
+        rows.append([f"`{variant}`", _fmt(q.get("wall_time_s"), 1), _fmt(q.get("size_after_mb"), 1),
+                     _fmt(e["perplexity"], 2), f"{e['perplexity_increase_pct']:+.2f}%", _fmt(e["kl_divergence"], 4),
+                     _fmt(e["top1_agreement"]), _fmt(e.get("greedy_match")),
+                     _fmt(e.get("lm_eval_domain_heldout_byte_perplexity")),
+                     verdict_text + ("; ".join(failed) if not v["passed"] else "")])
+    return _table(["variant", "quantize s", "size MB", "held-out ppl", "ppl change", "KL", "top-1", "greedy match",
+                   "lm-eval byte ppl", "gate"], rows)
+
+
+def thresholds_section(verdict: dict) -> list[str]:
+    first = next(iter(verdict["variants"].values()))
+    used = {c["check"]: c["threshold"] for c in first["checks"] if c.get("group") != "speculation"
+            and c["check"] in ("max_perplexity_increase_pct", "max_kl_divergence", "min_top1_agreement",
+                               "max_heldout_perplexity")}
+    per_variant = {name: {c["check"]: c["threshold"] for c in v["checks"] if c["check"] == "max_perplexity_increase_pct"}
+                   for name, v in verdict["variants"].items()}
+    return ["Quality thresholds applied: " + ", ".join(f"`{k}` {v}" for k, v in used.items())
+            + "; `max_perplexity_increase_pct` per variant: "
+            + ", ".join(f"{n} {t.get('max_perplexity_increase_pct')}" for n, t in per_variant.items()) + "."]
+
+
+def speculation_section(verdict: dict) -> list[str]:
+    draft = _json("metrics/draft.json")
+    eagle = _json("metrics/eagle3.json")
+    training = _json("metrics/draft_training.json")
+    lines = []
+    if "skipped" not in draft:
+        lines.append(f"Draft model (the target's first 4 layers): accepted per drafted token "
+                     f"{_fmt(draft['accepted_per_draft_token_untrained'])} untrained -> "
+                     f"{_fmt(draft['accepted_per_draft_token_finetuned'])} fine-tuned ({training.get('train_steps')} steps "
+                     f"on {training.get('train_examples')} examples, eval loss {_fmt(training.get('eval_loss_untrained'))} -> "
+                     f"{_fmt(training.get('eval_loss_finetuned'))}). EAGLE-3 head: {eagle.get('train_steps')} steps, "
+                     f"final loss {_fmt(eagle.get('final_loss'))}, step accuracy "
+                     + "/".join(_fmt(a, 2) for a in eagle.get("accuracy_by_step", [])) + ".")
+    rows = []
+    for variant, v in verdict["variants"].items():
+        e = _json(f"metrics/eval-{variant}.json")
+        cells = [f"{_fmt(e.get(f'accepted_per_draft_token_{m}'))} (k={e.get(f'num_speculative_tokens_{m}')}, "
+                 f"x{_fmt(e.get(f'expected_speedup_{m}'), 2)})" for m in METHODS]
+        spec = v.get("speculation") or {}
+        shipped = (f"{spec.get('method')} k={spec.get('num_speculative_tokens')}" if spec.get("num_speculative_tokens")
+                   else "none")
+        rows.append([f"`{variant}`", *cells, shipped])
+    lines += ["", "CPU estimate of accepted/drafted tokens per method (k chosen, predicted served speedup at "
+              "concurrency 1 from the H100 cost profile):", "",
+              *_table(["variant", *METHODS, "ships"], rows)]
+    return lines
+
+
+def reduction_costs_section() -> list[str]:
+    path = RAW / "reductions.json"
+    if not path.exists():
+        return []
+    r = json.loads(path.read_text())
+    rows = []
+    for run in r["runs"]:
+        for i, v in enumerate(run["values"]):
+            rows.append([run["reduction"] if i == 0 else "", v["metric"], _fmt(v["reduced"], 4), _fmt(v["default"], 4),
+                         f"{run['reduced_s']:.0f}" if i == 0 else "", f"{run['default_s']:.0f}" if i == 0 else ""])
+    loads = ", ".join(f"{run['name']} {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f}" for run in r["runs"])
+    return ["", "## What the reductions cost", "",
+            "Each cut set back to its default alone in the built workspace (`python benchmarks/cpu/smollm2_reductions.py "
+            f"WORKSPACE`, {r['date']}), the stages it feeds re-run, the metric read beside the profile's; the "
+            "seconds are those stages' in the build and in the re-run (1-minute load average at each re-run's start "
+            f"and end: {loads}).", "",
+            *_table(["reduction", "metric", "profile", "default", "profile s", "default s"], rows)]
+
+
+def render() -> str:
+    build = _json("build.json")
+    verdict = _json("verdict.json")
+    lines = ["# SmolLM2-135M-Instruct on real text, the whole `dvc repro` on the CPU", "",
+             "Rendered by `benchmarks/cpu/smollm2_report.py` from `benchmarks/cpu/raw/smollm2/` "
+             "(`bash benchmarks/cpu/smollm2_build.sh`: a fresh clone of "
+             f"{build['commit'][:7]}, `modelprep profile smollm2`, `dvc repro`; {build['date']}, {build['cpus']} cores, "
+             f"{build['memory_gib']:.0f} GiB, Python {build['python']}, torch threads {build['torch_threads']}).", "",
+             "## Time", "", *stage_section(build), "", "## Reduced sizes", "", *reductions_section(build), "",
+             "## Quality of each variant against BF16", "", *data_section(), "", *quality_section(verdict), "",
+             *thresholds_section(verdict), "", "## Speculative decoding", "", *speculation_section(verdict),
+             *reduction_costs_section()]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    text = render()
+    if "--write" in sys.argv:
+        MARKDOWN.write_text(text)
+    else:
+        print(text, end="")
