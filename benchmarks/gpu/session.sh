@@ -24,6 +24,10 @@
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
+#   session.sh shipped OUT S B...  the CPU-built bundles B served exactly as shipped (benchmarks/gpu/serve_shipped.py:
+#                                 c=1 and 16, then capacity at serving.slo) in /tmp/sh in the background; then
+#                                 shipped-watch (carry artifacts/bundles and artifacts/data)
+#   session.sh shipped-watch OUT S  wait up to S seconds for it; pack its raw results and logs into OUT either way
 #   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
 #                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
 #                                 then /metrics scraped before and after the load (checked on the CPU machine by
@@ -255,6 +259,19 @@ PY
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
     ls -la "$out" ;;
+  shipped)
+    out=$2 wait_s=$3; shift 3; mkdir -p "$out"
+    rm -rf /tmp/sh && mkdir -p /tmp/sh/out && gpu_line | tee /tmp/sh/out/gpu.txt
+    export SH_BUNDLES="$*" SH_ROOT=$PWD
+    setsid bash -c 'cd "$SH_ROOT" && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/serve_shipped.py /tmp/sh/out \
+        $SH_BUNDLES > /tmp/sh/run.log 2>&1; echo $? > /tmp/sh/rc' < /dev/null > /dev/null 2>&1 &
+    sleep 20; bash "$0" shipped-watch "$out" "$wait_s" ;;
+  shipped-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/sh/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    grep -E "^RESULT|^CAPACITY|^ERR|Error" /tmp/sh/run.log | tail -n 40 | cut -c1-300 || true
+    [ -f /tmp/sh/rc ] && echo "shipped exit status: $(cat /tmp/sh/rc)" || echo "shipped still running"
+    tar czf "$out/shipped.tgz" -C /tmp/sh out run.log ;;
   handoff)
     out=$2 bundle=$3; mkdir -p "$out"
     out=$(cd "$out" && pwd)
