@@ -22,7 +22,7 @@
 #                                 gpu-profile-1b:draft_model demo:draft_model per vLLM), in the background
 #   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
-#                                 concurrency 1, 8, 16, 32) in /tmp/sb in the background, then demo-serve-watch
+#                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
 #   session.sh shipped OUT S B...  the CPU-built bundles B served exactly as shipped (benchmarks/gpu/serve_shipped.py:
 #                                 c=1 and 16, then capacity at serving.slo) in /tmp/sh in the background; then
@@ -156,6 +156,9 @@ from pathlib import Path
 params, overlay = (yaml.safe_load(Path(f).read_text()) for f in ("params.yaml", "profiles/gpu-demo-serve.yaml"))
 def merge(a, b):
     return {**a, **{k: merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v for k, v in b.items()}}
+import os
+if os.environ.get("SB_CONCURRENCY"):  # e.g. "1 8 32": a shorter sweep than the profile's
+    overlay["serve_bench"]["concurrency"] = [int(c) for c in os.environ["SB_CONCURRENCY"].split()]
 Path("params.yaml").write_text(yaml.safe_dump(merge(params, overlay), sort_keys=False))
 PY
      export SB_VARIANTS="$*"
