@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One GPU session, step by step (each step is one `run` call on the lent GPU host; see README.md).
 #   session.sh collect N          copy carried vLLM bundle part .gpu/pN into /tmp/stage
+#   session.sh chunk N / unload   when the tree plus a kit part exceed a call's carry: .gpu/cN/chunkNN are pieces of
+#                                 one tar (the kit's parts as kit.tar.xz, plus artifacts the steps need), checked
+#                                 against .gpu/c0/LOAD.sha256; unload unpacks the kit to /tmp/vllm, the rest here
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
@@ -97,6 +100,13 @@ gp_background() {
 
 case "$1" in
   collect) mkdir -p /tmp/stage && cp .gpu/p"$2"/* /tmp/stage/ && ls /tmp/stage ;;
+  chunk) mkdir -p /tmp/chunks && cp .gpu/c"$2"/* /tmp/chunks/ && ls /tmp/chunks ;;
+  unload)
+    cat /tmp/chunks/chunk* > /tmp/load.tar
+    [ "$(sha256sum /tmp/load.tar | cut -d' ' -f1)" = "$(cat /tmp/chunks/LOAD.sha256)" ] || { echo "load.tar: checksum mismatch"; exit 1; }
+    tar xf /tmp/load.tar && mkdir -p /tmp/vllm && xz -d < kit.tar.xz | tar -C /tmp/vllm -xf - && rm -f kit.tar.xz /tmp/load.tar
+    gpu_line; PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
+    ls artifacts/bundles ;;
   install)
     (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
     mkdir -p /tmp/vllm && cat /tmp/stage/part* | xz -d | tar -C /tmp/vllm -xf -
