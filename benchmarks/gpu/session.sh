@@ -25,7 +25,7 @@
 #                                 gpu-profile-1b:draft_model demo:draft_model per vLLM), in the background
 #   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
-#                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's) in /tmp/sb in the background, then demo-serve-watch
+#                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's; then SB_PARAMS, YAML) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
 #   session.sh shipped OUT S B...  the CPU-built bundles B served exactly as shipped (benchmarks/gpu/serve_shipped.py:
 #                                 c=1 and 16, then capacity at serving.slo) in /tmp/sh in the background; then
@@ -169,6 +169,8 @@ def merge(a, b):
 import os
 if os.environ.get("SB_CONCURRENCY"):  # e.g. "1 8 32": a shorter sweep than the profile's
     overlay["serve_bench"]["concurrency"] = [int(c) for c in os.environ["SB_CONCURRENCY"].split()]
+params = merge(params, overlay)
+overlay = yaml.safe_load(os.environ.get("SB_PARAMS") or "{}")  # e.g. '{serve_bench: {k_schedule: "off"}}'
 Path("params.yaml").write_text(yaml.safe_dump(merge(params, overlay), sort_keys=False))
 PY
      export SB_VARIANTS="$*"
