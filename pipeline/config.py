@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, one_of
 from pipeline.values import is_int, is_number, is_positive_int, is_positive_number
 
 PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
@@ -23,8 +23,6 @@ SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "dr
             "serving", "serve_bench", "deploy", "monitoring", "publish")
 # Allowed values of params that heavy modules act on (distill_vllm, demo.models import torch): defined here,
 # where validate can check them without importing those modules.
-GENERATORS = ("auto", "transformers", "vllm")  # draft_training.generator
-GENERAL_CORPORA = ("synthetic", "python-docs")  # demo.general_corpus
 # quantize.distributed when params.yaml (or a profile) leaves it or a key of it out: one process, today's path.
 DISTRIBUTED_DEFAULTS = {"gpus": 1, "timeout_s": 1800}
 
@@ -397,6 +395,9 @@ def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Pat
 
 def check_gpu_knobs(params: dict, path: Path) -> None:
     """The knobs the GPU demo profile turns: generic corpus, distillation engine, evaluate's vLLM path."""
+    from pipeline.demo.corpus import GENERAL_CORPORA
+    from pipeline.methods import GENERATORS
+
     corpus = _section(params, "demo", path).get("general_corpus", "synthetic")
     if corpus not in GENERAL_CORPORA:
         raise PipelineError(f"{path}: demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {corpus!r}")
@@ -564,11 +565,6 @@ def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
         raise PipelineError(f"{path}: {e}") from None
 
 
-def one_of(values: tuple[str, ...]) -> str:
-    """'a, b or c': the allowed values as an error message lists them."""
-    return f"{', '.join(values[:-1])} or {values[-1]}" if len(values) > 1 else values[0]
-
-
 def _known(names: list, variants: dict, param: str, path: Path) -> None:
     unknown = [n for n in names if n not in variants]
     if unknown:
@@ -599,8 +595,3 @@ def variant_argument(argv: list[str], stage: str) -> str:
     if len(argv) != 1:
         raise PipelineError(f"usage: python -m stages.{stage} VARIANT (one of quantize.enabled)")
     return argv[0]
-
-
-def gate_thresholds(params: dict, variant: str) -> dict:
-    gates = params["gates"]
-    return {**gates["thresholds"], **(gates.get("overrides") or {}).get(variant, {})}

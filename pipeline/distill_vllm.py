@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.config import GENERATORS  # the allowed values live with params validation
 from pipeline.distill import Generate
 from pipeline.errors import PipelineError
+from pipeline.methods import GENERATORS
 from pipeline.vllm_spec import spawn_engine_if_cuda_initialized, unavailable_reason
 
 

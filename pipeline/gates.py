@@ -12,7 +12,7 @@ from pipeline.methods import Speculation
 from pipeline.serve_records import PLAIN, ServeBenchRecord
 from pipeline.speculation import SpeculationDecision, config_name, config_of
 from pipeline.stage import say, warn
-from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for
+from pipeline.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
 from pipeline.tiers import Slo
 from pipeline.values import is_number
 
@@ -364,8 +364,6 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
         serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
     """Gate every variant with params.yaml's thresholds (validated by load_params); allow_fail adds
     to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
-    from pipeline.config import gate_thresholds
-
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
     known = set(metrics_by_variant) | set(params["quantize"]["variants"])
     unknown = [v for v in allowed if v not in known]

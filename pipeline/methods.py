@@ -20,6 +20,8 @@ METHODS = (DRAFT_MODEL, EAGLE3, NGRAM)
 # Where each trained method sits in a bundle and in serve_bench's bundle-shaped directory.
 BUNDLE_DIRS = {DRAFT_MODEL: "draft", EAGLE3: "eagle3"}
 NGRAM_MAX = 16  # longer lookups than this only slow the CPU-side search; vLLM's default max is 5
+# draft_training.generator: what answers the draft-train prompts in the distill stage (distill_vllm.resolve_generator)
+GENERATORS = ("auto", "transformers", "vllm")
 
 
 # vLLM 0.26's dynamic speculative decoding: (first batch size, last batch size, k) inclusive ranges, the first

@@ -5,13 +5,14 @@ current gate run's verdicts say whether it is still the build to ship (pipeline/
 from pathlib import Path
 
 from pipeline import records, signing
-from pipeline.config import gate_thresholds, load_params
+from pipeline.config import load_params
 from pipeline.errors import PipelineError
 from pipeline.gates import GateReport
 from pipeline.io import write_json
 from pipeline.publish import pinned_copy, release_tags
 from pipeline.registry import get_backend
 from pipeline.stage import say, stage_main
+from pipeline.thresholds import gate_thresholds
 
 
 @stage_main()

@@ -11,10 +11,10 @@ import yaml
 from conftest import ROOT, choose_k, run, tiny_params
 from pipeline import acceptance, gates, vllm_spec
 from pipeline.bundle import model_card
-from pipeline.config import enabled_variant, gate_thresholds, validate
+from pipeline.config import enabled_variant, validate
 from pipeline.errors import PipelineError
 from pipeline.serve_records import ServeBenchRecord
-from pipeline.thresholds import CHECKS
+from pipeline.thresholds import CHECKS, gate_thresholds
 from pipeline.vllm_spec import VllmMeasurement
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"

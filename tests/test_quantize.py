@@ -14,7 +14,6 @@ import torch
 from safetensors import safe_open
 
 from conftest import ROOT, copy_project, run, tiny_params
-from pipeline.config import gate_thresholds
 from pipeline.data import dedup, load_traffic, split, write_split
 from pipeline.errors import PipelineError
 from pipeline.formatting import full_text, prompt_and_response_ids
@@ -22,6 +21,7 @@ from pipeline.loading import load_causal_lm, load_tokenizer
 from pipeline.quality import fidelity
 from pipeline.quantize import awq_pinning_off_without_accelerator, quantize_model
 from pipeline.recipes import needs_calibration, parse_variant, scheme_for
+from pipeline.thresholds import gate_thresholds
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from pipeline.errors import PipelineError
 
+GENERAL_CORPORA = ("synthetic", "python-docs")  # demo.general_corpus: templated sentences, or these docstrings
+
 SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__", "lib2to3"}
 
 

@@ -19,10 +19,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from pipeline.config import GENERAL_CORPORA, one_of
-from pipeline.demo.corpus import docstring_paragraphs
+from pipeline.demo.corpus import GENERAL_CORPORA, docstring_paragraphs
 from pipeline.demo.traffic import generate_general_text, generate_traffic
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, one_of
 from pipeline.formatting import row_to_messages
 from pipeline.stage import progress_bar
 
