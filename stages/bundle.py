@@ -2,24 +2,26 @@
 import shutil
 from pathlib import Path
 
-from pipeline import methods, records, signing
-from pipeline.acceptance import SpeculativeEstimate
-from pipeline.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import heldout_prompts
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_text
-from pipeline.gates import GateReport
-from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
-from pipeline.hardware import server_env
-from pipeline.io import atomic_dir, read_json
-from pipeline.loading import load_tokenizer
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.served_draft import MODEL
-from pipeline.speculation import config_name, config_of
-from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-from pipeline.stage import say, stage_main
-from pipeline.vllm_spec import VllmMeasurement
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, read_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_text
+from pipeline.data.traffic import heldout_prompts
+from pipeline.drafts import methods
+from pipeline.drafts.served import MODEL
+from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import server_env
+from pipeline.release import signing
+from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
+from pipeline.release.gates import GateReport
+from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
+from pipeline.release.speculation_choice import config_name, config_of
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 
 SOURCES = {methods.DRAFT_MODEL: MODEL, methods.EAGLE3: Path("artifacts/eagle3/model")}
 

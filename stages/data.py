@@ -1,13 +1,13 @@
 """Stage `data`: validate, dedup and split the domain traffic."""
 from pathlib import Path
 
-from pipeline.config import load_params
-from pipeline.data import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source, split,
-                           write_split)
-from pipeline.io import atomic_dir, write_json
-from pipeline.lmeval import write_task_data
-from pipeline.loading import load_tokenizer
-from pipeline.stage import say, stage_main
+from pipeline.core.io import atomic_dir, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source,
+                                   split, write_split)
+from pipeline.evaluate.lmeval import write_task_data
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import load_params
 
 OUT = Path("artifacts/data")
 

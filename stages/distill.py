@@ -1,14 +1,14 @@
 """Stage `distill`: the target's own answers to draft-train prompts, the draft's training data."""
 from pathlib import Path
 
-from pipeline import methods
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.distill import build_distillation_set, transformers_generate, write_examples
-from pipeline.distill_vllm import resolve_generator, vllm_generate
-from pipeline.io import atomic_dir, write_skipped
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.stage import say, stage_main
+from pipeline.core.io import atomic_dir, write_skipped
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.distill import build_distillation_set, transformers_generate, write_examples
+from pipeline.drafts.distill_vllm import resolve_generator, vllm_generate
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import load_params
 
 TARGET, DATA, OUT = Path("artifacts/models/target"), Path("artifacts/data"), Path("artifacts/distill")
 TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from the target's answers

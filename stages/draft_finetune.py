@@ -1,15 +1,15 @@
 """Stage `draft_finetune`: fine-tune the base draft on the distilled examples (resumable)."""
 from pathlib import Path
 
-from pipeline import methods
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.distill import pad_id, read_examples
-from pipeline.draft import finetune_draft
-from pipeline.draft_training import loss_curve_rows
-from pipeline.io import atomic_dir, write_csv, write_json, write_skipped
-from pipeline.loading import load_tokenizer
-from pipeline.stage import say, stage_main
+from pipeline.core.io import atomic_dir, write_csv, write_json, write_skipped
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.distill import pad_id, read_examples
+from pipeline.drafts.draft_model import finetune_draft
+from pipeline.drafts.finetune import loss_curve_rows
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import load_params
 
 BASE = Path("artifacts/models/draft-base")
 DISTILLED, OUT = Path("artifacts/distill"), Path("artifacts/draft-finetuned")

@@ -3,14 +3,15 @@ with a quantize variant's recipe (draft_quantize.variant)."""
 import shutil
 from pathlib import Path
 
-from pipeline import methods, records
-from pipeline.config import enabled_variant, load_params
-from pipeline.data import read_split
-from pipeline.draft import quantize_draft
-from pipeline.io import atomic_dir
-from pipeline.served_draft import DRAFT_DIR, MODEL, RECORD, ServedDraft
-from pipeline.sizes import dir_size, megabytes
-from pipeline.stage import say, stage_main
+from pipeline.core import records
+from pipeline.core.io import atomic_dir
+from pipeline.core.sizes import dir_size, megabytes
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.draft_model import quantize_draft
+from pipeline.drafts.served import DRAFT_DIR, MODEL, RECORD, ServedDraft
+from pipeline.params.load import enabled_variant, load_params
 
 FINETUNED = Path("artifacts/draft-finetuned")
 

@@ -5,12 +5,13 @@ serving stages leave the method out."""
 from collections import Counter
 from pathlib import Path
 
-from pipeline import eagle3, methods, records
-from pipeline.config import load_params
-from pipeline.distill import read_examples
-from pipeline.io import atomic_dir, write_csv, write_json
-from pipeline.loading import load_causal_lm
-from pipeline.stage import progress, say, stage_main
+from pipeline.core import records
+from pipeline.core.io import atomic_dir, write_csv, write_json
+from pipeline.core.stage import progress, say, stage_main
+from pipeline.drafts import eagle3, methods
+from pipeline.drafts.distill import read_examples
+from pipeline.models.loading import load_causal_lm
+from pipeline.params.load import load_params
 
 TARGET, DISTILLED, OUT = Path("artifacts/models/target"), Path("artifacts/distill"), Path("artifacts/eagle3")
 

@@ -1,17 +1,19 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
 from pathlib import Path
 
-from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, records, serving_costs, vllm_spec
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import read_split
-from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
-from pipeline.hardware import scoped_env, server_env
-from pipeline.io import atomic_dir, write_csv, write_json
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.served_draft import MODEL
-from pipeline.stage import say, stage_main
-from pipeline.tiers import parse_tiers
-from pipeline.vllm_spec import VllmMeasurement
+from pipeline.core import records
+from pipeline.core.io import atomic_dir, write_csv, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
+from pipeline.data.traffic import read_split
+from pipeline.drafts import eagle3, methods, ngram
+from pipeline.drafts.served import MODEL
+from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import scoped_env, server_env
+from pipeline.serving.tiers import parse_tiers
 
 TARGET, DRAFT, HEAD = Path("artifacts/models/target"), MODEL, Path("artifacts/eagle3/model")
 
@@ -54,7 +56,7 @@ def served_concurrencies(p: dict) -> list[int]:
 def with_predictions(p: dict, estimates: dict[str, acceptance.SpeculativeEstimate], target_params: int
                      ) -> tuple[dict[str, acceptance.SpeculativeEstimate], serving_costs.Choice]:
     """Each method's estimate at the k predicted fastest as served at serving.target_concurrency, from the cost
-    profile nearest this target (pipeline/serving_costs.py); without one, no expected speedup at all."""
+    profile nearest this target (pipeline/evaluate/serving_costs.py); without one, no expected speedup at all."""
     serving = p["serving"]
     choice = serving_costs.choose(serving["speculation"]["cost_profile"], serving["gpu"], target_params)
     concurrencies = served_concurrencies(p)

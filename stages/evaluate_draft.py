@@ -3,14 +3,15 @@ against the unquantized target: the base draft, the fine-tuned one, and the serv
 when draft_quantize.variant is set)."""
 from pathlib import Path
 
-from pipeline import acceptance, records
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.formatting import prompt_ids, split_prompt_response
-from pipeline.io import write_json
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.served_draft import MODEL, RECORD, ServedDraft
-from pipeline.stage import say, stage_main
+from pipeline.core import records
+from pipeline.core.io import write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_ids, split_prompt_response
+from pipeline.data.traffic import read_split
+from pipeline.drafts.served import MODEL, RECORD, ServedDraft
+from pipeline.evaluate import acceptance
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import load_params
 
 TARGET = Path("artifacts/models/target")
 DRAFTS = {"untrained": Path("artifacts/models/draft-base"), "finetuned": Path("artifacts/draft-finetuned"),

@@ -3,12 +3,14 @@ import sys
 
 from pathlib import Path
 
-from pipeline import capacity, gates, records
-from pipeline.config import load_params
-from pipeline.io import write_csv, write_json
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.stage import stage_main
-from pipeline.tiers import serving_slo
+from pipeline.core import records
+from pipeline.core.io import write_csv, write_json
+from pipeline.core.stage import stage_main
+from pipeline.params.load import load_params
+from pipeline.release import gates
+from pipeline.serving import capacity
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.tiers import serving_slo
 
 EVAL_DIR, SERVE_DIR = Path("artifacts/eval"), Path("artifacts/serve")
 PARETO = Path("artifacts/gate/pareto.png")  # every variant's configs against the SLO; each bundle carries it

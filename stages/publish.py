@@ -1,18 +1,19 @@
 """Stage `publish`: re-check each bundle's gate verdict, verify it and push it to the configured registry.
 
 Each bundle carries its own verdict (GATE.json) and numbers (EVAL.json) under its MANIFEST.json; the
-current gate run's verdicts say whether it is still the build to ship (pipeline/publish.py)."""
+current gate run's verdicts say whether it is still the build to ship (pipeline/release/publish.py)."""
 from pathlib import Path
 
-from pipeline import records, signing
-from pipeline.config import load_params
-from pipeline.errors import PipelineError
-from pipeline.gates import GateReport
-from pipeline.io import write_json
-from pipeline.publish import pinned_copy, release_tags
-from pipeline.registry import get_backend
-from pipeline.stage import say, stage_main
-from pipeline.thresholds import gate_thresholds
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.params.load import load_params
+from pipeline.release import signing
+from pipeline.release.gates import GateReport
+from pipeline.release.publish import pinned_copy, release_tags
+from pipeline.release.registry import get_backend
+from pipeline.release.thresholds import gate_thresholds
 
 
 @stage_main()

@@ -1,13 +1,13 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
 from pathlib import Path
 
-from pipeline.config import enabled_variant, load_params, quantize_distributed, variant_argument
-from pipeline.data import read_split
-from pipeline.formatting import full_text
-from pipeline.io import atomic_dir, write_json
-from pipeline.loading import load_tokenizer
-from pipeline.quantize_dist import quantize
-from pipeline.stage import say, stage_main
+from pipeline.core.io import atomic_dir, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import full_text
+from pipeline.data.traffic import read_split
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, quantize_distributed, variant_argument
+from pipeline.quantize.distributed import quantize
 
 TARGET = Path("artifacts/models/target")
 

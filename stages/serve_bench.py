@@ -12,7 +12,7 @@ held-out traffic at every concurrency of serve_bench.concurrency, in this order:
 3. a k per batch-size range (serve_bench.k_schedule): k where a method's fixed config paid, none where it lost,
    for the method whose sweep suggests the most (speculation.k_schedule).
 After each config's sweep, on its still-running server, serve_bench.capacity searches the largest load whose p99
-latencies meet serving.slo (pipeline/capacity.py; this file only runs its probes).
+latencies meet serving.slo (pipeline/serving/capacity.py; this file only runs its probes).
 The tiers of serve_bench.tiers are then served the same way at their own engine settings
 (tiers/<tier>/serve-<config>.yaml), each at its own concurrency. Elsewhere the record says why it was skipped,
 and the gate falls back to the CPU estimate.
@@ -25,22 +25,25 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pipeline import capacity, methods, records, serve_bench, vllm_spec
-from pipeline.acceptance import SpeculativeEstimate
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import heldout_prompts
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_text
-from pipeline.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
-from pipeline.io import atomic_dir, write_csv
-from pipeline.loading import load_tokenizer
-from pipeline.served_draft import MODEL as DRAFT
-from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
-from pipeline.speculation import config_name, k_schedule
-from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
-from pipeline.tiers import Tier, benchmarked, serving_slo
-from pipeline.vllm_server import serve, vllm_command
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, write_csv
+from pipeline.core.stage import LOG_DIR, progress_bar, say, stage_main
+from pipeline.data.formatting import prompt_text
+from pipeline.data.traffic import heldout_prompts
+from pipeline.drafts import methods
+from pipeline.drafts.served import MODEL as DRAFT
+from pipeline.evaluate import vllm_spec
+from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
+from pipeline.release.speculation_choice import config_name, k_schedule
+from pipeline.serving import capacity, serve_bench
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
+from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.serving.tiers import Tier, benchmarked, serving_slo
+from pipeline.serving.vllm_server import serve, vllm_command
 
 
 HEAD = Path("artifacts/eagle3/model")

@@ -78,7 +78,7 @@ def test_code_deps_are_exactly_the_import_closure(stage):
     needed = closure(ROOT / entry)
     missing = sorted(str(p) for p in needed if not covered(p, deps))
     assert not missing, f"dvc.yaml stage {stage} imports {missing} but does not list them in deps"
-    # a folder of data inside a package (pipeline/cost_profiles) is data, not code
+    # a folder of data inside a package (pipeline/evaluate/cost_profiles) is data, not code
     code_deps = [d for d in deps if d.endswith(".py") or (ROOT / d).is_dir() and d.split("/")[0] in PACKAGES
                  and any((ROOT / d).rglob("*.py"))]
     extra = [d for d in code_deps if not any(p == Path(d) or Path(d) in p.parents for p in needed)]
@@ -92,7 +92,7 @@ def test_code_deps_are_exactly_the_import_closure(stage):
 
 def test_closure_sees_lazy_imports():
     """A guard on the test itself: an import inside a function body counts."""
-    assert Path("pipeline/demo/models.py") in closure(ROOT / "stages/models.py")
+    assert Path("pipeline/models/demo/models.py") in closure(ROOT / "stages/models.py")
 
 
 def test_dvc_lock_matches_the_code_in_the_tree():
@@ -128,9 +128,10 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     now, from the committed demo build: the gate summary, eval files with per-method detail in lists, the serving
     record (a GPU-like one, measured at four concurrencies) as a plain output."""
     from conftest import copy_project, tiny_params
-    from pipeline import gates, records
-    from pipeline.io import read_json, write_json
-    from pipeline.serve_records import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+    from pipeline.core import records
+    from pipeline.core.io import read_json, write_json
+    from pipeline.release import gates
+    from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
     params = tiny_params()
     project = copy_project(tmp_path, params)
