@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 
 
@@ -21,7 +22,7 @@ def cmd_status(args) -> int:
     from pipeline.release.registry.local import read_index
 
     rc = subprocess.call(["dvc", "status"])
-    verdict = Path("artifacts/gate/verdict.json")
+    verdict = paths.VERDICT
     if verdict.exists():
         for variant, v in json.loads(verdict.read_text())["variants"].items():
             failed = "FAIL (allowed, flagged)" if v.get("allowed_failure") else "FAIL"

@@ -1,6 +1,5 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
-from pathlib import Path
-
+from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import full_text
@@ -9,20 +8,18 @@ from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import enabled_variant, load_params, quantize_distributed, variant_argument
 from pipeline.quantize.distributed import quantize
 
-TARGET = Path("artifacts/models/target")
-
 
 @stage_main()
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
     p = load_params()
     spec = enabled_variant(p, variant)
-    tokenizer = load_tokenizer(TARGET)
+    tokenizer = load_tokenizer(paths.TARGET)
     # Calibrate on the domain's own traffic, formatted as the served model sees it.
-    texts = [full_text(tokenizer, m) for m in read_split("artifacts/data/calibration.jsonl")]
-    with atomic_dir(Path("artifacts/quantized") / variant) as tmp:
+    texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
+    with atomic_dir(paths.QUANTIZED / variant) as tmp:
         # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
-        metrics = quantize(TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
+        metrics = quantize(paths.TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
     write_json(f"metrics/quantize-{variant}.json", metrics)
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
     group = ""

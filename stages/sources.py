@@ -8,16 +8,14 @@ when their stat changed (HashCache), and the recipe check, which imports compres
 only when the variants, the code or the libraries changed. Both memories live in artifacts/cache/: gitignored,
 one per workspace (inodes and times are this machine's), dropped with the rest of artifacts/, and not DVC
 outputs (DVC deletes a stage's outputs before running it). Deleting them costs one slow run, never a wrong hash."""
-from pathlib import Path
-
+from pipeline.core import paths
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.sources import HashCache, source_fingerprint
 from pipeline.params.load import enabled_variant, group_sizes, load_params, recipe_check_remembered
 
-OUT = "artifacts/sources.json"
-HASHES = Path("artifacts/cache/source-hashes.json")
-RECIPES_CHECKED = Path("artifacts/cache/recipes-checked.json")
+HASHES = paths.CACHE / "source-hashes.json"
+RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
 
 
 @stage_main()
@@ -31,7 +29,7 @@ def main(argv: list[str]) -> None:
               "draft": source_fingerprint(p["draft"]["source"], "draft", cache=cache)}
     if problem := cache.save():
         warn(f"sources: {problem}; the next run reads every model file again")
-    write_json(OUT, prints)
+    write_json(paths.SOURCES, prints)
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only

@@ -90,6 +90,33 @@ def test_code_deps_are_exactly_the_import_closure(stage):
             assert files <= needed, f"stage {stage} lists {d}/ but imports only part of it: {sorted(files - needed)}"
 
 
+def test_the_artifact_layout_is_dvc_yamls():
+    """pipeline/core/paths.py names the artifacts dvc.yaml's stages write and read (dvc.yaml keeps literal paths):
+    every artifact dvc.yaml names is one of its paths (a foreach stage's `<dir>/${item}`: its dir), and every one of
+    its paths is in dvc.yaml, lies inside an out there, holds one, or is one of the workspace's own, which DVC never
+    tracks."""
+    from pipeline.core import paths
+
+    named = {v for v in vars(paths).values() if isinstance(v, Path)}
+    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING}
+    outs, mentioned = set(), set()
+    for stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values():
+        body = stage.get("do", stage)
+        for kind in ("outs", "deps"):
+            for entry in body.get(kind, []):
+                path = entry if isinstance(entry, str) else next(iter(entry))
+                if path.startswith("artifacts"):
+                    path = Path(path.removesuffix("/${item}"))
+                    mentioned.add(path)
+                    if kind == "outs":
+                        outs.add(path)
+    missing = sorted(map(str, mentioned - named))
+    assert not missing, f"dvc.yaml names artifacts pipeline/core/paths.py does not: {missing}"
+    stray = {p for p in named - mentioned - untracked
+             if not any(o in p.parents for o in outs) and not any(p in m.parents for m in mentioned)}
+    assert not stray, f"pipeline/core/paths.py names artifacts no dvc.yaml stage writes: {sorted(map(str, stray))}"
+
+
 def test_closure_sees_lazy_imports():
     """A guard on the test itself: an import inside a function body counts."""
     assert Path("pipeline/models/demo/models.py") in closure(ROOT / "stages/models.py")

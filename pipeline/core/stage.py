@@ -20,10 +20,10 @@ from typing import IO, Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.core.redact import redact_uri
 
-LOG_DIR = Path("artifacts/logs")
 T = TypeVar("T")
 
 # The terminal's stdout and stderr while a stage's own fds 1 and 2 go to its log file.
@@ -173,7 +173,7 @@ def stage_main(name: str | None = None):
             module = getattr(sys.modules[main.__module__].__spec__, "name", main.__module__)  # not __main__ under -m
             stem = name or module.rsplit(".", 1)[-1] + (f"@{argv[0]}" if argv else "")
             stem = stem.replace("/", "_").replace("..", "_")  # a bad argument must not pick the log's path
-            log_path = LOG_DIR / f"{stem}.log"
+            log_path = paths.LOGS / f"{stem}.log"
             if log_path.exists():
                 log_path.unlink()
             code = 0

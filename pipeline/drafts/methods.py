@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.core.values import is_int, is_positive_int, is_positive_number
 
@@ -19,6 +20,8 @@ DRAFT_MODEL, EAGLE3, NGRAM = "draft_model", "eagle3", "ngram"
 METHODS = (DRAFT_MODEL, EAGLE3, NGRAM)
 # Where each trained method sits in a bundle and in serve_bench's bundle-shaped directory.
 BUNDLE_DIRS = {DRAFT_MODEL: "draft", EAGLE3: "eagle3"}
+# Where the stages leave each trained method's served weights (draft_quantize, eagle3), for bundles to copy.
+ARTIFACT_DIRS = {DRAFT_MODEL: paths.DRAFT_MODEL, EAGLE3: paths.EAGLE3_MODEL}
 NGRAM_MAX = 16  # longer lookups than this only slow the CPU-side search; vLLM's default max is 5
 # draft_training.generator: what answers the draft-train prompts in the distill stage (distill_vllm.resolve_generator)
 GENERATORS = ("auto", "transformers", "vllm")

@@ -1,12 +1,8 @@
-"""What artifacts/draft holds: the draft bundles serve, as trained or quantized (stage draft_quantize)."""
+"""What artifacts/draft holds (core/paths.py DRAFT): the draft bundles serve, as trained or quantized (stage
+draft_quantize), and this record of which (DRAFT_RECORD)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-
-DRAFT_DIR = Path("artifacts/draft")
-MODEL = DRAFT_DIR / "model"
-RECORD = DRAFT_DIR / "served.json"
 
 
 @dataclass

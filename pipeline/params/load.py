@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError, one_of
 from pipeline.core.values import is_int, is_number, is_positive_int, is_positive_number
 
@@ -266,7 +267,7 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
     registry = Path(str(params["publish"]["registry_dir"])).resolve()
-    if Path("artifacts").resolve() in registry.parents or registry == Path("artifacts").resolve():
+    if paths.ARTIFACTS.resolve() in registry.parents or registry == paths.ARTIFACTS.resolve():
         raise PipelineError(f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "
                             "which the pipeline rebuilds (and whose bundles it copies): put the registry elsewhere")
     for role, key in ((params["publish"].get("signing") or {}).items()):
