@@ -8,7 +8,7 @@ python -m pip install -q --upgrade pip
 # 2.13.0 is the CPU build on local disk; installing it first keeps pip from pulling CUDA wheels.
 python -m pip install -q torch==2.13.0
 python -m pip install -q -e ".[dev]"
-# EAGLE-3 heads (pipeline/eagle3.py): speculators' model and loss. --no-deps: its metadata pulls torchaudio and
+# EAGLE-3 heads (pipeline/drafts/eagle3.py): speculators' model and loss. --no-deps: its metadata pulls torchaudio and
 # torchvision, whose resolution replaces the CPU torch above with a CUDA build; pyproject lists what it imports.
 python -m pip install -q --no-deps speculators==0.9.0
 python -c "import speculators.models.eagle3"

@@ -35,13 +35,13 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
     """Every (variant, N) run, the raw file rewritten after each one (a cut-off run keeps what it measured)."""
     import torch
 
-    from pipeline.config import load_params
-    from pipeline.data import read_split
-    from pipeline.formatting import full_text, prompt_and_response_ids
-    from pipeline.loading import load_causal_lm, load_tokenizer
-    from pipeline.quality import fidelity
-    from pipeline.quantize import quantize_model
-    from pipeline.recipes import parse_variant
+    from pipeline.data.formatting import full_text, prompt_and_response_ids
+    from pipeline.data.traffic import read_split
+    from pipeline.evaluate.quality import fidelity
+    from pipeline.models.loading import load_causal_lm, load_tokenizer
+    from pipeline.params.load import load_params
+    from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import parse_variant
 
     target = artifacts / "models/target"
     if not (target / "model.safetensors").is_file():

@@ -41,7 +41,7 @@ def demo_target(params: dict, work: Path, pretrain_steps: int | None = None) -> 
     built = ROOT / "artifacts" / "models" / "target"
     if built.is_dir():
         return built, "artifacts/models/target (built by the `models` stage)"
-    from pipeline.demo.models import build_demo_pair
+    from pipeline.models.demo.models import build_demo_pair
 
     cfg, note = params["demo"], "built by this script from params.yaml `demo:`"
     if pretrain_steps is not None:
@@ -53,8 +53,8 @@ def demo_target(params: dict, work: Path, pretrain_steps: int | None = None) -> 
 
 
 def calibration_split(params: dict, target: Path, work: Path) -> Path:
-    from pipeline.data import dedup, drop_too_long, load_traffic, split, write_split
-    from pipeline.loading import load_tokenizer
+    from pipeline.data.traffic import dedup, drop_too_long, load_traffic, split, write_split
+    from pipeline.models.loading import load_tokenizer
 
     built = ROOT / "artifacts" / "data" / "calibration.jsonl"
     if built.is_file():
@@ -68,11 +68,11 @@ def calibration_split(params: dict, target: Path, work: Path) -> Path:
 
 def run_child(variant: str, target: Path, calibration: Path, result: Path, offload: bool) -> None:
     """Child process: one variant, metrics as JSON."""
-    from pipeline.config import enabled_variant, load_params
-    from pipeline.data import read_split
-    from pipeline.formatting import full_text
-    from pipeline.loading import load_tokenizer
-    from pipeline.quantize import quantize_model
+    from pipeline.data.formatting import full_text
+    from pipeline.data.traffic import read_split
+    from pipeline.models.loading import load_tokenizer
+    from pipeline.params.load import enabled_variant, load_params
+    from pipeline.quantize.oneshot import quantize_model
 
     params = load_params(PARAMS_FILE)
     tokenizer = load_tokenizer(target)
@@ -104,7 +104,7 @@ def random_llama(tokenizer_dir: Path, dest: Path) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from pipeline.loading import load_tokenizer
+    from pipeline.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -180,7 +180,7 @@ def render(raw: dict) -> str:
         "# Quantization time per variant on the demo target",
         "",
         f"Produced by `{raw['command']}` (each variant in its own fresh process, through the quantize stage's own "
-        f"`pipeline.quantize.quantize_model`, params.yaml as committed; code at commit {raw['commit']}; "
+        f"`pipeline.quantize.oneshot.quantize_model`, params.yaml as committed; code at commit {raw['commit']}; "
         f"{rounds}). Raw runs: `benchmarks/raw/quantize.json`; this file "
         "is rendered from it (`python benchmarks/quantize_bench.py --render`).",
         f"Target: {raw['target']}, {raw['parameters'] / 1e6:.1f}M parameters. Calibration: up to "
@@ -285,7 +285,7 @@ def main() -> None:
                 print(f"wrote benchmarks/{md_name}")
         return
 
-    from pipeline.config import load_params
+    from pipeline.params.load import load_params
 
     args.command = " ".join(["python", "benchmarks/quantize_bench.py", *sys.argv[1:]])
     args.commit = args.commit or code_commit()

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from summary import gpu_summary, quantize_summary  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from pipeline.records import eval_summary  # noqa: E402  (metrics/eval-<v>.json keeps per-method numbers in lists)
+from pipeline.core.records import eval_summary  # noqa: E402  (metrics/eval-<v>.json keeps per-method numbers in lists)
 
 BEGIN, END = "<!-- measured:begin (benchmarks/readme_measured.py) -->", "<!-- measured:end -->"
 

@@ -1,1 +1,1 @@
-"""modelprep: the library behind the DVC stages in stages/ (one module or subpackage per concern)."""
+"""modelprep: the library behind the DVC stages in stages/, one subpackage per step of the pipeline (README: Code layout)."""

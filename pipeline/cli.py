@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from pipeline.errors import PipelineError
+from pipeline.core import paths
+from pipeline.core.errors import PipelineError
 
 
 def cmd_run(args) -> int:
@@ -18,10 +19,10 @@ def cmd_run(args) -> int:
 
 def cmd_status(args) -> int:
     """Stale stages (dvc status), gate verdicts and what the local registry holds."""
-    from pipeline.registry.local import read_index
+    from pipeline.release.registry.local import read_index
 
     rc = subprocess.call(["dvc", "status"])
-    verdict = Path("artifacts/gate/verdict.json")
+    verdict = paths.VERDICT
     if verdict.exists():
         for variant, v in json.loads(verdict.read_text())["variants"].items():
             failed = "FAIL (allowed, flagged)" if v.get("allowed_failure") else "FAIL"
@@ -32,8 +33,8 @@ def cmd_status(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    from pipeline.manifest import load_manifest, verify
-    from pipeline.registry.local import resolve_ref
+    from pipeline.release.manifest import load_manifest, verify
+    from pipeline.release.registry.local import resolve_ref
 
     public_key = args.public_key or publish_param("signing", {}).get("public_key")
     ref = registry_ref(args.bundle, args.registry)
@@ -44,7 +45,7 @@ def cmd_verify(args) -> int:
     else:
         manifest, shown = verify(args.bundle), args.bundle
         if public_key:
-            from pipeline import signing
+            from pipeline.release import signing
 
             signing.verify(Path(args.bundle), public_key)
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
@@ -79,7 +80,7 @@ def publish_param(key: str, default):
     full check imports quantization libraries (seconds) verify doesn't need."""
     import yaml
 
-    from pipeline.config import PARAMS_FILE
+    from pipeline.params.load import PARAMS_FILE
 
     try:
         params = yaml.safe_load(PARAMS_FILE.read_text()) if PARAMS_FILE.is_file() else None
@@ -96,8 +97,8 @@ def registry_dir(arg: str | None) -> Path:
 
 def cmd_gate(args) -> int:
     """The `gate` stage's checks on metrics produced anywhere (e.g. a GPU runner)."""
-    from pipeline import gates
-    from pipeline.config import load_params
+    from pipeline.params.load import load_params
+    from pipeline.release import gates
 
     params = load_params(args.params, check_recipes=False)
     metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
@@ -110,7 +111,7 @@ def cmd_profile(args) -> int:
     """Write a profile's values (profiles/<name>.yaml, or a .yaml path) over params.yaml; `dvc repro` then
     re-runs what they change. The GPU demo profile: `modelprep profile gpu`; SmolLM2-135M-Instruct as the target
     with a draft of its first layers: `modelprep profile smollm2`."""
-    from pipeline.profiles import apply_profile
+    from pipeline.params.profiles import apply_profile
 
     changed = apply_profile(args.profile, Path(args.params))
     print(f"{args.params}: {len(changed)} params set from profile {args.profile}"
@@ -120,11 +121,11 @@ def cmd_profile(args) -> int:
 
 def cmd_traffic(args) -> int:
     """Write real-text traffic for the `data` stage from documents on this machine: python-docs asks about the
-    running Python's standard library and answers with its docstrings (pipeline/real_text.py), single- and
+    running Python's standard library and answers with its docstrings (pipeline/data/real_text.py), single- and
     multi-turn, each row tagged with its module so `data` holds whole modules out. The rows depend on the Python
     version (its docstrings), which is recorded beside the file and in metrics/data.json. Point data.traffic at
     the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed)."""
-    from pipeline import real_text
+    from pipeline.data import real_text
 
     record = real_text.write(Path(args.out), args.rows, args.seed, args.max_answer_chars)
     print(f"{args.out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "

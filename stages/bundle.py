@@ -2,26 +2,25 @@
 import shutil
 from pathlib import Path
 
-from pipeline import methods, records, signing
-from pipeline.acceptance import SpeculativeEstimate
-from pipeline.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import heldout_prompts
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_text
-from pipeline.gates import GateReport
-from pipeline.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
-from pipeline.hardware import server_env
-from pipeline.io import atomic_dir, read_json
-from pipeline.loading import load_tokenizer
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.served_draft import MODEL
-from pipeline.speculation import config_name, config_of
-from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-from pipeline.stage import say, stage_main
-from pipeline.vllm_spec import VllmMeasurement
-
-SOURCES = {methods.DRAFT_MODEL: MODEL, methods.EAGLE3: Path("artifacts/eagle3/model")}
+from pipeline.core import paths, records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, read_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_text
+from pipeline.data.traffic import heldout_prompts
+from pipeline.drafts import methods
+from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import server_env
+from pipeline.release import signing
+from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
+from pipeline.release.gates import GateReport
+from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
+from pipeline.release.speculation_choice import config_name, config_of
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 
 
 def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
@@ -50,12 +49,12 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "bundle")
     p = load_params()
     spec = enabled_variant(p, variant)
-    verdict = records.read(GateReport, "artifacts/gate/verdict.json").variants.get(variant)
+    verdict = records.read(GateReport, paths.VERDICT).variants.get(variant)
     if verdict is None or verdict.speculation is None:
-        raise PipelineError(f"artifacts/gate/verdict.json has no verdict for {variant}; run the gate stage")
+        raise PipelineError(f"{paths.VERDICT} has no verdict for {variant}; run the gate stage")
     if not verdict.shippable:
         raise PipelineError(f"{variant} failed its gates; it is not bundled (gates.allow_fail publishes it flagged)")
-    ev, serve_dir = Path("artifacts/eval") / variant, Path("artifacts/serve") / variant
+    ev, serve_dir = paths.EVAL / variant, paths.SERVE / variant
     summary = read_json(ev / "summary.json")
     shipped = verdict.speculation.speculation
     candidate = verdict.speculation.method  # its estimate describes the speculation in the card
@@ -64,24 +63,25 @@ def main(argv: list[str]) -> None:
     gpu = records.read(VllmMeasurement, ev / "vllm.json")
     serve = records.read(ServeBenchRecord, serve_dir / "record.json")
     quant = read_json(f"metrics/quantize-{variant}.json")
-    model_dir = Path("artifacts/quantized") / variant
+    model_dir = paths.QUANTIZED / variant
     quantization = checkpoint_quantization(model_dir)
     args = engine_args(spec, p["serving"], methods.speculative_config_for(shipped, p), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
     n = p["deploy"]["warmup_prompts"]
-    prompts = (heldout_prompts("artifacts/data/heldout.jsonl", n)
+    prompts = (heldout_prompts(paths.HELDOUT, n)
                if p["deploy"]["warmup_from_traffic"] else
                [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
-    with atomic_dir(Path("artifacts/bundles") / variant) as tmp:
-        drafter = (SOURCES[shipped.method], methods.BUNDLE_DIRS[shipped.method]) if shipped.method in SOURCES else None
+    with atomic_dir(paths.BUNDLES / variant) as tmp:
+        drafter = ((methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
+                   if shipped.method in methods.ARTIFACT_DIRS else None)
         # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
         env = server_env(spec, p["serving"], serve.kernel_env if serve.kernel else None)
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
         tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
-        chart = Path("artifacts/gate/pareto.png")  # drawn by the gate, over every variant, where one was measured
+        chart = paths.PARETO  # drawn by the gate, over every variant, where one was measured
         if chart.is_file():
             shutil.copyfile(chart, tmp / PARETO)
         for plan in tiers:

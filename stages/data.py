@@ -1,27 +1,24 @@
 """Stage `data`: validate, dedup and split the domain traffic."""
-from pathlib import Path
-
-from pipeline.config import load_params
-from pipeline.data import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source, split,
-                           write_split)
-from pipeline.io import atomic_dir, write_json
-from pipeline.lmeval import write_task_data
-from pipeline.loading import load_tokenizer
-from pipeline.stage import say, stage_main
-
-OUT = Path("artifacts/data")
+from pipeline.core import paths
+from pipeline.core.io import atomic_dir, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source,
+                                   split, write_split)
+from pipeline.evaluate.lmeval import write_task_data
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import load_params
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()["data"]
-    tokenizer = load_tokenizer("artifacts/models/target")
+    tokenizer = load_tokenizer(paths.TARGET)
     rows, groups, oversized = read_grouped(p["traffic"], p["max_tokens"] * max_token_bytes(tokenizer))
     unique = dedup(rows)
     kept, too_long = drop_too_long(unique, tokenizer, p["max_tokens"])
     too_long += oversized
     splits = split(kept, p["fractions"], p["seed"], groups)
-    with atomic_dir(OUT) as tmp:
+    with atomic_dir(paths.DATA) as tmp:
         for name, convs in splits.items():
             write_split(convs, tmp / f"{name}.jsonl")
         write_task_data(splits["heldout"], tokenizer, tmp / "heldout_lmeval.jsonl")  # for evals/domain_heldout

@@ -1,16 +1,14 @@
 """Stage `distill`: the target's own answers to draft-train prompts, the draft's training data."""
-from pathlib import Path
+from pipeline.core import paths
+from pipeline.core.io import atomic_dir, write_skipped
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.distill import build_distillation_set, transformers_generate, write_examples
+from pipeline.drafts.distill_vllm import resolve_generator, vllm_generate
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import load_params
 
-from pipeline import methods
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.distill import build_distillation_set, transformers_generate, write_examples
-from pipeline.distill_vllm import resolve_generator, vllm_generate
-from pipeline.io import atomic_dir, write_skipped
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.stage import say, stage_main
-
-TARGET, DATA, OUT = Path("artifacts/models/target"), Path("artifacts/data"), Path("artifacts/distill")
 TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from the target's answers
 
 
@@ -20,23 +18,23 @@ def main(argv: list[str]) -> None:
     cfg = p["draft_training"]
     if not set(TRAINED) & set(methods.requested(p)):  # n-gram alone: nothing learns from the answers
         skipped = f"neither {' nor '.join(TRAINED)} is in draft.method"
-        write_skipped(OUT, skipped)
+        write_skipped(paths.DISTILL, skipped)
         say(f"distill: skipped ({skipped})")
         return
     tp = p["serving"]["tensor_parallel_size"]
     generator = resolve_generator(cfg["generator"], tp)
-    train_convs = read_split(DATA / "draft_train.jsonl")
-    eval_convs = read_split(DATA / "heldout.jsonl")[: cfg["eval_prompts"]]
-    tokenizer = load_tokenizer(TARGET)
+    train_convs = read_split(paths.DRAFT_TRAIN)
+    eval_convs = read_split(paths.HELDOUT)[: cfg["eval_prompts"]]
+    tokenizer = load_tokenizer(paths.TARGET)
     if generator == "vllm":
-        generate = vllm_generate(TARGET, tokenizer.eos_token_id, cfg["max_new_tokens"], p["serving"]["max_model_len"],
-                                 cfg["vllm"], tp)
+        generate = vllm_generate(paths.TARGET, tokenizer.eos_token_id, cfg["max_new_tokens"],
+                                 p["serving"]["max_model_len"], cfg["vllm"], tp)
     else:
-        generate = transformers_generate(load_causal_lm(TARGET), tokenizer, cfg["max_new_tokens"],
+        generate = transformers_generate(load_causal_lm(paths.TARGET), tokenizer, cfg["max_new_tokens"],
                                          cfg["generation_batch_size"])
     train = build_distillation_set(generate, tokenizer, train_convs, cfg)
     evals = build_distillation_set(generate, tokenizer, eval_convs, cfg, sampled=False)
-    with atomic_dir(OUT) as tmp:
+    with atomic_dir(paths.DISTILL) as tmp:
         write_examples(tmp / "train.jsonl", train)
         write_examples(tmp / "eval.jsonl", evals)
     say(f"distill ({generator}): {len(train)} training and {len(evals)} eval examples from {len(train_convs)} prompts, "

@@ -1,20 +1,14 @@
 """Stage `draft_finetune`: fine-tune the base draft on the distilled examples (resumable)."""
-from pathlib import Path
-
-from pipeline import methods
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.distill import pad_id, read_examples
-from pipeline.draft import finetune_draft
-from pipeline.draft_training import loss_curve_rows
-from pipeline.io import atomic_dir, write_csv, write_json, write_skipped
-from pipeline.loading import load_tokenizer
-from pipeline.stage import say, stage_main
-
-BASE = Path("artifacts/models/draft-base")
-DISTILLED, OUT = Path("artifacts/distill"), Path("artifacts/draft-finetuned")
-# Outside DVC's outputs, so checkpoints survive an interrupted `dvc repro` for `resume`.
-CHECKPOINTS = Path("artifacts/.cache/draft")
+from pipeline.core import paths
+from pipeline.core.io import atomic_dir, write_csv, write_json, write_skipped
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.distill import pad_id, read_examples
+from pipeline.drafts.draft_model import finetune_draft
+from pipeline.drafts.finetune import loss_curve_rows
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import load_params
 
 
 @stage_main()
@@ -23,16 +17,16 @@ def main(argv: list[str]) -> None:
     cfg = p["draft_training"]
     if methods.DRAFT_MODEL not in methods.requested(p):  # nothing downstream reads a draft model then
         skipped = methods.not_requested(methods.DRAFT_MODEL)
-        write_skipped(OUT, skipped)
+        write_skipped(paths.DRAFT_FINETUNED, skipped)
         write_csv("plots/draft_loss.csv", [], ["step", "train_loss", "eval_loss"])
         write_json("metrics/draft_training.json", {"skipped": skipped})
         say(f"draft_finetune: skipped ({skipped})")
         return
-    train, evals = read_examples(DISTILLED / "train.jsonl"), read_examples(DISTILLED / "eval.jsonl")
-    n_prompts = len(read_split("artifacts/data/draft_train.jsonl"))
-    with atomic_dir(OUT) as tmp:
-        metrics, history = finetune_draft(BASE, pad_id(load_tokenizer(BASE)), train, evals, cfg, CHECKPOINTS, tmp,
-                                          n_prompts)
+    train, evals = read_examples(paths.DISTILL / "train.jsonl"), read_examples(paths.DISTILL / "eval.jsonl")
+    n_prompts = len(read_split(paths.DRAFT_TRAIN))
+    with atomic_dir(paths.DRAFT_FINETUNED) as tmp:
+        metrics, history = finetune_draft(paths.DRAFT_BASE, pad_id(load_tokenizer(paths.DRAFT_BASE)), train, evals, cfg,
+                                          paths.DRAFT_CHECKPOINTS, tmp, n_prompts)
     write_csv("plots/draft_loss.csv", loss_curve_rows(history))
     write_json("metrics/draft_training.json", metrics)
     say(f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "

@@ -1,18 +1,16 @@
 """Stage `draft_quantize`: the draft that bundles serve, the fine-tuned one as trained or quantized
 with a quantize variant's recipe (draft_quantize.variant)."""
 import shutil
-from pathlib import Path
 
-from pipeline import methods, records
-from pipeline.config import enabled_variant, load_params
-from pipeline.data import read_split
-from pipeline.draft import quantize_draft
-from pipeline.io import atomic_dir
-from pipeline.served_draft import DRAFT_DIR, MODEL, RECORD, ServedDraft
-from pipeline.sizes import dir_size, megabytes
-from pipeline.stage import say, stage_main
-
-FINETUNED = Path("artifacts/draft-finetuned")
+from pipeline.core import paths, records
+from pipeline.core.io import atomic_dir
+from pipeline.core.sizes import dir_size, megabytes
+from pipeline.core.stage import say, stage_main
+from pipeline.data.traffic import read_split
+from pipeline.drafts import methods
+from pipeline.drafts.draft_model import quantize_draft
+from pipeline.drafts.served import ServedDraft
+from pipeline.params.load import enabled_variant, load_params
 
 
 @stage_main()
@@ -21,19 +19,19 @@ def main(argv: list[str]) -> None:
     name = p["draft_quantize"]["variant"]
     if methods.DRAFT_MODEL not in methods.requested(p):
         served = ServedDraft(quantized_variant=None, size_mb=None, skipped=methods.not_requested(methods.DRAFT_MODEL))
-        with atomic_dir(DRAFT_DIR) as tmp:
-            records.write(tmp / RECORD.name, served)
+        with atomic_dir(paths.DRAFT) as tmp:
+            records.write(tmp / paths.DRAFT_RECORD.name, served)
         say(f"draft_quantize: skipped ({served.skipped})")
         return
-    with atomic_dir(DRAFT_DIR) as tmp:
+    with atomic_dir(paths.DRAFT) as tmp:
         if name is None:
-            shutil.copytree(FINETUNED, tmp / MODEL.name)
+            shutil.copytree(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name)
         else:
-            quantize_draft(FINETUNED, tmp / MODEL.name, enabled_variant(p, name),
-                           read_split("artifacts/data/calibration.jsonl"), p["quantize"]["calibration"])
-        size_mb = megabytes(dir_size(tmp / MODEL.name, ".safetensors"))
+            quantize_draft(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name, enabled_variant(p, name),
+                           read_split(paths.CALIBRATION), p["quantize"]["calibration"])
+        size_mb = megabytes(dir_size(tmp / paths.DRAFT_MODEL.name, ".safetensors"))
         served = ServedDraft(quantized_variant=name, size_mb=size_mb)
-        records.write(tmp / RECORD.name, served)
+        records.write(tmp / paths.DRAFT_RECORD.name, served)
     say(f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "
         f"({served.size_mb} MB)")
 

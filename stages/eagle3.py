@@ -3,16 +3,14 @@
 Runs when draft.method lists eagle3; otherwise records why no head was trained, and the evaluate and
 serving stages leave the method out."""
 from collections import Counter
-from pathlib import Path
 
-from pipeline import eagle3, methods, records
-from pipeline.config import load_params
-from pipeline.distill import read_examples
-from pipeline.io import atomic_dir, write_csv, write_json
-from pipeline.loading import load_causal_lm
-from pipeline.stage import progress, say, stage_main
-
-TARGET, DISTILLED, OUT = Path("artifacts/models/target"), Path("artifacts/distill"), Path("artifacts/eagle3")
+from pipeline.core import paths, records
+from pipeline.core.io import atomic_dir, write_csv, write_json
+from pipeline.core.stage import progress, say, stage_main
+from pipeline.drafts import eagle3, methods
+from pipeline.drafts.distill import read_examples
+from pipeline.models.loading import load_causal_lm
+from pipeline.params.load import load_params
 
 
 @stage_main()
@@ -21,18 +19,18 @@ def main(argv: list[str]) -> None:
     cfg = p["draft"]["eagle3"]
     if methods.EAGLE3 not in methods.requested(p):
         record = eagle3.Eagle3Record(skipped=methods.not_requested(methods.EAGLE3))
-        with atomic_dir(OUT) as tmp:
+        with atomic_dir(paths.EAGLE3) as tmp:
             records.write(tmp / "record.json", record)
         write_json("metrics/eagle3.json", {"skipped": record.skipped})
         write_csv("plots/eagle3_loss.csv", [], ["step", "loss"])
         say(f"eagle3: skipped ({record.skipped})")
         return
-    target = load_causal_lm(TARGET)  # the GPU where there is one
+    target = load_causal_lm(paths.TARGET)  # the GPU where there is one
     device = target.device
     layer_ids = eagle3.aux_layer_ids(cfg["aux_layers"], target.config.num_hidden_layers)  # errors before training
-    rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in read_examples(DISTILLED / "train.jsonl")]
+    rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in read_examples(paths.DISTILL / "train.jsonl")]
     answers = Counter(t for r in rows for t, label in zip(r["input_ids"], r["labels"]) if label != -100)
-    head = eagle3.build_head(TARGET, cfg, layer_ids, answers)
+    head = eagle3.build_head(paths.TARGET, cfg, layer_ids, answers)
     result = eagle3.train(head, eagle3.TargetFeatures(target, layer_ids), rows, cfg, device, progress)
     last = result["curve"][-1]
     record = eagle3.Eagle3Record(
@@ -40,8 +38,8 @@ def main(argv: list[str]) -> None:
         train_steps=cfg["train_steps"], trainable_parameters=result["trainable_parameters"], train_s=result["train_s"],
         final_loss=last["loss"], accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg["ttt_steps"])],
         device=str(device))
-    with atomic_dir(OUT) as tmp:
-        eagle3.save(head.cpu(), tmp / "model", TARGET)
+    with atomic_dir(paths.EAGLE3) as tmp:
+        eagle3.save(head.cpu(), tmp / "model", paths.TARGET)
         records.write(tmp / "record.json", record)
     write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
     write_csv("plots/eagle3_loss.csv", result["curve"])

@@ -1,19 +1,18 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
 from pathlib import Path
 
-from pipeline import acceptance, eagle3, lmeval, methods, ngram, quality, records, serving_costs, vllm_spec
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import read_split
-from pipeline.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
-from pipeline.hardware import scoped_env, server_env
-from pipeline.io import atomic_dir, write_csv, write_json
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.served_draft import MODEL
-from pipeline.stage import say, stage_main
-from pipeline.tiers import parse_tiers
-from pipeline.vllm_spec import VllmMeasurement
-
-TARGET, DRAFT, HEAD = Path("artifacts/models/target"), MODEL, Path("artifacts/eagle3/model")
+from pipeline.core import paths, records
+from pipeline.core.io import atomic_dir, write_csv, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
+from pipeline.data.traffic import read_split
+from pipeline.drafts import eagle3, methods, ngram
+from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import scoped_env, server_env
+from pipeline.serving.tiers import parse_tiers
 
 
 def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]) -> dict[str, acceptance.SpeculativeEstimate]:
@@ -27,15 +26,16 @@ def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]
     out = {}
     for method in methods.requested(p):
         if method == methods.DRAFT_MODEL:
-            out[method] = acceptance.estimate(model, load_causal_lm(DRAFT), *args,
-                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir, DRAFT),
+            out[method] = acceptance.estimate(model, load_causal_lm(paths.DRAFT_MODEL), *args,
+                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir,
+                                                                            paths.DRAFT_MODEL),
                                               continuations=written)
         elif method == methods.EAGLE3:
-            eagle3.check_compatible(HEAD, model.config.to_dict())
-            head = eagle3.load(HEAD, model.device)
+            eagle3.check_compatible(paths.EAGLE3_MODEL, model.config.to_dict())
+            head = eagle3.load(paths.EAGLE3_MODEL, model.device)
             features = eagle3.TargetFeatures(model, head.config.eagle_aux_hidden_state_layer_ids)
             out[method] = acceptance.estimate_method(model, eagle3.scorer(head, features, cfg["temperature"]), *args,
-                                                     eagle3.cost_ratio(HEAD, variant_dir), method,
+                                                     eagle3.cost_ratio(paths.EAGLE3_MODEL, variant_dir), method,
                                                      continuations=written)
         else:  # lookups in the token history cost no GPU weight reads
             lookup = p["draft"]["ngram"]
@@ -54,7 +54,7 @@ def served_concurrencies(p: dict) -> list[int]:
 def with_predictions(p: dict, estimates: dict[str, acceptance.SpeculativeEstimate], target_params: int
                      ) -> tuple[dict[str, acceptance.SpeculativeEstimate], serving_costs.Choice]:
     """Each method's estimate at the k predicted fastest as served at serving.target_concurrency, from the cost
-    profile nearest this target (pipeline/serving_costs.py); without one, no expected speedup at all."""
+    profile nearest this target (pipeline/evaluate/serving_costs.py); without one, no expected speedup at all."""
     serving = p["serving"]
     choice = serving_costs.choose(serving["speculation"]["cost_profile"], serving["gpu"], target_params)
     concurrencies = served_concurrencies(p)
@@ -77,7 +77,7 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict
     if reason:
         return VllmMeasurement(skipped=reason)
     return VllmMeasurement.from_measure(vllm_spec.measure(
-        str(variant_dir.resolve()), str(DRAFT.resolve()), prompts[: cfg["prompts"]], k, cfg["max_tokens"],
+        str(variant_dir.resolve()), str(paths.DRAFT_MODEL.resolve()), prompts[: cfg["prompts"]], k, cfg["max_tokens"],
         p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], serving["max_model_len"],
         batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"],
         tensor_parallel_size=serving["tensor_parallel_size"],
@@ -126,10 +126,10 @@ def main(argv: list[str]) -> None:
     variant_spec = enabled_variant(p, variant)
     cfg = p["evaluate"]
     lmeval.backend(p["serving"]["tensor_parallel_size"])  # too few GPUs for serving's sharding: fail before any work
-    variant_dir = Path("artifacts/quantized") / variant
-    tokenizer = load_tokenizer(TARGET)
-    heldout = read_split("artifacts/data/heldout.jsonl")[: cfg["heldout_limit"]]
-    baseline, model = load_causal_lm(TARGET), load_causal_lm(variant_dir)
+    variant_dir = paths.QUANTIZED / variant
+    tokenizer = load_tokenizer(paths.TARGET)
+    heldout = read_split(paths.HELDOUT)[: cfg["heldout_limit"]]
+    baseline, model = load_causal_lm(paths.TARGET), load_causal_lm(variant_dir)
     target_params = baseline.num_parameters()  # the unquantized count: packed INT4 weights would undercount
 
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> None:
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
     summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)
-    with atomic_dir(Path("artifacts/eval") / variant) as tmp:
+    with atomic_dir(paths.EVAL / variant) as tmp:
         write_json(tmp / "quality.json", fidelity)
         records.write(tmp / "speculative.json", spec)  # the best method's
         for method, est in estimates.items():

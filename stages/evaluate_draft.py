@@ -1,39 +1,36 @@
 """Stage `evaluate_draft`: what fine-tuning bought, as speculative acceptance on held-out prompts
 against the unquantized target: the base draft, the fine-tuned one, and the served one (quantized
 when draft_quantize.variant is set)."""
-from pathlib import Path
+from pipeline.core import paths, records
+from pipeline.core.io import write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import prompt_ids, split_prompt_response
+from pipeline.data.traffic import read_split
+from pipeline.drafts.served import ServedDraft
+from pipeline.evaluate import acceptance
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import load_params
 
-from pipeline import acceptance, records
-from pipeline.config import load_params
-from pipeline.data import read_split
-from pipeline.formatting import prompt_ids, split_prompt_response
-from pipeline.io import write_json
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.served_draft import MODEL, RECORD, ServedDraft
-from pipeline.stage import say, stage_main
-
-TARGET = Path("artifacts/models/target")
-DRAFTS = {"untrained": Path("artifacts/models/draft-base"), "finetuned": Path("artifacts/draft-finetuned"),
-          "served": MODEL}
+DRAFTS = {"untrained": paths.DRAFT_BASE, "finetuned": paths.DRAFT_FINETUNED, "served": paths.DRAFT_MODEL}
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     cfg = load_params()["evaluate"]["acceptance"]
-    served = records.read(ServedDraft, RECORD)
+    served = records.read(ServedDraft, paths.DRAFT_RECORD)
     if served.skipped:
         write_json("metrics/draft.json", {"skipped": served.skipped})
         say(f"evaluate_draft: skipped ({served.skipped})")
         return
-    tokenizer, target = load_tokenizer(TARGET), load_causal_lm(TARGET)
+    tokenizer, target = load_tokenizer(paths.TARGET), load_causal_lm(paths.TARGET)
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0])
-               for m in read_split("artifacts/data/heldout.jsonl")[: cfg["prompts"]]]
+               for m in read_split(paths.HELDOUT)[: cfg["prompts"]]]
     drafts = {k: v for k, v in DRAFTS.items() if k != "served" or served.quantized_variant}  # else served == finetuned
     metrics = {"served_draft_quantized_variant": served.quantized_variant}
     for label, draft_dir in drafts.items():
         est = acceptance.estimate(target, load_causal_lm(draft_dir), prompts, cfg["continuation_tokens"],
                                   cfg["temperature"], cfg["max_k"],
-                                  acceptance.resolve_cost_ratio(cfg["cost_ratio"], TARGET, draft_dir))
+                                  acceptance.resolve_cost_ratio(cfg["cost_ratio"], paths.TARGET, draft_dir))
         metrics |= {f"token_acceptance_{label}": est.token_acceptance,
                     f"accepted_per_draft_token_{label}": est.accepted_per_draft_token,
                     f"num_speculative_tokens_{label}": est.num_speculative_tokens,

@@ -1,30 +1,28 @@
 """Stage `gate`: check every variant against params.yaml thresholds; any failure fails `dvc repro`."""
 import sys
 
-from pathlib import Path
-
-from pipeline import capacity, gates, records
-from pipeline.config import load_params
-from pipeline.io import write_csv, write_json
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.stage import stage_main
-from pipeline.tiers import serving_slo
-
-EVAL_DIR, SERVE_DIR = Path("artifacts/eval"), Path("artifacts/serve")
-PARETO = Path("artifacts/gate/pareto.png")  # every variant's configs against the SLO; each bundle carries it
+from pipeline.core import paths, records
+from pipeline.core.io import write_csv, write_json
+from pipeline.core.stage import stage_main
+from pipeline.params.load import load_params
+from pipeline.release import gates
+from pipeline.serving import capacity
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.tiers import serving_slo
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
     enabled = p["quantize"]["enabled"]
-    metrics = {v: records.read_object(EVAL_DIR / v / "summary.json") for v in enabled}
-    serve = {v: records.read(ServeBenchRecord, SERVE_DIR / v / "record.json") for v in enabled}
+    metrics = {v: records.read_object(paths.EVAL / v / "summary.json") for v in enabled}
+    serve = {v: records.read(ServeBenchRecord, paths.SERVE / v / "record.json") for v in enabled}
     report = gates.run(p, metrics, serve_by_variant=serve)
     write_json("metrics/gates.json", gates.summary(report))
-    records.write("artifacts/gate/verdict.json", report)
-    PARETO.unlink(missing_ok=True)
-    capacity.pareto_png(PARETO, serve, serving_slo(p["serving"])[0])  # none without a measurement: the card says so
+    records.write(paths.VERDICT, report)
+    paths.PARETO.unlink(missing_ok=True)
+    # none without a measurement: the card says so
+    capacity.pareto_png(paths.PARETO, serve, serving_slo(p["serving"])[0])
     write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
                                      "perplexity_increase_pct": m.get("perplexity_increase_pct"),
                                      "top1_agreement": m.get("top1_agreement"),

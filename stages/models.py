@@ -1,17 +1,13 @@
 """Stage `models`: materialize the target and the base draft (demo, local dir, GGUF, Hub, or the target's own
 first layers) and check, before any expensive stage, that each tokenizer agrees with its config and chat
 template and that the draft can speculate for the target."""
-from pathlib import Path
-
-from pipeline.config import layer_draft, load_params
-from pipeline.draft_compat import check_compatible
-from pipeline.io import atomic_dir, read_json, write_json
-from pipeline.sources import fetch_model, source_fingerprint
-from pipeline.stage import say, stage_main
-from pipeline.tokenizer_check import check_tokenizer
-
-TARGET, DRAFT = Path("artifacts/models/target"), Path("artifacts/models/draft-base")
-SOURCES = Path("artifacts/sources.json")
+from pipeline.core import paths
+from pipeline.core.io import atomic_dir, read_json, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.models.draft_compat import check_compatible
+from pipeline.models.sources import fetch_model, source_fingerprint
+from pipeline.models.tokenizer_check import check_tokenizer
+from pipeline.params.load import layer_draft, load_params
 
 
 @stage_main()
@@ -19,23 +15,23 @@ def main(argv: list[str]) -> None:
     p = load_params()  # checks the pairing of the two sources too (config.check_sources)
     target_src, draft_src = p["target"]["source"], p["draft"]["source"]
     cut = layer_draft(p)
-    with atomic_dir(TARGET) as target_tmp, atomic_dir(DRAFT) as draft_tmp:
+    with atomic_dir(paths.TARGET) as target_tmp, atomic_dir(paths.DRAFT_BASE) as draft_tmp:
         if target_src == "demo":
-            from pipeline.demo.models import build_demo_pair
+            from pipeline.models.demo.models import build_demo_pair
 
             summary = {"source": "demo", **build_demo_pair(target_tmp, draft_tmp, p["demo"])}
             for role, built in (("target", target_tmp), ("draft", draft_tmp)):
                 check_tokenizer(built, role, shown=f"demo {role}")
         else:
             # Hub sources download at the commit the `sources` stage fingerprinted, not wherever a branch is now.
-            prints = read_json(SOURCES) if SOURCES.is_file() else {  # run by hand, without `dvc repro`
+            prints = read_json(paths.SOURCES) if paths.SOURCES.is_file() else {  # run by hand, without `dvc repro`
                 "target": source_fingerprint(target_src, "target", p["target"].get("revision")),
                 "draft": source_fingerprint(draft_src, "draft")}
             fetch_model(target_src, target_tmp, "target", prints["target"].get("revision"))
             check_tokenizer(target_tmp, "target", shown=target_src)  # before a draft is downloaded or cut
             if cut is not None:  # the target's own tokenizer files, checked above
-                from pipeline.layer_draft import build_layer_draft
-                from pipeline.loading import check_checkpoint_tensors
+                from pipeline.models.layer_draft import build_layer_draft
+                from pipeline.models.loading import check_checkpoint_tensors
 
                 prints = {**prints, "draft": build_layer_draft(target_tmp, draft_tmp, cut.layers)}
                 check_checkpoint_tensors(draft_tmp, "draft")  # the cut config and weights describe one model

@@ -1,17 +1,17 @@
 """Stage `publish`: re-check each bundle's gate verdict, verify it and push it to the configured registry.
 
 Each bundle carries its own verdict (GATE.json) and numbers (EVAL.json) under its MANIFEST.json; the
-current gate run's verdicts say whether it is still the build to ship (pipeline/publish.py)."""
-from pathlib import Path
-
-from pipeline import records, signing
-from pipeline.config import gate_thresholds, load_params
-from pipeline.errors import PipelineError
-from pipeline.gates import GateReport
-from pipeline.io import write_json
-from pipeline.publish import pinned_copy, release_tags
-from pipeline.registry import get_backend
-from pipeline.stage import say, stage_main
+current gate run's verdicts say whether it is still the build to ship (pipeline/release/publish.py)."""
+from pipeline.core import paths, records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.params.load import load_params
+from pipeline.release import signing
+from pipeline.release.gates import GateReport
+from pipeline.release.publish import pinned_copy, release_tags
+from pipeline.release.registry import get_backend
+from pipeline.release.thresholds import gate_thresholds
 
 
 @stage_main()
@@ -19,24 +19,24 @@ def main(argv: list[str]) -> None:
     p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
     pub, name = p["publish"], p["serving"]["name"]
     backend = get_backend(pub["backend"])
-    current = records.read(GateReport, "artifacts/gate/verdict.json")
+    current = records.read(GateReport, paths.VERDICT)
     _, public_key = signing.configured(pub)
     releases = {}
     for variant in p["quantize"]["enabled"]:  # every bundle checked before any is published
-        bundle = Path("artifacts/bundles") / variant
+        bundle = paths.BUNDLES / variant
         if not bundle.is_dir():
             raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
         releases[variant] = (bundle, *release_tags(bundle, variant, pub, p["gates"].get("allow_fail") or [], current,
                                                    gate_thresholds(p, variant)))
     receipts = []
     for variant, (bundle, version, tags) in releases.items():
-        with pinned_copy(bundle, tags["bundle_digest"], Path("artifacts/publish/.staging")) as copy:
+        with pinned_copy(bundle, tags["bundle_digest"], paths.PUBLISH_STAGING) as copy:
             if public_key:
                 signing.verify(copy, public_key)  # the copy that is published, not the directory it came from
             receipt = backend.publish(copy, f"{name}-{variant}", version, tags, pub)
         receipts.append(receipt)
         say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
-    write_json("artifacts/publish/receipt.json", {"backend": pub["backend"], "published": receipts})
+    write_json(paths.RECEIPT, {"backend": pub["backend"], "published": receipts})
 
 
 if __name__ == "__main__":

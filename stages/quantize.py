@@ -1,15 +1,12 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
-from pathlib import Path
-
-from pipeline.config import enabled_variant, load_params, quantize_distributed, variant_argument
-from pipeline.data import read_split
-from pipeline.formatting import full_text
-from pipeline.io import atomic_dir, write_json
-from pipeline.loading import load_tokenizer
-from pipeline.quantize_dist import quantize
-from pipeline.stage import say, stage_main
-
-TARGET = Path("artifacts/models/target")
+from pipeline.core import paths
+from pipeline.core.io import atomic_dir, write_json
+from pipeline.core.stage import say, stage_main
+from pipeline.data.formatting import full_text
+from pipeline.data.traffic import read_split
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, quantize_distributed, variant_argument
+from pipeline.quantize.distributed import quantize
 
 
 @stage_main()
@@ -17,12 +14,12 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
     p = load_params()
     spec = enabled_variant(p, variant)
-    tokenizer = load_tokenizer(TARGET)
+    tokenizer = load_tokenizer(paths.TARGET)
     # Calibrate on the domain's own traffic, formatted as the served model sees it.
-    texts = [full_text(tokenizer, m) for m in read_split("artifacts/data/calibration.jsonl")]
-    with atomic_dir(Path("artifacts/quantized") / variant) as tmp:
+    texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
+    with atomic_dir(paths.QUANTIZED / variant) as tmp:
         # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
-        metrics = quantize(TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
+        metrics = quantize(paths.TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
     write_json(f"metrics/quantize-{variant}.json", metrics)
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
     group = ""

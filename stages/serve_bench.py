@@ -12,7 +12,7 @@ held-out traffic at every concurrency of serve_bench.concurrency, in this order:
 3. a k per batch-size range (serve_bench.k_schedule): k where a method's fixed config paid, none where it lost,
    for the method whose sweep suggests the most (speculation.k_schedule).
 After each config's sweep, on its still-running server, serve_bench.capacity searches the largest load whose p99
-latencies meet serving.slo (pipeline/capacity.py; this file only runs its probes).
+latencies meet serving.slo (pipeline/serving/capacity.py; this file only runs its probes).
 The tiers of serve_bench.tiers are then served the same way at their own engine settings
 (tiers/<tier>/serve-<config>.yaml), each at its own concurrency. Elsewhere the record says why it was skipped,
 and the gate falls back to the CPU estimate.
@@ -25,26 +25,24 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from pipeline import capacity, methods, records, serve_bench, vllm_spec
-from pipeline.acceptance import SpeculativeEstimate
-from pipeline.config import enabled_variant, load_params, variant_argument
-from pipeline.data import heldout_prompts
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_text
-from pipeline.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
-from pipeline.io import atomic_dir, write_csv
-from pipeline.loading import load_tokenizer
-from pipeline.served_draft import MODEL as DRAFT
-from pipeline.serve_records import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
-from pipeline.speculation import config_name, k_schedule
-from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-from pipeline.stage import LOG_DIR, progress_bar, say, stage_main
-from pipeline.tiers import Tier, benchmarked, serving_slo
-from pipeline.vllm_server import serve, vllm_command
-
-
-HEAD = Path("artifacts/eagle3/model")
-SOURCES = {methods.DRAFT_MODEL: DRAFT, methods.EAGLE3: HEAD}  # linked into the bundle-shaped directory
+from pipeline.core import paths, records
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, write_csv
+from pipeline.core.stage import progress_bar, say, stage_main
+from pipeline.data.formatting import prompt_text
+from pipeline.data.traffic import heldout_prompts
+from pipeline.drafts import methods
+from pipeline.evaluate import vllm_spec
+from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.models.loading import load_tokenizer
+from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
+from pipeline.release.speculation_choice import config_name, k_schedule
+from pipeline.serving import capacity, serve_bench
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
+from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.serving.tiers import Tier, benchmarked, serving_slo
+from pipeline.serving.vllm_server import serve, vllm_command
 
 
 def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> ServeBenchRecord:
@@ -52,9 +50,9 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
     import torch
 
     cfg = p["serve_bench"]
-    model_dir = Path("artifacts/quantized") / variant
+    model_dir = paths.QUANTIZED / variant
     tokenizer = load_tokenizer(model_dir)
-    rendered = [prompt_text(tokenizer, m) for m in heldout_prompts("artifacts/data/heldout.jsonl")]
+    rendered = [prompt_text(tokenizer, m) for m in heldout_prompts(paths.HELDOUT)]
     add_special = rendered[0][1] if rendered else False
     temperature = p["evaluate"]["acceptance"]["temperature"]
     quantization = checkpoint_quantization(model_dir)
@@ -70,8 +68,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
         serving_dir = Path(tmp)
         (serving_dir / "model").symlink_to(model_dir.resolve())
         for method in candidates:
-            if method in SOURCES:
-                (serving_dir / methods.BUNDLE_DIRS[method]).symlink_to(SOURCES[method].resolve())
+            if method in methods.ARTIFACT_DIRS:
+                (serving_dir / methods.BUNDLE_DIRS[method]).symlink_to(methods.ARTIFACT_DIRS[method].resolve())
         dataset = serving_dir / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
         runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
@@ -248,9 +246,9 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     shutil.copy(config, serving_dir / config.name)
     log = f"{tier.name}.{label}" if tier else label
     # Logs outside the output directory, which is discarded when the stage fails.
-    server_log = LOG_DIR / f"serve_bench@{variant}.{log}-server.log"
+    server_log = paths.LOGS / f"serve_bench@{variant}.{log}-server.log"
     slo, arrival = serving_slo(serving)
-    bench_log = LOG_DIR / f"serve_bench@{variant}.{log}-bench.log"
+    bench_log = paths.LOGS / f"serve_bench@{variant}.{log}-bench.log"
     with serve(serving_dir / config.name, serving_dir, server_log, cfg["startup_timeout_s"], cfg["port"],
                env) as server:
 
@@ -299,7 +297,7 @@ def kernels_in_log(path: Path) -> list[str]:
 def candidates(p: dict, variant: str) -> dict[str, int]:
     """Each requested method at the k its CPU estimate found best on this variant (or the fixed k)."""
     fixed = p["serve_bench"]["num_speculative_tokens"]
-    return {m: records.read(SpeculativeEstimate, Path("artifacts/eval") / variant / f"speculative-{m}.json")
+    return {m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json")
             .num_speculative_tokens if fixed == "auto" else fixed for m in methods.requested(p)}
 
 
@@ -337,7 +335,7 @@ def main(argv: list[str]) -> None:
     cfg = p["serve_bench"]
     # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all
     reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled", p["serving"]["tensor_parallel_size"])
-    with atomic_dir(Path("artifacts/serve") / variant) as tmp:
+    with atomic_dir(paths.SERVE / variant) as tmp:
         record = (ServeBenchRecord(variant=variant, skipped=reason) if reason
                   else measure(tmp, variant, candidates(p, variant), p))
         records.write(tmp / "record.json", record)

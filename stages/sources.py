@@ -1,23 +1,21 @@
 """Stage `sources` (always runs): fingerprints of the target and draft sources, so that `models`
 re-runs when a local model directory is edited in place or a Hub revision moves, and only then.
 Being first in every `dvc repro`, it is also where the whole params.yaml is checked, recipes included, and
-where a GGUF source (`smollm2`, a .gguf file) is converted on first use (cached: pipeline/gguf_source.py).
+where a GGUF source (`smollm2`, a .gguf file) is converted on first use (cached: pipeline/models/gguf_source.py).
 
 It runs on every `dvc repro`, so an unchanged workspace must cost little: a local model's files are read only
 when their stat changed (HashCache), and the recipe check, which imports compressed-tensors and torch (seconds),
 only when the variants, the code or the libraries changed. Both memories live in artifacts/cache/: gitignored,
 one per workspace (inodes and times are this machine's), dropped with the rest of artifacts/, and not DVC
 outputs (DVC deletes a stage's outputs before running it). Deleting them costs one slow run, never a wrong hash."""
-from pathlib import Path
+from pipeline.core import paths
+from pipeline.core.io import write_json
+from pipeline.core.stage import say, stage_main, warn
+from pipeline.models.sources import HashCache, source_fingerprint
+from pipeline.params.load import enabled_variant, group_sizes, load_params, recipe_check_remembered
 
-from pipeline.config import enabled_variant, group_sizes, load_params, recipe_check_remembered
-from pipeline.io import write_json
-from pipeline.sources import HashCache, source_fingerprint
-from pipeline.stage import say, stage_main, warn
-
-OUT = "artifacts/sources.json"
-HASHES = Path("artifacts/cache/source-hashes.json")
-RECIPES_CHECKED = Path("artifacts/cache/recipes-checked.json")
+HASHES = paths.CACHE / "source-hashes.json"
+RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
 
 
 @stage_main()
@@ -31,7 +29,7 @@ def main(argv: list[str]) -> None:
               "draft": source_fingerprint(p["draft"]["source"], "draft", cache=cache)}
     if problem := cache.save():
         warn(f"sources: {problem}; the next run reads every model file again")
-    write_json(OUT, prints)
+    write_json(paths.SOURCES, prints)
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only

@@ -28,7 +28,7 @@ PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase
 
 def speculative_estimate():
     """A SpeculativeEstimate whose k is chosen by the pipeline's own best_k."""
-    from pipeline.acceptance import SpeculativeEstimate
+    from pipeline.evaluate.acceptance import SpeculativeEstimate
 
     k, speedups = choose_k(PER_POSITION, COST_RATIO)
     return SpeculativeEstimate(
@@ -41,10 +41,11 @@ def speculative_estimate():
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
-    from pipeline import gates, records
-    from pipeline.formatting import row_to_messages
-    from pipeline.io import read_json, write_json
-    from pipeline.serve_records import ServeBenchRecord
+    from pipeline.core import records
+    from pipeline.core.io import read_json, write_json
+    from pipeline.data.formatting import row_to_messages
+    from pipeline.release import gates
+    from pipeline.serving.bench_record import ServeBenchRecord
 
     target, draft = demo_pair
     # One request at a time by default: where a predicted speculative setting holds, so the bundles carry one

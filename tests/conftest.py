@@ -59,7 +59,7 @@ def tiny_params(**overrides) -> dict:
 @pytest.fixture(scope="session")
 def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     """(target_dir, draft_dir) of a tiny trained demo pair, built once per test session."""
-    from pipeline.demo.models import build_demo_pair
+    from pipeline.models.demo.models import build_demo_pair
 
     root = tmp_path_factory.mktemp("demo")
     build_demo_pair(root / "target", root / "draft", tiny_params()["demo"])
@@ -86,7 +86,7 @@ def run(cmd: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
 
 def choose_k(per_position: list[float], cost_ratio: float) -> tuple[int, dict[int, float]]:
     """The pipeline's k choice (acceptance.best_k) when every k sees these per-position rates."""
-    from pipeline.acceptance import best_k
+    from pipeline.evaluate.acceptance import best_k
 
     return best_k({k: sum(per_position[:k]) for k in range(1, len(per_position) + 1)}, cost_ratio)
 

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, choose_k
-from pipeline import acceptance
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
-from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.evaluate import acceptance
+from pipeline.models.loading import load_causal_lm, load_tokenizer
 
 N_PROMPTS, N_TOKENS, MAX_K = 3, 10, 4
 

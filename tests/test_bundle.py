@@ -11,13 +11,13 @@ import yaml
 
 from conftest import tiny_params
 from bundle_helpers import PER_POSITION, one_error_line, run_stage, speculative_estimate, stage_workspace, verify_cli
-from pipeline.bundle import SPEC_METRICS, model_card
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.serving_config import engine_args
-from pipeline.speculation import SpeculationDecision
-from pipeline.gates import VariantVerdict
-from pipeline.recipes import parse_variant
-from pipeline.vllm_spec import VllmMeasurement
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.quantize.recipes import parse_variant
+from pipeline.release.bundle import SPEC_METRICS, model_card
+from pipeline.release.gates import VariantVerdict
+from pipeline.release.speculation_choice import SpeculationDecision
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.config import engine_args
 
 VARIANTS = {
     "fp8-static": {},                          # kv_cache: fp8 in params -> calibrated KV scales
@@ -176,7 +176,7 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
 def test_eval_json_keeps_estimates_apart_from_what_ships(workspace):
     """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
     The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
-    from pipeline.publish import eval_record, summary_of
+    from pipeline.release.publish import eval_record, summary_of
 
     b = bundle(workspace, "fp8-static")
     ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())

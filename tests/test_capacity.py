@@ -1,8 +1,8 @@
 """Capacity at the SLO: the bounded search over loads, the record it leaves, the gate on it and its plots.
 
 The server is a deterministic latency model (latency rising with load, as a GPU's does): what is under test is the
-search (pipeline/capacity.py) and what the pipeline decides from its result, not `vllm bench serve`, which only a
-GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
+search (pipeline/serving/capacity.py) and what the pipeline decides from its result, not `vllm bench serve`, which only
+a GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
 from __future__ import annotations
 
 import csv
@@ -11,12 +11,14 @@ import json
 import pytest
 
 from conftest import ROOT, tiny_params
-from pipeline import capacity, gates, records, serve_bench
-from pipeline.capacity import CONCURRENCY, POISSON
-from pipeline.errors import PipelineError
-from pipeline.serve_records import (AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel, ServeBenchRecord,
-                                    ServeConfigResult)
-from pipeline.tiers import Slo
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.release import gates
+from pipeline.serving import capacity, serve_bench
+from pipeline.serving.bench_record import (AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
+                                           ServeBenchRecord, ServeConfigResult)
+from pipeline.serving.capacity import CONCURRENCY, POISSON
+from pipeline.serving.tiers import Slo
 
 CHAT = Slo(p99_ttft_ms=200, p99_itl_ms=50)
 SWEEP = (1, 8, 32, 64)
@@ -318,7 +320,7 @@ def test_a_ratio_resting_on_a_lower_bound_decides_only_when_the_bound_does():
     (lambda p: p["deploy"]["autoscale"].update(min_replicas=5), r"deploy.autoscale.min_replicas \(5\) exceeds"),
 ])
 def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
-    from pipeline.config import validate
+    from pipeline.params.load import validate
 
     p = tiny_params()
     edit(p)
@@ -328,8 +330,8 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
-    from pipeline.config import validate
-    from pipeline.tiers import parse_tiers, serving_slo
+    from pipeline.params.load import validate
+    from pipeline.serving.tiers import parse_tiers, serving_slo
 
     p = tiny_params()
     p["serving"]["tiers"]["batch"] = {"max_num_seqs": 256, "concurrency": 64, "slo": {"p99_ttft_ms": 2000}}

@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from conftest import copy_project, run
-from pipeline.data import dedup, load_traffic, split
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
+from pipeline.data.traffic import dedup, load_traffic, split
 
 FRACTIONS = {"calibration": 0.2, "heldout": 0.2}
 
@@ -109,7 +109,7 @@ def test_data_stage_line_says_which_rows_were_dropped_and_why(tmp_path, demo_pai
 def test_a_huge_row_is_skipped_unread_and_counted(tmp_path):
     """A 20 MB row can't fit data.max_tokens: read_traffic skips it in bounded reads (never holding it whole),
     counts it, and goes on with the next line."""
-    from pipeline.data import read_traffic
+    from pipeline.data.traffic import read_traffic
 
     huge = json.dumps({"prompt": "x" * 20_000_000, "response": "y"})
     path = write_lines(tmp_path / "t.jsonl", [row(1), huge, row(2)])

@@ -16,18 +16,18 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
 from conftest import ROOT, Interrupt, RecordStart, copy_project, run, tiny_params
-from pipeline.acceptance import position_acceptance
-from pipeline.demo.models import train_tokenizer
-from pipeline.demo.traffic import generate_general_text, generate_traffic
-from pipeline.config import enabled_variant
-from pipeline.distill import build_distillation_set, generate_batched, pad_id, transformers_generate
-from pipeline.draft import finetune_draft, quantize_draft, save_draft
-from pipeline.draft_compat import check_compatible
-from pipeline.draft_training import checkpoint_dir, fine_tune, loss_curve_rows
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
-from pipeline.io import write_csv
-from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_csv
+from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.drafts.distill import build_distillation_set, generate_batched, pad_id, transformers_generate
+from pipeline.drafts.draft_model import finetune_draft, quantize_draft, save_draft
+from pipeline.drafts.finetune import checkpoint_dir, fine_tune, loss_curve_rows
+from pipeline.evaluate.acceptance import position_acceptance
+from pipeline.models.demo.models import train_tokenizer
+from pipeline.models.demo.traffic import generate_general_text, generate_traffic
+from pipeline.models.draft_compat import check_compatible
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import enabled_variant
 
 MAX_MODEL_LEN = tiny_params()["serving"]["max_model_len"]
 

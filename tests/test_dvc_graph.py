@@ -78,7 +78,7 @@ def test_code_deps_are_exactly_the_import_closure(stage):
     needed = closure(ROOT / entry)
     missing = sorted(str(p) for p in needed if not covered(p, deps))
     assert not missing, f"dvc.yaml stage {stage} imports {missing} but does not list them in deps"
-    # a folder of data inside a package (pipeline/cost_profiles) is data, not code
+    # a folder of data inside a package (pipeline/evaluate/cost_profiles) is data, not code
     code_deps = [d for d in deps if d.endswith(".py") or (ROOT / d).is_dir() and d.split("/")[0] in PACKAGES
                  and any((ROOT / d).rglob("*.py"))]
     extra = [d for d in code_deps if not any(p == Path(d) or Path(d) in p.parents for p in needed)]
@@ -90,9 +90,36 @@ def test_code_deps_are_exactly_the_import_closure(stage):
             assert files <= needed, f"stage {stage} lists {d}/ but imports only part of it: {sorted(files - needed)}"
 
 
+def test_the_artifact_layout_is_dvc_yamls():
+    """pipeline/core/paths.py names the artifacts dvc.yaml's stages write and read (dvc.yaml keeps literal paths):
+    every artifact dvc.yaml names is one of its paths (a foreach stage's `<dir>/${item}`: its dir), and every one of
+    its paths is in dvc.yaml, lies inside an out there, holds one, or is one of the workspace's own, which DVC never
+    tracks."""
+    from pipeline.core import paths
+
+    named = {v for v in vars(paths).values() if isinstance(v, Path)}
+    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING}
+    outs, mentioned = set(), set()
+    for stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values():
+        body = stage.get("do", stage)
+        for kind in ("outs", "deps"):
+            for entry in body.get(kind, []):
+                path = entry if isinstance(entry, str) else next(iter(entry))
+                if path.startswith("artifacts"):
+                    path = Path(path.removesuffix("/${item}"))
+                    mentioned.add(path)
+                    if kind == "outs":
+                        outs.add(path)
+    missing = sorted(map(str, mentioned - named))
+    assert not missing, f"dvc.yaml names artifacts pipeline/core/paths.py does not: {missing}"
+    stray = {p for p in named - mentioned - untracked
+             if not any(o in p.parents for o in outs) and not any(p in m.parents for m in mentioned)}
+    assert not stray, f"pipeline/core/paths.py names artifacts no dvc.yaml stage writes: {sorted(map(str, stray))}"
+
+
 def test_closure_sees_lazy_imports():
     """A guard on the test itself: an import inside a function body counts."""
-    assert Path("pipeline/demo/models.py") in closure(ROOT / "stages/models.py")
+    assert Path("pipeline/models/demo/models.py") in closure(ROOT / "stages/models.py")
 
 
 def test_dvc_lock_matches_the_code_in_the_tree():
@@ -128,9 +155,10 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     now, from the committed demo build: the gate summary, eval files with per-method detail in lists, the serving
     record (a GPU-like one, measured at four concurrencies) as a plain output."""
     from conftest import copy_project, tiny_params
-    from pipeline import gates, records
-    from pipeline.io import read_json, write_json
-    from pipeline.serve_records import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+    from pipeline.core import records
+    from pipeline.core.io import read_json, write_json
+    from pipeline.release import gates
+    from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
     params = tiny_params()
     project = copy_project(tmp_path, params)

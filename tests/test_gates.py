@@ -9,13 +9,14 @@ import torch
 import yaml
 
 from conftest import ROOT, choose_k, run, tiny_params
-from pipeline import acceptance, gates, vllm_spec
-from pipeline.bundle import model_card
-from pipeline.config import enabled_variant, gate_thresholds, validate
-from pipeline.errors import PipelineError
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.thresholds import CHECKS
-from pipeline.vllm_spec import VllmMeasurement
+from pipeline.core.errors import PipelineError
+from pipeline.evaluate import acceptance, vllm_spec
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.params.load import enabled_variant, validate
+from pipeline.release import gates
+from pipeline.release.bundle import model_card
+from pipeline.release.thresholds import CHECKS, gate_thresholds
+from pipeline.serving.bench_record import ServeBenchRecord
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 
@@ -304,7 +305,7 @@ def test_cli_passes(metrics_dir):
 def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
     """metrics/eval-<v>.json keeps each method's estimate and the predicted speedups in lists (out of `dvc metrics
     show`'s table); the CLI reads them back as the flat summary, deciding exactly as from the summary itself."""
-    from pipeline import records
+    from pipeline.core import records
 
     p = tiny_params(serving={"max_num_seqs": 1})
     summary = {**passing_metrics(p, INT4), "speculative_method": "ngram", "expected_speedup_ngram": 2.0,
@@ -352,7 +353,7 @@ def test_cli_empty_or_bad_metrics_dir_is_one_line(metrics_dir, tmp_path):
 
 def test_a_yaml_alias_bomb_in_params_is_refused_before_it_is_expanded(tmp_path):
     """Nested aliases expand to billions of nodes in every reader (DVC's too); params.yaml may hold none."""
-    from pipeline.config import load_params
+    from pipeline.params.load import load_params
 
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"

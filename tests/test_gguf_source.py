@@ -13,11 +13,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import copy_project, run, tiny_params
-from pipeline.errors import PipelineError
-from pipeline.gguf_source import RECORD, SMOLLM2, converted
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.sources import classify, fetch_model, file_sha256, source_fingerprint
-from pipeline.tokenizer_check import check_tokenizer
+from pipeline.core.errors import PipelineError
+from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.models.sources import classify, fetch_model, file_sha256, source_fingerprint
+from pipeline.models.tokenizer_check import check_tokenizer
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
 
 
@@ -141,7 +141,7 @@ def test_the_demo_layout_passes_the_check(tmp_path):
     no weights), its template closing answers with eos_token."""
     from transformers import LlamaForCausalLM
 
-    from pipeline.demo.models import llama_config, train_tokenizer
+    from pipeline.models.demo.models import llama_config, train_tokenizer
 
     tokenizer = train_tokenizer(["how do I reset my password", "open settings and choose reset"] * 20, 300)
     model = LlamaForCausalLM(llama_config({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,

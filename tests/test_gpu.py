@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from conftest import ROOT
-from pipeline import acceptance, vllm_spec
-from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
-from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.evaluate import acceptance, vllm_spec
+from pipeline.models.loading import load_causal_lm, load_tokenizer
 
 REASON = vllm_spec.unavailable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"GPU path: {REASON}")]

@@ -13,11 +13,11 @@ import yaml
 
 from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stage_workspace
 from conftest import ROOT, tiny_params
-from pipeline import records
-from pipeline.config import validate
-from pipeline.errors import PipelineError
-from pipeline.monitoring import ITL, TTFT, bucket_bound
-from pipeline.serve_records import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.params.load import validate
+from pipeline.release.monitoring import ITL, TTFT, bucket_bound
+from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 V = "fp8-dynamic"
 PROMTOOL = shutil.which("promtool")
@@ -117,10 +117,10 @@ def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
 def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tmp_path):
     """With a serving benchmark: the startup probe is the measured start x margin, the latency alerts are the
     measured p99 x margin, and the throughput tier takes the decision measured at its own concurrency."""
-    from pipeline import gates
-    from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-    from pipeline.config import enabled_variant
-    from pipeline.methods import Speculation, speculative_config
+    from pipeline.drafts.methods import Speculation, speculative_config
+    from pipeline.params.load import enabled_variant
+    from pipeline.release import gates
+    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 
     ws = tmp_path / "ws"
     shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
@@ -165,11 +165,11 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
     process, twice: the workspace fixture runs it as DVC does.)"""
-    from pipeline import gates
-    from pipeline.config import enabled_variant
-    from pipeline.methods import Speculation, speculative_config
-    from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
-    from pipeline.tiers import parse_tiers
+    from pipeline.drafts.methods import Speculation, speculative_config
+    from pipeline.params.load import enabled_variant
+    from pipeline.release import gates
+    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+    from pipeline.serving.tiers import parse_tiers
 
     ws = tmp_path / "ws"
     shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
@@ -231,9 +231,9 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     Kubernetes schemas accept; the gate's chart is in the bundle."""
     import kubernetes_validate
 
-    from pipeline.config import enabled_variant
-    from pipeline.methods import Speculation, speculative_config
-    from pipeline.serving_config import checkpoint_quantization, engine_args, serve_yaml
+    from pipeline.drafts.methods import Speculation, speculative_config
+    from pipeline.params.load import enabled_variant
+    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
     from test_capacity import Server, search
 
     (tmp_path / "ws").mkdir()
@@ -313,7 +313,7 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
 
 def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_pair, tmp_path):
     """deploy/warmup.py as the bundle ships it, against an OpenAI-compatible server on this machine."""
-    from pipeline.vllm_server import serve
+    from pipeline.serving.vllm_server import serve
 
     b = bundle(workspace)
     config = tmp_path / "serve.yaml"

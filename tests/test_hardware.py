@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 
 from conftest import tiny_params
-from pipeline.config import validate
-from pipeline.errors import PipelineError
-from pipeline.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env
-from pipeline.recipes import build_recipe, needs_calibration, parse_variant
+from pipeline.core.errors import PipelineError
+from pipeline.params.load import validate
+from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env
+from pipeline.quantize.recipes import build_recipe, needs_calibration, parse_variant
 
 VARIANTS = tiny_params()["quantize"]["variants"]
 

@@ -17,11 +17,11 @@ from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from conftest import Interrupt, RecordStart, copy_project, run, tiny_params
-from pipeline.data import load_traffic
-from pipeline.draft_training import fine_tune
-from pipeline.errors import PipelineError
-from pipeline.io import atomic_dir, atomic_write_text
-from pipeline.sources import check_model_dir, fetch_model, source_fingerprint
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, atomic_write_text
+from pipeline.data.traffic import load_traffic
+from pipeline.drafts.finetune import fine_tune
+from pipeline.models.sources import check_model_dir, fetch_model, source_fingerprint
 
 
 def one_line_error(call, *args) -> str:

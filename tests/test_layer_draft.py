@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import ROOT, tiny_params
-from pipeline.config import LayerDraft, layer_draft, validate
-from pipeline.draft_compat import check_compatible
-from pipeline.errors import PipelineError
-from pipeline.layer_draft import build_layer_draft
-from pipeline.loading import check_checkpoint_tensors, load_causal_lm
+from pipeline.core.errors import PipelineError
+from pipeline.models.draft_compat import check_compatible
+from pipeline.models.layer_draft import build_layer_draft
+from pipeline.models.loading import check_checkpoint_tensors, load_causal_lm
+from pipeline.params.load import LayerDraft, layer_draft, validate
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 
 

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT, tiny_params
-from pipeline import lmeval
-from pipeline.errors import PipelineError
-from pipeline.formatting import row_to_messages
-from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import row_to_messages
+from pipeline.evaluate import lmeval
+from pipeline.models.loading import load_causal_lm, load_tokenizer
 
 N_DOCS = 4
 
@@ -49,8 +49,8 @@ def expected_loglikelihoods(model_dir, docs: list[dict]) -> list[float]:
 @pytest.fixture(scope="module")
 def nvfp4_target(demo_pair, tmp_path_factory):
     """The demo target as params.yaml's nvfp4a16 variant (data-free): its decompressor yields bfloat16 weights."""
-    from pipeline.quantize import quantize_model
-    from pipeline.recipes import parse_variant
+    from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import parse_variant
 
     params = tiny_params()
     out = tmp_path_factory.mktemp("nvfp4a16") / "model"
@@ -61,7 +61,7 @@ def nvfp4_target(demo_pair, tmp_path_factory):
 
 @pytest.mark.parametrize("model", ["target", "nvfp4a16"])
 def test_custom_task_runs_on_the_demo_model(model, request, demo_pair, task_dir, monkeypatch):
-    """On CPU lm-eval scores the model the evaluate stage scores (pipeline/loading.py), compressed-tensors
+    """On CPU lm-eval scores the model the evaluate stage scores (pipeline/models/loading.py), compressed-tensors
     checkpoints included."""
     model_dir = demo_pair[0] if model == "target" else request.getfixturevalue("nvfp4_target")
     monkeypatch.chdir(task_dir)  # the task's data_files path is relative to the project root
@@ -99,7 +99,7 @@ def test_missing_heldout_file_names_the_task(demo_pair, tmp_path, monkeypatch):
 def test_standard_task_without_local_data_fails_in_one_line(demo_pair, tmp_path):
     """A standard lm-eval task whose dataset is not in the (empty) HF cache: offline, so no wait on a
     hub; the stage's error contract gives exit 2 and one line naming the task."""
-    script = ("import sys; from pipeline import lmeval; from pipeline.stage import stage_main; "
+    script = ("import sys; from pipeline.evaluate import lmeval; from pipeline.core.stage import stage_main; "
               "stage_main('lmeval')(lambda argv: lmeval.run_tasks(argv[0], ['arc_easy'], 2))(sys.argv[1:])")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(ROOT))

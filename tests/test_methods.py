@@ -14,13 +14,14 @@ import yaml
 
 from bundle_helpers import run_stage_in_process
 from conftest import ROOT, copy_project, run, tiny_params
-from pipeline import acceptance, eagle3, methods, ngram
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_ids, row_to_messages, split_prompt_response
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
-from pipeline.speculation import decide
-from pipeline.stage import progress
+from pipeline.core.errors import PipelineError
+from pipeline.core.stage import progress
+from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+from pipeline.drafts import eagle3, methods, ngram
+from pipeline.evaluate import acceptance
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.release.speculation_choice import decide
+from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 # ---- n-gram
 
@@ -217,7 +218,7 @@ def test_aux_layers_fail_before_training():
     ({"method": "eagle3", "eagle3": {"ttt_steps": 0}}, "draft.eagle3.ttt_steps"),
 ])
 def test_bad_method_settings_fail_at_load_in_one_line(tmp_path, draft, says):
-    from pipeline.config import load_params
+    from pipeline.params.load import load_params
 
     params = tiny_params(draft=draft)
     path = tmp_path / "params.yaml"
@@ -299,7 +300,7 @@ def test_a_method_that_failed_anywhere_in_its_sweep_is_not_a_candidate():
 def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
     """eagle3 was measured fastest but vLLM reported no acceptance for it: the check falls back to eagle3's own
     estimate, never to the draft model's offline vLLM number or the CPU-best method's."""
-    from pipeline.gates import ServingContext, gate_variant
+    from pipeline.release.gates import ServingContext, gate_variant
 
     summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
                "vllm_accepted_per_draft_token": 0.95, "accepted_per_draft_token_draft_model": 0.9,
@@ -331,7 +332,7 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
                                                                                                   monkeypatch):
     """serve_bench's one step per config: a method that fails is recorded and discarded and the sweep goes on,
     in a tier plain decoding too (the tier ends there); plain failing at the default settings fails the stage."""
-    from pipeline.tiers import Tier
+    from pipeline.serving.tiers import Tier
     from stages import serve_bench
 
     def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None, label=None):

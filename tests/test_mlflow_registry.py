@@ -14,10 +14,10 @@ import pytest
 import yaml
 
 from bundle_helpers import free_port, one_error_line, run_stage, stage_workspace, verify_cli
-from pipeline.errors import PipelineError
-from pipeline.io import read_json
-from pipeline.manifest import write_manifest
-from pipeline.registry import mlflow_registry
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import read_json
+from pipeline.release.manifest import write_manifest
+from pipeline.release.registry import mlflow_registry
 
 STARTUP_TIMEOUT_S = 120
 

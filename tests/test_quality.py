@@ -10,10 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from pipeline import quality
-from pipeline.errors import PipelineError
-from pipeline.formatting import prompt_and_response_ids, prompt_ids, row_to_messages, split_prompt_response
-from pipeline.loading import load_causal_lm, load_tokenizer
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, row_to_messages, split_prompt_response
+from pipeline.evaluate import quality
+from pipeline.models.loading import load_causal_lm, load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,14 @@ import torch
 from safetensors import safe_open
 
 from conftest import ROOT, copy_project, run, tiny_params
-from pipeline.config import gate_thresholds
-from pipeline.data import dedup, load_traffic, split, write_split
-from pipeline.errors import PipelineError
-from pipeline.formatting import full_text, prompt_and_response_ids
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.quality import fidelity
-from pipeline.quantize import awq_pinning_off_without_accelerator, quantize_model
-from pipeline.recipes import needs_calibration, parse_variant, scheme_for
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import full_text, prompt_and_response_ids
+from pipeline.data.traffic import dedup, load_traffic, split, write_split
+from pipeline.evaluate.quality import fidelity
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.quantize.oneshot import awq_pinning_off_without_accelerator, quantize_model
+from pipeline.quantize.recipes import needs_calibration, parse_variant, scheme_for
+from pipeline.release.thresholds import gate_thresholds
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
@@ -316,7 +316,7 @@ def test_group_size_is_checked_against_layer_widths_when_params_are_validated(de
     where the configured size does not divide a width, the largest vLLM serves that divides every width is chosen
     (the `sources` stage, first in every repro, says so); a size vLLM's kernels do not serve fails in one line naming
     the param, before any stage does work."""
-    from pipeline.config import enabled_variant, group_sizes, validate
+    from pipeline.params.load import enabled_variant, group_sizes, validate
 
     target = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
     params = tiny_params(target={"source": str(target)}, draft={"source": str(demo_pair[1])})

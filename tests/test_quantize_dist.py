@@ -16,15 +16,15 @@ import torch
 from safetensors import safe_open
 
 from conftest import ROOT, copy_project, run, tiny_params
-from pipeline.config import validate
-from pipeline.data import dedup, load_traffic, split, write_split
-from pipeline.errors import PipelineError
-from pipeline.formatting import full_text, prompt_and_response_ids
-from pipeline.loading import load_causal_lm, load_tokenizer
-from pipeline.quality import fidelity
-from pipeline.quantize import quantize_model
-from pipeline.quantize_dist import quantize
-from pipeline.recipes import parse_variant
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import full_text, prompt_and_response_ids
+from pipeline.data.traffic import dedup, load_traffic, split, write_split
+from pipeline.evaluate.quality import fidelity
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.params.load import validate
+from pipeline.quantize.distributed import quantize
+from pipeline.quantize.oneshot import quantize_model
+from pipeline.quantize.recipes import parse_variant
 
 VARIANT = "gptq-w4a16"
 # Fails the worker of rank 1 in GPTQ's distributed step (after calibration, where the ranks exchange Hessians),
@@ -84,7 +84,7 @@ def test_two_gloo_ranks_quantize_like_one_process(demo_pair, splits, tmp_path):
     # The same rows in one process, and round-to-nearest (no calibration) as the yardstick of what GPTQ's
     # calibration buys. The ranks' Hessian sums are one process's up to float summation order, so the
     # distributed checkpoint keeps that gain: within a tenth of it, and nearly all packed INT4 words equal.
-    # (Measured on 2 cores: 8 of 55,338 words differ, KL equal to 5 digits. Without quantize_dist's barrier
+    # (Measured on 2 cores: 8 of 55,338 words differ, KL equal to 5 digits. Without quantize.distributed's barrier
     # for CPU ranks, 17-37% of the words differed and the KL drifted by up to a quarter of the gain.)
     tokenizer = load_tokenizer(target)
     texts = [full_text(tokenizer, m) for m in splits["calibration"]]

@@ -1,4 +1,4 @@
-"""The real-text traffic generator (pipeline/real_text.py, issue #29 item 4): conversations about the running
+"""The real-text traffic generator (pipeline/data/real_text.py, issue #29 item 4): conversations about the running
 Python's standard library whose answers are its real docstrings, deterministic, capped, grouped by module so
 the data stage holds whole modules out."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from conftest import ROOT, copy_project, run
-from pipeline import real_text
-from pipeline.data import conversation_key, read_grouped, read_source, split
-from pipeline.errors import PipelineError
+from pipeline.core.errors import PipelineError
+from pipeline.data.traffic import conversation_key, read_grouped, read_source, split
+from pipeline.data import real_text
 
 ROWS, CAP = 240, 600
 FRACTIONS = {"calibration": 0.2, "heldout": 0.2}

@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from bundle_helpers import one_error_line, run_stage, stage_workspace, verify_cli
-from pipeline.errors import PipelineError
-from pipeline.manifest import write_manifest
-from pipeline.registry import get_backend, local
-from pipeline.io import read_json
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import read_json
+from pipeline.release.manifest import write_manifest
+from pipeline.release.registry import get_backend, local
 
 VARIANTS = ("fp8-static", "fp8-dynamic")
 
@@ -112,9 +112,9 @@ def test_a_verdict_reached_under_other_thresholds_is_not_published(workspace, tm
 def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_its_tags(workspace, tmp_path):
     """A concurrent `bundle@v` renames a new bundle into place between the verdict check and the upload: the
     registry must not store the new content under the old one's digest and tags."""
-    from pipeline.gates import GateReport
-    from pipeline.publish import pinned_copy, release_tags
-    from pipeline import records
+    from pipeline.core import records
+    from pipeline.release.gates import GateReport
+    from pipeline.release.publish import pinned_copy, release_tags
 
     ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     bundle = ws / "artifacts/bundles/fp8-static"
@@ -166,9 +166,9 @@ def test_unknown_backend_is_one_line():
 def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
     (candidate_metrics), never another method's number (the unsuffixed one is the CPU-best method's); n/a without."""
-    from pipeline.gates import GateCheck, VariantVerdict
-    from pipeline.publish import accepted_per_draft_token
-    from pipeline.speculation import SpeculationDecision
+    from pipeline.release.gates import GateCheck, VariantVerdict
+    from pipeline.release.publish import accepted_per_draft_token
+    from pipeline.release.speculation_choice import SpeculationDecision
 
     def verdict(method, k, checked=None):
         checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",

@@ -14,10 +14,10 @@ import pytest
 
 import pipeline
 from bundle_helpers import free_port, one_error_line
-from pipeline.errors import PipelineError
-from pipeline.io import read_json, write_json
-from pipeline.manifest import MANIFEST, verify, write_manifest
-from pipeline.registry import get_backend, local
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import read_json, write_json
+from pipeline.release.manifest import MANIFEST, verify, write_manifest
+from pipeline.release.registry import get_backend, local
 
 TREE = Path(pipeline.__file__).resolve().parents[1]  # child processes run the code under test
 ENV = {**os.environ, "PYTHONPATH": str(TREE), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -28,8 +28,8 @@ TRIALS = 5
 RACER = """
 import sys, time
 from pathlib import Path
-from pipeline.errors import PipelineError
-from pipeline.registry import local
+from pipeline.core.errors import PipelineError
+from pipeline.release.registry import local
 bundle, name, version, registry, go = sys.argv[1:]
 print("ready", flush=True)
 while not Path(go).exists():
@@ -47,8 +47,8 @@ import resource, signal, sys
 from pathlib import Path
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the process being killed
 resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
-from pipeline.errors import PipelineError
-from pipeline.registry import local
+from pipeline.core.errors import PipelineError
+from pipeline.release.registry import local
 try:
     local.publish(Path(sys.argv[1]), "m", "1", {}, {"registry_dir": sys.argv[2]})
 except PipelineError as e:
@@ -415,7 +415,7 @@ def test_mlflow_errors_never_show_the_tracking_password(bundles):
 
 
 def test_redaction_of_uris_and_params():
-    from pipeline.redact import redact_params, redact_uri
+    from pipeline.core.redact import redact_params, redact_uri
 
     assert redact_uri("at http://alice:s3cret@host:5000/x, https://bob@h/ and http://h:1/p") == \
         "at http://***@host:5000/x, https://***@h/ and http://h:1/p"
@@ -431,7 +431,7 @@ def test_redaction_of_uris_and_params():
 
 
 def test_secret_query_parameters_are_redacted_too():
-    from pipeline.redact import redact_uri
+    from pipeline.core.redact import redact_uri
 
     assert redact_uri("GET https://h/api?x=1&token=abc123&access_token=t2;sig=zz#f") == \
         "GET https://h/api?x=1&token=***&access_token=***;sig=***#f"
@@ -441,7 +441,7 @@ def test_secret_query_parameters_are_redacted_too():
 
 STAGE_THAT_LEAKS = """
 import logging, os, subprocess, sys
-from pipeline.stage import say, stage_main
+from pipeline.core.stage import say, stage_main
 
 @stage_main("leaky")
 def main(argv):
@@ -476,7 +476,7 @@ STAGE_ON_A_FULL_DISK = """
 import resource, signal
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail (EFBIG), as a full disk fails them
 resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
-from pipeline.stage import say, stage_main
+from pipeline.core.stage import say, stage_main
 
 @stage_main("full")
 def main(argv):
@@ -503,7 +503,7 @@ def test_a_stage_whose_log_fills_the_disk_finishes_instead_of_hanging(tmp_path):
 def test_params_never_carry_credentials(tmp_path, where, value):
     """Params are recorded in dvc.lock, PROVENANCE.json and logs: a credential there is refused up front."""
     from conftest import tiny_params
-    from pipeline.config import validate
+    from pipeline.params.load import validate
 
     p = tiny_params()
     node = p

@@ -16,10 +16,12 @@ import yaml
 
 from bundle_helpers import run_stage, stage_workspace
 from conftest import ROOT, run, tiny_params
-from pipeline import gates, records, serve_bench
-from pipeline.errors import PipelineError
-from pipeline.serve_records import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
-from pipeline.speculation import decide
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.release import gates
+from pipeline.release.speculation_choice import decide
+from pipeline.serving import serve_bench
+from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 INT4, BF16 = "gptq-w4a16", "bf16"
 
@@ -186,7 +188,7 @@ def workspace(tmp_path_factory, demo_pair):
 
 
 def test_stage_records_why_it_was_skipped(workspace):
-    from pipeline import vllm_spec
+    from pipeline.evaluate import vllm_spec
 
     reason = vllm_spec.unavailable_reason()
     if reason is None:
@@ -231,8 +233,8 @@ def test_a_draft_that_does_not_pay_is_not_shipped(workspace):
 def test_benchmark_prompts_tokenize_to_the_evaluated_prompt_ids(demo_pair):
     """What the load generator sends over the completions API is, token for token, the prompt the
     acceptance estimate and the quality scores used (no second BOS, no second chat template)."""
-    from pipeline.formatting import prompt_ids, prompt_text, row_to_messages, split_prompt_response
-    from pipeline.loading import load_tokenizer
+    from pipeline.data.formatting import prompt_ids, prompt_text, row_to_messages, split_prompt_response
+    from pipeline.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(demo_pair[0])
     lines = (ROOT / "data/demo/traffic.jsonl").read_text().splitlines()[:20]

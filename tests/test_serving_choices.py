@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from conftest import tiny_params
-from pipeline import methods
-from pipeline.recipes import parse_variant
-from pipeline.errors import PipelineError
-from pipeline.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env, server_env
-from pipeline.serve_records import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
-from pipeline.serving_config import engine_args, serve_yaml
-from pipeline.speculation import config_name, config_of, decide, k_at, k_schedule
+from pipeline.core.errors import PipelineError
+from pipeline.drafts import methods
+from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env, server_env
+from pipeline.quantize.recipes import parse_variant
+from pipeline.release.speculation_choice import config_name, config_of, decide, k_at, k_schedule
+from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.config import engine_args, serve_yaml
 from stages.serve_bench import kernels_in_log, kernels_to_compare, schedule_to_measure
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import serving_costs
-from pipeline.errors import PipelineError
-from pipeline.speculation import decide, tier_speculation
-from pipeline.methods import Speculation
-from pipeline.tiers import Tier
+from pipeline.core.errors import PipelineError
+from pipeline.drafts.methods import Speculation
+from pipeline.evaluate import serving_costs
+from pipeline.release.speculation_choice import decide, tier_speculation
+from pipeline.serving.tiers import Tier
 
 TARGET = {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
           "num_key_value_heads": 4, "vocab_size": 1000}
@@ -252,7 +252,7 @@ def test_llama_params_counts_a_real_model(demo_pair):
 
 
 def test_committed_profiles_are_the_assembly_of_committed_raw_output():
-    """Every profile the pipeline ships is exactly what `python -m pipeline.serving_costs assemble` (run by
+    """Every profile the pipeline ships is exactly what `python -m pipeline.evaluate.serving_costs assemble` (run by
     benchmarks/gpu/costs.sh) makes of the raw files under benchmarks/gpu/raw/costs/ its `runs` name."""
     root = Path(__file__).resolve().parents[1]
     profiles = serving_costs.available()
@@ -276,7 +276,7 @@ def test_the_gpu_scripts_heads_read_the_layers_the_pipelines_heads_read():
     heads the eagle3 stage would train (a repeated layer made vLLM refuse the demo-shape head)."""
     import importlib.util
 
-    from pipeline.eagle3 import aux_layer_ids
+    from pipeline.drafts.eagle3 import aux_layer_ids
 
     root = Path(__file__).resolve().parents[1]
     spec = importlib.util.spec_from_file_location("measure_costs", root / "benchmarks/gpu/measure_costs.py")

@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from bundle_helpers import MODELPREP, one_error_line, run_stage, stage_workspace
-from pipeline import signing
-from pipeline.errors import PipelineError
-from pipeline.io import read_json
-from pipeline.manifest import verify, write_manifest
-from pipeline.registry import local
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import read_json
+from pipeline.release import signing
+from pipeline.release.manifest import verify, write_manifest
+from pipeline.release.registry import local
 
 V = "fp8-dynamic"
 
@@ -96,7 +96,7 @@ def test_unsigned_or_foreign_signed_bundles_are_refused_when_a_key_is_configured
 
 
 def test_a_missing_key_file_is_one_line_before_any_work(signed, tmp_path):
-    from pipeline.config import validate
+    from pipeline.params.load import validate
 
     p = yaml.safe_load((signed[0] / "params.yaml").read_text())
     p["publish"]["signing"]["private_key"] = str(tmp_path / "nope.pem")

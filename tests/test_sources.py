@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from conftest import copy_project, run, tiny_params
-from pipeline.errors import PipelineError
-from pipeline.sources import classify, fetch_model
+from pipeline.core.errors import PipelineError
+from pipeline.models.sources import classify, fetch_model
 
 
 @pytest.mark.parametrize("source, kind", [("demo", "demo"), ("./models/x", "local"), ("/abs/path", "local"),

@@ -17,8 +17,8 @@ import pytest
 from safetensors.numpy import save_file
 
 from conftest import copy_project, run, tiny_params
-from pipeline.io import read_sealed_json, write_sealed_json
-from pipeline.sources import HashCache, model_files, settled, source_fingerprint
+from pipeline.core.io import read_sealed_json, write_sealed_json
+from pipeline.models.sources import HashCache, model_files, settled, source_fingerprint
 
 
 def make_model(path: Path) -> Path:
@@ -223,7 +223,7 @@ def test_concurrent_writers_leave_one_whole_cache(model, tmp_path):
     """Two processes saving the cache over and over while it is read: every read finds a whole, valid file."""
     cache_file = tmp_path / "cache.json"
     fingerprint(model, cache_file)
-    writer = ("import sys; from pathlib import Path; from pipeline.sources import HashCache\n"
+    writer = ("import sys; from pathlib import Path; from pipeline.models.sources import HashCache\n"
               "for i in range(40):\n"
               "    c = HashCache(Path(sys.argv[1])); c.problem = 'force a write'; c.seen = c.known\n"
               "    assert c.save() is None\n")
@@ -238,7 +238,7 @@ def test_concurrent_writers_leave_one_whole_cache(model, tmp_path):
 
 def test_a_fifo_among_the_model_files_is_one_line_not_a_hang(model, tmp_path):
     """A named pipe matching a model pattern (notes.txt) would block the read for ever: refused, naming it."""
-    from pipeline.errors import PipelineError
+    from pipeline.core.errors import PipelineError
 
     os.mkfifo(model / "notes.txt")
     with pytest.raises(PipelineError, match=r"target model directory .*: notes.txt cannot be read "

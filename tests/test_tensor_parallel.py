@@ -12,11 +12,13 @@ import yaml
 
 from bundle_helpers import run_stage, run_stage_in_process, stage_workspace
 from conftest import tiny_params
-from pipeline import methods, records, vllm_spec
-from pipeline.config import validate
-from pipeline.errors import PipelineError
-from pipeline.serve_records import ServeBenchRecord
-from pipeline.tiers import parse_tiers
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.drafts import methods
+from pipeline.evaluate import vllm_spec
+from pipeline.params.load import validate
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.tiers import parse_tiers
 from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
 
 V = "fp8-dynamic"
@@ -119,7 +121,7 @@ def test_manifests_request_each_tiers_gpus(tp2_bundle):
 
 
 def test_evaluation_engines_are_sharded_as_served():
-    from pipeline import lmeval
+    from pipeline.evaluate import lmeval
     from stages.evaluate import lm_eval_engine
 
     p = tiny_params(serving=TP2)
@@ -137,7 +139,7 @@ def test_evaluation_engines_are_sharded_as_served():
 
 
 def test_distillation_engine_is_sharded_as_served(tmp_path):
-    from pipeline.distill_vllm import engine_kwargs, resolve_generator
+    from pipeline.drafts.distill_vllm import engine_kwargs, resolve_generator
 
     engine = tiny_params()["draft_training"]["vllm"]
     kwargs = engine_kwargs(tmp_path, 512, engine, 2)
@@ -186,8 +188,8 @@ def test_vllm_engines_elsewhere_need_serving_gpus_too(one_gpu_host, tmp_path):
     """evaluate's speculative check is skipped with the reason, lm-eval refuses to score elsewhere than sharded as
     served (one line, before the stage's work), distillation
     generates through transformers (or, asked for vLLM, fails naming why): none starts vLLM on too few GPUs."""
-    from pipeline import lmeval
-    from pipeline.distill_vllm import resolve_generator
+    from pipeline.drafts.distill_vllm import resolve_generator
+    from pipeline.evaluate import lmeval
 
     reason = "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
     p = tiny_params(serving={"tensor_parallel_size": 2})

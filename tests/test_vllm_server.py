@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import PipelineError
-from pipeline.vllm_server import HOST, http_status, pick_port, serve
+from pipeline.core.errors import PipelineError
+from pipeline.serving.vllm_server import HOST, http_status, pick_port, serve
 
 SERVER = r'''
 import http.server, os, subprocess, sys, time

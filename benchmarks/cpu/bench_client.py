@@ -20,12 +20,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import serve_bench  # noqa: E402
-from pipeline.data import heldout_prompts  # noqa: E402
-from pipeline.formatting import prompt_text  # noqa: E402
-from pipeline.io import write_json  # noqa: E402
-from pipeline.loading import load_tokenizer  # noqa: E402
-from pipeline.vllm_server import serve  # noqa: E402
+from pipeline.core.io import write_json  # noqa: E402
+from pipeline.data.formatting import prompt_text  # noqa: E402
+from pipeline.data.traffic import heldout_prompts  # noqa: E402
+from pipeline.models.loading import load_tokenizer  # noqa: E402
+from pipeline.serving import serve_bench  # noqa: E402
+from pipeline.serving.vllm_server import serve  # noqa: E402
 
 RAW = ROOT / "benchmarks/cpu/raw/vllm-bench-serve"
 SERVER = [sys.executable, str(ROOT / "benchmarks/cpu/openai_cpu_server.py")]

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU, after `costs` GPU sessions (benchmarks/gpu/README.md): from the raw files under benchmarks/gpu/raw/costs/
 # (one folder per lease, lease-N/: the last costs-watch call's costs.tgz unpacked), write the shapes' configs,
-# assemble the cost profiles the pipeline ships (pipeline/cost_profiles/: each method from the newest lease that
+# assemble the cost profiles the pipeline ships (pipeline/evaluate/cost_profiles/: each method from the newest lease that
 # measured it, against that lease's plain decoding) and render benchmarks/gpu/COSTS.md. Deterministic: the same
 # raw files give the same profiles and tables (tests/test_serving_costs.py re-assembles the profiles).
 set -euo pipefail
@@ -9,8 +9,8 @@ cd "$(dirname "$0")/../.."
 raw=benchmarks/gpu/raw/costs
 python benchmarks/gpu/measure_costs.py shapes "$raw/shapes" > /dev/null
 gpu=h100
-mkdir -p pipeline/cost_profiles
-rm -f pipeline/cost_profiles/*.json
+mkdir -p pipeline/evaluate/cost_profiles
+rm -f pipeline/evaluate/cost_profiles/*.json
 for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
   runs=()
   for lease in $(ls -d "$raw"/lease-* 2>/dev/null | sort -V); do
@@ -20,8 +20,8 @@ for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
   done
   [ ${#runs[@]} -gt 0 ] || { echo "no plain decoding measured for $shape: no profile"; continue; }
   vllm=$(awk '{print $2}' "$(dirname "${runs[-1]}")/versions.txt")
-  python -m pipeline.serving_costs assemble "$gpu-vllm$vllm-$shape" "$gpu" "$raw/shapes/$shape" \
-    "pipeline/cost_profiles/$gpu-vllm$vllm-$shape.json" "${runs[@]}"
+  python -m pipeline.evaluate.serving_costs assemble "$gpu-vllm$vllm-$shape" "$gpu" "$raw/shapes/$shape" \
+    "pipeline/evaluate/cost_profiles/$gpu-vllm$vllm-$shape.json" "${runs[@]}"
 done
 python benchmarks/gpu/costs_report.py > benchmarks/gpu/COSTS.md
 echo "wrote benchmarks/gpu/COSTS.md"

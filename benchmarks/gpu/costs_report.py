@@ -2,7 +2,7 @@
 
 Reads only committed files: benchmarks/gpu/raw/costs/ (measure_costs.py's output: gpu.txt, versions.txt, one
 folder per shape, served-demo/ for the served check, cpu-estimate/ for the CPU acceptance estimates of the same
-demo models) and pipeline/cost_profiles/*.json. Every number below is computed here from those files.
+demo models) and pipeline/evaluate/cost_profiles/*.json. Every number below is computed here from those files.
 Usage: python benchmarks/gpu/costs_report.py > benchmarks/gpu/COSTS.md
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import serving_costs  # noqa: E402
+from pipeline.evaluate import serving_costs  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw/costs"
 METHODS = ("draft_model", "eagle3", "ngram")
@@ -114,7 +114,7 @@ def main() -> None:
            "random prompts; a step's time is the difference between a long and a 32-token generation over the "
            "difference in engine steps (vLLM's num_drafts per request for speculative runs; the median of the timed "
            "pairs where a run repeated them). These are the profiles the pipeline predicts served speed from "
-           "(`pipeline/cost_profiles/`, assembled by `benchmarks/gpu/costs.sh`): a speculative step's time is "
+           "(`pipeline/evaluate/cost_profiles/`, assembled by `benchmarks/gpu/costs.sh`): a speculative step's time is "
            "interpolated between the measured k (from the plain step at k = 0) and batch sizes.",
            "", "## Profiles", ""]
     for prof in profiles:

@@ -920,7 +920,7 @@ k is the one the stage chose from it.
 ## The pipeline's `evaluate` stage on the GPU
 
 `python -m stages.evaluate <variant>` unchanged, on the carried demo artifacts: quality on the GPU, lm-eval through
-its `vllm` backend, the CPU-style acceptance estimate, and the vLLM path (`pipeline.vllm_spec.measure`: {stage_prompts}
+its `vllm` backend, the CPU-style acceptance estimate, and the vLLM path (`pipeline.evaluate.vllm_spec.measure`: {stage_prompts}
 held-out prompts, greedy, up to {stage_tokens} tokens stopping at EOS, CUDA graphs on, the chosen `k` = {stage_k}).
 
 {stage_table}
@@ -961,7 +961,7 @@ drafts that start near the end, as vLLM does):
 
 ## Decode speed at Llama-3-8B shapes (random weights; vLLM, CUDA graphs on)
 
-Quantized on the GPU by the pipeline's own `pipeline.quantize.quantize_model` (calibration samples from the demo
+Quantized on the GPU by the pipeline's own `pipeline.quantize.oneshot.quantize_model` (calibration samples from the demo
 traffic), then served by vLLM with the fixed synthetic prompts of `run_gpu.py bench8b` (greedy, `ignore_eos`).
 
 {speed}

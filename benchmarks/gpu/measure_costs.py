@@ -18,8 +18,8 @@ A step's time is measured as the difference between two generations of different
 batch (prefill, scheduling and start-up cancel), divided by the difference in engine steps; a request's
 steps are its tokens less its accepted draft tokens (vLLM's counters), so a drafter's acceptance does not
 bias the cost. Results are one JSON file per engine under OUT/<shape>/; a failed engine writes its error and
-the next one runs. `python -m pipeline.serving_costs assemble OUT/<shape> ...` (CPU) turns them into the cost
-profile the pipeline ships (pipeline/cost_profiles/).
+the next one runs. `python -m pipeline.evaluate.serving_costs assemble OUT/<shape> ...` (CPU) turns them into the cost
+profile the pipeline ships (pipeline/evaluate/cost_profiles/).
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def llama_config(shape: dict) -> dict:
 
 
 def aux_layers(n: int) -> list[int]:
-    """pipeline/eagle3.py's aux_layer_ids('auto', n): vLLM's Llama default (2, n//2, n-3), spread evenly where
+    """pipeline/drafts/eagle3.py's aux_layer_ids('auto', n): vLLM's Llama default (2, n//2, n-3), spread evenly where
     that repeats a layer (the demo's 6 layers); the GPU host runs this file without the pipeline package."""
     ids = [2, n // 2, n - 3]
     if len(set(ids)) < 3 or min(ids) < 0:
@@ -233,9 +233,9 @@ def run(shapes: Path, out: Path, names: list[str]) -> None:
 def served_prompts(art: Path, out: Path, n: int = 64) -> None:
     """(CPU) The demo's held-out prompts as token ids, as evaluate builds them: the GPU host needs no pipeline."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from pipeline.data import read_split
-    from pipeline.formatting import prompt_ids, split_prompt_response
-    from pipeline.loading import load_tokenizer
+    from pipeline.data.formatting import prompt_ids, split_prompt_response
+    from pipeline.data.traffic import read_split
+    from pipeline.models.loading import load_tokenizer
 
     tok = load_tokenizer(art / "models" / "target")
     rows = read_split(art / "data" / "heldout.jsonl")[:n]

@@ -36,9 +36,9 @@ def emit(out: Path, name: str, obj: dict) -> None:
 
 
 def heldout_prompts(art: Path, n: int) -> list[list[int]]:
-    from pipeline.data import read_split
-    from pipeline.formatting import prompt_ids, split_prompt_response
-    from pipeline.loading import load_tokenizer
+    from pipeline.data.formatting import prompt_ids, split_prompt_response
+    from pipeline.data.traffic import read_split
+    from pipeline.models.loading import load_tokenizer
 
     tok = load_tokenizer(art / "models" / "target")
     return [prompt_ids(tok, split_prompt_response(m)[0]) for m in read_split(art / "data" / "heldout.jsonl")[:n]]
@@ -57,7 +57,7 @@ def run_each(phase: str, root: Path, out: Path, names: list[str]) -> None:
 
 
 def phase_demo_one(art: Path, out: Path, name: str) -> None:
-    from pipeline.vllm_spec import measure
+    from pipeline.evaluate.vllm_spec import measure
 
     prompts = heldout_prompts(art, 64)
     spec = json.loads((art / "eval" / name / "speculative.json").read_text()) if name != "bf16" else None
@@ -93,10 +93,10 @@ def phase_agreement(out: Path) -> None:
 def phase_quality(art: Path, out: Path) -> None:
     import torch
 
-    from pipeline.data import read_split
-    from pipeline.formatting import prompt_and_response_ids
-    from pipeline.loading import load_causal_lm, load_tokenizer
-    from pipeline.quality import fidelity
+    from pipeline.data.formatting import prompt_and_response_ids
+    from pipeline.data.traffic import read_split
+    from pipeline.evaluate.quality import fidelity
+    from pipeline.models.loading import load_causal_lm, load_tokenizer
 
     tok = load_tokenizer(art / "models" / "target")
     examples = [prompt_and_response_ids(tok, m) for m in read_split(art / "data" / "heldout.jsonl")[:64]]
@@ -188,11 +188,11 @@ def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
 def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) -> None:
     import yaml
 
-    from pipeline.data import read_split
-    from pipeline.formatting import full_text
-    from pipeline.loading import load_tokenizer
-    from pipeline.quantize import quantize_model
-    from pipeline.recipes import parse_variant
+    from pipeline.data.formatting import full_text
+    from pipeline.data.traffic import read_split
+    from pipeline.models.loading import load_tokenizer
+    from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import parse_variant
 
     params = yaml.safe_load(Path("params.yaml").read_text())
     tok = load_tokenizer(root / "bf16")
@@ -211,7 +211,7 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
 def phase_bench8b_one(root: Path, out: Path, name: str) -> None:
     from vllm import LLM, SamplingParams
 
-    from pipeline.vllm_spec import _tokens_per_s
+    from pipeline.evaluate.vllm_spec import _tokens_per_s
 
     t0 = time.time()
     llm = LLM(model=str(root / name), max_model_len=2048, gpu_memory_utilization=0.85, seed=0,

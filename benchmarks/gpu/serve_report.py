@@ -18,9 +18,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pipeline import records  # noqa: E402
-from pipeline.serve_records import PLAIN, ServeBenchRecord  # noqa: E402
-from pipeline.speculation import decide  # noqa: E402
+from pipeline.core import records  # noqa: E402
+from pipeline.release.speculation_choice import decide  # noqa: E402
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
 from stages.serve_bench import choose_kernel  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw/demo-serve"

@@ -6,7 +6,7 @@ For each bundle directory, in order: `modelprep verify` (its manifest's hashes),
 from the bundle directory with its serve.env in the environment (as deploy/<tier>.yaml starts it), `vllm bench serve`
 over the held-out traffic (artifacts/data/heldout.jsonl, rendered with the bundle's chat template) at each
 concurrency of --concurrency, then the capacity search at params.yaml's serving.slo on the same server
-(pipeline/capacity.py, serve_bench.capacity's bounds). A bundle whose serve.yaml speculates is also served without
+(pipeline/serving/capacity.py, serve_bench.capacity's bounds). A bundle whose serve.yaml speculates is also served without
 its speculative-config (serve-plain.yaml, written beside it in a copy of the directory's links), so "its own plain
 decoding" is measured in the same run; a bundle that ships plain decoding is its own plain.
 
@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from pipeline import capacity, serve_bench  # noqa: E402
-from pipeline.data import heldout_prompts  # noqa: E402
-from pipeline.formatting import prompt_text  # noqa: E402
-from pipeline.loading import load_tokenizer  # noqa: E402
-from pipeline.tiers import serving_slo  # noqa: E402
-from pipeline.vllm_server import serve, vllm_command  # noqa: E402
+from pipeline.data.formatting import prompt_text  # noqa: E402
+from pipeline.data.traffic import heldout_prompts  # noqa: E402
+from pipeline.models.loading import load_tokenizer  # noqa: E402
+from pipeline.serving import capacity, serve_bench  # noqa: E402
+from pipeline.serving.tiers import serving_slo  # noqa: E402
+from pipeline.serving.vllm_server import serve, vllm_command  # noqa: E402
 from stages.serve_bench import kernels_in_log  # noqa: E402
 
 SPEC_KEY = "speculative-config"

@@ -1,0 +1,2 @@
+"""Model sources (stages sources, models): the embedded demo pair, local directories, GGUF files and Hub
+repos, fetched, loaded and checked."""

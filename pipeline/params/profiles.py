@@ -1,0 +1,89 @@
+"""Named parameter profiles: an overlay of params.yaml values (profiles/<name>.yaml).
+
+`modelprep profile gpu` writes the GPU demo profile's values over params.yaml, as `dvc exp run
+--set-param` would one at a time, so `dvc repro` then tracks them like any other param change. An
+overlay key that params.yaml lacks is an error (a typo must not add a param nothing reads), and the
+result must pass params validation before params.yaml is touched.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_write_text
+from pipeline.params.load import read_yaml_mapping, validate
+
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
+
+
+def profile_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml"):
+        return path
+    if not name_or_path.replace("-", "").replace("_", "").isalnum():
+        raise PipelineError(f"profile name {name_or_path!r}: letters, digits, - and _ only (or a .yaml path)")
+    return PROFILES_DIR / f"{name_or_path}.yaml"
+
+
+# Mappings whose keys are the user's to choose (a variant's recipe knobs, a variant's gate thresholds): a profile may
+# add a key there (AWQ's n_grid on one variant), which params validation then checks like any other value.
+OPEN = ("quantize.variants.", "gates.overrides.")
+
+
+def overlay(base: dict, values: dict, where: str = "") -> tuple[dict, list[str]]:
+    """base with values written over it, and the dotted keys whose value changed."""
+    out, changed = dict(base), []
+    for key, value in values.items():
+        dotted = f"{where}.{key}" if where else str(key)
+        if key not in base and not (f"{where}.".startswith(OPEN) and where.count(".") == 2):
+            raise PipelineError(f"profile sets {dotted}, which params.yaml does not have")
+        if key not in base:
+            out[key] = value
+            changed.append(dotted)
+            continue
+        if isinstance(value, dict) and isinstance(base[key], dict):
+            out[key], sub = overlay(base[key], value, dotted)
+            changed += sub
+        elif base[key] != value:
+            out[key] = value
+            changed.append(dotted)
+    return out, changed
+
+
+def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) -> None:
+    """Set the changed keys in params.yaml's own text (ruamel round trip, as `dvc exp run -S` does),
+    so its comments stay."""
+    import io
+
+    from ruamel.yaml import YAML
+    from ruamel.yaml.comments import CommentedMap
+
+    rt = YAML()
+    rt.width = 120
+    rt.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    doc = rt.load(params_path.read_text(encoding="utf-8"))
+    for dotted in changed:
+        *parents, leaf = dotted.split(".")
+        node, value = doc, merged
+        for key in parents:
+            node, value = node[key], value[key]
+        new = value[leaf]
+        if isinstance(new, dict) and not isinstance(node.get(leaf), dict):
+            # a scalar becoming a mapping (draft.source: {from: target, ...}) stays one line: a block mapping
+            # would open below the comment of the key that follows
+            new = CommentedMap(new)
+            new.fa.set_flow_style()
+        node[leaf] = new
+    buf = io.StringIO()
+    rt.dump(doc, buf)
+    atomic_write_text(params_path, buf.getvalue())
+
+
+def apply_profile(name_or_path: str, params_path: Path) -> list[str]:
+    """Write the profile over params_path (validated first); returns the dotted keys changed."""
+    merged, changed = overlay(read_yaml_mapping(params_path, "params file"),
+                              read_yaml_mapping(profile_path(name_or_path), "profile"))
+    validate(merged, params_path)
+    if changed:
+        write_keeping_comments(params_path, merged, changed)
+    return changed

@@ -1,0 +1,180 @@
+"""Serving-ready bundle: weights, draft, vLLM configs, model card and a hashed manifest."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+
+from pipeline.core.io import atomic_write_text, write_json
+from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.quantize.recipes import VariantSpec
+from pipeline.release.gates import VariantVerdict
+from pipeline.release.manifest import write_manifest
+from pipeline.release.publish import EVAL, GATE, eval_record
+from pipeline.release.thresholds import SPECULATION
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.config import serve_env, serve_yaml
+
+CARD_TEMPLATE = "model_card.md.j2"  # pipeline/release/templates/
+PROVENANCE = "PROVENANCE.json"
+
+LIBRARIES = ["torch", "transformers", "llmcompressor", "compressed-tensors", "lm_eval", "dvc", "vllm"]
+# Prometheus counters vLLM 0.26 exports for speculative decoding (vllm/v1/spec_decode/metrics.py);
+# the card tells on-call to watch them.
+SPEC_METRICS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
+                "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"]
+
+
+def provenance(spec: VariantSpec, serving: dict, sources: dict) -> dict:
+    """How the bundle was built, from what the bundle stage declares to DVC (so it is never stale):
+    the recipe, the serving params (credentials removed) and the model sources' content hashes.
+    No absolute paths of the machine that built it."""
+    from pipeline.core.redact import redact_params
+
+    def git(*cmd):
+        try:
+            return subprocess.run(["git", *cmd], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    versions = {}
+    for lib in LIBRARIES:
+        try:
+            versions[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    from pipeline.quantize.hardware import requirements
+
+    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
+            "variant": spec.name, "recipe": dataclasses.asdict(spec), "hardware": requirements(spec).as_record(),
+            "serving": redact_params(serving),
+            "sources": redact_params(sources), "libraries": versions}
+
+
+def _num(v, digits: int = 4, signed: bool = False) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+    return str(v)
+
+
+def _counter(name: str) -> str:
+    """Name on /metrics: prometheus_client exposes a counter with a `_total` suffix."""
+    return f"{name}_total"
+
+
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("pipeline.release", "templates"),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env.filters["num"] = _num
+    env.filters["per_position"] = lambda values: " / ".join(f"{a:.2f}" for a in values or []) or "n/a"
+    return env.get_template(CARD_TEMPLATE)
+
+
+def serving_rows(serve: ServeBenchRecord) -> list[dict]:
+    """The card's serving table: one row per config and concurrency, as measured: plain decoding on each kernel
+    compared (the chosen one is plain decoding itself), each method at its k, each k schedule."""
+    named = [(f"plain on {kernel}", config) for kernel, config in serve.kernels.items() if kernel != serve.kernel]
+    named += [(name if not config.num_speculative_tokens else f"{name} (k={config.num_speculative_tokens})", config)
+              for name, config in serve.configs.items()]
+    named += [(f"{method} (k per batch: {config.schedule})", config) for method, config in serve.schedules.items()]
+    return [{"config": name, "level": level} for name, config in named
+            for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
+
+
+PARETO = "capacity.png"  # the gate's chart of every variant's configs against the SLO, where one was measured
+
+
+def _load(value: float, arrival: str) -> str:
+    return f"{value:g} users" if arrival == "concurrency" else f"{value:.3g} req/s"
+
+
+def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
+    """The card's capacity table: each config searched (plain decoding, each method, each k schedule), its capacity
+    and how the search ended, in words."""
+    if serve.skipped:
+        return []
+    named = [(name if not c.num_speculative_tokens else f"{name} (k={c.num_speculative_tokens})", c)
+             for name, c in serve.configs.items()]
+    named += [(f"{method} (k per batch: {c.schedule})", c) for method, c in serve.schedules.items()]
+    rows = []
+    for name, config in named:
+        cap = config.capacity
+        if cap is None:
+            continue
+        at = _load(cap.load, cap.arrival)
+        ceiling = _load(cap.ceiling, cap.arrival) if cap.ceiling is not None else None
+        search = {"found": f"{at}; {ceiling} missed it",
+                  "at_bound": f"at least {at}: met at the search's bound",
+                  "never": "none: one user at a time already misses it" if cap.arrival == "concurrency" else
+                           "none: one request at a time already misses it",
+                  }.get(cap.status) or (f"between {at} and {ceiling} (probes ran out)" if ceiling else
+                                        f"at least {at} (probes ran out while it still met it)")
+        rows.append({"config": name, "cap": cap, "level": cap.level,
+                     "search": search + f"; {len(cap.probes)} probes" + (f"; {cap.note}" if cap.note else "")})
+    return rows
+
+
+def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
+               quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
+               alerts=None, deploy: dict | None = None, bundle_path: str | None = None,
+               server_env: dict[str, str] | None = None, pareto: str | None = None) -> str:
+    """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2. tiers, alerts: the handoff
+    kit's TierPlans and AlertLevels (pipeline/release/handoff.py), when the bundle carries one; server_env: serve.env's
+    variables (the card says to load it when there are any); pareto: the capacity chart's file in the bundle, where
+    there is one."""
+    from pipeline.quantize.hardware import requirements
+    from pipeline.serving.tiers import serving_slo
+
+    return _template().render(
+        variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
+        decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
+        deploy=deploy or {}, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
+        failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
+        lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
+        spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
+        method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
+        **dict(zip(("slo", "arrival"), serving_slo(serving) if "slo" in serving else (None, None))), pareto=pareto)
+
+
+METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",
+                "ngram": "n-gram prompt lookup", None: "none"}
+
+
+def method_rows(summary: dict, decision) -> list[dict]:
+    """Each compared method: its CPU estimate (evaluate) and, where served, its measured speedup."""
+    measured = ((decision.compared or {decision.method: decision.speedup})
+                if decision is not None and decision.basis == "measured" else {})
+    return [{"method": m, "k": summary.get(f"num_speculative_tokens_{m}"),
+             "accepted": summary.get(f"accepted_per_draft_token_{m}"), "expected": summary[key],
+             "measured": measured.get(m)}
+            for key in summary if key.startswith("expected_speedup_") and (m := key.removeprefix("expected_speedup_"))]
+
+
+def build_bundle(out: Path, model_dir: Path, drafter: tuple[Path, str] | None, args: dict, provenance_record: dict,
+                 verdict: VariantVerdict, summary: dict, env: dict) -> None:
+    """The model, the shipped method's weights (drafter: (source, directory in the bundle), e.g. the draft
+    model to ./draft or the EAGLE-3 head to ./eagle3; None for n-gram or no speculation) and the configs;
+    the card and the manifest come last (they describe everything else)."""
+    # Real copies, not hard links: a bundle must not change when its sources do.
+    shutil.copytree(model_dir, out / "model")
+    if drafter is not None:
+        shutil.copytree(drafter[0], out / drafter[1])
+    if env:
+        atomic_write_text(out / "serve.env", serve_env(env))
+    atomic_write_text(out / "serve.yaml", serve_yaml(args))
+    write_json(out / "engine_args.json", args)
+    write_json(out / PROVENANCE, provenance_record)
+    write_json(out / GATE, dataclasses.asdict(verdict))  # publish re-checks it against the current gate run
+    write_json(out / EVAL, eval_record(summary, verdict))
+
+
+def finish_bundle(out: Path, variant: str, card: str) -> dict:
+    atomic_write_text(out / "README.md", card)
+    return write_manifest(out, {"variant": variant})

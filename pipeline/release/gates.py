@@ -1,0 +1,384 @@
+"""Release gates: every check's value, threshold and verdict, from evaluation metrics."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+from pipeline.core.stage import say, warn
+from pipeline.core.values import is_number
+from pipeline.drafts.methods import NGRAM
+from pipeline.drafts.methods import Speculation
+from pipeline.release import speculation_choice
+from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
+from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
+from pipeline.serving.tiers import Slo
+
+
+@dataclass
+class GateCheck:
+    check: str
+    metric: str
+    value: float | None
+    threshold: float
+    op: str
+    passed: bool
+    note: str | None = None
+    group: str = QUALITY
+    skipped: str | None = None  # why a check that needs a GPU measurement was not applied
+
+    def describe(self) -> str:
+        """'top1_agreement=0.8956, needs >= 0.9 (short by 0.0044)': what failed and by how much."""
+        if self.skipped:
+            return f"{self.metric}: skipped ({self.skipped})"
+        if self.value is None or self.note:
+            return f"{self.metric}: {self.note or 'missing'}, needs {self.op} {self.threshold}"
+        text = f"{self.metric}={_short(self.value)}, needs {self.op} {self.threshold}"
+        if not self.passed and isinstance(self.value, (int, float)) and not math.isnan(self.value):
+            gap = abs(self.value - self.threshold)
+            text += f" ({'over' if self.op == '<=' else 'short'} by {_short(gap)})"
+        return text
+
+
+AT_LEAST, AT_MOST = "at least", "at most"
+
+
+@dataclass
+class CapacityClaim:
+    """What the config that ships carries at serving.slo (serve_bench's capacity search), per GPU, against the
+    baseline variant's plain decoding measured on the same GPU model with the same vLLM."""
+    config: str  # the shipped config as serve_bench named it (plain, a method, <method>-schedule)
+    slo: Slo
+    arrival: str  # concurrency | poisson
+    status: str  # bench_record.Capacity.status
+    lower_bound: bool  # it still met the SLO at the highest load measured: at least this many users
+    users: float  # per replica
+    gpus: int
+    users_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None
+    request_goodput: float | None
+    baseline_users_per_gpu: float | None = None
+    vs_bf16: float | None = None  # users per GPU over the baseline's plain decoding
+    vs_bf16_bound: str | None = None  # at least / at most: one of the two capacities is a lower bound
+    vs_bf16_note: str | None = None  # why there is no ratio
+    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
+    cost_per_million_output_tokens: float | None = None  # at the SLO's capacity
+
+
+@dataclass
+class VariantVerdict:
+    passed: bool  # every quality and serving check passed (speculation checks only turn the draft off)
+    allowed_failure: bool
+    checks: list[GateCheck] = field(default_factory=list)
+    speculation: SpeculationDecision | None = None
+    capacity: CapacityClaim | None = None  # None: not measured (no serving benchmark, or no capacity search)
+
+    @property
+    def shippable(self) -> bool:
+        return self.passed or self.allowed_failure
+
+    def applied(self, check: str) -> GateCheck | None:
+        """The check as applied to a value (None when it was not configured, had no value or was skipped)."""
+        return next((c for c in self.checks if c.check == check and c.value is not None and not c.skipped), None)
+
+    @property
+    def label(self) -> str:
+        return "PASS" if self.passed else "FAIL (allowed, flagged)" if self.allowed_failure else "FAIL"
+
+
+@dataclass
+class GateReport:
+    """The gate run. all_passed: every variant passed every quality and serving check (allowed failures are
+    failures); published_with_failures: the variants that failed and ship anyway, flagged, by gates.allow_fail;
+    blocked: those that failed without it (the gate stage fails)."""
+    all_passed: bool
+    variants: dict[str, VariantVerdict]
+    published_with_failures: list[str] = field(default_factory=list)
+    blocked: list[str] = field(default_factory=list)
+    allow_fail: list[str] = field(default_factory=list)  # gates.allow_fail (and --allow-fail) as applied
+
+    @property
+    def shippable(self) -> bool:
+        """No blocking failure: every variant passed or is allowed to fail."""
+        return not self.blocked
+
+
+def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None,
+                  reasons: dict[str, str] | None = None) -> list[GateCheck]:
+    """The checks of one group (all when None). A missing optional metric is a skipped check, reported
+    with skip_reason (reasons: a check's own, where it has one); a missing required one fails."""
+    reasons = reasons or {}
+    results = []
+    for name, threshold in thresholds.items():
+        spec = check_for(name)
+        if group is not None and spec.group != group:
+            continue
+        metric = next((m for m in spec.metrics if metrics.get(m) is not None), spec.metrics[-1])
+        value = metrics.get(metric)
+        if value is None:
+            if spec.required:
+                results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
+            else:
+                results.append(GateCheck(name, metric, None, threshold, spec.op, True, None, spec.group,
+                                         reasons.get(name) or skip_reason or "not measured"))
+            continue
+        if not is_number(value):
+            results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})",
+                                     spec.group))
+            continue
+        # NaN compares false everywhere, so a NaN metric fails its check.
+        passed = (value <= threshold if spec.op == "<=" else value >= threshold if spec.op == ">="
+                  else value > threshold)
+        results.append(GateCheck(name, metric, value, threshold, spec.op, bool(passed), None, spec.group))
+    return results
+
+
+# An acceptance floor guards against a drafter whose rejected tokens each cost a forward pass (a draft model, an
+# EAGLE-3 head); n-gram lookups cost no GPU work, so a low acceptance wastes only the verify tokens, which the
+# measured or predicted speedup already counts: for n-gram the speedup against min_gain decides alone.
+DRAFTER_COST_CHECKS = ("min_accepted_per_draft_token",)
+
+
+def drafter_cost_free(check: GateCheck) -> GateCheck:
+    return replace(check, passed=True, note=None,
+                   skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides")
+
+
+@dataclass
+class ServingContext:
+    """What the speculation decision and the serving checks need besides a variant's own metrics."""
+    target_concurrency: int
+    min_gain: float
+    baseline: ServeBenchRecord | None  # the baseline variant's serving benchmark (speedup_vs_bf16)
+    max_num_seqs: int = 1  # the default config's batch limit: a prediction holds for one request at a time
+    baseline_variant: str = "bf16"  # serving.baseline_variant, as the reasons name it
+    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
+
+
+def capacity_claim(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, shipped: Speculation,
+                   ctx: ServingContext) -> tuple[CapacityClaim | None, str | None]:
+    """(claim, why it has no ratio) for the config that ships; (None, why) when its capacity was not searched."""
+    if serve is None or serve.skipped:
+        return None, None  # the serving checks' own reason says why
+    config = config_of(serve, shipped)
+    cap = config.capacity if config is not None else None
+    if cap is None:
+        return None, f"no capacity search of the {config_name(shipped)} config that ships (serve_bench.capacity)"
+    tokens = cap.output_tokens_per_s_per_gpu
+    cost = (ctx.gpu_hour_cost / (tokens * 3600) * 1e6) if ctx.gpu_hour_cost and tokens else None
+    claim = CapacityClaim(config=config_name(shipped), slo=cap.slo, arrival=cap.arrival, status=cap.status,
+                          lower_bound=cap.lower_bound, users=cap.users, gpus=cap.gpus, users_per_gpu=cap.users_per_gpu,
+                          output_tokens_per_s_per_gpu=tokens, request_goodput=cap.request_goodput,
+                          gpu_hour_cost=ctx.gpu_hour_cost, cost_per_million_output_tokens=cost)
+    comparable = (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
+                  and baseline.vllm_version == serve.vllm_version)  # a ratio across GPUs or vLLMs means nothing
+    plain = baseline.configs.get(PLAIN) if comparable else None
+    base = plain.capacity if plain is not None else None
+    name = f"{ctx.baseline_variant} plain decoding"
+    if base is None:
+        claim.vs_bf16_note = f"no capacity of {name} on the same GPU and vLLM"
+    elif (base.slo, base.arrival) != (cap.slo, cap.arrival):
+        claim.vs_bf16_note = f"{name} was searched at another SLO or arrival"
+    else:
+        claim.baseline_users_per_gpu = base.users_per_gpu
+        if not base.users_per_gpu:
+            claim.vs_bf16_note = f"{name} met the SLO at no load ({base.slo.label()})"
+        elif cap.lower_bound and base.lower_bound:
+            claim.vs_bf16_note = (f"both still met the SLO at the highest load measured ({cap.users:g} and "
+                                  f"{base.users:g} users): raise serve_bench.capacity.max_concurrency or max_probes")
+        else:
+            claim.vs_bf16 = cap.users_per_gpu / base.users_per_gpu
+            claim.vs_bf16_bound = AT_LEAST if cap.lower_bound else AT_MOST if base.lower_bound else None
+    return claim, claim.vs_bf16_note
+
+
+def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tuple[dict, str | None]:
+    """capacity_vs_bf16 for the gate, unless a bound leaves the check undecided (at least x0.9 against 1.0: the
+    true ratio may pass): then (nothing, why)."""
+    if claim is None or claim.vs_bf16 is None:
+        return {}, None
+    ratio = claim.vs_bf16
+    if threshold is not None and ((claim.vs_bf16_bound == AT_LEAST and ratio < threshold)
+                                  or (claim.vs_bf16_bound == AT_MOST and ratio >= threshold)):
+        return {}, (f"undecided: the ratio is {claim.vs_bf16_bound} x{ratio:.2f} (a search stopped below its "
+                    "boundary); raise serve_bench.capacity.max_probes")
+    return {"capacity_vs_bf16": ratio}, None
+
+
+def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
+                 allowed: bool) -> VariantVerdict:
+    """Decide the speculative setting, check it, then check quality and the config that ships.
+
+    A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
+    its card says why); only quality and serving checks fail a variant."""
+    decision = speculation_choice.decide(summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
+    metrics = {**speculation_choice.candidate_metrics(summary, decision.method),
+               **speculation_choice.speculative_metrics(serve, ctx.target_concurrency, decision.method,
+                                                   bool(decision.schedule))}
+    if decision.num_speculative_tokens:
+        spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
+                       for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
+        failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
+        if failed:
+            decision = speculation_choice.without_speculation(decision, "; ".join(failed))
+    else:
+        spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
+                       for c in check_variant(metrics, thresholds, SPECULATION)]
+    metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
+    claim, no_ratio = capacity_claim(serve, ctx.baseline, decision.speculation, ctx)
+    ratio, undecided = capacity_metrics(claim, thresholds.get("min_capacity_vs_bf16"))
+    metrics |= ratio
+    not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
+                  else "no serving benchmark of the baseline variant on the same GPU and vLLM")
+    reasons = {"min_capacity_vs_bf16": f"not measured: {undecided or no_ratio}"} if (undecided or no_ratio) else {}
+    checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
+              + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons))
+    passed = all(c.passed for c in checks if c.group != SPECULATION)
+    return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
+
+
+def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str],
+                   serve_by_variant: dict[str, ServeBenchRecord] | None = None,
+                   ctx: ServingContext | None = None) -> GateReport:
+    serve_by_variant = serve_by_variant or {}
+    ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
+    report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
+              for v, m in metrics_by_variant.items()}
+    return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
+                      published_with_failures=[n for n, v in report.items() if v.allowed_failure],
+                      blocked=[n for n, v in report.items() if not v.shippable],
+                      allow_fail=sorted(set(allow_fail)))
+
+
+def summary(report: GateReport) -> dict:
+    """metrics/gates.json: what the gate run decided, in a few scalar columns for `dvc metrics show` (all_passed is
+    false whenever a variant failed, allowed or not), and per variant in a list (which DVC's table leaves out): its
+    verdict, failed checks and the speculation that ships. Every check's value and threshold stay in
+    artifacts/gate/verdict.json."""
+    return {"all_passed": report.all_passed,
+            "variants_passed": sum(v.passed for v in report.variants.values()),
+            "variants_failed": sum(not v.passed for v in report.variants.values()),
+            "published_with_failures": report.published_with_failures, "blocked": report.blocked,
+            "allow_fail": report.allow_fail,
+            "variants": [{"variant": name, "passed": v.passed, "allowed_failure": v.allowed_failure,
+                          "verdict": v.label, "counts": check_counts(v),
+                          "failed_checks": [c.check for c in v.checks if not c.passed and c.group != SPECULATION],
+                          "failed_speculation_checks": [c.check for c in v.checks
+                                                        if not c.passed and c.group == SPECULATION],
+                          "speculation": None if v.speculation is None else {
+                              "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
+                              "num_speculative_tokens": v.speculation.num_speculative_tokens,
+                              "basis": v.speculation.basis, "reason": v.speculation.reason},
+                          "capacity": None if v.capacity is None else {
+                              "slo": v.capacity.slo.label(), "users_per_gpu": v.capacity.users_per_gpu,
+                              "at_least": v.capacity.lower_bound,
+                              "output_tokens_per_s_per_gpu": v.capacity.output_tokens_per_s_per_gpu,
+                              "vs_bf16": v.capacity.vs_bf16, "vs_bf16_bound": v.capacity.vs_bf16_bound,
+                              "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens}}
+                         for name, v in report.variants.items()]}
+
+
+def check_counts(v: VariantVerdict) -> dict[str, int]:
+    """How many checks passed, failed (a failed speculation check turns speculation off rather than failing the
+    variant: counted apart) and were skipped (nothing measured, or no speculation shipped to check)."""
+    applied = [c for c in v.checks if not c.skipped]
+    return {"checks": len(v.checks), "passed": sum(c.passed for c in applied),
+            "failed": sum(not c.passed and c.group != SPECULATION for c in applied),
+            "speculation_failed": sum(not c.passed and c.group == SPECULATION for c in applied),
+            "skipped": len(v.checks) - len(applied)}
+
+
+def verdict_line(variant: str, v: VariantVerdict) -> str:
+    """'gate bf16: PASS: 4 of 10 checks passed, 1 speculation check failed (min_accepted_per_draft_token: no
+    speculation ships), 5 skipped; ships without speculation (estimated)': every check counted once, as what it was."""
+    n = check_counts(v)
+    failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group != SPECULATION]
+    spec_failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group == SPECULATION]
+    parts = [f"{n['passed']} of {n['checks']} checks passed"]
+    if failed:
+        parts.append(f"{len(failed)} failed ({', '.join(failed)})")
+    if spec_failed:
+        parts.append(f"{len(spec_failed)} speculation check{'s' if len(spec_failed) > 1 else ''} failed "
+                     f"({', '.join(spec_failed)}: no speculation ships)")
+    if n["skipped"]:
+        parts.append(f"{n['skipped']} skipped")
+    return f"gate {variant}: {v.label}: {', '.join(parts)}{_shipped_setting(v.speculation)}"
+
+
+def failed_checks(report: GateReport, allowed: bool) -> list[str]:
+    """'variant: check (what, needs, by how much)' for the failed checks of blocking (allowed=False)
+    or of allow_fail (allowed=True) variants."""
+    return [f"{variant}: {c.check} ({c.describe()})"
+            for variant, v in report.variants.items() if not v.passed and v.allowed_failure == allowed
+            for c in v.checks if not c.passed and c.group != SPECULATION]
+
+
+def conclude(report: GateReport) -> int:
+    """One line per variant, a warning for allowed failures, every blocking failure named; the exit code."""
+    for variant, v in report.variants.items():
+        say(verdict_line(variant, v))
+    allowed = failed_checks(report, allowed=True)
+    if allowed:
+        warn("warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "
+            + "; ".join(allowed))
+    failed = failed_checks(report, allowed=False)
+    if failed:
+        warn("error: gate failed: " + "; ".join(failed))
+        return 1
+    return 0
+
+
+def _shipped_setting(decision: SpeculationDecision | None) -> str:
+    if decision is None:
+        return ""
+    k = decision.num_speculative_tokens
+    return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis})"
+
+
+def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:
+    """eval-<variant>.json files from a metrics directory (this pipeline's or another runner's)."""
+    metrics_dir = Path(metrics_dir)
+    if not metrics_dir.is_dir():
+        raise PipelineError(f"metrics directory {metrics_dir} not found")
+    found = {f.stem.removeprefix("eval-"): records.eval_summary(records.read_object(f))
+             for f in sorted(metrics_dir.glob("eval-*.json"))}
+    if variants is not None:
+        missing = [v for v in variants if v not in found]
+        if missing:
+            raise PipelineError(f"no evaluation metrics for {missing} in {metrics_dir}")
+        found = {v: found[v] for v in variants}
+    if not found:
+        raise PipelineError(f"no eval-*.json metrics in {metrics_dir}")
+    return found
+
+
+def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str, ServeBenchRecord]:
+    """serve-<variant>.json files (the serving benchmark's records) present in a metrics directory."""
+    return {v: records.read(ServeBenchRecord, f) for v in variants
+            if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
+
+
+def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None,
+        serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
+    """Gate every variant with params.yaml's thresholds (validated by load_params); allow_fail adds
+    to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
+    allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
+    known = set(metrics_by_variant) | set(params["quantize"]["variants"])
+    unknown = [v for v in allowed if v not in known]
+    if unknown:
+        raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
+    serve_by_variant = serve_by_variant or {}
+    serving = params["serving"]
+    ctx = ServingContext(target_concurrency=serving["target_concurrency"],
+                         min_gain=serving["speculation"]["min_gain"],
+                         baseline=serve_by_variant.get(serving["baseline_variant"]),
+                         max_num_seqs=serving["max_num_seqs"], baseline_variant=serving["baseline_variant"],
+                         gpu_hour_cost=serving.get("gpu_hour_cost"))
+    return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
+
+
+def _short(v):
+    return f"{v:.4g}" if isinstance(v, float) else v

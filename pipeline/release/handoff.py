@@ -1,0 +1,192 @@
+"""The handoff kit a bundle carries besides its model: serving tiers (serve-<tier>.yaml), Kubernetes
+manifests and the warm-up (deploy/), Prometheus rules, their unit test and a Grafana dashboard
+(monitoring/). Everything is rendered from the same values the bundle ships and was gated on."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.core.io import atomic_write_text
+from pipeline.drafts.methods import Speculation, speculative_config_for
+from pipeline.quantize.recipes import VariantSpec
+from pipeline.release import deploy, monitoring
+from pipeline.release.gates import VariantVerdict
+from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
+from pipeline.serving import warmup
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.capacity import CONCURRENCY, users_meeting
+from pipeline.serving.config import engine_args, serve_yaml
+from pipeline.serving.tiers import DEFAULT, Tier, parse_tiers, select
+
+RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
+METRICS_RULES = "deploy/custom-metrics-rules.yaml"
+
+
+# Prompts the warm-up sends unless deploy.warmup_from_traffic: neutral text, so that no user traffic is copied
+# into bundles that get published (registries, the Hub). They exercise the same engine paths (prefill, decode,
+# the draft); held-out traffic would only match the domain's lengths more closely.
+GENERIC_PROMPTS = [
+    "Summarize the main steps to reset a password.",
+    "Explain what a service level objective is in two sentences.",
+    "List three ways to reduce the latency of a web request.",
+    "Write a short, polite reply confirming that an issue was fixed.",
+    "What information should a good bug report contain?",
+    "Describe how to roll back a software deployment.",
+    "Give a one-paragraph overview of how caching works.",
+    "How do I check which version of an application is installed?",
+]
+
+
+def bundle_location(deploy_cfg: dict, served_name: str, variant: str) -> str:
+    return f"{deploy_cfg['bundle_root'].rstrip('/')}/{served_name}-{variant}"
+
+
+@dataclass
+class TierSizing:
+    """A tier of deploy.autoscale.tiers sized from the measured capacity at its SLO: the users its config carried
+    per replica, the max-num-seqs it ships with (None: as configured) and the running requests per pod its
+    autoscaler holds (None: no autoscaler); why: how, or why not."""
+    why: str
+    users: float | None = None
+    at_least: bool = False
+    max_num_seqs: int | None = None
+    running_target: int | None = None
+
+
+def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: dict, utilization: float,
+              resizable: bool) -> TierSizing:
+    """From the default sweep's capacity search of the config the tier ships. max-num-seqs: the users it carried
+    within the tier's SLO, never above the tier's own limit nor serving.max_num_seqs (the batches the search ran
+    at; larger ones were never measured), and only for a closed-loop search (an open loop's mean users say nothing
+    of its peaks) of a file not measured as it stands (resizable: serve.yaml and benchmarked tiers ship as
+    measured). The autoscaler holds utilization of that: running requests stop at max-num-seqs, so a target equal
+    to it would never be exceeded."""
+    if serve.skipped:
+        return TierSizing(f"capacity not measured ({serve.skipped}): max-num-seqs as configured, no autoscaler")
+    config = config_of(serve, chosen)
+    met = users_meeting(config, tier.slo) if config is not None else None
+    if met is None:
+        return TierSizing(f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
+                          "max-num-seqs as configured, no autoscaler")
+    users, at_least = met
+    if users < 1:
+        return TierSizing(f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
+                          "configured, no autoscaler", users, at_least)
+    configured = tier.engine.get("max_num_seqs", serving["max_num_seqs"])
+    closed = config.capacity.arrival == CONCURRENCY
+    size = min(configured, math.floor(users), serving["max_num_seqs"]) if closed and resizable else None
+    target = max(1, math.floor(min(size or configured, users) * utilization))
+    bound = "at least " if at_least else ""
+    how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, serve_bench on "
+           f"{serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
+                                f"serving.max_num_seqs {serving['max_num_seqs']})" if size is not None else
+                                "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
+           + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
+    return TierSizing(how, users, at_least, size, target)
+
+
+@dataclass
+class TierPlan:
+    """What one tier ships: its speculation and why, and the files that describe it."""
+    name: str
+    num_speculative_tokens: int
+    why: str
+    method: str | None  # the speculative method at this tier (None: none)
+    concurrency: int
+    gpus: int
+    serve_file: str
+    manifest: str | None  # deploy/<tier>.yaml, when deploy.tiers includes it
+    served_tokens_per_s: float | None = None  # the shipped config at the tier's concurrency, where it was served
+    schedule: tuple[tuple[int, int, int], ...] | None = None  # a k per batch-size range, where one ships
+    sizing: TierSizing | None = None  # deploy.autoscale.tiers: sized from the capacity, or why not
+
+    @property
+    def speculation(self) -> Speculation:
+        return Speculation(self.method, self.num_speculative_tokens, self.schedule)
+
+
+def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
+                 target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
+    shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
+    k = shipped.k
+    acceptance = verdict.applied("min_accepted_per_draft_token")
+    config = config_of(serve, shipped) if not serve.skipped else None
+    level = config.at(target_concurrency) if config else None
+    margin = cfg["latency_margin"]
+    if level is not None:
+        ttft, itl = level.ttft_ms["p99"] * margin / 1000, level.itl_ms["p99"] * margin / 1000
+        source = (f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}")
+    else:  # the thresholds this variant's latency gates were checked against (recorded in its verdict)
+        gate = {c.check: c.threshold / 1000 for c in verdict.checks if c.check in ("max_p99_ttft_ms", "max_p99_itl_ms")}
+        ttft, itl = gate.get("max_p99_ttft_ms"), gate.get("max_p99_itl_ms")
+        source = "the latency gates' thresholds (no serving benchmark in this build)"
+    return monitoring.AlertLevels(
+        served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
+        acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
+        ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
+        kv_cache_usage_max=cfg["kv_cache_usage_max"], warning_fraction=cfg["acceptance_warning_fraction"])
+
+
+def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
+                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]],
+                  env: dict[str, str]) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
+    environment (hardware.server_env, as serve.env has it), the same for every tier's manifest."""
+    serving, deploy_cfg = params["serving"], params["deploy"]
+    shipped = verdict.speculation
+    tiers = parse_tiers(serving)
+    deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
+    scaling = deploy_cfg["autoscale"]
+    autoscaled = ({t.name for t in select(tiers, scaling["tiers"], "deploy.autoscale.tiers")} if scaling["tiers"]
+                  else set())
+    bundle_path = bundle_location(deploy_cfg, serving["name"], variant)
+    startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
+    startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
+    plans = []
+    (out / "deploy").mkdir(exist_ok=True)
+    for tier in tiers:
+        chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
+                                       serving["speculation"]["min_gain"], shipped.predicted,
+                                       tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
+        sizing = (size_tier(tier, chosen, serve, serving, scaling["target_utilization"],
+                            resizable=tier.name != DEFAULT and tier.name not in serve.tiers)
+                  if tier.name in autoscaled else None)
+        engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
+        if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
+            atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
+                spec, serving, speculative_config_for(chosen, params), quantization, engine)))
+        manifest = None
+        if tier.name in deployed:
+            manifest = f"deploy/{tier.name}.yaml"
+            sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
+            atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
+                                                               {"modelprep/serve-config-sha256": sha}, env,
+                                                               sizing.running_target if sizing else None))
+        # The default tier is the serving section itself: the default sweep measured it at its own settings.
+        own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
+        config = config_of(own, chosen) if own is not None else None
+        level = config.at(tier.concurrency) if config is not None else None
+        plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
+                              manifest, level.output_throughput if level is not None else None, chosen.schedule,
+                              sizing))
+    if any(p.sizing and p.sizing.running_target for p in plans):
+        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving["name"]))
+    shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
+    atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
+        json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
+        for text, special in warmup_prompts[: deploy_cfg["warmup_prompts"]]))
+
+    levels = alert_levels(serving["name"], verdict, cost_ratio, serve, serving["target_concurrency"],
+                          params["monitoring"])
+    (out / "monitoring").mkdir(exist_ok=True)
+    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving['name']}-{variant}"))
+    test = monitoring.rules_unit_test(levels, Path(RULES).name)
+    if test:
+        atomic_write_text(out / RULES_TEST, test)
+    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving['name']} {variant}",
+                                                                 deploy.object_name(serving["name"], variant, "dash", 40)))
+    return plans, levels

@@ -1,0 +1,224 @@
+"""Embedded filesystem registry: registry/<name>/<version>/ with an index and a `latest` alias.
+
+Versions are immutable: publishing different content under an existing version is refused, and an
+existing version directory is never replaced or deleted. Publishing the identical bundle again
+copies nothing but moves `latest` back to it, so re-running the pipeline is idempotent and a
+rollback (params back to an earlier build) re-points `latest`.
+
+A publish holds an exclusive flock on registry/.lock from the existence check to the index update.
+The copy goes to a private temp dir, is verified, made team-readable, then renamed into place.
+The registry does not trust its own copies: a stored version is re-verified before it is reused
+or resolved, including against the digest the index recorded for it.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_write_text
+from pipeline.release.manifest import verify
+from pipeline.release.registry import already_published, check_name, check_version
+
+INDEX = "index.json"
+LATEST = "latest"
+LOCK = ".lock"
+FILE_MODE, DIR_MODE = 0o644, 0o755  # a team shares the registry: everyone reads what one publishes
+
+
+def read_index(root: str | Path) -> dict:
+    path = Path(root) / INDEX
+    if not path.exists():
+        return {"models": {}}
+    try:
+        index = json.loads(path.read_bytes())
+    except OSError as e:
+        raise PipelineError(f"cannot read registry index {path}: {e.strerror}") from None
+    except ValueError as e:  # bad JSON and bad UTF-8 alike
+        raise PipelineError(f"registry index {path} is corrupt ({e})") from None
+    except RecursionError:
+        raise PipelineError(f"registry index {path} is corrupt (JSON nested too deeply)") from None
+    if not _well_formed(index):
+        raise PipelineError(f"registry index {path} is corrupt: expected "
+                            '{"models": {name: {"latest": version, "versions": {version: record}}}}')
+    return index
+
+
+def _well_formed(index) -> bool:
+    models = index.get("models") if isinstance(index, dict) else None
+    return isinstance(models, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("latest"), str) and isinstance(e.get("versions"), dict)
+        and all(isinstance(r, dict) and isinstance(r.get("bundle_digest"), str) for r in e["versions"].values())
+        for e in models.values())
+
+
+def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dict:
+    check_name(name)
+    check_version(version)
+    if name == INDEX:
+        raise PipelineError(f"model name {INDEX!r} is taken by the local registry's index; choose another")
+    root = Path(cfg["registry_dir"])
+    if root.resolve() == Path(bundle).resolve() or Path(bundle).resolve() in root.resolve().parents:
+        raise PipelineError(f"publish.registry_dir {root} is inside the bundle {bundle}: publishing would copy the "
+                            "registry into itself; put the registry elsewhere")
+    digest = verify(bundle)["bundle_digest"]
+    try:
+        with _locked(root):
+            status = _store(root, Path(bundle), name, version, digest, tags)
+    except OSError as e:  # disk full, permissions, ...: one line naming the path
+        raise PipelineError(f"local registry {root}: {_describe(e)}") from None
+    return {"name": name, "version": version, "uri": str(root / name / version), "status": status}
+
+
+@contextlib.contextmanager
+def _locked(root: Path):
+    """Exclusive across processes; across hosts only where the filesystem honours flock."""
+    _make_dir(root)
+    path = root / LOCK
+    # flock needs no write access, so a team member can lock a file another one created. O_NOFOLLOW: a lock
+    # that is a link would have this process create or chmod a file outside the registry.
+    created = True
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+    except FileExistsError:
+        created = False
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as e:
+            raise PipelineError(f"local registry lock {path} is a symbolic link or unreadable ({_describe(e)}); "
+                                "remove it") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise PipelineError(f"local registry lock {path} is not a regular file; remove it")
+        if created:  # never chmod a lock another process or person made
+            os.fchmod(fd, FILE_MODE)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags: dict) -> str:
+    """Under the lock: reuse a verified stored version or install a new one; index it; move `latest`."""
+    index = read_index(root)
+    dest = root / name / version
+    entry = index["models"].setdefault(name, {"versions": {}})
+    record = {"bundle_digest": digest, "tags": tags,
+              "published_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    stored = _verified(root, index, name, version)["bundle_digest"] if os.path.lexists(dest) else None
+    if already_published(name, version, stored, digest, str(root)):
+        status = "already published"
+        entry["versions"].setdefault(version, record)  # indexes a version a crash left unindexed
+    else:
+        _install(bundle, dest, digest)
+        status = "published"
+        entry["versions"][version] = record
+    entry["latest"] = version
+    _write_shared(root / INDEX, json.dumps(index, indent=2) + "\n")
+    _write_shared(root / name / LATEST, version + "\n")
+    return status
+
+
+def _install(bundle: Path, dest: Path, digest: str) -> None:
+    """Copy into a private temp dir, verify, make readable, then one rename: never a partial version."""
+    _make_dir(dest.parent)
+    for stale in dest.parent.glob(".*.tmp-*"):  # killed publishes' of any version; under the lock none is live
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-", dir=dest.parent))
+    try:
+        shutil.copytree(bundle, tmp, symlinks=True, dirs_exist_ok=True)  # a link is copied as one, then refused
+        if verify(tmp)["bundle_digest"] != digest:
+            raise PipelineError(f"{bundle} changed while it was being published; publish it again")
+        _share(tmp)
+        os.rename(tmp, dest)  # dest is absent: checked under the lock
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _share(tree: Path) -> None:
+    """copytree keeps the source's modes and mkdtemp makes 0700; published is 0644 files, 0755 dirs.
+    Safe to follow paths: tree was verified link-free and is still private (0700) until here."""
+    os.chmod(tree, DIR_MODE)
+    for dirpath, dirnames, filenames in os.walk(tree):
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), DIR_MODE)
+        for f in filenames:
+            os.chmod(os.path.join(dirpath, f), FILE_MODE)
+
+
+def _make_dir(path: Path) -> None:
+    """mkdir honours the umask; a directory this creates is 0755 whatever the umask."""
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        return
+    os.chmod(path, DIR_MODE)
+
+
+def _write_shared(path: Path, text: str) -> None:
+    """Atomic, and 0644 from the moment it appears (atomic_write_text's mkstemp makes 0600).
+    The staging name is fixed: only the lock holder writes here."""
+    staged = path.with_name(f".{path.name}.staged")
+    atomic_write_text(staged, text)
+    os.chmod(staged, FILE_MODE)
+    os.replace(staged, path)
+
+
+def _describe(e: OSError) -> str:
+    if isinstance(e, shutil.Error) and e.args and isinstance(e.args[0], list):
+        src, dst, why = e.args[0][0]  # copytree gathers every file's failure; the first is enough
+        return f"copying {src} to {dst} failed: {why}"
+    paths = " -> ".join(str(p) for p in (e.filename, e.filename2) if p)
+    return f"{e.strerror or e}: {paths}" if paths else str(e.strerror or e)
+
+
+def _verified(root: Path, index: dict, name: str, version: str) -> dict:
+    """A stored version's manifest after re-hashing it and matching the digest the index recorded."""
+    dest = root / name / version
+    recorded = index["models"].get(name, {}).get("versions", {}).get(version, {}).get("bundle_digest")
+    try:
+        if dest.is_symlink():
+            raise PipelineError(f"{dest} is a symlink")
+        manifest = verify(dest)
+        if recorded not in (None, manifest["bundle_digest"]):
+            raise PipelineError(f"its digest differs from the one the index recorded ({recorded[:12]})")
+    except PipelineError as e:
+        raise PipelineError(f"stored {name} version {version} in registry {root} fails verification: {e}") from None
+    return manifest
+
+
+def resolve(root: str | Path, name: str, version: str = "latest", public_key: str | Path | None = None) -> Path:
+    """A stored version's directory (`latest` as the index has it), verified before it is handed out (and its
+    signature checked against public_key, when given)."""
+    check_name(name)
+    root = Path(root)
+    index = read_index(root)
+    entry = index["models"].get(name)
+    if entry is None:
+        raise PipelineError(f"no model {name!r} in registry {root}")
+    version = entry["latest"] if version == "latest" else version
+    check_version(version)
+    if version not in entry["versions"]:
+        raise PipelineError(f"{name} has no version {version!r} in registry {root}")
+    _verified(root, index, name, version)
+    if public_key is not None:
+        from pipeline.release import signing
+
+        signing.verify(root / name / version, public_key)
+    return root / name / version
+
+
+def resolve_ref(ref: str, registry_dir: str | Path, public_key: str | Path | None = None) -> Path:
+    """`<name>@<version>` or `<name>@latest` -> that version's directory in registry_dir, verified."""
+    name, at, version = ref.rpartition("@")
+    if not at:
+        raise PipelineError(f"{ref!r} is not a registry reference (<name>@<version> or <name>@latest)")
+    return resolve(registry_dir, name, version, public_key)

@@ -1,0 +1,60 @@
+"""The serving configuration a bundle ships, rendered from one source for the bundle and for the
+serving benchmark, so that what was measured is byte for byte what ships."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from pipeline.core.io import read_json
+from pipeline.quantize.recipes import VariantSpec
+
+
+def checkpoint_quantization(model_dir: Path) -> str | None:
+    """The quant_method llm-compressor wrote into config.json (`compressed-tensors`), if any."""
+    config = read_json(Path(model_dir) / "config.json")
+    return (config.get("quantization_config") or {}).get("quant_method")
+
+
+def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: dict | None,
+                quantization: str | None = None, tier_engine: dict | None = None) -> dict:
+    """Arguments for vllm.LLM(...) relative to the bundle directory; speculative_config from
+    methods.speculative_config (None: no speculative decoding). tier_engine: a serving tier's engine
+    overrides (pipeline/serving/tiers.py ENGINE_KEYS)."""
+    args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
+            "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"],
+            # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
+            "tensor_parallel_size": serving["tensor_parallel_size"]}
+    args.update(tier_engine or {})
+    if quantization:
+        args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
+    if variant_spec.kv_cache == "fp8":
+        args["kv_cache_dtype"] = "fp8"  # per-tensor KV scales were calibrated into the checkpoint
+    if speculative_config:
+        args["speculative_config"] = speculative_config
+    return args
+
+
+def serve_config(args: dict) -> dict:
+    """`vllm serve --config serve.yaml` from the bundle directory.
+
+    How vLLM 0.26 reads it (FlexibleArgumentParser.load_config_file in vllm/utils/argparse_utils.py):
+    every top-level key becomes `--key value`; a nested mapping is json.dumps'ed into the option's
+    JSON value, so `speculative-config` is written as a plain YAML mapping; `true` becomes a bare
+    flag and `false` is dropped (so false/None are left out here rather than silently ignored there).
+    `model` belongs in the file: with no positional model on the command line, `--model` from the
+    config is used, so `vllm serve --config serve.yaml` needs nothing else; flags given on the
+    command line after it win. (A JSON string value is accepted too, but older vLLMs are the only
+    reason to prefer it.) tests/test_bundle.py::test_vllm_parses_serve_yaml checks, with vLLM
+    installed, that the file parses into the same EngineArgs as engine_args.json.
+    """
+    return {key.replace("_", "-"): v for key, v in args.items() if v is not None and v is not False}
+
+
+def serve_yaml(args: dict) -> str:
+    return yaml.safe_dump(serve_config(args), sort_keys=False)
+
+
+def serve_env(env: dict) -> str:
+    """serve.env: `KEY=value` lines for the server's environment (`env $(cat serve.env) vllm serve ...`)."""
+    return "".join(f"{k}={v}\n" for k, v in sorted(env.items()))

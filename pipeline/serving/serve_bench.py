@@ -1,0 +1,176 @@
+"""Serving benchmark: a variant served as its bundle ships it, under load, with and without the draft.
+
+The load generator is `vllm bench serve` (it ships with vLLM): held-out traffic prompts through the
+OpenAI completions API at each concurrency of `serve_bench.concurrency`, TTFT/TPOT/ITL percentiles,
+throughput, failed requests, and the `vllm:spec_decode_*` counter deltas it reads from `/metrics`.
+While it runs, `/metrics` is scraped for `vllm:kv_cache_usage_perc` and the waiting queue, which
+only exist as gauges under load. Nothing here is simulated: without CUDA and vLLM the stage records
+why it was skipped.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import urllib.request
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+from pipeline.drafts.methods import METHODS
+from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
+from pipeline.serving.vllm_server import failure
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+# Counters and gauges read from /metrics (names as vLLM 0.26 exports them, vllm/v1/metrics/loggers.py).
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+BENCH_TIMEOUT_S = 1800
+
+
+def num_prompts(cfg: dict, concurrency: int) -> int:
+    """Enough requests that every concurrency level keeps its slots busy for several rounds."""
+    return max(cfg["min_prompts"], cfg["prompts_per_concurrency"] * concurrency)
+
+
+def write_dataset(path: Path, prompts: list[str]) -> None:
+    """`vllm bench serve --dataset-name custom` input: one {"prompt": ...} per line."""
+    if not prompts:
+        raise PipelineError("the serving benchmark needs held-out prompts; artifacts/data/heldout.jsonl is empty")
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
+
+
+def bench_command(command: list[str], base_url: str, served_name: str, tokenizer_dir: Path, dataset: Path,
+                  concurrency: int, prompts: int, max_tokens: int, temperature: float, add_special_tokens: bool,
+                  result: Path, warmups: int = 0, request_rate: float | None = None,
+                  goodput: dict[str, float] | None = None) -> list[str]:
+    """`vllm bench serve` over the OpenAI completions API. The prompts are already rendered with the
+    chat template, so the client must not apply it again, nor the server add a second BOS. request_rate: Poisson
+    arrivals at that rate (burstiness 1), at most `concurrency` open at once; None: closed loop, `concurrency`
+    users. goodput: the SLO as vLLM's per-request objectives (tiers.Slo.goodput), counted into request_goodput."""
+    rate = ["--request-rate", "inf"] if request_rate is None else ["--request-rate", f"{request_rate:.6g}",
+                                                                     "--burstiness", "1.0"]
+    good = ["--goodput", *(f"{k}:{v:g}" for k, v in goodput.items() if v is not None)] if goodput else []
+    return [*command, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+            "--base-url", base_url, "--model", served_name, "--served-model-name", served_name,
+            "--tokenizer", str(tokenizer_dir), "--dataset-name", "custom", "--dataset-path", str(dataset),
+            "--skip-chat-template", "--custom-output-len", str(max_tokens), "--num-prompts", str(prompts),
+            "--max-concurrency", str(concurrency), *rate, *good, "--temperature", str(temperature),
+            "--extra-body", json.dumps({"add_special_tokens": add_special_tokens}), "--seed", "0",
+            "--num-warmups", str(warmups), "--percentile-metrics", ",".join(LATENCIES),
+            "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--save-result", "--save-detailed",
+            "--result-dir", str(result.parent), "--result-filename", result.name, "--disable-tqdm"]
+
+
+def parse_result(raw: dict, where: str) -> LoadLevel:
+    """A `vllm bench serve --save-result` JSON as a LoadLevel; one error line naming the missing key.
+
+    Failed requests are counted and their errors kept: the latency and throughput numbers of such a
+    run cover the successful requests only, so a failure must never be averaged away."""
+    def need(key):
+        if key not in raw or raw[key] is None:
+            raise PipelineError(f"{where}: `vllm bench serve` result has no {key!r}")
+        return raw[key]
+
+    def latency(name: str) -> dict[str, float]:
+        out = {"mean": float(need(f"mean_{name}_ms"))}
+        out |= {f"p{p}": float(need(f"p{p}_{name}_ms")) for p in PERCENTILES}
+        return out
+
+    completed = int(need("completed"))
+    failed = int(raw.get("failed") or 0)
+    errors = sorted({e.strip().splitlines()[-1][:300] for e in raw.get("errors") or [] if e and e.strip()})[:5]
+    rate = raw.get("spec_decode_acceptance_rate")
+    arrivals = raw.get("request_rate")  # "inf" for a closed loop (vllm/benchmarks/serve.py)
+    goodput = raw.get("request_goodput")
+    return LoadLevel(
+        concurrency=int(need("max_concurrency")), num_prompts=int(need("num_prompts")), completed=completed,
+        failed=failed, duration_s=float(need("duration")), request_throughput=float(need("request_throughput")),
+        output_throughput=float(need("output_throughput")),
+        ttft_ms=latency("ttft"), tpot_ms=latency("tpot"), itl_ms=latency("itl"), e2el_ms=latency("e2el"),
+        accepted_per_draft_token=None if rate is None else float(rate) / 100.0,
+        mean_acceptance_length=raw.get("spec_decode_acceptance_length"),
+        accepted_per_position=raw.get("spec_decode_per_position_acceptance_rates"),
+        errors=errors, request_rate=None if arrivals in (None, "inf") else float(arrivals),
+        request_goodput=None if goodput is None else float(goodput))
+
+
+def gauge_values(metrics_text: str, name: str) -> list[float]:
+    """Every sample of a gauge in a Prometheus text exposition (one per engine/label set)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return [s.value for family in text_string_to_metric_families(metrics_text) for s in family.samples
+            if s.name == name]
+
+
+class MetricsSampler:
+    """Scrapes /metrics every `interval_s` seconds on a thread while a benchmark runs: the KV-cache
+    use and queue length are gauges, so reading them once after the run would see an idle server."""
+
+    def __init__(self, base_url: str, interval_s: float = 0.5):
+        self.url, self.interval_s = f"{base_url}/metrics", interval_s
+        self.kv: list[float] = []
+        self.waiting: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with urllib.request.urlopen(self.url, timeout=2) as r:
+                    text = r.read().decode("utf-8", errors="replace")
+                self.kv.append(max(gauge_values(text, KV_CACHE_USAGE), default=0.0))
+                self.waiting.append(sum(gauge_values(text, REQUESTS_WAITING)))
+            except (OSError, ValueError):
+                pass  # a missed scrape leaves a gap, not a made-up value
+            self._stop.wait(self.interval_s)
+
+    def __enter__(self) -> "MetricsSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def apply(self, level: LoadLevel) -> LoadLevel:
+        if self.kv:
+            level.kv_cache_usage_max = max(self.kv)
+            level.kv_cache_usage_mean = sum(self.kv) / len(self.kv)
+        if self.waiting:
+            level.requests_waiting_max = max(self.waiting)
+        return level
+
+
+def run_level(command: list[str], base_url: str, result: Path, log: Path) -> LoadLevel:
+    """Run one `vllm bench serve` (the command from bench_command) while sampling /metrics."""
+    with MetricsSampler(base_url) as sampler, open(log, "a") as out:
+        try:
+            proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=BENCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}") from None
+    if proc.returncode != 0 or not result.is_file():
+        raise failure(f"`vllm bench serve` failed (exit {proc.returncode})", log)
+    return sampler.apply(parse_result(json.loads(result.read_text()), str(result)))
+
+
+# dvc plots: one directory per curve (dvc.yaml's top-level plots), one file per variant, plain decoding and
+# each speculative method as lines against concurrency.
+PLOTS = {"plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
+         "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput)}
+CONFIG_NAMES = (PLAIN, *METHODS)  # every column a plot can have; the unmeasured ones stay empty
+
+
+def plot_rows(record: ServeBenchRecord, column: str, value) -> tuple[list[dict], list[str]]:
+    """(rows, header) of one curve: a row per concurrency, `<config>_<column>` per config name."""
+    configs = {PLAIN: record.configs.get(PLAIN), **record.speculative()}
+    header = ["concurrency", *(f"{name}_{column}" for name in CONFIG_NAMES)]
+    levels = sorted({lvl.concurrency for c in record.configs.values() for lvl in c.levels.values()})
+    rows = []
+    for concurrency in levels:
+        row: dict = {"concurrency": concurrency}
+        for name in CONFIG_NAMES:
+            lvl = configs[name].at(concurrency) if configs.get(name) else None
+            row[f"{name}_{column}"] = value(lvl) if lvl else None
+        rows.append(row)
+    return rows, header

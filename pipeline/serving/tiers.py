@@ -1,0 +1,206 @@
+"""Serving tiers: named variations of the serving settings (latency-first, throughput-first, multi-GPU),
+each rendered into every bundle as its own `serve-<tier>.yaml` and Kubernetes manifest.
+
+The `default` tier is `serving` itself (the bundle's `serve.yaml`, what serve_bench measured). A tier
+overrides engine settings and says at which concurrency it will run; its speculation follows the
+measurement at that concurrency, never a guess: the gate's decision where the tier runs at the target
+concurrency, a serving-benchmark decision where the sweep measured the tier's concurrency, and no
+speculation where nothing says it pays there.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.values import is_positive_int, is_positive_number
+
+DEFAULT = "default"
+# Engine settings a tier may override (vLLM engine args of the same names).
+ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill", "tensor_parallel_size")
+TIER_KEYS = {*ENGINE_KEYS, "gpus", "concurrency", "speculation", "slo"}
+SPECULATION = ("auto", "off")
+NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # part of Kubernetes object names
+
+
+@dataclass(frozen=True)
+class Slo:
+    """A latency objective at the 99th percentile, in ms (serving.slo, a tier's slo overriding it): what a load
+    must meet to count towards capacity. The token latency is ITL (every gap between streamed tokens) or TPOT
+    (a request's mean gap), or both; None leaves one out."""
+    p99_ttft_ms: float
+    p99_itl_ms: float | None = None
+    p99_tpot_ms: float | None = None
+
+    @property
+    def token_metric(self) -> str:
+        """The token latency a plot puts on its axis: ITL where it is bounded, else TPOT."""
+        return "itl" if self.p99_itl_ms is not None else "tpot"
+
+    @property
+    def token_ms(self) -> float:
+        return self.p99_itl_ms if self.p99_itl_ms is not None else self.p99_tpot_ms
+
+    def misses(self, level) -> list[str]:
+        """Why a LoadLevel (serving/bench_record.py) misses the objective; [] when it meets it. A failed request
+        misses it whatever its latencies: they cover the successful requests only."""
+        out = [f"{level.failed} failed requests"] if level.failed else []
+        for name, bound, values in (("TTFT", self.p99_ttft_ms, level.ttft_ms), ("ITL", self.p99_itl_ms, level.itl_ms),
+                                    ("TPOT", self.p99_tpot_ms, level.tpot_ms)):
+            if bound is not None and values["p99"] > bound:
+                out.append(f"p99 {name} {values['p99']:.1f} ms > {bound:g}")
+        return out
+
+    def meets(self, level) -> bool:
+        return not self.misses(level)
+
+    def goodput(self) -> dict[str, float]:
+        """`vllm bench serve --goodput` objectives: vLLM counts a request good when its own TTFT and TPOT meet them
+        (vllm/benchmarks/serve.py calculate_metrics; it has no per-request ITL), so an ITL objective bounds TPOT
+        there: a request whose every gap is within it has its mean within it too."""
+        return {"ttft": self.p99_ttft_ms, "tpot": self.p99_tpot_ms if self.p99_tpot_ms is not None else self.p99_itl_ms}
+
+    def label(self) -> str:
+        parts = [f"p99 TTFT <= {self.p99_ttft_ms:g} ms"]
+        parts += [f"p99 {n} <= {v:g} ms" for n, v in (("ITL", self.p99_itl_ms), ("TPOT", self.p99_tpot_ms))
+                  if v is not None]
+        return ", ".join(parts)
+
+
+SLO_KEYS = ("p99_ttft_ms", "p99_itl_ms", "p99_tpot_ms")
+ARRIVALS = ("concurrency", "poisson")  # serving.slo.arrival
+
+
+def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
+    """serving.slo (base None: the arrival key may be there too) or a tier's slo overriding base; one error line
+    naming the key. TTFT is required, and at least one token latency."""
+    if not isinstance(raw, dict):
+        raise PipelineError(f"{where} must be a mapping of latency objectives ({', '.join(SLO_KEYS)})")
+    allowed = set(SLO_KEYS) | ({"arrival"} if base is None else set())
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise PipelineError(f"{where}: unknown keys {unknown}; known: {sorted(allowed)}")
+    for key in SLO_KEYS:
+        value = raw.get(key)
+        if value is not None and not is_positive_number(value):
+            raise PipelineError(f"{where}.{key} must be a positive number of milliseconds or null, got {value!r}")
+    slo = replace(base, **{k: raw[k] for k in SLO_KEYS if k in raw}) if base is not None else \
+        Slo(**{k: raw.get(k) for k in SLO_KEYS})
+    if slo.p99_ttft_ms is None:
+        raise PipelineError(f"{where}.p99_ttft_ms must be a positive number of milliseconds")
+    if slo.p99_itl_ms is None and slo.p99_tpot_ms is None:
+        raise PipelineError(f"{where}: set p99_itl_ms or p99_tpot_ms (a latency objective needs a token latency)")
+    if base is None and raw.get("arrival", ARRIVALS[0]) not in ARRIVALS:
+        raise PipelineError(f"{where}.arrival must be one of {list(ARRIVALS)}, got {raw.get('arrival')!r}")
+    return slo
+
+
+def serving_slo(serving: dict) -> tuple[Slo, str]:
+    """(serving.slo's objective, its arrival: concurrency or poisson)."""
+    raw = serving.get("slo")
+    return parse_slo(raw, "serving.slo"), raw.get("arrival", ARRIVALS[0])
+
+
+@dataclass(frozen=True)
+class Tier:
+    name: str
+    engine: dict = field(default_factory=dict)  # overrides of the serving section's engine settings
+    gpus: int = 1  # GPUs a replica requests; tensor_parallel_size must fit in them
+    concurrency: int = 1  # the load it is sized for: where its speculative setting is decided
+    speculation: str = "auto"  # auto: what was measured (or estimated) to pay at that concurrency; off
+    tensor_parallel_size: int = 1  # its own, or serving.tensor_parallel_size's
+    slo: Slo | None = None  # the latency objective it is sized for: serving.slo with its own overrides
+
+    @property
+    def serve_file(self) -> str:
+        return "serve.yaml" if self.name == DEFAULT else f"serve-{self.name}.yaml"
+
+
+def serving_tensor_parallel_size(serving: dict) -> int:
+    """serving.tensor_parallel_size: the default tier's, and every tier's that sets none."""
+    tp = serving.get("tensor_parallel_size")
+    if not is_positive_int(tp):
+        raise PipelineError(f"serving.tensor_parallel_size must be a positive integer, got {tp!r}")
+    return tp
+
+
+def parse_tiers(serving: dict) -> list[Tier]:
+    """The default tier and serving.tiers, validated; one error line naming the bad key."""
+    default_tp = serving_tensor_parallel_size(serving)
+    slo, _ = serving_slo(serving)
+    # The default tier requests exactly the GPUs it shards over: a replica can't use more.
+    tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving["target_concurrency"],
+                  tensor_parallel_size=default_tp, slo=slo)]
+    raw = serving.get("tiers") or {}
+    if not isinstance(raw, dict):
+        raise PipelineError("serving.tiers must map tier names to settings")
+    for name, spec in raw.items():
+        where = f"serving.tiers.{name}"
+        if not isinstance(name, str) or not NAME.match(name) or name == DEFAULT:
+            raise PipelineError(f"serving.tiers: invalid tier name {name!r} (lowercase letters, digits and '-', "
+                                f"at most 32; {DEFAULT!r} is the serving section itself)")
+        if not isinstance(spec, dict):
+            raise PipelineError(f"{where} must be a mapping of settings")
+        unknown = sorted(set(spec) - TIER_KEYS)
+        if unknown:
+            raise PipelineError(f"{where}: unknown settings {unknown}; known: {sorted(TIER_KEYS)}")
+        for key in ("max_num_seqs", "max_num_batched_tokens", "tensor_parallel_size", "gpus", "concurrency"):
+            if key in spec and not is_positive_int(spec[key]):
+                raise PipelineError(f"{where}.{key} must be a positive integer, got {spec[key]!r}")
+        if "enable_chunked_prefill" in spec and spec["enable_chunked_prefill"] is not True:
+            # vLLM's --config drops false flags, so false would silently keep its default (on): refuse it
+            raise PipelineError(f"{where}.enable_chunked_prefill can only be true (leave it out for vLLM's default)")
+        speculation = spec.get("speculation", "auto")
+        if speculation not in SPECULATION:
+            raise PipelineError(f"{where}.speculation must be one of {list(SPECULATION)}, got {speculation!r}")
+        engine = {k: spec[k] for k in ENGINE_KEYS if k in spec}
+        tp = engine.get("tensor_parallel_size", default_tp)
+        gpus = spec.get("gpus", tp)
+        if tp > gpus:
+            inherited = "" if "tensor_parallel_size" in engine else " (serving.tensor_parallel_size)"
+            raise PipelineError(f"{where}: tensor_parallel_size {tp}{inherited} exceeds the {gpus} GPUs the tier "
+                                "declares (gpus)")
+        concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving["max_num_seqs"]))
+        own_slo = parse_slo(spec["slo"], f"{where}.slo", slo) if "slo" in spec else slo
+        tiers.append(Tier(name, engine, gpus, concurrency, speculation, tp, own_slo))
+    check_draft_tensor_parallel_size(serving, tiers)
+    return tiers
+
+
+def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
+    """serving.speculation.draft_tensor_parallel_size: null, or the tensor parallelism of every tier that may ship
+    the draft model. vLLM 0.26's SpeculativeConfig takes 1 as well, but its draft-model proposer
+    (vllm/v1/spec_decode/draft_model.py, _raise_if_draft_tp_mismatch) refuses any other than the target's when
+    the engine starts, so 1 under a sharded target would only fail on the GPU."""
+    draft_tp = (serving.get("speculation") or {}).get("draft_tensor_parallel_size")
+    if draft_tp is None:
+        return
+    if not is_positive_int(draft_tp):
+        raise PipelineError(f"serving.speculation.draft_tensor_parallel_size must be null or a positive integer, "
+                            f"got {draft_tp!r}")
+    for tier in tiers:
+        if tier.speculation != "off" and tier.tensor_parallel_size != draft_tp:
+            raise PipelineError(f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
+                                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.26 serves a "
+                                "draft model only at its target's (null follows each tier's)")
+
+
+def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]:
+    """deploy.tiers: `all`, or a list of tier names (an unknown one is an error)."""
+    if wanted == "all":
+        return tiers
+    known = {t.name for t in tiers}
+    if not isinstance(wanted, list) or not wanted:
+        raise PipelineError(f"{param} must be `all` or a non-empty list of tiers, got {wanted!r}")
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise PipelineError(f"{param} names unknown tiers {unknown}; known: {sorted(known)}")
+    return [t for t in tiers if t.name in wanted]
+
+
+def benchmarked(serving: dict, wanted) -> list[Tier]:
+    """serve_bench.tiers: the tiers serve_bench also measures at their own settings and concurrency, besides the
+    default sweep (the serving section itself): `all`, a list of serving.tiers names, or [] for none."""
+    if wanted == []:
+        return []
+    return select([t for t in parse_tiers(serving) if t.name != DEFAULT], wanted, "serve_bench.tiers")

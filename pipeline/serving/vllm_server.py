@@ -1,0 +1,205 @@
+"""Run `vllm serve --config serve.yaml` from a serving directory as a supervised child process.
+
+What a benchmark of a server must get right, whatever the server does: a free loopback port (the
+preferred one, else another when it is taken), readiness from `GET /health` (not a sleep), a start
+that fails with the server log's last lines, a start that hangs ended at a timeout, and a stop that
+leaves no process behind. The server runs in its own session (process group) so that a stop reaches
+the engine processes vLLM forks or spawns, not only the API server.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+
+HOST = "127.0.0.1"  # the benchmark's traffic never leaves this machine
+LOG_TAIL_LINES = 15
+PORT_ATTEMPTS = 3
+ADDRESS_IN_USE = "address already in use"
+
+
+def vllm_command() -> list[str]:
+    """`vllm` without relying on a console script (offline installs into a --target dir have none)."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+
+
+def port_is_free(port: int, host: str = HOST) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_port(preferred: int | None, host: str = HOST) -> int:
+    """The preferred port when it is free, else one the kernel hands out."""
+    if preferred and port_is_free(preferred, host):
+        return preferred
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no server log)"
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def failure(what: str, log_path: Path) -> PipelineError:
+    """One error line (what happened, the log's last line, where the log is); the log's last lines go to
+    stderr, which is the stage's log file while a stage runs."""
+    tail = log_tail(log_path)
+    print(f"{what}; last lines of {log_path}:\n{tail}", file=sys.stderr, flush=True)
+    last = next((line.strip() for line in reversed(tail.splitlines()) if line.strip()), "")
+    return PipelineError(f"{what}: {last[:300]} (log: {log_path})")
+
+
+@contextlib.contextmanager
+def stop_on_termination():
+    """SIGTERM and SIGHUP (a cancelled `dvc repro`, a CI timeout, a closed session) end Python without unwinding,
+    which would leave the server, in its own session, holding the GPU: raise instead, so `finally` stops it."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM to the whole group (vLLM shuts its engine down on it), SIGKILL to what is left after
+    grace_s, then reap. The server was started in a new session, so its group id is its pid, which
+    still names the group after the server itself has died and left its engine processes behind.
+    Safe to call twice."""
+    pgid = proc.pid
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + wait
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=wait)
+        while group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not group_alive(pgid):
+            return
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class ServerHandle:
+    """A ready server: where it listens and how long it took to answer /health."""
+    port: int
+    startup_s: float
+    log_path: Path
+    proc: subprocess.Popen = field(repr=False)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+@contextlib.contextmanager
+def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, preferred_port: int | None = None,
+          env: dict[str, str] | None = None, command: list[str] | None = None):
+    """Start the server, yield a ServerHandle once /health answers 200, always stop it afterwards.
+
+    command: the `vllm` command line before `serve` (default: this Python's vLLM). A port that turns
+    out to be taken when the server binds it (another process got there first) is retried on another.
+    """
+    command = command or vllm_command()
+    port = pick_port(preferred_port)
+    with stop_on_termination():
+        yield from _serve(command, config, cwd, log_path, startup_timeout_s, port, env)
+
+
+def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        handle = _start(command, config, cwd, log_path, port, env)
+        try:
+            _wait_ready(handle, startup_timeout_s)
+        except _PortTaken:
+            stop_process_group(handle.proc)
+            if attempt == PORT_ATTEMPTS:
+                raise failure(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})",
+                              log_path) from None
+            port = pick_port(None)
+            continue
+        except BaseException:
+            stop_process_group(handle.proc)
+            raise
+        try:
+            yield handle
+        finally:
+            stop_process_group(handle.proc)
+        return
+
+
+class _PortTaken(Exception):
+    pass
+
+
+def _start(command: list[str], config: Path, cwd: Path, log_path: Path, port: int, env: dict | None) -> ServerHandle:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([*command, "serve", "--config", str(config), "--host", HOST, "--port", str(port)],
+                                cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, **(env or {})}, start_new_session=True)
+    return ServerHandle(port=port, startup_s=0.0, log_path=log_path, proc=proc)
+
+
+def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
+    t0 = time.monotonic()
+    while True:
+        code = handle.proc.poll()
+        if code is not None:
+            # Only our HTTP port: vLLM's internal ports (ZMQ, distributed init) failing is another error.
+            if any(ADDRESS_IN_USE in line.lower() and str(handle.port) in line
+                   for line in log_tail(handle.log_path).splitlines()):
+                raise _PortTaken()
+            raise failure(f"vllm serve exited with status {code} before it was ready", handle.log_path)
+        if http_status(f"{handle.base_url}/health") == 200:
+            handle.startup_s = time.monotonic() - t0
+            return
+        if time.monotonic() - t0 > timeout_s:
+            raise failure(f"vllm serve did not answer /health within {timeout_s:.0f} s "
+                          "(serve_bench.startup_timeout_s) and was stopped", handle.log_path)
+        time.sleep(1.0)

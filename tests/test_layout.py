@@ -1,0 +1,56 @@
+"""The library's layout (README, Code layout): pipeline/ is one subpackage per step of the pipeline, plus the CLI;
+the subpackages import one another without a cycle, and none but params reads params.yaml's validation, which
+checks every step's knobs and so sits above them all."""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+from conftest import ROOT
+from test_dvc_graph import imported_modules, module_file
+
+STEPS = ("core", "params", "models", "data", "quantize", "drafts", "evaluate", "serving", "release")
+
+
+def package_of(path: Path) -> str | None:
+    """The step package a pipeline file is in; None for the CLI and pipeline/__init__.py."""
+    parts = path.relative_to(ROOT).parts
+    return parts[1] if len(parts) > 2 and parts[0] == "pipeline" else None
+
+
+def package_imports() -> dict[str, set[str]]:
+    """step package -> the other step packages its modules import (lazy imports too)."""
+    edges = defaultdict(set)
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        source = package_of(path)
+        for name in imported_modules(path) if source else ():
+            found = module_file(name)
+            target = package_of(found) if found else None
+            if target and target != source:
+                edges[source].add(target)
+    return edges
+
+
+def test_pipeline_holds_the_step_packages_and_the_cli():
+    top = {p.name for p in (ROOT / "pipeline").iterdir() if p.name != "__pycache__"}
+    assert top == {"__init__.py", "cli.py", *STEPS}
+
+
+def test_the_step_packages_import_one_another_without_a_cycle():
+    edges, left = package_imports(), set(STEPS)
+    while left:  # peel off the packages that import nothing still left; a cycle never peels
+        ready = {p for p in left if not edges[p] & left}
+        assert ready, f"the step packages import one another in a cycle: { {p: sorted(edges[p] & left) for p in left} }"
+        left -= ready
+
+
+def test_no_step_package_but_params_imports_params():
+    assert not sorted(p for p, targets in package_imports().items() if "params" in targets and p != "params")
+
+
+def test_a_step_packages_init_is_its_docstring_only():
+    """Code imports a name from the module that defines it: no package re-exports another module's names."""
+    for step in STEPS:
+        body = ast.parse((ROOT / "pipeline" / step / "__init__.py").read_text()).body
+        assert len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant), step
