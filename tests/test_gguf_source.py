@@ -16,7 +16,8 @@ from conftest import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.models.sources import classify, fetch_model, file_sha256, source_fingerprint
+from pipeline.core.io import file_sha256
+from pipeline.models.sources import classify, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
 

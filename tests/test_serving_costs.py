@@ -253,7 +253,8 @@ def test_llama_params_counts_a_real_model(demo_pair):
 
 def test_committed_profiles_are_the_assembly_of_committed_raw_output():
     """Every profile the pipeline ships is exactly what `python -m pipeline.evaluate.serving_costs assemble` (run by
-    benchmarks/gpu/costs.sh) makes of the raw files under benchmarks/gpu/raw/costs/ its `runs` name."""
+    benchmarks/gpu/costs.sh) makes of the raw files under benchmarks/gpu/raw/costs/ its `runs` name, then `calibrate`
+    with the served records its methods name."""
     root = Path(__file__).resolve().parents[1]
     profiles = serving_costs.available()
     for prof in profiles:
@@ -265,6 +266,8 @@ def test_committed_profiles_are_the_assembly_of_committed_raw_output():
         try:
             os.chdir(root)  # the profile names its runs relative to the project root, as costs.sh runs
             again = serving_costs.assemble(runs, shape, prof.name, prof.gpu)
+            for served in dict.fromkeys(m.served_run for m in prof.methods.values() if m.served_run):
+                again = serving_costs.calibrate(again, json.loads(Path(served).read_text()), served)
         finally:
             os.chdir(cwd)
         assert again == prof, prof.name
@@ -306,3 +309,43 @@ def test_costs_md_is_the_rendering_of_the_committed_raw_files():
     out = subprocess.run([sys.executable, "benchmarks/gpu/costs_report.py"], cwd=root, capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert out == (root / "benchmarks/gpu/COSTS.md").read_text()
+
+
+def served_level(c: int, tokens_per_s: float, mal: float | None = None, accepted: float | None = None,
+                 failed: int = 0) -> dict:
+    return {"concurrency": c, "output_throughput": tokens_per_s, "mean_acceptance_length": mal,
+            "accepted_per_draft_token": accepted, "failed": failed}
+
+
+def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profile):
+    """A served run whose EAGLE-3 step costs twice the profile's (and the draft model's 0.8 of it) at the drafted
+    tokens vLLM reported: after calibration the profile predicts exactly the served speedup from the served tokens
+    per step; n-gram (drafting on some steps only) and failed levels are left alone."""
+    k, acc = 8, 0.75
+    mal = 1 + acc * k
+    levels = {"plain": {}, "eagle3": {}, "draft_model": {}, "ngram": {}}
+    for c in (1, 8, 32):
+        plain_tps = 1000 * c / plain_ms(c)
+        levels["plain"][f"c{c}"] = served_level(c, plain_tps)
+        for method, factor in (("eagle3", 2.0), ("draft_model", 0.8)):
+            levels[method][f"c{c}"] = served_level(c, 1000 * c * mal / (spec_ms(c, k) * factor), mal, acc)
+        levels["ngram"][f"c{c}"] = served_level(c, plain_tps * 0.8, 2.0, 0.3)
+    levels["draft_model"]["c32"]["failed"] = 3
+    record = {"configs": {name: {"num_speculative_tokens": 0 if name == "plain" else k, "levels": lv}
+                          for name, lv in levels.items()}}
+    prof = profile.__class__(**{**profile.__dict__, "methods": {**profile.methods, "ngram": profile.methods["eagle3"]}})
+    calibrated = serving_costs.calibrate(prof, record, "raw/record.json")
+    eagle, draft = calibrated.methods["eagle3"], calibrated.methods["draft_model"]
+    assert eagle.served_run == "raw/record.json" and eagle.served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 2.0})
+    assert draft.served_scale == pytest.approx({"1": 0.8, "8": 0.8})  # c=32 failed requests: not a measurement
+    assert calibrated.methods["ngram"].served_scale == {}
+    choice = serving_costs.Choice(calibrated, "test", 1.0)
+    pred = serving_costs.predict(choice, "eagle3", {str(k): mal}, {str(k): float(k)}, [1, 8, 32])
+    for c in (1, 8, 32):
+        served = levels["eagle3"][f"c{c}"]["output_throughput"] / levels["plain"][f"c{c}"]["output_throughput"]
+        assert pred.speedup(c, k) == pytest.approx(served, rel=1e-9)
+    assert "scaled by a served run (raw/record.json)" in pred.basis
+    uncalibrated = serving_costs.predict(serving_costs.Choice(profile, "test", 1.0), "eagle3", {str(k): mal},
+                                         {str(k): float(k)}, [1])
+    assert uncalibrated.speedup(1, k) == pytest.approx(2 * pred.speedup(1, k), rel=1e-9)
+    assert "not calibrated" in uncalibrated.basis

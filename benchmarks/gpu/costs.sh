@@ -2,7 +2,7 @@
 # CPU, after `costs` GPU sessions (benchmarks/gpu/README.md): from the raw files under benchmarks/gpu/raw/costs/
 # (one folder per lease, lease-N/: the last costs-watch call's costs.tgz unpacked), write the shapes' configs,
 # assemble the cost profiles the pipeline ships (pipeline/evaluate/cost_profiles/: each method from the newest lease that
-# measured it, against that lease's plain decoding) and render benchmarks/gpu/COSTS.md. Deterministic: the same
+# measured it, against that lease's plain decoding; then calibrated by served runs) and render benchmarks/gpu/COSTS.md. Deterministic: the same
 # raw files give the same profiles and tables (tests/test_serving_costs.py re-assembles the profiles).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,5 +23,9 @@ for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
   python -m pipeline.evaluate.serving_costs assemble "$gpu-vllm$vllm-$shape" "$gpu" "$raw/shapes/$shape" \
     "pipeline/evaluate/cost_profiles/$gpu-vllm$vllm-$shape.json" "${runs[@]}"
 done
+# Served calibration: the model drafters' step costs scaled to what `vllm serve` served with trained drafters
+# (serve_bench's record on the same shape; pipeline/evaluate/serving_costs.py calibrate).
+python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-demo.json" \
+  benchmarks/gpu/raw/demo-serve-bf16/record.json
 python benchmarks/gpu/costs_report.py > benchmarks/gpu/COSTS.md
 echo "wrote benchmarks/gpu/COSTS.md"

@@ -101,6 +101,16 @@ def served_rows(profiles: dict[str, serving_costs.CostProfile]) -> list[dict]:
     return rows
 
 
+def calibration_note(profiles) -> str:
+    demo = next((p for p in profiles if p.name.endswith("-demo")), None)
+    runs = sorted({m.served_run for m in demo.methods.values() if m.served_run}) if demo else []
+    if not runs:
+        return "none"
+    scales = "; ".join(f"{name} x" + "/".join(f"{v:.2f}" for v in m.served_scale.values()) + " at concurrency "
+                       + "/".join(m.served_scale) for name, m in demo.methods.items() if m.served_scale)
+    return f"`{', '.join(runs)}`: {scales}"
+
+
 def main() -> None:
     leases = sorted(RAW.glob("lease-*"))
     machines = "; ".join(f"{d.name}: {(d / 'gpu.txt').read_text().strip()}, {(d / 'versions.txt').read_text().strip()}"
@@ -127,8 +137,10 @@ def main() -> None:
                 "96 tokens): output tokens/s plain and with each method at k = 2, 4, 8, in one lease "
                 "(`raw/costs/lease-N/served-demo/`). Predicted: the pipeline's own prediction from the CPU acceptance estimate "
                 "of the same models (`raw/costs/cpu-estimate/`, from `evaluate@bf16` of the CPU `dvc repro` whose "
-                "models were carried) and the demo-shape profile. The prediction is of decode steps; the measured "
-                "tokens/s include prefill.", "",
+                "models were carried) and the demo-shape profile, whose model drafters' step costs are calibrated by "
+                "a later `vllm serve` run of the stage (" + calibration_note(profiles) + "): for these rows, other "
+                "leases, other prompts and the offline engine, the check is out of sample. The prediction is of decode "
+                "steps; the measured tokens/s include prefill.", "",
                 "| lease | method | k | batch | plain tok/s | speculative tok/s | served speedup | predicted | "
                 "predicted / served | vLLM accepted/drafted | CPU estimate |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -171,3 +171,9 @@ def write_csv(path: str | os.PathLike, rows: list[dict], fieldnames: list[str] |
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, buf.getvalue())
+
+
+def file_sha256(path: Path) -> str:
+    """One file's sha256, read whole, no stat cache (a GGUF and its extracted copy: hashed once per conversion)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()

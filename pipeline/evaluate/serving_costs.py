@@ -35,6 +35,7 @@ PROFILE_DIR = Path(__file__).parent / "cost_profiles"
 VLLM_VERSION = "0.26.0"  # the vLLM the bundles are served with (deploy.image, the GPU evidence)
 DEFAULT_GPU = "h100"  # serving.gpu null: the GPU the committed profiles were measured on
 METHODS = ("draft_model", "eagle3", "ngram")
+DRAFT_EVERY_STEP = ("draft_model", "eagle3")  # model drafters: k tokens on every step
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,21 @@ class MethodCost:
     drafted_per_step: dict[str, float]  # k -> tokens drafted per request per step, as measured
     interpolation_error: dict[str, float] = field(default_factory=dict)  # batch -> |S interpolated - measured| /
     # measured at an inner k, from its neighbours (only where three or more k were measured)
+    # Served calibration (`calibrate`): concurrency -> the served step's cost relative to plain decoding's, as
+    # `vllm serve` + `vllm bench serve` measured it with a trained drafter (S/T = tokens per step x plain tokens/s
+    # / speculative tokens/s), over the same ratio from these step times. Random weights draft as much but accept
+    # nothing, and an engine step is not all a served token costs; where a served run measured the method, S is
+    # scaled by it (interpolated over concurrency). Empty: not calibrated.
+    served_scale: dict[str, float] = field(default_factory=dict)
+    served_run: str | None = None  # the serve_bench record the scale was measured from
 
     def spec_ms(self, concurrency: float, drafted: float) -> float:
-        """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c))."""
+        """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c)), times the served
+        scale at c where the method was calibrated."""
         pts = [(0.0, interpolate(self.plain_step_ms, concurrency))] + sorted(
             (self.drafted_per_step[k], interpolate(by_batch, concurrency)) for k, by_batch in self.step_ms.items())
-        return interpolate({str(d): ms for d, ms in pts}, drafted)
+        scale = interpolate(self.served_scale, concurrency) if self.served_scale else 1.0
+        return interpolate({str(d): ms for d, ms in pts}, drafted) * scale
 
 
 @dataclass(frozen=True)
@@ -193,7 +203,10 @@ def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], draf
         speedups[str(c)] = by_k
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
         best[str(c)] = int(max(by_k, key=by_k.get))
-    return ServedPrediction(profile=profile.name, basis=choice.reason, method=method, plain_tokens_per_s=plain,
+    cost = profile.methods[method]
+    basis = choice.reason + (f"; {method}'s step costs scaled by a served run ({cost.served_run})"
+                             if cost.served_scale else f"; {method}'s step costs not calibrated by a served run")
+    return ServedPrediction(profile=profile.name, basis=basis, method=method, plain_tokens_per_s=plain,
                             speedup_by_k=speedups, best_k=best, target_params_ratio=choice.target_params_ratio)
 
 
@@ -307,12 +320,62 @@ def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> Cost
                        runs=[d.as_posix() for d in raw_dirs], plain_step_ms_measured=measured)
 
 
+def served_step_ratio(level: dict, plain: dict) -> tuple[float, float] | None:
+    """(S/T, drafted tokens per request per step) of one served load level against plain decoding's at the same
+    load, from `vllm bench serve`'s output tokens/s and vLLM's acceptance counters: a step makes the mean
+    acceptance length L tokens, so S/T = L x plain tokens/s / speculative tokens/s; it drafts (L - 1) / accepted
+    per drafted token. None where either run failed requests or the acceptance was not measured."""
+    mal, rate = level.get("mean_acceptance_length"), level.get("accepted_per_draft_token")
+    if level.get("failed") or plain.get("failed") or not mal or not rate or not level["output_throughput"]:
+        return None
+    return mal * plain["output_throughput"] / level["output_throughput"], (mal - 1) / rate
+
+
+def calibrate(profile: CostProfile, record: dict, run: str) -> CostProfile:
+    """The profile with each model drafter the serve_bench record served scaled to what was served (served_scale):
+    at each concurrency measured, served S/T over this profile's S/T at the drafted tokens per step served.
+    n-gram is left as measured: it drafts only on steps whose context repeats, and vLLM's mean acceptance length
+    counts those steps alone, so the served tokens per step (all steps) are not known from the record."""
+    configs = record.get("configs") or {}
+    plain = (configs.get("plain") or {}).get("levels") or {}
+    methods = dict(profile.methods)
+    for method, config in configs.items():
+        if method not in methods or method not in DRAFT_EVERY_STEP:
+            continue
+        cost = replace(methods[method], served_scale={}, served_run=None)
+        scale = {}
+        for key, level in config["levels"].items():
+            measured = served_step_ratio(level, plain.get(key) or {})
+            if measured is None:
+                continue
+            c = level["concurrency"]
+            ratio, drafted = measured
+            scale[str(c)] = ratio / (cost.spec_ms(c, drafted) / interpolate(cost.plain_step_ms, c))
+        if scale:
+            methods[method] = replace(cost, served_scale=dict(sorted(scale.items(), key=lambda kv: float(kv[0]))),
+                                      served_run=run)
+    return replace(profile, methods=methods)
+
+
 def write(profile: CostProfile, path: Path) -> None:
     path.write_text(json.dumps(asdict(profile), indent=1) + "\n")  # batch sizes stay in ascending order
 
 
 def main(argv: list[str]) -> int:
-    """python -m pipeline.evaluate.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]"""
+    """python -m pipeline.evaluate.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]
+       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json SERVE_RECORD.json"""
+    if len(argv) == 3 and argv[0] == "calibrate":
+        path, record = Path(argv[1]), Path(argv[2])
+        try:
+            served = json.loads(record.read_text())
+        except (OSError, ValueError) as e:
+            print(f"calibrate: {record}: not a readable serve_bench record ({e})", file=sys.stderr)
+            return 2
+        calibrated = calibrate(load(path), served, record.as_posix())
+        write(calibrated, path)
+        for m, cost in calibrated.methods.items():
+            print(f"{m}: served scale {({c: round(v, 3) for c, v in cost.served_scale.items()}) or 'none'}")
+        return 0
     if len(argv) < 6 or argv[0] != "assemble":
         print(main.__doc__, file=sys.stderr)
         return 2

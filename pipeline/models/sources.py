@@ -218,12 +218,6 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 RACY_NS, RACY_COARSE_NS = 100_000_000, 2_000_000_000
 
 
-def file_sha256(path: Path) -> str:
-    """One file's sha256, read in full (a GGUF and its extracted copy: hashed once per conversion, no stat cache)."""
-    with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def stat_of(st: os.stat_result) -> Stat:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
@@ -313,12 +307,6 @@ def valid_entry(entry) -> bool:
     """[device, inode, size, mtime_ns, ctime_ns, sha256]: ints (times may be negative: before 1970) and a hex digest."""
     return (isinstance(entry, list) and len(entry) == 6 and all(type(v) is int for v in entry[:5])
             and min(entry[:3]) >= 0 and isinstance(entry[5], str) and SHA256_HEX.fullmatch(entry[5]) is not None)
-
-
-def file_sha256(path: Path) -> str:
-    """One file's sha256, read whole (a GGUF's: pipeline/models/gguf_source.py keys its conversion on it)."""
-    with path.open("rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
