@@ -237,3 +237,17 @@ def test_serving_md_is_the_rendering_of_its_raw_files():
                          check=True).stdout
     assert out == (ROOT / "benchmarks/gpu/SERVING.md").read_text()
     assert "ships (`speculation.decide` at concurrency 1, min_gain 1.1): **eagle3 k=2**" in out
+
+
+def test_capacity_md_is_the_rendering_of_its_raw_files():
+    """benchmarks/gpu/CAPACITY.md: the shipped bundles' and the bf16 stage run's numbers from raw/shipped and
+    raw/demo-serve-bf16, the predictions by the pipeline's own serving_costs over the committed demo profile."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run([sys.executable, "benchmarks/gpu/capacity_report.py"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    assert out == (ROOT / "benchmarks/gpu/CAPACITY.md").read_text()
+    assert "min_capacity_vs_bf16 (capacity_vs_bf16=0.875" in out  # the gate's own words over the run's record

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,6 +166,14 @@ def main() -> None:
                     f"prediction and the measurement disagree on whether speculation beats plain decoding: "
                     f"{len(decided)}" + (" (" + ", ".join(f"{r['method']} k={r['k']} batch {r['batch']}" for r in decided)
                                           + ")" if decided else "") + ".", ""]
+        demo = next((p for p in profiles if p.name.endswith("-demo")), None)
+        if demo is not None and any(m.served_scale for m in demo.methods.values()):
+            bare = replace(demo, methods={m: replace(c, served_scale={}, served_run=None)
+                                          for m, c in demo.methods.items()})
+            raw_rows = served_rows({"demo": bare})
+            before = [abs(r["predicted"] / r["measured"] - 1) for r in raw_rows if r["predicted"] is not None]
+            out += [f"The same cells predicted from the profile without its served calibration: largest "
+                    f"{100 * max(before):.0f}% (median {100 * sorted(before)[len(before) // 2]:.0f}%).", ""]
     print("\n".join(out))
 
 
