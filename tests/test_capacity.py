@@ -351,3 +351,22 @@ def test_stage_writes_the_pareto_plot_header_when_skipped():
     _, header = capacity.pareto_rows(ServeBenchRecord("x", skipped="-"), CHAT, serve_bench.CONFIG_NAMES)
     assert spec["x"] == header[0] and spec["y"] == header[1:]
     assert list(csv.reader([",".join(header)]))[0] == header
+
+
+def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_decoding():
+    """Faster per request but fewer users at the SLO: where plain decoding carries min_capacity_vs_bf16 it ships
+    instead (the card says why) and the variant passes; where plain decoding falls short too, the variant fails."""
+    p = tiny_params(quantize={"enabled": [BF16, INT4]})
+    base = searched_record(BF16, Server())  # 80 users
+    # the draft: twice the tokens/s, but its ITL rises four times as fast: 10 + 2c <= 50 holds to 20 users
+    spec = searched_record(INT4, Server(), spec_server=Server(itl_slope=2.0, speed=200.0))
+    v = gate(p, {BF16: base, INT4: spec}).variants[INT4]
+    assert v.passed and v.speculation.num_speculative_tokens == 0 and v.speculation.method == "draft_model"
+    assert "not shipped: min_capacity_vs_bf16: draft_model carries x0.25 of bf16 plain decoding's users" in \
+        v.speculation.reason
+    assert v.capacity.config == PLAIN and v.capacity.vs_bf16 == pytest.approx(1.0)
+    # plain decoding of this variant carries fewer users than BF16's too: nothing to give way to, the variant fails
+    slow = searched_record(INT4, Server(itl_slope=1.0), spec_server=Server(itl_slope=2.0, speed=200.0))
+    v = gate(p, {BF16: base, INT4: slow}).variants[INT4]
+    assert not v.passed and v.speculation.num_speculative_tokens == 4
+    assert [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]

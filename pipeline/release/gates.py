@@ -9,8 +9,7 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say, warn
 from pipeline.core.values import is_number
-from pipeline.drafts.methods import NGRAM
-from pipeline.drafts.methods import Speculation
+from pipeline.drafts.methods import NGRAM, NONE, Speculation
 from pipeline.release import speculation_choice
 from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
@@ -227,9 +226,21 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     else:
         spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
-    metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
+    floor = thresholds.get("min_capacity_vs_bf16")
     claim, no_ratio = capacity_claim(serve, ctx.baseline, decision.speculation, ctx)
-    ratio, undecided = capacity_metrics(claim, thresholds.get("min_capacity_vs_bf16"))
+    ratio, undecided = capacity_metrics(claim, floor)
+    if decision.num_speculative_tokens and floor is not None and ratio and ratio["capacity_vs_bf16"] < floor:
+        # Faster per request, fewer users at the SLO: where plain decoding carries the floor, it ships instead
+        # (as a failed speculation check turns the draft off); where it does not either, the variant fails.
+        plain_claim, plain_no_ratio = capacity_claim(serve, ctx.baseline, NONE, ctx)
+        plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
+        if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
+            decision = speculation_choice.without_speculation(
+                decision, f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
+                          f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
+                          f"x{plain_ratio['capacity_vs_bf16']:.2f}")
+            claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
+    metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
     metrics |= ratio
     not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
                   else "no serving benchmark of the baseline variant on the same GPU and vLLM")
