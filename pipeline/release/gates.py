@@ -346,7 +346,9 @@ def _shipped_setting(decision: SpeculationDecision | None) -> str:
     if decision is None:
         return ""
     k = decision.num_speculative_tokens
-    return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis})"
+    gave_way = (f"; {decision.method} k={decision.candidate_k} gave way: fewer users at the SLO than "
+                "min_capacity_vs_bf16" if not k and "not shipped: min_capacity_vs_bf16" in decision.reason else "")
+    return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis}{gave_way})"
 
 
 def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:
