@@ -92,8 +92,8 @@ def render() -> str:
                                 + (f"x{x:.2f} (k={e['num_speculative_tokens_' + k.removeprefix('expected_speedup_')]})"
                                    if x is not None else "not predicted")
                                 for k, x in e.items() if k.startswith("expected_speedup_")) for v, e in evals.items())
-        + " (steps timed in lockstep with random weights; the demo's trained EAGLE-3 served well below its "
-        "prediction: `benchmarks/gpu/COSTS.md`);",
+        + " (steps timed with random weights, the model drafters' scaled to what `vllm serve` served with the demo's "
+        "trained drafters: `benchmarks/gpu/COSTS.md`, `benchmarks/gpu/CAPACITY.md`);",
         "- shipped speculative setting (predicted, no GPU here): " + ", ".join(
             f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"]
                        else "none") for v, d in
@@ -103,7 +103,7 @@ def render() -> str:
         "GPU, the GPU demo profile (`benchmarks/gpu/RESULTS.md`; `bash benchmarks/gpu/session.sh gpu-profile` on an "
         f"H100 with vLLM {pr['vllm']}): `dvc repro` with a {pr['models']['target']['params'] / 1e9:.2f}B target and a "
         f"{pr['models']['draft']['params'] / 1e6:.0f}M draft trained from scratch on the GPU ran through `serve_bench` for "
-        f"{', '.join(pr['variants'])} (the lease ended before `gate`). As served (`vllm serve`, `vllm bench serve`), output "
+        f"{', '.join(pr['variants'])} (the run stopped before `gate`). As served (`vllm serve`, `vllm bench serve`), output "
         "tokens/s against BF16: " + "; ".join(
             f"c={c[1:]} " + ", ".join(f"{v} {x:.2f}x" for v, x in pr["vs_bf16"][c].items() if v != "bf16")
             for c in ("c1", "c32")) + ". The draft model at "
