@@ -71,7 +71,8 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     from pipeline.data.formatting import full_text
     from pipeline.data.traffic import read_split
     from pipeline.models.loading import load_tokenizer
-    from pipeline.params.load import enabled_variant, load_params
+    from pipeline.params.load import load_params
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.oneshot import quantize_model
 
     params = load_params(PARAMS_FILE)

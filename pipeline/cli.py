@@ -97,10 +97,10 @@ def registry_dir(arg: str | None) -> Path:
 
 def cmd_gate(args) -> int:
     """The `gate` stage's checks on metrics produced anywhere (e.g. a GPU runner)."""
-    from pipeline.params.load import load_params
+    from pipeline.params.check import load_checked
     from pipeline.release import gates
 
-    params = load_params(args.params, check_recipes=False)
+    params = load_checked(args.params, check_recipes=False)
     metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
     serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, params["serving"]["baseline_variant"]])
     report = gates.run(params, metrics, args.allow_fail, serve)

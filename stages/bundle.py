@@ -12,7 +12,8 @@ from pipeline.drafts import methods
 from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.params.load import load_params, variant_argument
+from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.hardware import server_env
 from pipeline.release import signing
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance

@@ -10,7 +10,8 @@ from pipeline.data.traffic import read_split
 from pipeline.drafts import methods
 from pipeline.drafts.draft_model import quantize_draft
 from pipeline.drafts.served import ServedDraft
-from pipeline.params.load import enabled_variant, load_params
+from pipeline.params.load import load_params
+from pipeline.quantize.recipes import enabled_variant
 
 
 @stage_main()

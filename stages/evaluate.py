@@ -10,7 +10,8 @@ from pipeline.drafts import eagle3, methods, ngram
 from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.params.load import load_params, variant_argument
+from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.hardware import scoped_env, server_env
 from pipeline.serving.tiers import parse_tiers
 

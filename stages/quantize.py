@@ -5,7 +5,8 @@ from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import full_text
 from pipeline.data.traffic import read_split
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import enabled_variant, load_params, quantize_distributed, variant_argument
+from pipeline.params.load import load_params, quantize_distributed, variant_argument
+from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.distributed import quantize
 
 

@@ -35,7 +35,8 @@ from pipeline.drafts import methods
 from pipeline.evaluate import vllm_spec
 from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import enabled_variant, load_params, variant_argument
+from pipeline.params.load import load_params, variant_argument
+from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
 from pipeline.release.speculation_choice import config_name, k_schedule
 from pipeline.serving import capacity, serve_bench

@@ -12,7 +12,8 @@ from pipeline.core import paths
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.sources import HashCache, source_fingerprint
-from pipeline.params.load import enabled_variant, group_sizes, load_params, recipe_check_remembered
+from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
+from pipeline.quantize.recipes import enabled_variant
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -21,7 +22,7 @@ RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
 @stage_main()
 def main(argv: list[str]) -> None:
     remembered = recipe_check_remembered(checked=RECIPES_CHECKED)
-    p = load_params(checked=RECIPES_CHECKED)
+    p = load_checked(checked=RECIPES_CHECKED)
     cache = HashCache(HASHES)
     if cache.problem:
         warn(f"sources: ignored {HASHES} ({cache.problem}); every model file is read again")

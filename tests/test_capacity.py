@@ -320,7 +320,7 @@ def test_a_ratio_resting_on_a_lower_bound_decides_only_when_the_bound_does():
     (lambda p: p["deploy"]["autoscale"].update(min_replicas=5), r"deploy.autoscale.min_replicas \(5\) exceeds"),
 ])
 def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
-    from pipeline.params.load import validate
+    from pipeline.params.check import validate
 
     p = tiny_params()
     edit(p)
@@ -330,7 +330,7 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
-    from pipeline.params.load import validate
+    from pipeline.params.check import validate
     from pipeline.serving.tiers import parse_tiers, serving_slo
 
     p = tiny_params()

@@ -27,7 +27,7 @@ from pipeline.models.demo.models import train_tokenizer
 from pipeline.models.demo.traffic import generate_general_text, generate_traffic
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import enabled_variant
+from pipeline.quantize.recipes import enabled_variant
 
 MAX_MODEL_LEN = tiny_params()["serving"]["max_model_len"]
 

@@ -57,9 +57,9 @@ def closure(entry: Path) -> set[Path]:
     return {p.relative_to(ROOT) for p in seen}
 
 
-def stage_entries() -> dict[str, tuple[Path, list[str]]]:
+def stage_entries(root: Path = ROOT) -> dict[str, tuple[Path, list[str]]]:
     """stage name -> (entry file, declared deps) from dvc.yaml."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
     out = {}
     for name, stage in stages.items():
         body = stage.get("do", stage)
@@ -190,3 +190,27 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
             "group_size", "size_after_mb"} <= set(header)
     assert {f"metrics/eval-{v}.json" for v in params["quantize"]["enabled"]} <= {line.split()[0] for line in lines[1:]}
     assert max(map(len, lines)) < 1800, max(map(len, lines))
+
+
+READERS_ONLY = {"models", "data", "quantize", "distill", "draft_finetune", "draft_quantize", "eagle3", "evaluate_draft"}
+
+
+@pytest.mark.parametrize("edited", ["pipeline/release/gates.py", "pipeline/release/thresholds.py",
+                                    "pipeline/serving/tiers.py", "pipeline/params/check.py"])
+def test_an_edit_goes_stale_only_where_it_is_imported(tmp_path, edited):
+    """Issue #31: params are checked as a whole once, by the always-run `sources` stage; the other stages only read
+    them, so editing the gates, the thresholds, the tiers or the checks themselves leaves the models, data, quantized
+    variants and drafts fresh. Real `dvc status` on a clone of HEAD (whose dvc.lock is its code's) with one line
+    appended to the file: the stages it reports changed are exactly those whose deps cover the file."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=120)
+    with open(clone / edited, "a") as f:
+        f.write("\n# an edit\n")
+    r = subprocess.run(["dvc", "status", "--json"], cwd=clone, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    stale = {stage.split("@")[0] for stage, changes in json.loads(r.stdout or "{}").items()
+             for change in (changes if isinstance(changes, list) else []) if isinstance(change, dict)
+             and (change.get("changed deps") or {}).get(edited) == "modified"}
+    covering = {name for name, (_, deps) in stage_entries(clone).items() if covered(Path(edited), deps)}
+    assert stale == covering and stale, (edited, stale, covering)
+    assert not stale & READERS_ONLY, f"editing {edited} re-runs {sorted(stale & READERS_ONLY)}"

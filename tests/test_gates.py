@@ -12,7 +12,8 @@ from conftest import ROOT, choose_k, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.vllm_spec import VllmMeasurement
-from pipeline.params.load import enabled_variant, validate
+from pipeline.params.check import validate
+from pipeline.quantize.recipes import enabled_variant
 from pipeline.release import gates
 from pipeline.release.bundle import model_card
 from pipeline.release.thresholds import CHECKS, gate_thresholds

@@ -15,7 +15,7 @@ from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stag
 from conftest import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
-from pipeline.params.load import validate
+from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
@@ -118,7 +118,7 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     """With a serving benchmark: the startup probe is the measured start x margin, the latency alerts are the
     measured p99 x margin, and the throughput tier takes the decision measured at its own concurrency."""
     from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.params.load import enabled_variant
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.release import gates
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 
@@ -166,7 +166,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
     process, twice: the workspace fixture runs it as DVC does.)"""
     from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.params.load import enabled_variant
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.release import gates
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
     from pipeline.serving.tiers import parse_tiers
@@ -232,7 +232,7 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     import kubernetes_validate
 
     from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.params.load import enabled_variant
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
     from test_capacity import Server, search
 

@@ -5,7 +5,7 @@ import pytest
 
 from conftest import tiny_params
 from pipeline.core.errors import PipelineError
-from pipeline.params.load import validate
+from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env
 from pipeline.quantize.recipes import build_recipe, needs_calibration, parse_variant
 

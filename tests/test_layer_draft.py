@@ -13,7 +13,8 @@ from pipeline.core.errors import PipelineError
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.layer_draft import build_layer_draft
 from pipeline.models.loading import check_checkpoint_tensors, load_causal_lm
-from pipeline.params.load import LayerDraft, layer_draft, validate
+from pipeline.params.load import LayerDraft, layer_draft
+from pipeline.params.check import validate
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 
 

@@ -218,13 +218,13 @@ def test_aux_layers_fail_before_training():
     ({"method": "eagle3", "eagle3": {"ttt_steps": 0}}, "draft.eagle3.ttt_steps"),
 ])
 def test_bad_method_settings_fail_at_load_in_one_line(tmp_path, draft, says):
-    from pipeline.params.load import load_params
+    from pipeline.params.check import load_checked
 
     params = tiny_params(draft=draft)
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     with pytest.raises(PipelineError) as e:
-        load_params(path)
+        load_checked(path)
     assert says in str(e.value) and str(path) in str(e.value) and "\n" not in str(e.value)
 
 

@@ -11,7 +11,7 @@ import yaml
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.distill_vllm import resolve_generator
 from pipeline.models.demo.corpus import docstring_paragraphs
-from pipeline.params.load import load_params
+from pipeline.params.check import load_checked as load_params  # the checks run on the profile's result
 from pipeline.params.profiles import apply_profile
 from tests.conftest import ROOT, tiny_params
 

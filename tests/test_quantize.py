@@ -316,7 +316,8 @@ def test_group_size_is_checked_against_layer_widths_when_params_are_validated(de
     where the configured size does not divide a width, the largest vLLM serves that divides every width is chosen
     (the `sources` stage, first in every repro, says so); a size vLLM's kernels do not serve fails in one line naming
     the param, before any stage does work."""
-    from pipeline.params.load import enabled_variant, group_sizes, validate
+    from pipeline.params.check import group_sizes, validate
+    from pipeline.quantize.recipes import enabled_variant
 
     target = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
     params = tiny_params(target={"source": str(target)}, draft={"source": str(demo_pair[1])})

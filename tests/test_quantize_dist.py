@@ -21,7 +21,7 @@ from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.traffic import dedup, load_traffic, split, write_split
 from pipeline.evaluate.quality import fidelity
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import validate
+from pipeline.params.check import validate
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import quantize_model
 from pipeline.quantize.recipes import parse_variant

@@ -16,7 +16,7 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.evaluate import vllm_spec
-from pipeline.params.load import validate
+from pipeline.params.check import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.tiers import parse_tiers
 from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs

@@ -260,3 +260,11 @@ def needs_calibration(spec: VariantSpec) -> bool:
     """Whether the recipe needs calibration data, as llm-compressor itself decides it: GPTQ and
     AWQ always; RTN when it observes static activation or KV-cache scales (FP8, not FP8_DYNAMIC)."""
     return any(m.requires_calibration_data for m in build_recipe(spec, []))
+
+
+def enabled_variant(params: dict, name: str) -> VariantSpec:
+    """The parsed VariantSpec of a variant in quantize.variants, or a one-line error naming the known ones."""
+    variants = params["quantize"]["variants"]
+    if name not in variants:
+        raise PipelineError(f"unknown variant {name!r}; known variants: {', '.join(sorted(variants))}")
+    return parse_variant(name, variants[name])

@@ -1,0 +1,527 @@
+"""params.yaml checked as a whole, once per `dvc repro`, by its always-run first stage (`sources`), and by the CLI.
+
+`dvc repro` stops at its first stage with one line naming the param when a threshold is a string, an override names
+no variant, a required gate is deleted or a version is a YAML float, rather than after hours of quantization and
+training. The checks reach into every concern (recipes, hardware, thresholds, tiers, methods); only `sources` and the
+CLI import this module, so those concerns are not code deps of the stages that merely read params
+(pipeline/params/load.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+from pipeline.core import paths
+from pipeline.core.errors import PipelineError, one_of
+from pipeline.core.values import is_int, is_number, is_positive_int, is_positive_number
+from pipeline.params.load import PARAMS_FILE, SECTIONS, quantize_distributed, read_yaml_mapping
+
+
+def load_checked(path: str | Path = PARAMS_FILE, check_recipes: bool = True, checked: Path | None = None) -> dict:
+    """params.yaml read and checked in full. check_recipes=False skips building each variant's recipe
+    (compressed-tensors takes seconds to import), for commands that only read the gates, such as `modelprep gate`
+    on a metrics directory. checked: a file remembering which recipe checks passed (see recipe_check_key): an
+    unchanged set of variants is not checked again, a changed one is checked in full. Every other check runs
+    every time."""
+    path = Path(path)
+    params = read_yaml_mapping(path, hint="; run from the project root")
+    key = recipe_check_key(params) if check_recipes and checked is not None else None
+    known = key is not None and key in passed_recipe_checks(checked)
+    validate(params, path, check_recipes and not known)
+    if key is not None and not known:
+        remember_recipe_check(checked, key)
+    return params
+
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # Kubernetes object and namespace names
+
+
+def recipe_check_remembered(path: str | Path = PARAMS_FILE, checked: Path | None = None) -> bool:
+    """Whether load_params(path, checked=checked) will skip the recipe check (an unchanged set of variants)."""
+    try:
+        key = recipe_check_key(read_yaml_mapping(Path(path)))
+    except PipelineError:
+        return False
+    return checked is not None and key is not None and key in passed_recipe_checks(checked)
+
+
+# Libraries the recipe check runs on: compressed-tensors' presets, pydantic validating its scheme models.
+RECIPE_CHECK_LIBRARIES = ("compressed-tensors", "pydantic", "pydantic-core")
+
+
+RECIPE_CHECKS_KEPT = 16  # a few params files (profiles, worktrees' tests) alternate without re-checking
+
+
+def recipe_check_key(params: dict) -> str | None:
+    """What the recipe part of validate (parse_variant of every variant, check_runs_on of the enabled ones) depends
+    on: quantize.variants, quantize.enabled and serving.gpu as YAML gave them (repr tells 1 from '1' and True),
+    every module of this package (its code may change what passes) and the libraries' versions. None when a
+    library is missing: the full check then says so."""
+    from importlib import metadata
+
+    def get(section: str, key: str) -> object:
+        node = params.get(section)
+        return node.get(key, "<absent>") if isinstance(node, dict) else ("<not a mapping>", node)
+
+    # Group sizes are checked against the target's and draft's layer widths: their sources (the demo's shapes) and
+    # a local source's config.json are inputs too.
+    inputs = (get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu"), get("target", "source"),
+              get("draft", "source"), params.get("demo"))
+    digest = hashlib.sha256(repr(inputs).encode())
+    for role in ("target", "draft"):
+        source = get(role, "source")
+        config = Path(str(source)).expanduser() / "config.json" if isinstance(source, str) else None
+        if config is not None and config.is_file():
+            digest.update(b"\0config\0" + config.read_bytes())
+    package = Path(__file__).parents[1]
+    for module in sorted(package.rglob("*.py")):
+        digest.update(f"\0{module.relative_to(package).as_posix()}\0".encode() + module.read_bytes())
+    try:
+        digest.update(repr([metadata.version(lib) for lib in RECIPE_CHECK_LIBRARIES]).encode())
+    except metadata.PackageNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def passed_recipe_checks(checked: Path) -> list[str]:
+    """The keys in `checked`; none when it is missing, corrupt or edited (a cache: then everything is checked)."""
+    from pipeline.core.io import read_sealed_json
+
+    try:
+        keys = read_sealed_json(checked).get("passed")
+    except (OSError, ValueError):
+        return []
+    return keys if isinstance(keys, list) and all(isinstance(k, str) for k in keys) else []
+
+
+def remember_recipe_check(checked: Path, key: str) -> None:
+    from pipeline.core.io import write_sealed_json
+
+    keys = [key, *(k for k in passed_recipe_checks(checked) if k != key)][:RECIPE_CHECKS_KEPT]
+    try:
+        write_sealed_json(checked, {"passed": keys})
+    except OSError:  # only the shortcut is lost
+        pass
+
+
+SCHEMA_FILE = Path(__file__).with_name("params.schema.json")
+
+
+def check_schema(params: dict, path: Path) -> None:
+    """params.schema.json (JSON Schema): every key known, the ranged knobs in range. One line: the key, and for
+    a typo the keys allowed there with the nearest named."""
+    import difflib
+    import json
+
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(params))
+    if error is None:
+        return
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        unknown = sorted(set(error.instance) - set(allowed))
+        near = difflib.get_close_matches(str(unknown[0]), allowed, n=1)
+        raise PipelineError(f"{path}: unknown key {'.'.join([where, str(unknown[0])]).lstrip('.')}"
+                            + (f" (did you mean {near[0]}?)" if near else "") + f"; allowed here: {', '.join(allowed)}")
+    if error.validator == "required":
+        raise PipelineError(f"{path}: {where + ': ' if where else ''}{error.message}")
+    value = error.instance
+    rule = {k: error.schema[k] for k in ("type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+                                         "minLength", "enum") if k in error.schema}
+    if not rule and "description" in error.schema:  # an anyOf of shapes: its description says which
+        raise PipelineError(f"{path}: {where} is {value!r}; allowed: {error.schema['description']}")
+    raise PipelineError(f"{path}: {where} is {value!r}; allowed: "
+                        + ", ".join(f"{k} {v}" for k, v in rule.items()))
+
+
+def _section(params: dict, dotted: str, path: Path) -> dict:
+    node = params
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    if not isinstance(node, dict):
+        raise PipelineError(f"{path}: {dotted} must be a mapping")
+    return node
+
+
+def validate(params, path: Path, check_recipes: bool = True) -> None:
+    """Raise PipelineError naming the first bad param; no model or data is read."""
+    from pipeline.core.names import check_name, check_variant_name, check_version
+    from pipeline.drafts import methods
+    from pipeline.release.thresholds import CHECKS, check_thresholds
+
+    if not isinstance(params, dict):
+        raise PipelineError(f"{path}: expected a mapping of sections")
+    missing = [s for s in SECTIONS if s not in params]
+    if missing:
+        raise PipelineError(f"{path}: missing sections {missing}")
+    check_schema(params, path)
+    check_sources(params, path)
+    from pipeline.core.redact import secret_paths
+
+    leaked = secret_paths(params)
+    if leaked:  # params land in dvc.lock, PROVENANCE.json and the logs
+        raise PipelineError(f"{path}: {leaked[0]} holds a credential (user:password@ or a secret query parameter); "
+                            "params are recorded in dvc.lock and the bundle: give it in the environment instead "
+                            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
+    variants = _section(params, "quantize.variants", path)
+    specs = {}  # name -> parsed VariantSpec, reused by the serving.gpu check below
+    for name, raw in variants.items():
+        try:
+            if check_recipes:
+                from pipeline.quantize.recipes import parse_variant
+
+                specs[name] = parse_variant(name, raw)
+            else:
+                check_variant_name(name)
+        except PipelineError as e:
+            raise PipelineError(f"{path}: {e}") from None
+    enabled = params["quantize"].get("enabled")
+    if not isinstance(enabled, list) or not enabled or len(set(map(str, enabled))) != len(enabled):
+        raise PipelineError(f"{path}: quantize.enabled must be a non-empty list of distinct variant names")
+    _known(enabled, variants, "quantize.enabled", path)
+    quantize_distributed(params, path)
+    if check_recipes:
+        from pipeline.quantize.hardware import check_runs_on
+
+        gpu = _section(params, "serving", path).get("gpu")
+        for name in enabled:
+            try:
+                check_runs_on(specs[name], gpu)
+            except PipelineError as e:
+                raise PipelineError(f"{path}: {e}") from None
+        draft_variant = (params.get("draft_quantize") or {}).get("variant")
+        try:  # layer widths against group sizes, before any work
+            group_sizes(params, [specs[n] for n in enabled])
+            if draft_variant in specs:
+                group_sizes(params, [specs[draft_variant]], role="draft")
+        except PipelineError as e:
+            raise PipelineError(f"{path}: {e}") from None
+
+    gates = _section(params, "gates", path)
+    thresholds = _section(params, "gates.thresholds", path)
+    check_thresholds(thresholds, f"{path}: gates.thresholds")
+    required = sorted(k for k, c in CHECKS.items() if c.required and k not in thresholds)
+    if required:
+        raise PipelineError(f"{path}: gates.thresholds is missing required checks {required}; a release gate "
+                            "can't be dropped by deleting its threshold")
+    check_lm_eval_thresholds(params, [thresholds, *(v for v in (gates.get("overrides") or {}).values()
+                                                    if isinstance(v, dict))], path)
+    overrides = gates.get("overrides") or {}
+    if not isinstance(overrides, dict):
+        raise PipelineError(f"{path}: gates.overrides must map variant names to thresholds")
+    _known(list(overrides), variants, "gates.overrides", path)
+    for variant, values in overrides.items():
+        if not isinstance(values, dict):
+            raise PipelineError(f"{path}: gates.overrides.{variant} must be a mapping of thresholds")
+        check_thresholds(values, f"{path}: gates.overrides.{variant}")
+    allow_fail = gates.get("allow_fail") or []
+    if not isinstance(allow_fail, list):
+        raise PipelineError(f"{path}: gates.allow_fail must be a list of variant names")
+    _known(allow_fail, variants, "gates.allow_fail", path)
+
+    draft_quant = _section(params, "draft_quantize", path).get("variant")
+    if draft_quant is not None:
+        _known([draft_quant], variants, "draft_quantize.variant", path)
+    serving = _section(params, "serving", path)
+    _check_wrapped(check_name, serving.get("name"), "serving.name", path)
+    for variant in params["quantize"]["enabled"]:  # what publish registers: fail now, not after every bundle
+        published = f"{serving['name']}-{variant}"
+        try:
+            check_name(published)
+        except PipelineError:
+            raise PipelineError(f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
+                                f"is {len(published)} characters, over the 128 allowed; shorten serving.name") from None
+    check_serving(params, serving, variants, path)
+    check_gpu_knobs(params, path)
+    try:
+        methods.check(params)  # draft.method, draft.ngram, draft.eagle3: before any training
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    registry = Path(str(params["publish"]["registry_dir"])).resolve()
+    if paths.ARTIFACTS.resolve() in registry.parents or registry == paths.ARTIFACTS.resolve():
+        raise PipelineError(f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "
+                            "which the pipeline rebuilds (and whose bundles it copies): put the registry elsewhere")
+    for role, key in ((params["publish"].get("signing") or {}).items()):
+        if key is not None and not Path(key).is_file():
+            raise PipelineError(f"{path}: publish.signing.{role} {key} not found")
+    version = _section(params, "publish", path).get("version")
+    if not isinstance(version, str):
+        raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
+                            "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
+    if version != "auto":
+        _check_wrapped(check_version, version, "publish.version", path)
+
+
+def check_sources(params: dict, path: Path) -> None:
+    """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
+    target, draft = params["target"]["source"], params["draft"]["source"]
+    if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
+        raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
+                            "draft.source: {from: target, layers: N}")
+    if target == "demo" and isinstance(draft, dict):
+        raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
+                            "target.source demo builds its own draft (draft.source: demo)")
+    if (target == "demo") != (draft == "demo"):
+        hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
+        raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")
+
+
+def model_config(params: dict, role: str = "target"):
+    """The transformers config of the target (or draft) as far as it is known before any stage runs: the demo's from
+    demo.<role>, a local model directory's config.json, a Hub repo's config.json already in the local cache. None
+    where it is not (or does not parse): the quantize stage then resolves group sizes on the loaded model."""
+    import json
+
+    from transformers import AutoConfig, LlamaConfig
+
+    section = params.get(role) if isinstance(params.get(role), dict) else {}
+    source = str(section.get("source"))
+    try:
+        if source == "demo":  # pipeline/models/demo/models.py's llama_config, from the same params
+            demo = params["demo"]
+            d = demo[role]
+            return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
+                               intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
+                               num_attention_heads=d["num_attention_heads"],
+                               num_key_value_heads=d["num_key_value_heads"], tie_word_embeddings=False)
+        local = Path(source).expanduser() / "config.json"
+        if local.is_file():
+            found = local
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(source.removeprefix("hf:"), "config.json", revision=section.get("revision"))
+            found = Path(cached) if isinstance(cached, str) else None
+        if found is None:
+            return None
+        config = json.loads(found.read_text())
+        return AutoConfig.for_model(config.pop("model_type"), **config)
+    except Exception:  # noqa: BLE001 - an unreadable config is the sources/models stages' to report, with its file
+        return None
+
+
+def group_sizes(params: dict, specs: list, role: str = "target") -> dict:
+    """variant name -> recipes.GroupSize of each grouped variant against the model's layer widths (config only, on
+    the meta device); {} when the model's config is not known yet. Raises for a setting no layer width allows."""
+    from pipeline.quantize.recipes import choose_group_size, config_input_widths, is_unquantized, scheme_for
+
+    grouped = [s for s in specs if not is_unquantized(s) and (w := scheme_for(s).weights) is not None
+               and w.strategy == "group"]
+    config = model_config(params, role) if grouped else None
+    if config is None:
+        return {}
+    base = list((params["quantize"].get("calibration") or {}).get("ignore", ["lm_head"]))
+    widths = {}  # per ignore list: the meta model is built once per list
+    out = {}
+    for spec in grouped:
+        ignore = tuple(sorted(set(base) | set(spec.ignore)))
+        if ignore not in widths:
+            try:
+                widths[ignore] = config_input_widths(config, list(ignore))
+            except Exception:  # noqa: BLE001 - an architecture transformers can't build here: the stage checks it
+                return {}
+        out[spec.name] = choose_group_size(spec, widths[ignore])
+    return out
+
+
+def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Path) -> None:
+    """An lm-eval score bound must name a task that evaluate.lm_eval.tasks runs, or it could never pass."""
+    from pipeline.release.thresholds import LM_EVAL_OPS, lm_eval_task_of
+
+    tasks = (params.get("evaluate", {}).get("lm_eval") or {}).get("tasks") or []
+    for thresholds in threshold_sets:
+        for key in thresholds:
+            if any(key.startswith(p) for p in LM_EVAL_OPS) and lm_eval_task_of(key, tasks) is None:
+                raise PipelineError(f"{path}: gate threshold {key} names no task of evaluate.lm_eval.tasks {tasks} "
+                                    "(min_lm_eval_<task>_<metric>)")
+
+
+def check_gpu_knobs(params: dict, path: Path) -> None:
+    """The knobs the GPU demo profile turns: generic corpus, distillation engine, evaluate's vLLM path."""
+    from pipeline.drafts.methods import GENERATORS
+    from pipeline.models.demo.corpus import GENERAL_CORPORA
+
+    corpus = _section(params, "demo", path).get("general_corpus", "synthetic")
+    if corpus not in GENERAL_CORPORA:
+        raise PipelineError(f"{path}: demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {corpus!r}")
+    training = _section(params, "draft_training", path)
+    if training.get("generator", "auto") not in GENERATORS:
+        raise PipelineError(f"{path}: draft_training.generator must be {one_of(GENERATORS)}, "
+                            f"got {training.get('generator')!r}")
+    engine = training.get("vllm") or {}
+    util = engine.get("gpu_memory_utilization", 0.5)
+    if not is_number(util) or not 0 < util <= 1:
+        raise PipelineError(f"{path}: draft_training.vllm.gpu_memory_utilization must be in (0, 1], got {util!r}")
+    vllm = _section(params, "evaluate.vllm", path)
+    sizes = vllm.get("throughput_batch_sizes", [])
+    if not isinstance(sizes, list) or not all(is_positive_int(b) for b in sizes):
+        raise PipelineError(f"{path}: evaluate.vllm.throughput_batch_sizes must be a list of positive integers, "
+                            f"got {sizes!r}")
+    for key, value in (("evaluate.vllm.enforce_eager", vllm.get("enforce_eager", False)),
+                       ("draft_training.vllm.enforce_eager", engine.get("enforce_eager", True))):
+        if not isinstance(value, bool):
+            raise PipelineError(f"{path}: {key} must be true or false, got {value!r}")
+
+
+def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> None:
+    """The serving section and the serving benchmark's settings (no GPU or model needed)."""
+    _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
+    gain = _section(params, "serving.speculation", path).get("min_gain")
+    if not is_positive_number(gain):
+        raise PipelineError(f"{path}: serving.speculation.min_gain must be a positive number, got {gain!r}")
+    profile = params["serving"]["speculation"].get("cost_profile")
+    if not isinstance(profile, str) or not profile.strip():
+        raise PipelineError(f"{path}: serving.speculation.cost_profile must be auto, a profile name or a path to a "
+                            f"profile JSON, got {profile!r}")
+    if profile.endswith(".json") and not Path(profile).is_file():
+        raise PipelineError(f"{path}: serving.speculation.cost_profile: {profile} not found")
+    env = serving.get("env") or {}
+    # Values end up in serve.env (`env $(cat serve.env) vllm serve`), Kubernetes env and the benchmark's server:
+    # no whitespace, quotes or shell metacharacters that one of them would split or expand.
+    value = re.compile(r"^[A-Za-z0-9_.,:=/@+%-]*$")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
+                                            and not isinstance(v, bool) and value.match(str(v)) for k, v in env.items()):
+        raise PipelineError(f"{path}: serving.env must map environment variable names to plain values (letters, "
+                            f"digits and _.,:=/@+%-), got {env!r}")
+    from pipeline.core.redact import _secret_key
+
+    secret_named = sorted(k for k in env if _secret_key(k))
+    if secret_named:
+        raise PipelineError(f"{path}: serving.env.{secret_named[0]} looks like a secret: its value would ship in clear "
+                            f"in serve.env and the manifests; name a Kubernetes Secret instead, serving.secret_env: "
+                            f"{{{secret_named[0]}: <secret-name>/<key>}}")
+    secrets = serving.get("secret_env") or {}
+    ref = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]{1,253}$")
+    if not isinstance(secrets, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, str)
+                                                and ref.match(v) for k, v in secrets.items()):
+        raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
+                            "<kubernetes-secret-name>/<key> references")
+    from pipeline.serving.tiers import serving_slo
+
+    try:
+        serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    check_serve_bench(_section(params, "serve_bench", path), serving, path)
+    check_handoff(params, serving, path)
+
+
+def check_handoff(params: dict, serving: dict, path: Path) -> None:
+    """Serving tiers, deployment manifests and monitoring: the bundle stage's inputs, checked up front."""
+    from pipeline.serving.tiers import parse_tiers, select
+
+    deploy = _section(params, "deploy", path)
+    try:
+        tiers = parse_tiers(serving)
+        deployed = {t.name for t in select(tiers, deploy.get("tiers"))}
+        check_deploy(deploy)
+        check_autoscale(deploy, tiers, deployed)
+        check_monitoring(_section(params, "monitoring", path))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+
+
+def check_deploy(deploy: dict) -> None:
+    """deploy section of params.yaml: one line naming the bad key (checked before any stage works)."""
+    image = deploy.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise PipelineError(f"deploy.image must name a container image (e.g. vllm/vllm-openai:v0.26.0), got {image!r}")
+    for key in ("namespace", "models_claim"):
+        if not isinstance(deploy.get(key), str) or not DNS_LABEL.match(deploy[key]):
+            raise PipelineError(f"deploy.{key} must be a Kubernetes name (lowercase letters, digits, '-'), "
+                                f"got {deploy.get(key)!r}")
+    if not isinstance(deploy.get("warmup_from_traffic"), bool):
+        raise PipelineError(f"deploy.warmup_from_traffic must be true or false, got {deploy.get('warmup_from_traffic')!r}")
+    for key in ("port", "startup_seconds_default", "warmup_prompts"):
+        v = deploy.get(key)
+        if not is_positive_int(v):
+            raise PipelineError(f"deploy.{key} must be a positive integer, got {v!r}")
+    margin = deploy.get("startup_margin")
+    if not is_number(margin) or margin < 1:
+        raise PipelineError(f"deploy.startup_margin must be a number >= 1, got {margin!r}")
+    for key in ("cpu", "memory", "shm_size"):
+        if not isinstance(deploy.get(key), str) or not deploy[key]:
+            raise PipelineError(f"deploy.{key} must be a Kubernetes quantity string (e.g. '8', '32Gi'), "
+                                f"got {deploy.get(key)!r}")
+    root = deploy.get("bundle_root")
+    # Plain path characters only: the value lands in manifests, shell-free args and the model card's markdown
+    if not isinstance(root, str) or not re.fullmatch(r"/[A-Za-z0-9._/-]*", root) or ".." in root.split("/"):
+        raise PipelineError(f"deploy.bundle_root must be an absolute path in the container (letters, digits, "
+                            f"'.', '_', '-', '/'), got {root!r}")
+
+
+def check_autoscale(deploy: dict, tiers: list, deployed: set[str]) -> None:
+    """deploy.autoscale: the tiers sized from the measured capacity, each one deploy.tiers renders (its autoscaler
+    scales that Deployment); min_replicas <= max_replicas."""
+    from pipeline.serving.tiers import select
+
+    cfg = deploy.get("autoscale")
+    if not isinstance(cfg, dict):
+        raise PipelineError("deploy.autoscale must be a mapping (tiers, min_replicas, max_replicas, target_utilization)")
+    if cfg.get("tiers") != []:
+        names = [t.name for t in select(tiers, cfg.get("tiers"), "deploy.autoscale.tiers")]
+        undeployed = [n for n in names if n not in deployed]
+        if undeployed:
+            raise PipelineError(f"deploy.autoscale.tiers names {undeployed}, which deploy.tiers does not render: an "
+                                "autoscaler needs the tier's Deployment")
+    if cfg["min_replicas"] > cfg["max_replicas"]:
+        raise PipelineError(f"deploy.autoscale.min_replicas ({cfg['min_replicas']}) exceeds max_replicas "
+                            f"({cfg['max_replicas']})")
+
+
+def check_monitoring(cfg: dict) -> None:
+    for key, lo, hi in (("kv_cache_usage_max", 0.0, 1.0), ("acceptance_warning_fraction", 0.0, 1.0),
+                        ("latency_margin", 1.0, 100.0)):
+        v = cfg.get(key)
+        if not is_number(v) or not lo < v <= hi:
+            raise PipelineError(f"monitoring.{key} must be a number in ({lo}, {hi}], got {v!r}")
+
+
+def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
+    levels = cfg.get("concurrency")
+    if not isinstance(levels, list) or not levels or not all(is_positive_int(c) for c in levels) \
+            or len(set(levels)) != len(levels):
+        raise PipelineError(f"{path}: serve_bench.concurrency must be a non-empty list of distinct positive integers, "
+                            f"got {levels!r}")
+    target = serving.get("target_concurrency")
+    if target not in levels:
+        raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
+                            f"{levels}: the speculative setting is chosen from a measurement at it")
+    for key in ("prompts_per_concurrency", "min_prompts", "max_tokens", "startup_timeout_s", "port"):
+        if not is_positive_int(cfg.get(key)):
+            raise PipelineError(f"{path}: serve_bench.{key} must be a positive integer, got {cfg.get(key)!r}")
+    warmups = cfg.get("warmup_requests")
+    if not (is_int(warmups) and warmups >= 0):
+        raise PipelineError(f"{path}: serve_bench.warmup_requests must be a non-negative integer, got {warmups!r}")
+    if cfg.get("enabled") not in (True, False, "auto"):
+        raise PipelineError(f"{path}: serve_bench.enabled must be auto, true or false, got {cfg.get('enabled')!r}")
+    k = cfg.get("num_speculative_tokens")
+    if k != "auto" and not is_positive_int(k):
+        raise PipelineError(f"{path}: serve_bench.num_speculative_tokens must be auto or a positive integer, got {k!r}")
+    if cfg.get("k_schedule") not in ("auto", "off"):
+        raise PipelineError(f"{path}: serve_bench.k_schedule must be auto or off, got {cfg.get('k_schedule')!r}")
+    from pipeline.serving.tiers import benchmarked
+
+    try:
+        benchmarked(serving, cfg.get("tiers", []))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+
+
+def _known(names: list, variants: dict, param: str, path: Path) -> None:
+    unknown = [n for n in names if n not in variants]
+    if unknown:
+        raise PipelineError(f"{path}: {param} names unknown variants {unknown}; known: {sorted(variants)}")
+
+
+def _check_wrapped(check, value, param: str, path: Path) -> None:
+    if not isinstance(value, str):
+        raise PipelineError(f"{path}: {param} must be a string, got {value!r}")
+    try:
+        check(value)
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {param}: {e}") from None
