@@ -76,8 +76,8 @@ def registry_ref(arg: str, registry: str | None) -> tuple[str, Path] | None:
 
 
 def publish_param(key: str, default):
-    """publish.<key> from params.yaml in the cwd (default when absent). Only that section is read: load_params'
-    full check imports quantization libraries (seconds) verify doesn't need."""
+    """publish.<key> from params.yaml in the cwd (default when absent). Only that section is read: the
+    full check (pipeline/params/check.py) imports quantization libraries (seconds) verify doesn't need."""
     import yaml
 
     from pipeline.params.load import PARAMS_FILE

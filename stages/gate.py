@@ -13,7 +13,7 @@ from pipeline.serving.tiers import serving_slo
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
+    p = load_params()  # checked as a whole by `sources`, first in every repro
     enabled = p["quantize"]["enabled"]
     metrics = {v: records.read_object(paths.EVAL / v / "summary.json") for v in enabled}
     serve = {v: records.read(ServeBenchRecord, paths.SERVE / v / "record.json") for v in enabled}

@@ -5,14 +5,15 @@ from pipeline.core import paths
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.stage import say, stage_main
 from pipeline.models.draft_compat import check_compatible
-from pipeline.models.sources import fetch_model, source_fingerprint
+from pipeline.models.sources import check_sources, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
-from pipeline.params.load import layer_draft, load_params
+from pipeline.params.load import PARAMS_FILE, layer_draft, load_params
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params()  # checks the pairing of the two sources too (config.check_sources)
+    p = load_params()
+    check_sources(p, PARAMS_FILE)  # this stage's own params (also checked by `sources`, with the rest)
     target_src, draft_src = p["target"]["source"], p["draft"]["source"]
     cut = layer_draft(p)
     with atomic_dir(paths.TARGET) as target_tmp, atomic_dir(paths.DRAFT_BASE) as draft_tmp:

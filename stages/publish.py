@@ -16,7 +16,7 @@ from pipeline.release.thresholds import gate_thresholds
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params(check_recipes=False)  # recipes: checked by `sources`, first in every repro
+    p = load_params()  # checked as a whole by `sources`, first in every repro
     pub, name = p["publish"], p["serving"]["name"]
     backend = get_backend(pub["backend"])
     current = records.read(GateReport, paths.VERDICT)

@@ -13,7 +13,6 @@ from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.sources import HashCache, source_fingerprint
 from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
-from pipeline.quantize.recipes import enabled_variant
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -36,6 +35,8 @@ def main(argv: list[str]) -> None:
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
     # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
     if not remembered:
+        from pipeline.quantize.recipes import enabled_variant  # compressed-tensors: only when it is needed
+
         for name, group in group_sizes(p, [enabled_variant(p, v) for v in p["quantize"]["enabled"]]).items():
             if group.reason:
                 say(f"sources: quantize {name}: group_size {group.configured} -> {group_label(group.used)} "

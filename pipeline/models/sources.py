@@ -365,3 +365,17 @@ def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) 
 
     check_checkpoint_tensors(dst, role)
     return kind
+
+
+def check_sources(params: dict, path: Path) -> None:
+    """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
+    target, draft = params["target"]["source"], params["draft"]["source"]
+    if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
+        raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
+                            "draft.source: {from: target, layers: N}")
+    if target == "demo" and isinstance(draft, dict):
+        raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
+                            "target.source demo builds its own draft (draft.source: demo)")
+    if (target == "demo") != (draft == "demo"):
+        hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
+        raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")

@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError, one_of
 from pipeline.core.values import is_int, is_number, is_positive_int, is_positive_number
+from pipeline.models.sources import check_sources
 from pipeline.params.load import PARAMS_FILE, SECTIONS, quantize_distributed, read_yaml_mapping
 
 
@@ -38,7 +39,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # Kubernetes ob
 
 
 def recipe_check_remembered(path: str | Path = PARAMS_FILE, checked: Path | None = None) -> bool:
-    """Whether load_params(path, checked=checked) will skip the recipe check (an unchanged set of variants)."""
+    """Whether load_checked(path, checked=checked) will skip the recipe check (an unchanged set of variants)."""
     try:
         key = recipe_check_key(read_yaml_mapping(Path(path)))
     except PipelineError:
@@ -254,20 +255,6 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
-
-
-def check_sources(params: dict, path: Path) -> None:
-    """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
-    target, draft = params["target"]["source"], params["draft"]["source"]
-    if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
-        raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
-                            "draft.source: {from: target, layers: N}")
-    if target == "demo" and isinstance(draft, dict):
-        raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
-                            "target.source demo builds its own draft (draft.source: demo)")
-    if (target == "demo") != (draft == "demo"):
-        hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
-        raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")
 
 
 def model_config(params: dict, role: str = "target"):

@@ -376,7 +376,7 @@ def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str
 
 def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None,
         serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
-    """Gate every variant with params.yaml's thresholds (validated by load_params); allow_fail adds
+    """Gate every variant with params.yaml's thresholds (checked by pipeline/params/check.py); allow_fail adds
     to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
     known = set(metrics_by_variant) | set(params["quantize"]["variants"])

@@ -1,7 +1,7 @@
 """The release-gate checks: which metric each threshold reads, how it compares, and what it decides.
 
-Kept apart from the gate logic so that params.yaml can be validated by every stage without making
-every stage depend on the gate's and the serving benchmark's code.
+Kept apart from the gate logic so that the params check (pipeline/params/check.py, run by the `sources` stage and the
+CLI) reads the thresholds without depending on the gate's and the serving benchmark's code.
 """
 from __future__ import annotations
 
