@@ -262,20 +262,28 @@ def test_allowed_failure_carries_a_warning_in_the_card():
     assert "WARNING" not in clean
 
 
-def test_gpu_path_reports_why_it_is_skipped_here():
-    """No CUDA (or no vLLM) on this machine: the GPU measurement is skipped with its reason."""
-    expected = ("no CUDA device" if not torch.cuda.is_available()
-                else "vllm is not installed" if importlib.util.find_spec("vllm") is None else None)
-    assert vllm_spec.unavailable_reason() == expected
-    if expected is None:
-        pytest.skip("CUDA and vLLM are present: the GPU path runs here")
+def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
+    """No CUDA on this machine: the GPU measurement is skipped with that reason; a device without vLLM names vLLM, and
+    one GPU short of the tensor parallelism says how many it has."""
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present: the GPU path runs here")
     from stages.evaluate import gpu_measurement
 
+    assert vllm_spec.unavailable_reason() == "no CUDA device"
     p = tiny_params()
-    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == VllmMeasurement(skipped=expected)
+    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == VllmMeasurement(skipped="no CUDA device")
     p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
-    with pytest.raises(PipelineError, match=expected):
+    with pytest.raises(PipelineError, match="no CUDA device"):
         gpu_measurement(ROOT, [[1, 2, 3]], 2, p)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
+    assert vllm_spec.unavailable_reason() == "vllm is not installed"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
+    assert vllm_spec.unavailable_reason() is None
+    assert vllm_spec.unavailable_reason(tensor_parallel_size=2) == ("serving.tensor_parallel_size 2 needs more GPUs than "
+                                                                   "the 1 here")
 
 
 # ---- `modelprep gate --metrics-dir DIR`, as a user on another machine would run it

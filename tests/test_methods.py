@@ -161,7 +161,11 @@ def test_head_is_saved_in_the_format_vllm_loads_for_eagle3(head_dir, target, dem
     assert config["eagle_aux_hidden_state_layer_ids"] == sorted(config["eagle_aux_hidden_state_layer_ids"])
     assert config["transformer_layer_config"]["hidden_size"] == target.config.hidden_size
     eagle3.check_compatible(head_dir, target.config.to_dict())
-    assert eagle3.load(head_dir) is not None
+    head = eagle3.load(head_dir)  # the saved weights, every one of them, back in the head that scores
+    state = head.state_dict()
+    with safe_open(str(head_dir / "model.safetensors"), "pt") as f:
+        for name in f.keys():
+            assert torch.equal(state[name].to(f.get_tensor(name).dtype), f.get_tensor(name)), name
 
 
 @pytest.mark.parametrize("change,says", [({"hidden_size": 256}, "hidden size"), ({"vocab_size": 7}, "vocabulary"),
