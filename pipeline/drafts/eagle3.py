@@ -97,6 +97,9 @@ def build_head(target_dir: Path, cfg: dict, layer_ids: list[int], token_counts: 
     from speculators.train.cli import create_transformer_layer_config
     from speculators.train.vocab_mapping import build_vocab_mappings_from_distribution
 
+    # The head's own layers are initialised at random when it is built: seeded here, or two builds of the same
+    # inputs train different heads (train() seeds the batch order only after the head exists).
+    torch.manual_seed(cfg["seed"])
     layer = create_transformer_layer_config(str(target_dir), cfg["num_layers"], "llama", None, 0,
                                             list(range(cfg["num_layers"])))
     layer._attn_implementation = "eager"  # flex attention needs a compiler; eager runs on CPU and GPU alike
