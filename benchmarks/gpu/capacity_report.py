@@ -24,6 +24,7 @@ from pipeline.core import records  # noqa: E402
 from pipeline.evaluate import serving_costs  # noqa: E402
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
 from pipeline.serving.serve_bench import parse_result  # noqa: E402
+from pipeline.serving.tiers import Slo  # noqa: E402
 
 SHIPPED = ROOT / "benchmarks/gpu/raw/shipped"
 STAGE = ROOT / "benchmarks/gpu/raw/demo-serve-bf16"
@@ -57,11 +58,14 @@ def capacity_cell(cap: dict) -> str:
     return f">= {users}" if cap["status"] == "at_bound" else f"{users} ({cap['status']})"
 
 
-def shipped_section() -> list[str]:
+def shipped_section(slo: Slo) -> list[str]:
+    """slo: the objective the shipped run searched at (shipped.json records its label; the caller's Slo must match)."""
     doc = json.loads((SHIPPED / "shipped.json").read_text())
     levels = shipped_levels()
     results = [r for r in doc["results"] if "error" not in r]
     base = next(r for r in results if r["variant"] == "bf16")
+    if {r["slo"] for r in results} != {slo.label()}:
+        raise SystemExit(f"shipped.json searched at {sorted({r['slo'] for r in results})}, not at {slo.label()}")
     out = ["## The CPU demo's bundles, served as shipped", "",
            f"{doc['gpu']}, vLLM {doc['vllm']} (torch {doc['torch']}); `{doc['command']}`. Each bundle of a CPU "
            "`dvc repro` (bundles' MANIFEST.json and serve.yaml SHA-256 in `raw/shipped/bundles.txt`), `modelprep "
@@ -91,10 +95,7 @@ def shipped_section() -> list[str]:
         ceiling = r["capacity"]["ceiling"]
         miss = levels.get((r["variant"], f"capacity-c{ceiling:g}")) if ceiling else None
         if miss is not None:
-            what = [name for name, value, limit in (("TTFT", miss.ttft_ms["p99"], 200), ("ITL", miss.itl_ms["p99"], 50))
-                    if value > limit]
-            binding.append(f"{r['variant']} at {ceiling:g} users: p99 TTFT {miss.ttft_ms['p99']:.0f} ms, "
-                           f"ITL {miss.itl_ms['p99']:.1f} ms ({' and '.join(what) or 'neither'} over)")
+            binding.append(f"{r['variant']} {first_miss(miss, ceiling, slo)}")
     out += ["", "What the first load over capacity missed: " + "; ".join(binding) + ". With the demo's "
             "10M-parameter models every miss is time to first token while the token latency stays inside its "
             "objective, so every quantized variant carries about what BF16 does; the ratios say nothing about a real "
@@ -141,6 +142,11 @@ def ratio(method: str, rec: ServeBenchRecord) -> float:
     return rec.configs[method].capacity.users_per_gpu / rec.configs[PLAIN].capacity.users_per_gpu
 
 
+def first_miss(level, users: float, slo: Slo) -> str:
+    """The first load over a capacity, as the search judged it (Slo.misses over the run's own objective)."""
+    return f"at {users:g} users: {', '.join(slo.misses(level)) or 'met the objective'}"
+
+
 def stage_misses(rec: ServeBenchRecord) -> list[str]:
     out = []
     for name, config in rec.configs.items():
@@ -148,9 +154,7 @@ def stage_misses(rec: ServeBenchRecord) -> list[str]:
         levels = [*config.levels.values(), *cap.probes]
         miss = next((lvl for lvl in levels if cap.ceiling is not None and lvl.concurrency == cap.ceiling), None)
         if miss is not None:
-            what = [m for m, v, limit in (("TTFT", miss.ttft_ms["p99"], 200), ("ITL", miss.itl_ms["p99"], 50)) if v > limit]
-            out.append(f"{name} at {cap.ceiling:g} users p99 TTFT {miss.ttft_ms['p99']:.0f} ms, ITL "
-                       f"{miss.itl_ms['p99']:.1f} ms ({' and '.join(what) or 'neither'} over)")
+            out.append(f"{name} {first_miss(miss, cap.ceiling, cap.slo)}")
     return out
 
 
@@ -199,8 +203,8 @@ def main() -> None:
              "Rendered by `python benchmarks/gpu/capacity_report.py > benchmarks/gpu/CAPACITY.md` from "
              "`raw/shipped/` and `raw/demo-serve-bf16/` (producers in `benchmarks/gpu/README.md`). Ratios are within "
              "one run.", ""]
-    lines += shipped_section()
     stage, rec = stage_section()
+    lines += shipped_section(rec.configs[PLAIN].capacity.slo)  # the same serving.slo in both runs (checked)
     lines += stage
     lines += prediction_section(rec)
     sys.stdout.write("\n".join(lines).rstrip("\n") + "\n")
