@@ -51,6 +51,12 @@ def test_smollm2_markdown_is_rendered_from_raw():
         "SMOLLM2.md differs from its rendering: run python benchmarks/cpu/smollm2_report.py --write"
 
 
+def test_smollm2_gpu_markdown_is_rendered_from_raw():
+    report = load_module(BENCH / "gpu" / "smollm2_report.py")
+    assert report.render() == report.OUT.read_text(), \
+        "SMOLLM2-GPU.md differs from its rendering: run python benchmarks/gpu/smollm2_report.py"
+
+
 def test_every_raw_file_has_a_producer():
     patterns = [p for table in PRODUCER_TABLES for line in table.read_text().splitlines()
                 if line.startswith("| `benchmarks/") for p in re.findall(r"`([^`]+)`", line.split("|")[1])]

@@ -108,13 +108,27 @@ def test_distillation_generator_choice():
         resolve_generator("tgi")
 
 
+# The base profile each GPU overlay is applied over (session.sh gpu-profile's GP_BASE; `gpu` unless named here).
+OVERLAY_BASE = {"gpu-smollm2": "smollm2"}
+
+
 @pytest.mark.parametrize("overlay", sorted(p.stem for p in (ROOT / "profiles").glob("gpu-*.yaml")))
-def test_every_gpu_overlay_applies_over_the_gpu_profile(overlay, params_copy):
-    """benchmarks/gpu/session.sh gpu-profile OUT S <overlay> applies `gpu` then the overlay on the GPU host; a key the
-    overlay sets that params.yaml lacks (or a value validation refuses) would fail there, after the vLLM install."""
-    apply_profile("gpu", params_copy)
+def test_every_gpu_overlay_applies_over_its_base_profile(overlay, params_copy):
+    """benchmarks/gpu/session.sh gpu-profile OUT S <overlay> applies the base then the overlay on the GPU host; a key
+    the overlay sets that params.yaml lacks (or a value validation refuses) would fail there, after the vLLM install."""
+    apply_profile(OVERLAY_BASE.get(overlay, "gpu"), params_copy)
     assert apply_profile(overlay, params_copy)  # it changes something
     load_params(params_copy)
+
+
+def test_a_string_yaml11_reads_as_another_type_is_written_quoted(params_copy, tmp_path):
+    """`k_schedule: off` written plain by a YAML 1.2 writer reads as false in the stages' PyYAML: the GPU run of
+    profiles/gpu-smollm2.yaml failed on exactly that. What the profile sets must read back as set."""
+    overlay = tmp_path / "off.yaml"
+    overlay.write_text('serve_bench:\n  k_schedule: "off"\n')
+    assert apply_profile(str(overlay), params_copy) == ["serve_bench.k_schedule"]
+    assert load_params(params_copy)["serve_bench"]["k_schedule"] == "off"
+    assert 'k_schedule: "off"' in params_copy.read_text()
 
 
 def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_sizes_that_divide_its_widths(params_copy):

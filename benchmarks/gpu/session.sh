@@ -4,6 +4,7 @@
 #   session.sh chunk N / unload   when the tree plus a kit part exceed a call's carry: .gpu/cN/chunkNN are pieces of
 #                                 one tar (the kit's parts as kit.tar.xz, plus artifacts the steps need), checked
 #                                 against .gpu/c0/LOAD.sha256; unload unpacks the kit to /tmp/vllm, the rest here
+#                                 (CHUNK_DIR=s: pieces in .gpu/sN instead; a .gguf under .gpu/smollm2/ goes to /tmp/smollm2)
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
@@ -12,9 +13,9 @@
 #                                 serve), its records and raw load-generator output packed into OUT
 #   session.sh schemes8b OUT V...   a Llama-3-8B-shape checkpoint (random weights) quantized to each variant V
 #   session.sh bench8b OUT M...     vLLM decode tokens/s at batch 1 and 32 of those checkpoints (M: bf16 or a V)
-#   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, then the
-#                                 overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in the
-#                                 background (it outlives this call), then gpu-watch
+#   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, or GP_BASE's,
+#                                 then the overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in
+#                                 the background (it outlives this call; GP_REPRO: another command), then gpu-watch
 #   session.sh gpu-calib OUT S [V]  calibration sample count vs quality on the GPU profile's target (V: variants,
 #                                 quoted, default "gptq-w4a16 int8-w8a8"), in the background, then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
@@ -83,7 +84,8 @@ SH
   export DVC_PATH=/tmp/dvcsite:/tmp/vllm/site
   (cd /tmp/gp
    PYTHONPATH=$DVC_PATH python3 -m dvc config core.no_scm true && PYTHONPATH=$DVC_PATH python3 -m dvc config cache.type hardlink,copy
-   PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile gpu
+   # GP_BASE: the base profile (default gpu, the GPU demo profile; smollm2 for SmolLM2 on real text)
+   PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "${GP_BASE:-gpu}"
    if [ -n "${1:-}" ]; then
      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$1"
    fi)
@@ -93,6 +95,7 @@ SH
 gp_background() {
   # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
   # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
+  rm -f /tmp/gp-repro.rc  # a finished earlier run's status would end the next gpu-watch at once
   (cd /tmp/gp && GP_CMD="$1" setsid bash -c 'start=$(date +%s); bash -c "PYTHONPATH=$DVC_PATH $GP_CMD" 2>&1 \
       | while IFS= read -r line; do printf "%s %s\n" "$(( $(date +%s) - start ))" "$line"; done > /tmp/gp-repro.log;
       echo "${PIPESTATUS[0]}" > /tmp/gp-repro.rc' < /dev/null > /dev/null 2>&1 &)
@@ -100,16 +103,21 @@ gp_background() {
 
 case "$1" in
   collect) mkdir -p /tmp/stage && cp .gpu/p"$2"/* /tmp/stage/ && ls /tmp/stage ;;
-  chunk) mkdir -p /tmp/chunks && cp .gpu/c"$2"/* /tmp/chunks/ && ls /tmp/chunks ;;
+  chunk) mkdir -p /tmp/chunks && cp .gpu/"${CHUNK_DIR:-c}$2"/* /tmp/chunks/ && ls /tmp/chunks ;;
   unload)
     cat /tmp/chunks/chunk* > /tmp/load.tar
     [ "$(sha256sum /tmp/load.tar | cut -d' ' -f1)" = "$(cat /tmp/chunks/LOAD.sha256)" ] || { echo "load.tar: checksum mismatch"; exit 1; }
     tar xf /tmp/load.tar && mkdir -p /tmp/vllm && xz -d < kit.tar.xz | tar -C /tmp/vllm -xf - && rm -f kit.tar.xz /tmp/load.tar
+    # a GGUF target (profiles/gpu-smollm2.yaml's target.source) outside the tree that gp_setup copies
+    if ls .gpu/smollm2/*.gguf > /dev/null 2>&1; then mkdir -p /tmp/smollm2 && mv .gpu/smollm2/*.gguf /tmp/smollm2/ && ls -la /tmp/smollm2; fi
     gpu_line; PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
-    ls artifacts/bundles ;;
+    ls artifacts/bundles 2>/dev/null || true ;;
   install)
-    (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
-    mkdir -p /tmp/vllm && cat /tmp/stage/part* | xz -d | tar -C /tmp/vllm -xf -
+    # the kit from collect's parts (/tmp/stage); after chunk/unload it is already in /tmp/vllm
+    if [ -d /tmp/stage ]; then
+      (cd /tmp/stage && sha256sum -c --quiet SHA256SUMS)
+      mkdir -p /tmp/vllm && cat /tmp/stage/part* | xz -d | tar -C /tmp/vllm -xf -
+    fi
     # llm-compressor and lm-eval wheels: only `demo`, `evaluate` and `test` need them (serve-bench does not).
     if [ -d .gpu/qwheels ]; then pip install -q --no-index --no-deps --target /tmp/qsite .gpu/qwheels/*.whl; fi
     if [ -d .gpu/lmwheels ]; then pip install -q --no-index --no-deps --target /tmp/lsite .gpu/lmwheels/*.whl; fi
@@ -208,8 +216,10 @@ PY
     grep -E "^RESULT|^ERR|Selected|Error" "$out/bench8b.log" | cut -c1-300 || true ;;
   gpu-profile)
     # The GPU demo profile (then the overlay P) in /tmp/gp, its whole `dvc repro` in the background.
+    # GP_BASE: base profile (gp_setup); GP_REPRO: the background command instead of a plain `dvc repro` (e.g. some
+    # targets first: 'python3 -m dvc repro serve_bench@bf16; PYTHONPATH=$DVC_PATH python3 -m dvc repro')
     gp_setup "${4:-}"
-    gp_background 'python3 -m dvc repro'
+    gp_background "${GP_REPRO:-python3 -m dvc repro}"
     exec bash "$0" gpu-watch "$2" "$3" ;;
   gpu-calib)
     # Issue #18's calibration sweep on the GPU profile's target: `dvc repro data` (the target trained on the GPU and

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import yaml
+
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
 from pipeline.params.load import read_yaml_mapping
@@ -74,10 +76,30 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
             # would open below the comment of the key that follows
             new = CommentedMap(new)
             new.fa.set_flow_style()
-        node[leaf] = new
+        node[leaf] = _quoted_where_yaml11_differs(new)
     buf = io.StringIO()
     rt.dump(doc, buf)
-    atomic_write_text(params_path, buf.getvalue())
+    text = buf.getvalue()
+    # ruamel writes YAML 1.2, where `off` is a string; the stages read params with PyYAML (YAML 1.1), where an
+    # unquoted `off` is false. What is written must read back as what was merged.
+    if yaml.safe_load(text) != merged:
+        raise PipelineError(f"{params_path}: the profile's values would not read back as written; nothing written")
+    atomic_write_text(params_path, text)
+
+
+def _quoted_where_yaml11_differs(value):
+    """Strings that PyYAML would read as another type (off, yes, 1e3, null) stay strings: double-quoted."""
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    if isinstance(value, str) and yaml.safe_load(value) != value:
+        return DoubleQuotedScalarString(value)
+    if isinstance(value, dict):
+        for key in value:
+            value[key] = _quoted_where_yaml11_differs(value[key])
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            value[i] = _quoted_where_yaml11_differs(item)
+    return value
 
 
 def apply_profile(name_or_path: str, params_path: Path) -> list[str]:
