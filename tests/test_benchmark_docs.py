@@ -57,6 +57,12 @@ def test_smollm2_gpu_markdown_is_rendered_from_raw():
         "SMOLLM2-GPU.md differs from its rendering: run python benchmarks/gpu/smollm2_report.py"
 
 
+def test_bench_worker_markdown_is_rendered_from_raw():
+    report = load_module(BENCH / "cpu" / "bench_worker_cost.py")
+    assert report.render() == report.MARKDOWN.read_text(), \
+        "BENCH-WORKER.md differs from its rendering: run python benchmarks/cpu/bench_worker_cost.py --render"
+
+
 def test_every_raw_file_has_a_producer():
     patterns = [p for table in PRODUCER_TABLES for line in table.read_text().splitlines()
                 if line.startswith("| `benchmarks/") for p in re.findall(r"`([^`]+)`", line.split("|")[1])]

@@ -9,7 +9,9 @@ why it was skipped.
 """
 from __future__ import annotations
 
+import atexit
 import json
+import queue
 import subprocess
 import threading
 import urllib.request
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import METHODS
+from pipeline.serving import bench_worker
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
 from pipeline.serving.vllm_server import failure
 
@@ -141,16 +144,95 @@ class MetricsSampler:
         return level
 
 
-def run_level(command: list[str], base_url: str, result: Path, log: Path) -> LoadLevel:
-    """Run one `vllm bench serve` (the command from bench_command) while sampling /metrics."""
-    with MetricsSampler(base_url) as sampler, open(log, "a") as out:
+WORKER = Path(bench_worker.__file__)  # run by path with the Python that has vLLM
+VLLM_MODULE = "vllm.entrypoints.cli.main"  # vllm_server.vllm_command's `python -m` module
+
+
+class BenchWorker:
+    """bench_worker.py under one Python: vLLM's load generator imported once, a benchmark per request (a fresh
+    `vllm bench serve` spent ~25 s of a 1-3 s sweep level importing vLLM on the H100 host; see that module)."""
+
+    def __init__(self, python: str, log: Path):
+        with open(log, "a") as startup_log:  # what vLLM prints while importing, before the first request
+            self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=startup_log, text=True, bufsize=1)
+        self.answers: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        if self._answer(BENCH_TIMEOUT_S) != "ready":
+            self.close()
+            raise failure("the `vllm bench serve` worker did not start", log)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.answers.put(line.strip())
+        self.answers.put(None)  # the worker exited
+
+    def _answer(self, timeout: float) -> str | None:
         try:
-            proc = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=BENCH_TIMEOUT_S)
+            return self.answers.get(timeout=timeout)
+        except queue.Empty:
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def run(self, argv: list[str], log: Path) -> int:
+        """One benchmark (argv: what follows `vllm bench serve`), its output appended to log; its exit status."""
+        self.proc.stdin.write(json.dumps({"argv": argv, "log": str(log)}) + "\n")
+        self.proc.stdin.flush()
+        answer = self._answer(BENCH_TIMEOUT_S)
+        if answer == "":
+            self.close()
+            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}")
+        if answer is None:
+            raise failure(f"the `vllm bench serve` worker exited (status {self.proc.wait()})", log)
+        return int(json.loads(answer)["rc"])
+
+    def close(self) -> None:
+        if self.alive():
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+_workers: dict[str, BenchWorker] = {}
+
+
+def _worker(python: str, log: Path) -> BenchWorker:
+    worker = _workers.get(python)
+    if worker is None or not worker.alive():  # a level that killed it gets a fresh one for the next
+        worker = _workers[python] = BenchWorker(python, log)
+    return worker
+
+
+@atexit.register
+def close_workers() -> None:
+    while _workers:
+        _workers.popitem()[1].close()
+
+
+def _run_client(command: list[str], log: Path) -> int:
+    """`python -m vllm.entrypoints.cli.main bench serve ARGS` goes to that Python's worker; any other command
+    (a `vllm` console script) runs as its own process."""
+    if command[1:5] == ["-m", VLLM_MODULE, "bench", "serve"]:
+        return _worker(command[0], log).run(command[5:], log)
+    with open(log, "a") as out:
+        try:
+            return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  timeout=BENCH_TIMEOUT_S).returncode
         except subprocess.TimeoutExpired:
             raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}") from None
-    if proc.returncode != 0 or not result.is_file():
-        raise failure(f"`vllm bench serve` failed (exit {proc.returncode})", log)
+
+
+def run_level(command: list[str], base_url: str, result: Path, log: Path) -> LoadLevel:
+    """Run one `vllm bench serve` (the command from bench_command) while sampling /metrics."""
+    with MetricsSampler(base_url) as sampler:
+        returncode = _run_client(command, log)
+    if returncode != 0 or not result.is_file():
+        raise failure(f"`vllm bench serve` failed (exit {returncode})", log)
     return sampler.apply(parse_result(json.loads(result.read_text()), str(result)))
 
 
