@@ -108,16 +108,21 @@ def runs_table(folders: Iterable[str], raw: Path) -> Table:
     return Table(("run", "date", "GPU (driver)", "vLLM", "torch", "profile", "code at", "command"), tuple(rows))
 
 
+def shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def definitions(markdown: Path) -> tuple[Path, dict[str, Callable[[], Table | Text]]]:
     text = markdown.read_text()
     header = HEADER.search(text)
     if header is None:
-        raise SystemExit(f"{markdown}: no '<!-- tables: PATH -->' line naming its table definitions")
-    path = ROOT / header.group(1)
+        raise SystemExit(f"{shown(markdown)}: no '<!-- tables: PATH -->' line naming its table definitions")
+    path = ROOT / header.group(1)  # relative to the repository root (or absolute)
     if not path.is_file():
-        raise SystemExit(f"{markdown}: table definitions {header.group(1)} do not exist")
+        raise SystemExit(f"{shown(markdown)}: table definitions {header.group(1)} do not exist")
     spec = importlib.util.spec_from_file_location(f"tables_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     blocks = dict(getattr(module, "BLOCKS"))
     if hasattr(module, "RUNS"):
@@ -130,7 +135,7 @@ def render(markdown: Path) -> str:
     """The markdown with every block replaced by its definition's output; the prose around them as it is."""
     text = markdown.read_text()
     path, blocks = definitions(markdown)
-    where = markdown.relative_to(ROOT) if markdown.is_relative_to(ROOT) else markdown
+    where = shown(markdown)
     opened = [m.group(2) for m in MARKER.finditer(text) if m.group(1) == "begin"]
     found = [m.group("name") for m in BLOCK.finditer(text)]
     if opened != found:
@@ -140,9 +145,9 @@ def render(markdown: Path) -> str:
         raise SystemExit(f"{where}: a block appears twice: {sorted({n for n in found if found.count(n) > 1})}")
     missing, unused = sorted(set(found) - set(blocks)), sorted(set(blocks) - set(found))
     if missing:
-        raise SystemExit(f"{where}: blocks {missing} have no definition in {path.relative_to(ROOT)}")
+        raise SystemExit(f"{where}: blocks {missing} have no definition in {shown(path)}")
     if unused:
-        raise SystemExit(f"{where}: definitions {unused} of {path.relative_to(ROOT)} have no block in it")
+        raise SystemExit(f"{where}: definitions {unused} of {shown(path)} have no block in it")
 
     def fill(m: re.Match) -> str:
         name = m.group("name")
@@ -167,10 +172,10 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(md)
             if not args.check:
                 md.write_text(out)
-                print(f"wrote {md.relative_to(ROOT)}")
+                print(f"wrote {shown(md)}")
     if args.check and stale:
         print("differ from their rendering (python benchmarks/render.py): "
-              + ", ".join(str(p.relative_to(ROOT)) for p in stale), file=sys.stderr)
+              + ", ".join(str(shown(p)) for p in stale), file=sys.stderr)
         return 1
     return 0
 

@@ -111,9 +111,12 @@ def current_commit() -> str | None:
 
 
 def write(folder: Path, commands: list[str], profile: str | None) -> RunSpec:
-    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                         capture_output=True, text=True)
-    gpu = Gpu.parse_smi(smi.stdout) if smi.returncode == 0 and smi.stdout.strip() else Gpu()
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        gpu = Gpu.parse_smi(smi.stdout) if smi.returncode == 0 and smi.stdout.strip() else Gpu()
+    except OSError:  # no NVIDIA driver here: the spec says so rather than failing the run
+        gpu = Gpu()
     commit = current_commit()
     spec = RunSpec(run=folder.name, commands=tuple(commands), date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
                    commit=commit, gpu=gpu, software=installed(), profile=profile,
