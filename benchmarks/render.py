@@ -11,7 +11,8 @@ and whose generated parts sit between markers, everything else being prose writt
     <!-- end served-gptq-w4a16 -->
 
 The definitions module has `BLOCKS`, block name -> a function of no arguments returning a `Table` or `Text`, and
-`RUNS`, the raw run folders it reads (each holds a `run.json`, see benchmarks/run_spec.py); the block `runs` is
+`RUNS`, the raw run folders it reads (each holds a `run.json`, see benchmarks/run_spec.py; relative to
+`RUNS_UNDER`, default benchmarks/gpu/raw); the block `runs` is
 built in: one provenance row per run (date, GPU, driver, vLLM, torch, profile, code, command). Every block in the
 markdown must have a definition and every definition a block, so a table cannot silently drop out of a report.
 
@@ -126,7 +127,7 @@ def definitions(markdown: Path) -> tuple[Path, dict[str, Callable[[], Table | Te
     spec.loader.exec_module(module)
     blocks = dict(getattr(module, "BLOCKS"))
     if hasattr(module, "RUNS"):
-        raw = Path(getattr(module, "RAW", ROOT / "benchmarks/gpu/raw"))
+        raw = Path(getattr(module, "RUNS_UNDER", ROOT / "benchmarks/gpu/raw"))
         blocks.setdefault("runs", lambda: runs_table(module.RUNS, raw))
     return path, blocks
 
