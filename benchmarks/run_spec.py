@@ -110,7 +110,7 @@ def current_commit() -> str | None:
         return None
 
 
-def write(folder: Path, commands: list[str], profile: str | None) -> RunSpec:
+def write(folder: Path, commands: list[str], profile: str | None, run: str | None = None) -> RunSpec:
     try:
         smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                              capture_output=True, text=True)
@@ -118,7 +118,7 @@ def write(folder: Path, commands: list[str], profile: str | None) -> RunSpec:
     except OSError:  # no NVIDIA driver here: the spec says so rather than failing the run
         gpu = Gpu()
     commit = current_commit()
-    spec = RunSpec(run=folder.name, commands=tuple(commands), date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
+    spec = RunSpec(run=run or folder.name, commands=tuple(commands), date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
                    commit=commit, gpu=gpu, software=installed(), profile=profile,
                    sources={"gpu": "nvidia-smi" if gpu.name else "no nvidia-smi",
                             "software": "importlib.metadata on the run's PYTHONPATH",
@@ -136,11 +136,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("dir", type=Path)
     w.add_argument("--command", action="append", required=True, help="the command line that ran (repeatable)")
     w.add_argument("--profile", help="the params profile(s) the run applied, e.g. profiles/gpu.yaml")
+    w.add_argument("--run", help="the run's name (default: DIR's name); its raw folder is named after it")
     s = sub.add_parser("show", help="print a folder's spec")
     s.add_argument("dir", type=Path)
     args = ap.parse_args(argv)
     if args.cmd == "write":
-        print(write(args.dir, args.command, args.profile).to_json(), end="")
+        print(write(args.dir, args.command, args.profile, args.run).to_json(), end="")
     else:
         print(load(args.dir).to_json(), end="")
     return 0
