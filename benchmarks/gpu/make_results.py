@@ -23,7 +23,8 @@ BYTE_PPL = "lm_eval_domain_heldout_byte_perplexity"
 
 
 def load(name: str) -> dict:
-    return json.loads((RAW / f"{name}.json").read_text())
+    folder = next(d for d in ("llama3-8b", "demo-bundles", "evaluate-stage", "") if (RAW / d / f"{name}.json").is_file())
+    return json.loads((RAW / folder / f"{name}.json").read_text())
 
 
 def run_json(run: Path, rel: str) -> dict:
@@ -57,7 +58,7 @@ def implied_draft_cost(r: dict) -> float:
 def gpu_test_line() -> dict:
     """The numbers tests/test_gpu.py printed (raw/test-gpu.txt)."""
     m = re.search(r"vLLM accepted/drafted ([\d.]+) per position \[([^\]]*)\]; CPU estimate ([\d.]+)",
-                  (RAW / "test-gpu.txt").read_text())
+                  (RAW / "gpu-tests" / "test-gpu.txt").read_text())
     per_pos = [float(x) for x in m[2].split(",")]
     return {"vllm_accepted_per_drafted": float(m[1]), "cpu_estimate": float(m[3]), "k": len(per_pos)}
 
@@ -887,8 +888,8 @@ def render() -> str:
                       [[v, f(before[v]["vllm"]["acceptance_rate"], 3),
                         f(before[v]["speculative"]["accepted_per_draft_token"], 3),
                         f(stage[v]["vllm"]["acceptance_rate"], 3)] for v in VARIANTS])
-    gate_text = (RAW / "gate-on-gpu-metrics.txt").read_text().rstrip()
-    test_text = (RAW / "test-gpu.txt").read_text().rstrip()
+    gate_text = (RAW / "evaluate-stage" / "gate-on-gpu-metrics.txt").read_text().rstrip()
+    test_text = (RAW / "gpu-tests" / "test-gpu.txt").read_text().rstrip()
     return f"""{header_text}
 
 {methods_section()}

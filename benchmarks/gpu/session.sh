@@ -41,7 +41,7 @@
 #                                 benchmarks/gpu/handoff_check.py)
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
-#   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
+#   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/evaluate-stage/stage-evaluate-*.json)
 #   session.sh gate-profile       `modelprep gate` over the GPU profile run's metrics (raw/gpu-profile/), with its params
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -353,12 +353,12 @@ PY
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
     for v in "${VARIANTS[@]}"; do
-      cp metrics/eval-"$v".json benchmarks/gpu/raw/cpu-eval-"$v".json
-      cp artifacts/eval/"$v"/speculative.json benchmarks/gpu/raw/cpu-estimate-"$v".json
+      cp metrics/eval-"$v".json benchmarks/gpu/raw/evaluate-stage/cpu-eval-"$v".json
+      cp artifacts/eval/"$v"/speculative.json benchmarks/gpu/raw/evaluate-stage/cpu-estimate-"$v".json
     done ;;
   gate-raw)
     # The gate as the pipeline runs it, on the metrics the GPU run of the evaluate stage wrote.
-    raw=benchmarks/gpu/raw dir=$(mktemp -d)
+    raw=benchmarks/gpu/raw/evaluate-stage dir=$(mktemp -d)
     for v in "${VARIANTS[@]}"; do
       python -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2))' \
         "$raw/stage-evaluate-$v.json" > "$dir/eval-$v.json"
