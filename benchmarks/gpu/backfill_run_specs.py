@@ -30,6 +30,17 @@ GP = "bash benchmarks/gpu/session.sh gpu-profile OUT"
 
 # folder -> (commands, commit, profile); transcribed from the producer table
 RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
+    "llama3-8b": (["python benchmarks/gpu/run_gpu.py make8b DIR TOKENIZER",
+                   "python benchmarks/gpu/run_gpu.py quant8b DIR OUT CALIB V...",
+                   "python benchmarks/gpu/run_gpu.py bench8b DIR OUT M..."], "c6ed31c (run_gpu.py of 221c5bd)", None),
+    "demo-bundles": (["bash benchmarks/gpu/session.sh demo OUT"], "37012b3", None),
+    "evaluate-stage": (["bash benchmarks/gpu/session.sh evaluate OUT V...",
+                        "bash benchmarks/gpu/session.sh cpu-raw (CPU, after dvc repro: cpu-eval-*, cpu-estimate-*, at 9e7fb74)",
+                        "bash benchmarks/gpu/session.sh gate-raw (CPU: gate-on-gpu-metrics.txt, at a4e48b6)"],
+                       "b0ed85a", None),
+    "gpu-tests": (["bash benchmarks/gpu/session.sh test",
+                   "PYTHONPATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 "
+                   "python -m pytest -q -s -p no:cacheprovider tests/test_gpu.py"], "d95a76d", None),
     "before-eos-fix": (["bash benchmarks/gpu/session.sh evaluate OUT V..."], "37012b3", None),
     "after-graph-refactor": (["bash benchmarks/gpu/session.sh evaluate OUT V... (one call per variant)"],
                              "ff4d3ac", None),
@@ -78,7 +89,7 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
     "costs/versions": (["DCV_ITEMS=gpu-profile-1b:draft_model bash benchmarks/gpu/session.sh draft-cost-versions OUT 500",
                         "bash benchmarks/gpu/session.sh costs-watch OUT 540"], "b046465", None),
 }
-SESSION_RUNS = {"before-eos-fix", "after-graph-refactor", "gpu-profile", "gpu-methods", "gpu-eagle3-variants",
+SESSION_RUNS = {"llama3-8b", "demo-bundles", "evaluate-stage", "gpu-tests", "before-eos-fix", "after-graph-refactor", "gpu-profile", "gpu-methods", "gpu-eagle3-variants",
                 "gpu-schemes", "handoff"}
 
 
@@ -127,9 +138,11 @@ def date_of(folder: Path) -> tuple[str | None, str]:
             continue
         if isinstance(doc, dict) and isinstance(doc.get("date"), str) and re.fullmatch(r"\d{4}-\d\d-\d\d", doc["date"]):
             return doc["date"], str(path.relative_to(folder))
-    # no file records it: the day the raw files were committed (runs were committed the day they ran)
-    day = subprocess.run(["git", "log", "--diff-filter=A", "--format=%cs", "--", str(folder)], cwd=ROOT,
-                         capture_output=True, text=True).stdout.split()
+    # no file records it: the day the raw files were first committed (runs were committed the day they ran),
+    # followed through renames
+    first_file = next(p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != NAME)
+    day = subprocess.run(["git", "log", "--follow", "--diff-filter=A", "--format=%cs", "--", str(first_file)],
+                         cwd=ROOT, capture_output=True, text=True).stdout.split()
     return (day[-1], "git: the day the folder's first files were committed") if day else (None, "not recorded")
 
 
