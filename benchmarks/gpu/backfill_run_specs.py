@@ -23,9 +23,10 @@ from run_spec import NAME, Gpu, RunSpec  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 TABLE = "benchmarks/gpu/README.md producer table"
-# Sessions 1-5 ran vLLM 0.25.0 and torch 2.11.0+cu130 on one H100 (driver 580.159.04): the session header that
-# RESULTS.md carried (benchmarks/gpu/header.md), for the runs whose own files do not record them.
-SESSION_HEADER = "benchmarks/gpu/header.md (sessions 1-5: H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0, torch 2.11.0+cu130)"
+# The first runs (through gpu-schemes and handoff) were on vLLM 0.25.0 and torch 2.11.0+cu130 on one H100 (driver
+# 580.159.04): the header RESULTS.md carried before the run specs, for the runs whose own files do not record them.
+SESSION_HEADER = ("benchmarks/gpu/header.md at 128d962 (H100 80GB HBM3, driver 580.159.04, vLLM 0.25.0, "
+                  "torch 2.11.0+cu130)")
 GP = "bash benchmarks/gpu/session.sh gpu-profile OUT"
 
 # folder -> (commands, commit, profile); transcribed from the producer table
