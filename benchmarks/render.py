@@ -11,10 +11,10 @@ and whose generated parts sit between markers, everything else being prose writt
     <!-- end served-gptq-w4a16 -->
 
 The definitions module has `BLOCKS`, block name -> a function of no arguments returning a `Table` or `Text`, and
-`RUNS`, the raw run folders it reads (each holds a `run.json`, see benchmarks/run_spec.py; relative to
-`RUNS_UNDER`, default benchmarks/gpu/raw); the block `runs` is
-built in: one provenance row per run (date, GPU, driver, vLLM, torch, profile, code, command). Every block in the
-markdown must have a definition and every definition a block, so a table cannot silently drop out of a report.
+`RUNS`, the raw run folders it reads (relative to `RUNS_UNDER`, default benchmarks/gpu/raw; each holds a
+`run.json`, see benchmarks/run_spec.py). The block `runs` is built in: one provenance row per run (date, GPU,
+driver, vLLM, torch, profile, code, command). Every block in the markdown must have a definition and every
+definition a block, so a table cannot silently drop out of a report.
 
     python benchmarks/render.py                # re-render every report under benchmarks/
     python benchmarks/render.py FILE.md ...    # only these
@@ -49,8 +49,12 @@ class Table:
         for row in self.rows:
             if len(row) != len(self.columns):
                 raise ValueError(f"row {row} has {len(row)} cells for {len(self.columns)} columns {self.columns}")
-        lines = ["| " + " | ".join(self.columns) + " |", "| " + " | ".join("---" for _ in self.columns) + " |"]
-        lines += ["| " + " | ".join(row) + " |" for row in self.rows]
+
+        def line(cells) -> str:
+            return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"  # a bare | would split the cell
+
+        lines = [line(self.columns), "| " + " | ".join("---" for _ in self.columns) + " |"]
+        lines += [line(row) for row in self.rows]
         return "\n".join(lines)
 
 

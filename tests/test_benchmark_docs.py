@@ -46,13 +46,13 @@ def test_render_fills_blocks_between_markers_and_keeps_the_prose(tmp_path):
         "rows = json.loads((RAW / 'raw.json').read_text())\n"
         "BLOCKS = {'speed': lambda: table(rows, [Column('config', lambda r: r['name']),\n"
         "                                       Column('tok/s', lambda r: r.get('tps'), '{:.1f}')])}\n")
-    (tmp_path / "raw.json").write_text(json.dumps([{"name": "plain", "tps": 402.04}, {"name": "eagle3"}]))
+    (tmp_path / "raw.json").write_text(json.dumps([{"name": "plain", "tps": 402.04}, {"name": "k|v"}]))
     md = tmp_path / "R.md"
     md.write_text(f"# R\n\n<!-- tables: {tmp_path / 'defs.py'} -->\n\nHand-written.\n\n"
                   "<!-- begin speed -->\nstale\n<!-- end speed -->\n\nAfter.\n")
     assert render.render(md) == (f"# R\n\n<!-- tables: {tmp_path / 'defs.py'} -->\n\nHand-written.\n\n"
                                  "<!-- begin speed -->\n| config | tok/s |\n| --- | --- |\n| plain | 402.0 |\n"
-                                 "| eagle3 | - |\n<!-- end speed -->\n\nAfter.\n")
+                                 "| k\\|v | - |\n<!-- end speed -->\n\nAfter.\n")
     assert render.main(["--check", str(md)]) == 1 and md.read_text().count("stale") == 1  # --check writes nothing
     assert render.main([str(md)]) == 0 and render.main(["--check", str(md)]) == 0
 
