@@ -156,13 +156,13 @@ case "$1" in
     # lm-eval is only needed by `demo`/`evaluate`; `test` runs without it.
     PYTHONPATH=$VLLM_PATH python -c "import importlib.util as u, vllm, compressed_tensors as c; print('vllm', vllm.__version__, 'ct', c.__version__, 'lm_eval', bool(u.find_spec('lm_eval')))" ;;
   demo)
-    out=$2; mkdir -p "$out"
+    out=$2; mkdir -p "$out"; run_spec "$out"
     rebuild_bundles
     PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py demo artifacts "$out"
     PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py serve artifacts/bundles/gptq-w4a16 "$out"
     PYTHONPATH=/tmp/qsite:/tmp/vllm/site python benchmarks/gpu/run_gpu.py quality artifacts "$out" ;;
   evaluate)
-    out=$2; shift 2; mkdir -p "$out"
+    out=$2; shift 2; mkdir -p "$out"; run_spec "$out"
     for v in "$@"; do
       start=$(date +%s)
       PYTHONPATH=$VLLM_PATH python -m stages.evaluate "$v" > "$out/stage-evaluate-$v.log" 2>&1 \
