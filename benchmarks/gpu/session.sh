@@ -376,6 +376,6 @@ PY
         gate --metrics-dir "$raw/metrics" --params "$raw/params.yaml" 2>&1 || rc=$?
       echo "exit status: $rc"; } > "$raw/gate.txt"
     cat "$raw/gate.txt" ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile" >&2
+  *) echo "usage: session.sh pip-install | collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile" >&2
      exit 2 ;;
 esac
