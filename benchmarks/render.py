@@ -19,11 +19,13 @@ definition a block, so a table cannot silently drop out of a report.
     python benchmarks/render.py                # re-render every report under benchmarks/
     python benchmarks/render.py FILE.md ...    # only these
     python benchmarks/render.py --check        # exit 1 naming the reports whose blocks differ from their rendering
+    python benchmarks/render.py --json FILE.md # the same tables as JSON ({block: {columns, rows} or {text}})
 """
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 from dataclasses import dataclass
@@ -161,6 +163,18 @@ def render(markdown: Path) -> str:
     return BLOCK.sub(fill, text)
 
 
+def as_data(markdown: Path) -> dict[str, dict]:
+    """Every block of a report as plain data, the same values the markdown shows (one typed table, two outputs)."""
+    _, blocks = definitions(markdown)
+    out = {}
+    for name, build in blocks.items():
+        block = build()
+        # by shape, not class: a definitions module imports this file as `render`, which may be another copy of it
+        out[name] = ({"columns": list(block.columns), "rows": [list(r) for r in block.rows]}
+                     if hasattr(block, "columns") else {"text": block.body})
+    return out
+
+
 def reports(under: Path = ROOT / "benchmarks") -> list[Path]:
     return sorted(p for p in under.rglob("*.md") if "raw" not in p.parts and HEADER.search(p.read_text()))
 
@@ -169,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if a report differs")
+    ap.add_argument("--json", action="store_true", help="print the reports' tables as JSON instead")
     args = ap.parse_args(argv)
+    if args.json:
+        print(json.dumps({str(shown(md)): as_data(md) for md in [f.resolve() for f in args.files] or reports()},
+                         indent=1))
+        return 0
     stale = []
     for md in [f.resolve() for f in args.files] or reports():
         out = render(md)

@@ -53,6 +53,7 @@ def test_render_fills_blocks_between_markers_and_keeps_the_prose(tmp_path):
     assert render.render(md) == (f"# R\n\n<!-- tables: {tmp_path / 'defs.py'} -->\n\nHand-written.\n\n"
                                  "<!-- begin speed -->\n| config | tok/s |\n| --- | --- |\n| plain | 402.0 |\n"
                                  "| k\\|v | - |\n<!-- end speed -->\n\nAfter.\n")
+    assert render.as_data(md) == {"speed": {"columns": ["config", "tok/s"], "rows": [["plain", "402.0"], ["k|v", "-"]]}}
     assert render.main(["--check", str(md)]) == 1 and md.read_text().count("stale") == 1  # --check writes nothing
     assert render.main([str(md)]) == 0 and render.main(["--check", str(md)]) == 0
 
