@@ -7,7 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -18,14 +21,82 @@ PRODUCER_TABLES = [BENCH / "README.md", BENCH / "gpu" / "README.md"]
 def load_module(path: Path):
     spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
 
-def test_gpu_results_is_rendered_from_raw():
-    make_results = load_module(BENCH / "gpu" / "make_results.py")
-    assert make_results.render() == (BENCH / "gpu" / "RESULTS.md").read_text(), \
-        "RESULTS.md differs from its rendering: run python benchmarks/gpu/make_results.py"
+def test_every_report_is_its_rendering():
+    """Each markdown that names table definitions (benchmarks/render.py) has exactly the blocks they render from the
+    raw run folders; a missing or an extra block fails the rendering itself."""
+    render = load_module(BENCH / "render.py")
+    found = render.reports()
+    assert {p.name for p in found} >= {"RESULTS.md", "SERVING.md", "CAPACITY.md", "COSTS.md"}  # the migrated reports are found by their header line
+    for md in found:
+        assert render.render(md) == md.read_text(), \
+            f"{md.relative_to(ROOT)} differs from its rendering: run python benchmarks/render.py"
+
+
+def test_render_fills_blocks_between_markers_and_keeps_the_prose(tmp_path):
+    render = load_module(BENCH / "render.py")
+    (tmp_path / "defs.py").write_text(
+        "import json, pathlib\n"
+        "from render import Table, Column, table\n"
+        f"RAW = pathlib.Path({str(tmp_path)!r})\n"
+        "rows = json.loads((RAW / 'raw.json').read_text())\n"
+        "BLOCKS = {'speed': lambda: table(rows, [Column('config', lambda r: r['name']),\n"
+        "                                       Column('tok/s', lambda r: r.get('tps'), '{:.1f}')])}\n")
+    (tmp_path / "raw.json").write_text(json.dumps([{"name": "plain", "tps": 402.04}, {"name": "k|v"}]))
+    md = tmp_path / "R.md"
+    md.write_text(f"# R\n\n<!-- tables: {tmp_path / 'defs.py'} -->\n\nHand-written.\n\n"
+                  "<!-- begin speed -->\nstale\n<!-- end speed -->\n\nAfter.\n")
+    assert render.render(md) == (f"# R\n\n<!-- tables: {tmp_path / 'defs.py'} -->\n\nHand-written.\n\n"
+                                 "<!-- begin speed -->\n| config | tok/s |\n| --- | --- |\n| plain | 402.0 |\n"
+                                 "| k\\|v | - |\n<!-- end speed -->\n\nAfter.\n")
+    assert render.as_data(md) == {"speed": {"columns": ["config", "tok/s"], "rows": [["plain", "402.0"], ["k|v", "-"]]}}
+    assert render.main(["--check", str(md)]) == 1 and md.read_text().count("stale") == 1  # --check writes nothing
+    assert render.main([str(md)]) == 0 and render.main(["--check", str(md)]) == 0
+
+    md.write_text(f"<!-- tables: {tmp_path / 'defs.py'} -->\n<!-- begin speed -->\n<!-- end speed -->\n"
+                  "<!-- begin latency -->\n<!-- end latency -->\n")
+    with pytest.raises(SystemExit, match=r"blocks \['latency'\] have no definition"):
+        render.render(md)
+    md.write_text(f"<!-- tables: {tmp_path / 'defs.py'} -->\nno blocks\n")
+    with pytest.raises(SystemExit, match=r"definitions \['speed'\] .* have no block"):
+        render.render(md)
+    md.write_text(f"<!-- tables: {tmp_path / 'defs.py'} -->\n<!-- begin speed -->\nno end\n")
+    with pytest.raises(SystemExit, match="unmatched markers"):
+        render.render(md)
+
+
+def test_run_specs_read_back_and_carry_what_the_run_recorded(tmp_path):
+    spec = load_module(BENCH / "run_spec.py")
+    written = spec.write(tmp_path / "my-run", ["bash benchmarks/gpu/session.sh demo-serve OUT bf16"], "profiles/x.yaml")
+    assert spec.load(tmp_path / "my-run") == written and written.run == "my-run"
+    assert written.software["python"] and written.date
+    (tmp_path / "my-run" / "run.json").write_text(json.dumps({"run": "x", "commands": ["c"], "gpus": 1}))
+    with pytest.raises(SystemExit, match=r"unknown: \['gpus'\]"):
+        spec.load(tmp_path / "my-run")
+    # a backfilled spec's GPU is the one the run's own gpu.txt recorded
+    for folder in ("demo-serve", "costs/lease-1", "shipped"):
+        run = spec.load(BENCH / "gpu" / "raw" / folder)
+        assert run.gpu == spec.Gpu.parse_smi((BENCH / "gpu" / "raw" / folder / "gpu.txt").read_text())
+        assert run.commands and run.sources["gpu"] == "gpu.txt"
+
+
+def test_every_gpu_run_folder_has_a_run_spec():
+    """Each run folder under benchmarks/gpu/raw/ says how it was made (run.json); costs/ groups runs (lease-*,
+    versions) and the CPU inputs they share. smollm2-gpu* get theirs with SMOLLM2-GPU.md's move to render.py."""
+    spec = load_module(BENCH / "run_spec.py")
+    raw = BENCH / "gpu" / "raw"
+    later = {p for p in raw.glob("smollm2-gpu*")}
+    folders = [p for p in raw.iterdir() if p.is_dir() and p.name != "costs" and p not in later]
+    folders += [p for p in (raw / "costs").iterdir() if p.is_dir() and p.name not in ("cpu-estimate", "shapes")]
+    for gpu_txt in raw.rglob("gpu.txt"):  # every GPU measurement lies in one of them
+        assert any(f in gpu_txt.parents for f in [*folders, *later]), gpu_txt
+    for folder in folders:
+        run = spec.load(folder)  # exits naming the file if it is missing or malformed
+        assert run.commands and run.gpu.name, folder
 
 
 def test_quantize_markdown_is_rendered_from_raw():

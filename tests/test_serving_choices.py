@@ -225,31 +225,33 @@ def test_a_kernel_within_noise_at_the_target_loses_to_the_one_faster_under_load(
     assert choose_kernel({"machete": machete, "marlin": slow_at_target}, 1, 0.04) == "machete"
 
 
-def test_serving_md_is_the_rendering_of_its_raw_files():
-    """benchmarks/gpu/SERVING.md: every number from raw/demo-serve and raw/costs/versions, every decision by the
-    pipeline's own functions over those records."""
-    import subprocess
+def load_render(root: Path):
+    import importlib.util
     import sys
 
-    from conftest import ROOT
+    spec = importlib.util.spec_from_file_location("bench_render", root / "benchmarks/render.py")
+    render = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = render  # dataclasses look their module up there
+    spec.loader.exec_module(render)
+    return render
 
-    out = subprocess.run([sys.executable, "benchmarks/gpu/serve_report.py"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
-    assert out == (ROOT / "benchmarks/gpu/SERVING.md").read_text()
-    assert "ships (`speculation.decide` at concurrency 1, min_gain 1.1): **eagle3 k=2**" in out
+
+def test_serving_md_is_the_rendering_of_its_raw_files():
+    """benchmarks/gpu/SERVING.md: every table from raw/demo-serve and raw/costs/versions, every decision by the
+    pipeline's own functions over those records (benchmarks/gpu/tables/serving.py)."""
+    root = Path(__file__).resolve().parents[1]
+    out = load_render(root).render(root / "benchmarks/gpu/SERVING.md")
+    assert out == (root / "benchmarks/gpu/SERVING.md").read_text()
+    assert "| target concurrency | 1 |\n| serving.speculation.min_gain | 1.1 |\n| ships | **eagle3 k=2** |" in out
 
 
 def test_capacity_md_is_the_rendering_of_its_raw_files():
     """benchmarks/gpu/CAPACITY.md: the shipped bundles' and the bf16 stage run's numbers from raw/shipped and
-    raw/demo-serve-bf16, the predictions by the pipeline's own serving_costs over the committed demo profile."""
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-
-    out = subprocess.run([sys.executable, "benchmarks/gpu/capacity_report.py"], cwd=ROOT, capture_output=True,
-                         text=True, check=True).stdout
-    assert out == (ROOT / "benchmarks/gpu/CAPACITY.md").read_text()
+    raw/demo-serve-bf16, the predictions by the pipeline's own serving_costs over the committed demo profile
+    (benchmarks/gpu/tables/capacity.py)."""
+    root = Path(__file__).resolve().parents[1]
+    out = load_render(root).render(root / "benchmarks/gpu/CAPACITY.md")
+    assert out == (root / "benchmarks/gpu/CAPACITY.md").read_text()
     # the gate's own words over the run's record: EAGLE-3 (x0.875 of plain's users at the SLO) gives way to plain
     assert "ships without speculation (measured; eagle3 k=8 gave way: fewer users at the SLO" in out
-    assert "x0.875 of plain decoding's users" in out
+    assert "| eagle3 | x0.875 |" in out

@@ -27,5 +27,5 @@ done
 # (serve_bench's record on the same shape; pipeline/evaluate/serving_costs.py calibrate).
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-demo.json" \
   benchmarks/gpu/raw/demo-serve-bf16/record.json
-python benchmarks/gpu/costs_report.py > benchmarks/gpu/COSTS.md
-echo "wrote benchmarks/gpu/COSTS.md"
+python benchmarks/render.py benchmarks/gpu/COSTS.md
+

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# One GPU session, step by step (each step is one `run` call on the lent GPU host; see README.md).
-#   session.sh collect N          copy carried vLLM bundle part .gpu/pN into /tmp/stage
+# GPU runs, step by step (see README.md). On any CUDA host with pip, `pip-install` first; on a host without network,
+# the offline kit (collect/chunk, install) instead. Each step that measures writes run.json (benchmarks/run_spec.py:
+# the command, commit, GPU, versions, profile) beside its outputs; RUN_COMMIT names the commit where the tree is a copy.
+#   session.sh pip-install        from PyPI: vLLM, llm-compressor, lm-eval and dvc into the sites the steps use
+#   session.sh collect N          offline kit: copy carried vLLM bundle part .gpu/pN into /tmp/stage
 #   session.sh chunk N / unload   when the tree plus a kit part exceed a call's carry: .gpu/cN/chunkNN are pieces of
 #                                 one tar (the kit's parts as kit.tar.xz, plus artifacts the steps need), checked
 #                                 against .gpu/c0/LOAD.sha256; unload unpacks the kit to /tmp/vllm, the rest here
@@ -38,7 +41,7 @@
 #                                 benchmarks/gpu/handoff_check.py)
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
-#   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/stage-evaluate-*.json)
+#   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/evaluate-stage/stage-evaluate-*.json)
 #   session.sh gate-profile       `modelprep gate` over the GPU profile run's metrics (raw/gpu-profile/), with its params
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -46,6 +49,14 @@ VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 SERVE_VARIANTS=(bf16 fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
 # vLLM 0.25 pins compressed-tensors 0.17; llm-compressor 0.14 needs 0.19 (its checkpoints load in both).
 gpu_line() { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; }  # the GPU a raw file was measured on
+SESSION_ARGS="$*"
+# run_spec DIR [PROFILE] [RUN]: run.json in DIR for this step, named RUN (default: the step); a missing spec must not
+# cost the measurement. Run from the checkout's root.
+run_spec() {
+  PYTHONPATH=/tmp/vllm/site:/tmp/qsite:/tmp/lsite python3 benchmarks/run_spec.py write "$1" \
+    --command "bash benchmarks/gpu/session.sh $SESSION_ARGS" ${2:+--profile "$2"} --run "${3:-${SESSION_ARGS%% *}}" \
+    > /dev/null || echo "run.json: not written in $1" >&2
+}
 VLLM_PATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite
 export NCCL_NVLS_ENABLE=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TQDM_MININTERVAL=10
 
@@ -63,7 +74,8 @@ rebuild_bundles() {
 gp_setup() {
   # /tmp/gp: this tree with dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM /
   # llm-compressor / lm-eval sites, params.yaml with the GPU demo profile and the overlay $1 (if given) applied.
-  pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
+  # offline kit only: dvc's wheels (pip-install put dvc in /tmp/dvcsite already)
+  if [ -d .gpu/dvcwheels ]; then pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl; fi
   rm -rf /tmp/gp && mkdir -p /tmp/gp /tmp/gpbin
   tar --exclude=./artifacts --exclude=./.gpu --exclude=./metrics --exclude=./plots --exclude=./registry -cf - . \
     | tar -C /tmp/gp -xf -
@@ -90,6 +102,7 @@ SH
      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$1"
    fi)
   gpu_line > /tmp/gp-gpu.txt
+  run_spec /tmp/gp "profiles/${GP_BASE:-gpu}.yaml${1:+ + profiles/$1.yaml}" "${1:-${GP_BASE:-gpu}-profile}"
 }
 
 gp_background() {
@@ -102,6 +115,24 @@ gp_background() {
 }
 
 case "$1" in
+  pip-install)
+    # Any CUDA host with pip and Python 3.12: the sites the offline kit fills, from PyPI. vLLM with its dependencies
+    # (torch included) in its own site; llm-compressor with compressed-tensors 0.19 in /tmp/qsite, which the
+    # quantize stages put first (vLLM pins 0.17; 0.19's checkpoints load in it); lm-eval in /tmp/lsite; dvc and the
+    # project's dependencies in /tmp/dvcsite. The later sites are constrained to the vLLM site's versions, so what
+    # they repeat of it (torch, transformers) is the same version and costs disk only. Versions:
+    # benchmarks/gpu/requirements/*.txt (VLLM_VERSION overrides vLLM's, e.g. 0.25.0).
+    req=benchmarks/gpu/requirements
+    python3 -m pip install -q --target /tmp/vllm/site "vllm==${VLLM_VERSION:-0.26.0}"
+    python3 -m pip freeze --path /tmp/vllm/site | grep -v -i -E "^compressed[-_]tensors==" > /tmp/vllm-site.txt
+    python3 -m pip install -q --target /tmp/qsite -c /tmp/vllm-site.txt -r "$req/quantize.txt"
+    python3 -m pip install -q --target /tmp/lsite -c /tmp/vllm-site.txt -r "$req/lmeval.txt"
+    python3 -m pip install -q --target /tmp/dvcsite -c /tmp/vllm-site.txt -r "$req/dvc.txt"
+    # EAGLE-3 training: speculators without its declared deps (they would swap torch; its model code needs none)
+    python3 -m pip install -q --no-deps --target /tmp/dvcsite speculators==0.9.0
+    gpu_line
+    PYTHONPATH=/tmp/lsite:/tmp/vllm/site:/tmp/qsite python3 -c "import vllm, torch, compressed_tensors as c, lm_eval; print('vllm', vllm.__version__, 'torch', torch.__version__, 'ct', c.__version__)"
+    PYTHONPATH=/tmp/dvcsite:/tmp/vllm/site python3 -m dvc --version ;;
   collect) mkdir -p /tmp/stage && cp .gpu/p"$2"/* /tmp/stage/ && ls /tmp/stage ;;
   chunk) mkdir -p /tmp/chunks && cp .gpu/"${CHUNK_DIR:-c}$2"/* /tmp/chunks/ && ls /tmp/chunks ;;
   unload)
@@ -125,13 +156,13 @@ case "$1" in
     # lm-eval is only needed by `demo`/`evaluate`; `test` runs without it.
     PYTHONPATH=$VLLM_PATH python -c "import importlib.util as u, vllm, compressed_tensors as c; print('vllm', vllm.__version__, 'ct', c.__version__, 'lm_eval', bool(u.find_spec('lm_eval')))" ;;
   demo)
-    out=$2; mkdir -p "$out"
+    out=$2; mkdir -p "$out"; run_spec "$out"
     rebuild_bundles
     PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py demo artifacts "$out"
     PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/run_gpu.py serve artifacts/bundles/gptq-w4a16 "$out"
     PYTHONPATH=/tmp/qsite:/tmp/vllm/site python benchmarks/gpu/run_gpu.py quality artifacts "$out" ;;
   evaluate)
-    out=$2; shift 2; mkdir -p "$out"
+    out=$2; shift 2; mkdir -p "$out"; run_spec "$out"
     for v in "$@"; do
       start=$(date +%s)
       PYTHONPATH=$VLLM_PATH python -m stages.evaluate "$v" > "$out/stage-evaluate-$v.log" 2>&1 \
@@ -152,7 +183,7 @@ PY
     # The stage exactly as `dvc repro` runs it (vLLM from the offline install; nothing else is needed:
     # serve_bench imports no llm-compressor or lm-eval). One tarball per call: OUT takes 8 files at most.
     out=$2; shift 2; mkdir -p "$out"
-    gpu_line | tee "$out/gpu.txt"
+    gpu_line | tee "$out/gpu.txt"; run_spec "$out"
     for v in "$@"; do
       start=$(date +%s)
       PYTHONPATH=/tmp/vllm/site:. python -m stages.serve_bench "$v" 2>&1 | tee "$out/serve-bench-$v.log" \
@@ -167,7 +198,7 @@ PY
     # this tree) in the background; then demo-serve-watch. Variants V in order.
     out=$2; shift 2; mkdir -p "$out"
     rm -rf /tmp/sb && mkdir -p /tmp/sb && tar --exclude=./.gpu --exclude=./.venv -cf - . | tar -C /tmp/sb -xf -
-    gpu_line | tee /tmp/sb/gpu.txt
+    gpu_line | tee /tmp/sb/gpu.txt; run_spec /tmp/sb profiles/gpu-demo-serve.yaml
     (cd /tmp/sb && PYTHONPATH=/tmp/vllm/site python - <<'PY'
 import yaml
 from pathlib import Path
@@ -195,7 +226,7 @@ PY
     for f in serve-bench-*.log artifacts/logs/serve_bench@*.log; do
       [ -f "$f" ] && { echo "== $f"; { grep -v -E "it/s|s/it" "$f" || true; } | tail -n 3 | cut -c1-300; }; done
     [ -f sb.rc ] && echo "demo-serve finished" || echo "demo-serve still running"
-    tar czf "$out/demo-serve.tgz" --ignore-failed-read gpu.txt params.yaml $(ls walls.txt serve-bench-*.log \
+    tar czf "$out/demo-serve.tgz" --ignore-failed-read gpu.txt params.yaml $(ls run.json walls.txt serve-bench-*.log \
       metrics/serve-*.json 2>/dev/null) $(ls -d artifacts/serve plots/serve_* 2>/dev/null) \
       $(ls artifacts/logs/serve_bench@* 2>/dev/null) 2>/dev/null || true
     ls -la "$out" ;;
@@ -204,7 +235,7 @@ PY
     # quantize_model (llm-compressor site first) to each variant V, then decode speed in vLLM (its own site), BF16
     # in the same call. The vLLM log (kernel selection lines) is kept beside the results.
     out=$2; shift 2; mkdir -p "$out"
-    gpu_line | tee "$out/gpu.txt"
+    gpu_line | tee "$out/gpu.txt"; run_spec "$out"
     [ -f /tmp/m8/bf16/config.json ] || PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py make8b /tmp/m8 artifacts/models/target
     PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/run_gpu.py quant8b /tmp/m8 "$out" artifacts/data/calibration.jsonl "$@" 2>&1 \
       | grep -v -E "it/s|s/it" > "$out/quant8b.log" || true
@@ -236,7 +267,7 @@ PY
     # ITEMS (after S): shapes and `served`, in order (measure_costs.py queue); default the first lease's order.
     export COSTS_ITEMS="${*:4}"; COSTS_ITEMS=${COSTS_ITEMS:-demo gpu-profile-1b served llama3-8b smollm2-135m}
     rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
-    gpu_line | tee /tmp/costs/out/gpu.txt
+    gpu_line | tee /tmp/costs/out/gpu.txt; run_spec /tmp/costs/out
     PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
       | tee /tmp/costs/out/versions.txt
     (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'PYTHONPATH=/tmp/vllm/site python \
@@ -254,7 +285,7 @@ PY
     # measure_costs.py over the GPU profile's 1B shape and the demo's, plain decoding and draft_model at k = 2 and 8,
     # once per vLLM, in the background; then costs-watch (its run.log is the 0.26 run's).
     rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
-    gpu_line | tee /tmp/costs/out/gpu.txt
+    gpu_line | tee /tmp/costs/out/gpu.txt; run_spec /tmp/costs/out
     (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'for v in ${DCV_VERSIONS:-0.25.0 0.26.0}; do
         site=/tmp/vllm/site; [ $v = 0.25.0 ] && site=/tmp/vllm25/site
         PYTHONPATH=$site python -c "import vllm, torch; print(\"vllm\", vllm.__version__, \"torch\", torch.__version__)" \
@@ -280,13 +311,13 @@ PY
     cd /tmp/gp
     small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null || true)
     tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc gp-calib.json 2>/dev/null) \
-      -C /tmp/gp params.yaml $(ls -d dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
+      -C /tmp/gp params.yaml $(ls -d run.json dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
     ls -la "$out" ;;
   shipped)
     out=$2 wait_s=$3; shift 3; mkdir -p "$out"
-    rm -rf /tmp/sh && mkdir -p /tmp/sh/out && gpu_line | tee /tmp/sh/out/gpu.txt
+    rm -rf /tmp/sh && mkdir -p /tmp/sh/out && gpu_line | tee /tmp/sh/out/gpu.txt; run_spec /tmp/sh/out
     export SH_BUNDLES="$*" SH_ROOT=$PWD
     setsid bash -c 'cd "$SH_ROOT" && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/serve_shipped.py /tmp/sh/out \
         $SH_BUNDLES > /tmp/sh/run.log 2>&1; echo $? > /tmp/sh/rc' < /dev/null > /dev/null 2>&1 &
@@ -300,6 +331,7 @@ PY
   handoff)
     out=$2 bundle=$3; mkdir -p "$out"
     out=$(cd "$out" && pwd)
+    run_spec "$out"
     cd "$bundle"
     name=$(python3 -c "import json; print(json.load(open('engine_args.json'))['served_model_name'])")
     gpu_line > "$out/gpu.txt"
@@ -321,12 +353,12 @@ PY
   cpu-raw)
     # Byte copies of what the stage wrote: metrics/eval-<v>.json and the acceptance estimate.
     for v in "${VARIANTS[@]}"; do
-      cp metrics/eval-"$v".json benchmarks/gpu/raw/cpu-eval-"$v".json
-      cp artifacts/eval/"$v"/speculative.json benchmarks/gpu/raw/cpu-estimate-"$v".json
+      cp metrics/eval-"$v".json benchmarks/gpu/raw/evaluate-stage/cpu-eval-"$v".json
+      cp artifacts/eval/"$v"/speculative.json benchmarks/gpu/raw/evaluate-stage/cpu-estimate-"$v".json
     done ;;
   gate-raw)
     # The gate as the pipeline runs it, on the metrics the GPU run of the evaluate stage wrote.
-    raw=benchmarks/gpu/raw dir=$(mktemp -d)
+    raw=benchmarks/gpu/raw/evaluate-stage dir=$(mktemp -d)
     for v in "${VARIANTS[@]}"; do
       python -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["summary"], indent=2))' \
         "$raw/stage-evaluate-$v.json" > "$dir/eval-$v.json"
@@ -344,6 +376,6 @@ PY
         gate --metrics-dir "$raw/metrics" --params "$raw/params.yaml" 2>&1 || rc=$?
       echo "exit status: $rc"; } > "$raw/gate.txt"
     cat "$raw/gate.txt" ;;
-  *) echo "usage: session.sh collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile" >&2
+  *) echo "usage: session.sh pip-install | collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile" >&2
      exit 2 ;;
 esac
