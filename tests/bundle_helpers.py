@@ -15,28 +15,13 @@ from pathlib import Path
 
 import yaml
 
-from conftest import ROOT, choose_k, tiny_params
+from speculation_estimates import TOKEN_ACCEPTANCE, speculative_estimate
+from tiny_project import ROOT, merge, tiny_params
 
 MODELPREP = str(Path(sys.executable).parent / "modelprep")
-# Per-position acceptance P(at least j accepted) and draft/target cost ratio of a good draft.
-PER_POSITION = [0.92, 0.85, 0.77, 0.70, 0.62, 0.55, 0.47, 0.40]
-COST_RATIO = 0.25
 PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase_pct": 0.76,
-           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": 0.88,
+           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": TOKEN_ACCEPTANCE,
            "lm_eval_domain_heldout_acc": 0.41}
-
-
-def speculative_estimate():
-    """A SpeculativeEstimate whose k is chosen by the pipeline's own best_k."""
-    from pipeline.evaluate.acceptance import SpeculativeEstimate
-
-    k, speedups = choose_k(PER_POSITION, COST_RATIO)
-    return SpeculativeEstimate(
-        temperature=0.0, token_acceptance=PASSING["token_acceptance"], accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
-        num_speculative_tokens=k, accepted_per_position=PER_POSITION[:k],
-        accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups}, expected_accepted_tokens=sum(PER_POSITION[:k]),
-        cost_ratio=COST_RATIO, expected_speedup=speedups[k], expected_speedup_by_k={str(j): s for j, s in speedups.items()},
-        prompts=8)
 
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
@@ -49,8 +34,6 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
 
     target, draft = demo_pair
     # One request at a time by default: where a predicted speculative setting holds, so the bundles carry one
-    from conftest import merge
-
     params = tiny_params(quantize={"enabled": list(variants)},
                          **merge({"serving": {"max_num_seqs": 1}}, overrides))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

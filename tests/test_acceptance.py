@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, choose_k
+from speculation_estimates import choose_k
+from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
 from pipeline.evaluate import acceptance

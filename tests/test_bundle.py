@@ -9,8 +9,9 @@ import shutil
 import pytest
 import yaml
 
-from conftest import tiny_params
-from bundle_helpers import PER_POSITION, one_error_line, run_stage, speculative_estimate, stage_workspace, verify_cli
+from tiny_project import tiny_params
+from bundle_helpers import one_error_line, run_stage, stage_workspace, verify_cli
+from speculation_estimates import PER_POSITION, speculative_estimate
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import parse_variant
 from pipeline.release.bundle import SPEC_METRICS, model_card

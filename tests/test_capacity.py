@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates

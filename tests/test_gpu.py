@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from conftest import ROOT
+from tiny_project import ROOT
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.models.loading import load_causal_lm, load_tokenizer

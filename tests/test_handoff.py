@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stage_workspace
-from conftest import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate

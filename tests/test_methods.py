@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from bundle_helpers import run_stage_in_process
-from conftest import ROOT, copy_project, run, tiny_params
+from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response

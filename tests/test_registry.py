@@ -140,7 +140,7 @@ def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(workspace,
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from tiny_project import ROOT
 
     ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     r = subprocess.run(f"{sys.executable} -m stages.publish | head -1", shell=True, cwd=ws, capture_output=True,

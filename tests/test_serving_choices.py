@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import tiny_params
+from tiny_project import tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env, server_env
@@ -231,7 +231,7 @@ def test_serving_md_is_the_rendering_of_its_raw_files():
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from tiny_project import ROOT
 
     out = subprocess.run([sys.executable, "benchmarks/gpu/serve_report.py"], cwd=ROOT, capture_output=True, text=True,
                          check=True).stdout
@@ -245,7 +245,7 @@ def test_capacity_md_is_the_rendering_of_its_raw_files():
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from tiny_project import ROOT
 
     out = subprocess.run([sys.executable, "benchmarks/gpu/capacity_report.py"], cwd=ROOT, capture_output=True,
                          text=True, check=True).stdout

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from bundle_helpers import run_stage, run_stage_in_process, stage_workspace
-from conftest import tiny_params
+from tiny_project import tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
