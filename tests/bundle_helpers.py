@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -67,6 +68,26 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     heldout.write_text("".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in rows))
     records.write(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
     return root
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """What a bundled workspace holds: variants (name -> metric overrides, as stage_workspace takes them), the
+    params overrides, the variants the bundle stage builds (None: all of them) and text its output must say."""
+    variants: dict[str, dict]
+    overrides: dict = field(default_factory=dict)
+    bundled: tuple[str, ...] | None = None
+    says: str = ""
+
+
+def bundle_workspace(root: Path, demo_pair: tuple[Path, Path], spec: BundleSpec) -> Path:
+    """stage_workspace(root, ...) and the real bundle stage run for each bundled variant, each checked to succeed."""
+    ws = stage_workspace(root, demo_pair, spec.variants, **spec.overrides)
+    for variant in spec.variants if spec.bundled is None else spec.bundled:
+        r = run_stage(ws, "stages.bundle", variant)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"bundle {variant}:" in r.stdout and spec.says in r.stdout, r.stdout[-3000:]
+    return ws
 
 
 def free_port() -> int:

@@ -1,5 +1,5 @@
 """Fixtures only (helpers live in named modules: tiny_project, bundle_helpers, speculation_estimates,
-trainer_callbacks): a tiny demo model pair, built once per session."""
+trainer_callbacks): a tiny demo model pair, once per session, and a workspace with bundles, once per module."""
 from __future__ import annotations
 
 import os
@@ -16,6 +16,7 @@ os.environ.setdefault("TQDM_MININTERVAL", "10")
 
 import pytest  # noqa: E402
 
+from bundle_helpers import BundleSpec, bundle_workspace  # noqa: E402
 from tiny_project import tiny_params  # noqa: E402
 
 
@@ -27,6 +28,14 @@ def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("demo")
     build_demo_pair(root / "target", root / "draft", tiny_params()["demo"])
     return root / "target", root / "draft"
+
+
+@pytest.fixture(scope="module")
+def bundled_workspace(bundle_spec: BundleSpec, demo_pair, tmp_path_factory, request) -> Path:
+    """A scratch workspace holding the evaluation records of the module's `bundle_spec` (a fixture each module that
+    uses this one defines) and the bundles the real bundle stage built from them. Once per module: the specs differ
+    from module to module, and several tests publish from or edit their module's workspace."""
+    return bundle_workspace(tmp_path_factory.mktemp(request.module.__name__), demo_pair, bundle_spec)
 
 
 def pytest_collection_modifyitems(config, items):

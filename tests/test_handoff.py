@@ -11,7 +11,7 @@ import sys
 import pytest
 import yaml
 
-from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stage_workspace
+from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
 from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
@@ -26,21 +26,18 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("handoff"), demo_pair, {V: {}})
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ws
+def bundle_spec():
+    return BundleSpec({V: {}})
 
 
 def bundle(ws):
     return ws / "artifacts/bundles" / V
 
 
-def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(workspace):
+def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(bundled_workspace):
     import kubernetes_validate
 
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     for tier in ("default", "latency", "throughput"):
         docs = list(yaml.safe_load_all((b / "deploy" / f"{tier}.yaml").read_text()))
         assert [d["kind"] for d in docs] == ["Deployment", "Service"]
@@ -70,15 +67,15 @@ def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(workspace):
 
 
 @needs_promtool
-def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
-    mon = bundle(workspace) / "monitoring"
+def test_prometheus_rules_check_and_their_unit_tests_pass(bundled_workspace):
+    mon = bundle(bundled_workspace) / "monitoring"
     r = subprocess.run([PROMTOOL, "check", "rules", "rules.yaml"], cwd=mon, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([PROMTOOL, "test", "rules", "rules.test.yaml"], cwd=mon, capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     rules = yaml.safe_load((mon / "rules.yaml").read_text())
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    summary = records.read_object(workspace / f"artifacts/eval/{V}/summary.json")
+    summary = records.read_object(bundled_workspace / f"artifacts/eval/{V}/summary.json")
     warn_at = summary["accepted_per_draft_token"] * tiny_params()["monitoring"]["acceptance_warning_fraction"]
     assert alerts["SpeculativeAcceptanceLow"]["expr"].endswith(f"< {warn_at:.4g}")
     # no serving benchmark: the latency alerts fall back to the latency gates' thresholds
@@ -87,11 +84,11 @@ def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
 
 
 @needs_promtool
-def test_dashboard_is_grafana_json_with_valid_promql(workspace, tmp_path):
+def test_dashboard_is_grafana_json_with_valid_promql(bundled_workspace, tmp_path):
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models.dashboard import Dashboard
 
-    raw = json.loads((bundle(workspace) / "monitoring/dashboard.json").read_text())
+    raw = json.loads((bundle(bundled_workspace) / "monitoring/dashboard.json").read_text())
     # a round trip through the SDK's Dashboard model (generated from Grafana's schema) loses nothing
     assert json.loads(json.dumps(Dashboard.from_json(raw), cls=JSONEncoder)) == raw
     exprs = [t["expr"] for p in raw["panels"] for t in p["targets"]]
@@ -114,7 +111,7 @@ def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
                                                           for c in concurrencies})})
 
 
-def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tmp_path):
+def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(bundled_workspace, tmp_path):
     """With a serving benchmark: the startup probe is the measured start x margin, the latency alerts are the
     measured p99 x margin, and the throughput tier takes the decision measured at its own concurrency."""
     from pipeline.drafts.methods import Speculation, speculative_config
@@ -123,7 +120,7 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 
     ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
+    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
     p = yaml.safe_load((ws / "params.yaml").read_text())
     record = measured(startup_s=50.0)
     serve_dir = ws / "artifacts/serve" / V
@@ -159,12 +156,12 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     assert "not benchmarked" in latency_row  # other engine settings: the default sweep does not stand for it
 
 
-def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path, capfd):
+def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspace, tmp_path, capfd):
     """serve_bench.tiers: the throughput tier was served at its own engine settings (max_num_seqs 256, chunked
     prefill) and there the draft paid at concurrency 64, although the default config's sweep says x0.90 there:
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
-    process, twice: the workspace fixture runs it as DVC does.)"""
+    process, twice: the bundled_workspace fixture runs it as DVC does.)"""
     from pipeline.drafts.methods import Speculation, speculative_config
     from pipeline.quantize.recipes import enabled_variant
     from pipeline.release import gates
@@ -172,7 +169,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     from pipeline.serving.tiers import parse_tiers
 
     ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
+    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
     p = yaml.safe_load((ws / "params.yaml").read_text())
     base = measured(startup_s=50.0)
     tier_levels = measured(startup_s=40.0, concurrencies=(64,)).configs
@@ -206,10 +203,10 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     assert not b.exists()
 
 
-def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler_ships(workspace):
+def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler_ships(bundled_workspace):
     """The CPU case: no serving benchmark, so no capacity; the card says why, the autoscaled tier keeps its
     configured max-num-seqs and its manifest has no HorizontalPodAutoscaler."""
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     card = (b / "README.md").read_text()
     assert ("Not measured in this build (no CUDA device): no users per GPU, `min_capacity_vs_bf16` was skipped, "
             "and the tiers of\n`deploy.autoscale.tiers` ship their configured max-num-seqs without an autoscaler.") in card
@@ -311,11 +308,11 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_pair, tmp_path):
+def test_warmup_script_warms_a_live_server_and_marks_readiness(bundled_workspace, demo_pair, tmp_path):
     """deploy/warmup.py as the bundle ships it, against an OpenAI-compatible server on this machine."""
     from pipeline.serving.vllm_server import serve
 
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     config = tmp_path / "serve.yaml"
     server_cmd = [sys.executable, str(ROOT / "benchmarks/cpu/openai_cpu_server.py")]
     for fail_every, ok in ((0, True), (1, False)):
@@ -350,9 +347,9 @@ def test_bad_handoff_params_are_one_line(edit, message, tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_bundle_stage_refuses_a_bad_tier_before_writing(workspace, tmp_path):
+def test_bundle_stage_refuses_a_bad_tier_before_writing(bundled_workspace, tmp_path):
     ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
+    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
     p = yaml.safe_load((ws / "params.yaml").read_text())
     p["deploy"]["tiers"] = ["throughput", "gpu8"]
     (ws / "params.yaml").write_text(yaml.safe_dump(p))
@@ -370,10 +367,8 @@ def test_server_secrets_reach_the_pod_from_a_kubernetes_secret_never_from_the_bu
     with pytest.raises(PipelineError, match="serving.env.VLLM_API_KEY looks like a secret"):
         validate(p, tmp_path / "params.yaml")
     (tmp_path / "ws").mkdir()
-    ws = stage_workspace(tmp_path / "ws", demo_pair, {V: {}},
-                         serving={"secret_env": {"VLLM_API_KEY": "vllm-auth/api-key", "HF_TOKEN": "hf-cred/token"}})
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
+    ws = bundle_workspace(tmp_path / "ws", demo_pair, BundleSpec({V: {}}, {"serving": {"secret_env": {
+        "VLLM_API_KEY": "vllm-auth/api-key", "HF_TOKEN": "hf-cred/token"}}}))
     b = bundle(ws)
     for tier in ("default", "latency", "throughput"):
         deployment = next(yaml.safe_load_all((b / "deploy" / f"{tier}.yaml").read_text()))
