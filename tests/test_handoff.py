@@ -7,11 +7,13 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
+from latency_model import H100_RUN, Server, lat, search, swept
 from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
@@ -32,6 +34,32 @@ def bundle_spec():
 
 def bundle(ws):
     return ws / "artifacts/bundles" / V
+
+
+def unbundled_copy(ws: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the workspace without its bundles, to change and bundle again, and its params."""
+    copy = tmp_path / "ws"
+    shutil.copytree(ws, copy, ignore=shutil.ignore_patterns("bundles"))
+    return copy, yaml.safe_load((copy / "params.yaml").read_text())
+
+
+def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
+    """The serve-<name>.yaml serve_bench writes for V's config `name` with k draft tokens (at a tier's engine)."""
+    from pipeline.drafts.methods import Speculation, speculative_config
+    from pipeline.quantize.recipes import enabled_variant
+    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+
+    config = speculative_config(Speculation(name if k else None, k))
+    return serve_yaml(engine_args(enabled_variant(p, V), p["serving"], config,
+                                  checkpoint_quantization(ws / "artifacts/quantized" / V), tier.engine if tier else None))
+
+
+def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
+    """The gate's verdict on V's evaluation and this serving record, where the gate stage writes it."""
+    from pipeline.release import gates
+
+    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
 
 
 def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(bundled_workspace):
@@ -102,7 +130,6 @@ def test_dashboard_is_grafana_json_with_valid_promql(bundled_workspace, tmp_path
 
 def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
     def lvl(c, tok_s, ttft, itl):
-        lat = lambda p99: {"mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}  # noqa: E731
         return LoadLevel(c, 32, 32, 0, 2.0, 8.0, tok_s, lat(ttft), lat(itl), lat(itl), lat(ttft + 50),
                          accepted_per_draft_token=0.8)
     return ServeBenchRecord(V, gpu="NVIDIA H100 80GB HBM3", vllm_version="0.25.0", date="2026-11-24", configs={
@@ -114,24 +141,13 @@ def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
 def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(bundled_workspace, tmp_path):
     """With a serving benchmark: the startup probe is the measured start x margin, the latency alerts are the
     measured p99 x margin, and the throughput tier takes the decision measured at its own concurrency."""
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.release import gates
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-
-    ws = tmp_path / "ws"
-    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     record = measured(startup_s=50.0)
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
-        config = speculative_config(Speculation(name if k else None, k))
-        (serve_dir / f"serve-{name}.yaml").write_text(serve_yaml(engine_args(spec, p["serving"], config,
-                                                                             checkpoint_quantization(model))))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+        (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
+    gate_on(ws, p, record)
     r = run_stage(ws, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
     b = ws / "artifacts/bundles" / V
@@ -162,33 +178,21 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
     process, twice: the bundled_workspace fixture runs it as DVC does.)"""
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.release import gates
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
     from pipeline.serving.tiers import parse_tiers
 
-    ws = tmp_path / "ws"
-    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     base = measured(startup_s=50.0)
     tier_levels = measured(startup_s=40.0, concurrencies=(64,)).configs
     tier_levels["draft_model"].levels["c64"].output_throughput = 150.0 * 64  # x1.5 at the tier's own settings
     record = ServeBenchRecord(**{**base.__dict__, "tiers": {"throughput": tier_levels}})
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    spec, quantization = enabled_variant(p, V), checkpoint_quantization(ws / "artifacts/quantized" / V)
     throughput = next(t for t in parse_tiers(p["serving"]) if t.name == "throughput")
-
-    def render(name, k, tier=None):
-        return serve_yaml(engine_args(spec, p["serving"], speculative_config(Speculation(name if k else None, k)),
-                                      quantization, tier.engine if tier else None))
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # what serve_bench would have written
-        (serve_dir / f"serve-{name}.yaml").write_text(render(name, k))
+        (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
         (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)
-        (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(render(name, k, throughput))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+        (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(served_yaml(ws, p, name, k, throughput))
+    gate_on(ws, p, record)
     r = run_stage_in_process(ws, capfd, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
     b = ws / "artifacts/bundles" / V
@@ -197,7 +201,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     card = (b / "README.md").read_text()
     assert "this tier's own settings" in card and "| 9600 |" in card  # 150 tok/s x 64, as served
 
-    (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(render("draft_model", 3, throughput))
+    (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(served_yaml(ws, p, "draft_model", 3, throughput))
     shutil.rmtree(b)
     assert "differs from" in one_error_line(run_stage_in_process(ws, capfd, "stages.bundle", V))
     assert not b.exists()
@@ -228,36 +232,26 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     Kubernetes schemas accept; the gate's chart is in the bundle."""
     import kubernetes_validate
 
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-    from test_capacity import Server, search
-
     (tmp_path / "ws").mkdir()
     ws = stage_workspace(tmp_path / "ws", demo_pair, {"bf16": {}, V: {}},
                          serving={"max_num_seqs": 64, "gpu_hour_cost": 3.0})
     p = yaml.safe_load((ws / "params.yaml").read_text())
 
-    def sweep(server, scale=None):
-        levels = {f"c{lvl.concurrency}": lvl for lvl in server.sweep()}
+    def draft_pays_at_one_request(server):
+        levels = swept(server)
         for key, lvl in levels.items():  # the draft pays at one request, not under load
-            lvl.output_throughput *= (2.0 if key == "c1" else 0.9) if scale else 1.0
+            lvl.output_throughput *= 2.0 if key == "c1" else 0.9
         return levels
 
     plain, draft, base = Server(itl_slope=1.0), Server(itl_slope=1.25), Server(itl_slope=2.0)  # 40, 32 and 20 users
-    h100 = dict(gpu="NVIDIA H100 80GB HBM3", vllm_version="0.26.0", date="2026-12-01", max_tokens=128,
-                temperature=0.0, tensor_parallel_size=1)
-    record = ServeBenchRecord(V, **h100, configs={
-        PLAIN: ServeConfigResult(0, 50.0, sweep(plain), capacity=search(plain)),
-        "draft_model": ServeConfigResult(4, 55.0, sweep(draft, scale=True), capacity=search(draft))})
+    record = ServeBenchRecord(V, **H100_RUN, configs={
+        PLAIN: ServeConfigResult(0, 50.0, swept(plain), capacity=search(plain)),
+        "draft_model": ServeConfigResult(4, 55.0, draft_pays_at_one_request(draft), capacity=search(draft))})
     records.write(ws / f"artifacts/serve/{V}/record.json", record)
-    records.write(ws / "artifacts/serve/bf16/record.json", ServeBenchRecord("bf16", **h100, configs={
-        PLAIN: ServeConfigResult(0, 50.0, sweep(base), capacity=search(base))}))
-    spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
+    records.write(ws / "artifacts/serve/bf16/record.json", ServeBenchRecord("bf16", **H100_RUN, configs={
+        PLAIN: ServeConfigResult(0, 50.0, swept(base), capacity=search(base))}))
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
-        config = speculative_config(Speculation(name if k else None, k))
-        (ws / f"artifacts/serve/{V}/serve-{name}.yaml").write_text(serve_yaml(engine_args(
-            spec, p["serving"], config, checkpoint_quantization(model))))
+        (ws / f"artifacts/serve/{V}/serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
     r = run_stage(ws, "stages.gate")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (ws / "artifacts/gate/pareto.png").read_bytes()[:4] == b"\x89PNG"
@@ -348,9 +342,7 @@ def test_bad_handoff_params_are_one_line(edit, message, tmp_path):
 
 
 def test_bundle_stage_refuses_a_bad_tier_before_writing(bundled_workspace, tmp_path):
-    ws = tmp_path / "ws"
-    shutil.copytree(bundled_workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     p["deploy"]["tiers"] = ["throughput", "gpu8"]
     (ws / "params.yaml").write_text(yaml.safe_dump(p))
     assert "deploy.tiers names unknown tiers ['gpu8']" in one_error_line(run_stage(ws, "stages.bundle", V))
