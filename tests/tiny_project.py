@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -61,3 +62,12 @@ def copy_project(dest: Path, params: dict | None = None) -> Path:
 def run(cmd: list[str], cwd: Path, **kw) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, **kw)
 
+
+def demo_prompts(model_dir: Path, n: int) -> list[list[int]]:
+    """The first n demo-traffic conversations' prompts, as token ids for model_dir's tokenizer."""
+    from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+    from pipeline.models.loading import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:n]
+    return [prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0]) for line in lines]
