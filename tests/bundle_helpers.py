@@ -11,32 +11,18 @@ import shutil
 import socket
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
-from conftest import ROOT, choose_k, tiny_params
+from speculation_estimates import TOKEN_ACCEPTANCE, speculative_estimate
+from tiny_project import ROOT, merge, tiny_params
 
 MODELPREP = str(Path(sys.executable).parent / "modelprep")
-# Per-position acceptance P(at least j accepted) and draft/target cost ratio of a good draft.
-PER_POSITION = [0.92, 0.85, 0.77, 0.70, 0.62, 0.55, 0.47, 0.40]
-COST_RATIO = 0.25
 PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase_pct": 0.76,
-           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": 0.88,
+           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": TOKEN_ACCEPTANCE,
            "lm_eval_domain_heldout_acc": 0.41}
-
-
-def speculative_estimate():
-    """A SpeculativeEstimate whose k is chosen by the pipeline's own best_k."""
-    from pipeline.evaluate.acceptance import SpeculativeEstimate
-
-    k, speedups = choose_k(PER_POSITION, COST_RATIO)
-    return SpeculativeEstimate(
-        temperature=0.0, token_acceptance=PASSING["token_acceptance"], accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
-        num_speculative_tokens=k, accepted_per_position=PER_POSITION[:k],
-        accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups}, expected_accepted_tokens=sum(PER_POSITION[:k]),
-        cost_ratio=COST_RATIO, expected_speedup=speedups[k], expected_speedup_by_k={str(j): s for j, s in speedups.items()},
-        prompts=8)
 
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
@@ -49,8 +35,6 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
 
     target, draft = demo_pair
     # One request at a time by default: where a predicted speculative setting holds, so the bundles carry one
-    from conftest import merge
-
     params = tiny_params(quantize={"enabled": list(variants)},
                          **merge({"serving": {"max_num_seqs": 1}}, overrides))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -84,6 +68,26 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     heldout.write_text("".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in rows))
     records.write(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
     return root
+
+
+@dataclass(frozen=True)
+class BundleSpec:
+    """What a bundled workspace holds: variants (name -> metric overrides, as stage_workspace takes them), the
+    params overrides, the variants the bundle stage builds (None: all of them) and text its output must say."""
+    variants: dict[str, dict]
+    overrides: dict = field(default_factory=dict)
+    bundled: tuple[str, ...] | None = None
+    says: str = ""
+
+
+def bundle_workspace(root: Path, demo_pair: tuple[Path, Path], spec: BundleSpec) -> Path:
+    """stage_workspace(root, ...) and the real bundle stage run for each bundled variant, each checked to succeed."""
+    ws = stage_workspace(root, demo_pair, spec.variants, **spec.overrides)
+    for variant in spec.variants if spec.bundled is None else spec.bundled:
+        r = run_stage(ws, "stages.bundle", variant)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"bundle {variant}:" in r.stdout and spec.says in r.stdout, r.stdout[-3000:]
+    return ws
 
 
 def free_port() -> int:

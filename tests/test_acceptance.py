@@ -1,17 +1,15 @@
 """CPU speculative-acceptance estimator and the choice of num_speculative_tokens, on the tiny demo pair."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, choose_k
+from speculation_estimates import choose_k
+from tiny_project import demo_prompts
 from pipeline.core.errors import PipelineError
-from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
 from pipeline.evaluate import acceptance
-from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.models.loading import load_causal_lm
 
 N_PROMPTS, N_TOKENS, MAX_K = 3, 10, 4
 
@@ -24,9 +22,7 @@ def models(demo_pair):
 
 @pytest.fixture(scope="module")
 def prompts(demo_pair):
-    tokenizer = load_tokenizer(demo_pair[0])
-    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:N_PROMPTS]
-    return [prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0]) for line in lines]
+    return demo_prompts(demo_pair[0], N_PROMPTS)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.serving import serve_bench
 from pipeline.serving.vllm_server import serve

@@ -9,8 +9,9 @@ import shutil
 import pytest
 import yaml
 
-from conftest import tiny_params
-from bundle_helpers import PER_POSITION, one_error_line, run_stage, speculative_estimate, stage_workspace, verify_cli
+from tiny_project import tiny_params
+from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
+from speculation_estimates import PER_POSITION, speculative_estimate
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import parse_variant
 from pipeline.release.bundle import SPEC_METRICS, model_card
@@ -28,22 +29,17 @@ VARIANTS = {
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("bundle"), demo_pair, VARIANTS,
-                         gates={"allow_fail": ["awq-w4a16"]})
-    for variant in ("fp8-static", "fp8-dynamic", "awq-w4a16"):
-        r = run_stage(ws, "stages.bundle", variant)
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert f"bundle {variant}:" in r.stdout
-    return ws
+def bundle_spec():
+    return BundleSpec(VARIANTS, {"gates": {"allow_fail": ["awq-w4a16"]}},
+                      bundled=("fp8-static", "fp8-dynamic", "awq-w4a16"))
 
 
 def bundle(ws, variant):
     return ws / "artifacts/bundles" / variant
 
 
-def test_bundle_layout_and_manifest(workspace):
-    b = bundle(workspace, "fp8-static")
+def test_bundle_layout_and_manifest(bundled_workspace):
+    b = bundle(bundled_workspace, "fp8-static")
     for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "model/tokenizer_config.json",
                  "model/chat_template.jinja", "draft/config.json", "draft/model.safetensors", "serve.yaml",
                  "engine_args.json", "README.md", "PROVENANCE.json", "GATE.json", "EVAL.json", "MANIFEST.json"):
@@ -58,13 +54,13 @@ def test_bundle_layout_and_manifest(workspace):
     assert prov["variant"] == "fp8-static" and prov["recipe"]["scheme"] == "FP8" and prov["recipe"]["kv_cache"] == "fp8"
     assert prov["serving"]["name"] == tiny_params()["serving"]["name"]
     assert prov["libraries"]["torch"] == importlib.metadata.version("torch")
-    assert "git_commit" in prov and str(workspace) not in json.dumps(prov)  # no paths of the building machine
+    assert "git_commit" in prov and str(bundled_workspace) not in json.dumps(prov)  # no paths of the building machine
     r = verify_cli(b)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok: ") and manifest["bundle_digest"][:12] in r.stdout
 
 
-def test_bundle_files_are_as_readable_as_any_file_the_user_makes(workspace):
+def test_bundle_files_are_as_readable_as_any_file_the_user_makes(bundled_workspace):
     """Issue #29: bundles were 0600/0700 (mkdtemp's directory, safetensors' weights, copytree carrying both).
     Every file and directory of a built bundle gets the modes of a file the user makes under the umask."""
     import os
@@ -72,8 +68,8 @@ def test_bundle_files_are_as_readable_as_any_file_the_user_makes(workspace):
 
     mask = os.umask(0)
     os.umask(mask)
-    b = bundle(workspace, "fp8-static")
-    source = workspace / "artifacts/quantized/fp8-static/model.safetensors"
+    b = bundle(bundled_workspace, "fp8-static")
+    source = bundled_workspace / "artifacts/quantized/fp8-static/model.safetensors"
     assert stat.S_IMODE(source.stat().st_mode) == 0o600  # as safetensors wrote it: what the bundle must not keep
     for path in [b, *b.rglob("*")]:
         mode = stat.S_IMODE(path.lstat().st_mode)
@@ -81,11 +77,11 @@ def test_bundle_files_are_as_readable_as_any_file_the_user_makes(workspace):
         assert mode == expected, (path.relative_to(b), oct(mode))
 
 
-def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(workspace):
-    b = bundle(workspace, "fp8-static")
+def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(bundled_workspace):
+    b = bundle(bundled_workspace, "fp8-static")
     serve = yaml.safe_load((b / "serve.yaml").read_text())
     args = json.loads((b / "engine_args.json").read_text())
-    params = yaml.safe_load((workspace / "params.yaml").read_text())
+    params = yaml.safe_load((bundled_workspace / "params.yaml").read_text())
     k = speculative_estimate().num_speculative_tokens
     assert 1 <= k <= len(PER_POSITION)
     # vLLM's --config takes CLI option names; a nested mapping becomes that option's JSON value.
@@ -99,14 +95,14 @@ def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(workspace):
     assert serve["speculative-config"] == {"method": "draft_model", "model": "./draft", "num_speculative_tokens": k}
 
 
-def test_kv_cache_dtype_only_for_calibrated_kv_scales(workspace):
-    serve = yaml.safe_load((bundle(workspace, "fp8-dynamic") / "serve.yaml").read_text())
+def test_kv_cache_dtype_only_for_calibrated_kv_scales(bundled_workspace):
+    serve = yaml.safe_load((bundle(bundled_workspace, "fp8-dynamic") / "serve.yaml").read_text())
     assert "kv-cache-dtype" not in serve
     assert serve["speculative-config"]["model"] == "./draft"
 
 
-def test_model_card_is_a_runbook(workspace):
-    card = (bundle(workspace, "fp8-static") / "README.md").read_text()
+def test_model_card_is_a_runbook(bundled_workspace):
+    card = (bundle(bundled_workspace, "fp8-static") / "README.md").read_text()
     spec = speculative_estimate()
     assert "vllm serve --config serve.yaml" in card and "engine_args.json" in card
     assert "modelprep verify" in card and "sha256sum --check" in card
@@ -173,12 +169,12 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
             "served": "this build served the variant on NVIDIA H100 80GB HBM3 (section 5)."}[ran] in hardware
 
 
-def test_eval_json_keeps_estimates_apart_from_what_ships(workspace):
+def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
     The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
     from pipeline.release.publish import eval_record, summary_of
 
-    b = bundle(workspace, "fp8-static")
+    b = bundle(bundled_workspace, "fp8-static")
     ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())
     k = gate["speculation"]["num_speculative_tokens"]
     assert k and ev["speculation_shipped"] == {"method": "draft_model", "num_speculative_tokens": k,
@@ -187,7 +183,7 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(workspace):
     assert not {"num_speculative_tokens", "expected_speedup", "speculative_method", "cost_profile"} & set(ev)
     assert ev["speculation_estimates"]["num_speculative_tokens"] == k and "do not say what ships" in \
         ev["speculation_estimates"]["note"]
-    assert ev["top1_agreement"] == json.loads((workspace / "artifacts/eval/fp8-static/summary.json").read_text())[
+    assert ev["top1_agreement"] == json.loads((bundled_workspace / "artifacts/eval/fp8-static/summary.json").read_text())[
         "top1_agreement"]
 
     # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
@@ -226,17 +222,17 @@ def test_card_states_the_group_size_configured_and_used():
     assert "Weight group size channel-wise (one scale per output channel), not the configured 128: no ...." in card
 
 
-def test_allowed_failure_is_flagged_in_the_card(workspace):
-    card = (bundle(workspace, "awq-w4a16") / "README.md").read_text()
+def test_allowed_failure_is_flagged_in_the_card(bundled_workspace):
+    card = (bundle(bundled_workspace, "awq-w4a16") / "README.md").read_text()
     assert "WARNING: this variant failed its release gates" in card
     assert "| max_kl_divergence | 0.2000 | <= 0.05 | FAIL |" in card
     assert "Failed: max_kl_divergence (kl_divergence=0.2, needs <= 0.05 (over by 0.15))" in card
 
 
-def test_failed_variant_is_not_bundled(workspace):
-    line = one_error_line(run_stage(workspace, "stages.bundle", "gptq-w4a16"))
+def test_failed_variant_is_not_bundled(bundled_workspace):
+    line = one_error_line(run_stage(bundled_workspace, "stages.bundle", "gptq-w4a16"))
     assert "gptq-w4a16 failed its gates" in line
-    assert not bundle(workspace, "gptq-w4a16").exists()
+    assert not bundle(bundled_workspace, "gptq-w4a16").exists()
 
 
 def test_engine_args_without_draft_or_quantization():
@@ -265,8 +261,8 @@ def _add(b):
 
 
 @pytest.mark.parametrize("tamper", [_flip_byte, _delete, _add], ids=["byte-flipped", "deleted", "added"])
-def test_verify_fails_on_any_change(workspace, tmp_path, tamper):
-    b = shutil.copytree(bundle(workspace, "fp8-dynamic"), tmp_path / "b")
+def test_verify_fails_on_any_change(bundled_workspace, tmp_path, tamper):
+    b = shutil.copytree(bundle(bundled_workspace, "fp8-dynamic"), tmp_path / "b")
     assert verify_cli(b).returncode == 0
     name = tamper(b)
     assert name in one_error_line(verify_cli(b))
@@ -276,14 +272,14 @@ def test_verify_rejects_a_directory_without_manifest(tmp_path):
     assert "no MANIFEST.json" in one_error_line(verify_cli(tmp_path))
 
 
-def test_vllm_parses_serve_yaml(workspace, monkeypatch):
+def test_vllm_parses_serve_yaml(bundled_workspace, monkeypatch):
     """With vLLM installed: `vllm serve --config serve.yaml` resolves to the engine_args.json settings."""
     pytest.importorskip("vllm", reason="vLLM is not installed")
     from vllm.engine.arg_utils import EngineArgs
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    b = bundle(workspace, "fp8-static")
+    b = bundle(bundled_workspace, "fp8-static")
     monkeypatch.chdir(b)
     parser = FlexibleArgumentParser()
     ServeSubcommand().subparser_init(parser.add_subparsers(dest="subparser"))

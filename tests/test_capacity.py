@@ -1,8 +1,8 @@
 """Capacity at the SLO: the bounded search over loads, the record it leaves, the gate on it and its plots.
 
-The server is a deterministic latency model (latency rising with load, as a GPU's does): what is under test is the
-search (pipeline/serving/capacity.py) and what the pipeline decides from its result, not `vllm bench serve`, which only
-a GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
+The server is the deterministic latency model of latency_model.py (latency rising with load, as a GPU's does): what
+is under test is the search (pipeline/serving/capacity.py) and what the pipeline decides from its result, not `vllm
+bench serve`, which only a GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
 from __future__ import annotations
 
 import csv
@@ -10,58 +10,15 @@ import json
 
 import pytest
 
-from conftest import ROOT, tiny_params
+from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
+from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
 from pipeline.serving import capacity, serve_bench
-from pipeline.serving.bench_record import (AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
-                                           ServeBenchRecord, ServeConfigResult)
+from pipeline.serving.bench_record import AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.capacity import CONCURRENCY, POISSON
 from pipeline.serving.tiers import Slo
-
-CHAT = Slo(p99_ttft_ms=200, p99_itl_ms=50)
-SWEEP = (1, 8, 32, 64)
-
-
-def lat(p99: float) -> dict[str, float]:
-    return {"mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}
-
-
-class Server:
-    """p99 ITL rises by itl_slope ms per concurrent request, TTFT by ttft_slope; throughput grows sublinearly. With
-    the defaults and CHAT, ITL binds first: 10 + 0.5 c <= 50 up to c = 80 (TTFT would allow 90). Records every load
-    it was asked for; fails requests above fail_above and dies (the probe raises) above die_above."""
-
-    def __init__(self, itl_slope=0.5, ttft_slope=2.0, fail_above=None, die_above=None, speed=100.0):
-        self.itl_slope, self.ttft_slope, self.speed = itl_slope, ttft_slope, speed
-        self.fail_above, self.die_above = fail_above, die_above
-        self.asked: list[float] = []
-
-    def closed(self, c: int) -> LoadLevel:
-        failed = 2 if self.fail_above is not None and c > self.fail_above else 0
-        return LoadLevel(c, 4 * c, 4 * c - failed, failed, 10.0, c / 2.0, self.speed * c ** 0.8,
-                         lat(20 + self.ttft_slope * c), lat(10 + self.itl_slope * c / 2), lat(10 + self.itl_slope * c),
-                         lat(1000 + 10 * c), request_goodput=c / 2.0 if c <= 80 else 0.0)
-
-    def open(self, rate: float) -> LoadLevel:
-        """Poisson arrivals: ITL 10 + 2 ms per req/s (SLO 50: up to 20 req/s), TTFT 20 + 5 ms per req/s."""
-        return LoadLevel(256, 900, 900, 0, 30.0, rate, 120.0 * rate, lat(20 + 5 * rate), lat(10 + rate),
-                         lat(10 + 2 * rate), lat(1500.0), request_rate=rate, request_goodput=rate * 0.99)
-
-    def probe(self, load: float, arrival: str = CONCURRENCY) -> LoadLevel:
-        self.asked.append(load)
-        if self.die_above is not None and load > self.die_above:
-            raise PipelineError("`vllm bench serve` failed (exit 1); log: bench.log")
-        return self.closed(int(load)) if arrival == CONCURRENCY else self.open(load)
-
-    def sweep(self, levels=SWEEP) -> list[LoadLevel]:
-        return [self.closed(c) for c in levels]
-
-
-def search(server: Server, bound=256, max_probes=6, slo=CHAT, known=None, **kw) -> Capacity:
-    return capacity.search(server.probe, slo, CONCURRENCY, bound, max_probes,
-                           known=server.sweep() if known is None else known, **kw)
 
 
 # ---- the search
@@ -147,7 +104,7 @@ def test_poisson_arrivals_are_searched_by_rate_from_the_sweeps_seed():
 
 def test_another_objective_is_read_from_the_measurements_already_taken():
     server = Server()
-    config = ServeConfigResult(0, 30.0, {f"c{lvl.concurrency}": lvl for lvl in server.sweep()}, capacity=search(server))
+    config = ServeConfigResult(0, 30.0, swept(server), capacity=search(server))
     assert capacity.users_meeting(config, CHAT) == (80, False)
     # a looser tier objective: every measurement met it, so at least the largest one
     assert capacity.users_meeting(config, Slo(2000, 500)) == (128, True)
@@ -156,17 +113,6 @@ def test_another_objective_is_read_from_the_measurements_already_taken():
 
 
 # ---- the record
-
-
-def searched_record(variant: str, server: Server, gpu="NVIDIA H100 80GB HBM3", spec_server: Server | None = None,
-                    **kw) -> ServeBenchRecord:
-    configs = {PLAIN: ServeConfigResult(0, 90.0, {f"c{lvl.concurrency}": lvl for lvl in server.sweep()},
-                                        capacity=search(server, **kw))}
-    if spec_server is not None:
-        configs["draft_model"] = ServeConfigResult(
-            4, 95.0, {f"c{lvl.concurrency}": lvl for lvl in spec_server.sweep()}, capacity=search(spec_server, **kw))
-    return ServeBenchRecord(variant, gpu=gpu, vllm_version="0.26.0", date="2026-12-01", max_tokens=128,
-                            temperature=0.0, configs=configs, tensor_parallel_size=1)
 
 
 def test_a_searched_record_round_trips_and_an_older_one_still_reads(tmp_path):

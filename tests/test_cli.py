@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from conftest import copy_project, run, tiny_params
+from tiny_project import copy_project, run, tiny_params
 
 
 @pytest.mark.parametrize("args", [[], ["run"], ["status"], ["verify"], ["gate"]])

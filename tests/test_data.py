@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import copy_project, run
+from tiny_project import copy_project, run
 from pipeline.core.errors import PipelineError
 from pipeline.data.traffic import dedup, load_traffic, split
 

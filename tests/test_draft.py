@@ -15,7 +15,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from conftest import ROOT, Interrupt, RecordStart, copy_project, run, tiny_params
+from tiny_project import ROOT, copy_project, run, tiny_params
+from trainer_callbacks import Interrupt, RecordStart
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_csv
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response

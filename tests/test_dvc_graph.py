@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+from tiny_project import ROOT
 
 PACKAGES = ("pipeline", "stages")
 
@@ -154,7 +154,7 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     the serving benchmark's record (configs x concurrencies x percentiles). Real DVC over the metrics the stages write
     now, from the committed demo build: the gate summary, eval files with per-method detail in lists, the serving
     record (a GPU-like one, measured at four concurrencies) as a plain output."""
-    from conftest import copy_project, tiny_params
+    from tiny_project import copy_project, tiny_params
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
     from pipeline.release import gates

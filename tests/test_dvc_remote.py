@@ -6,7 +6,7 @@ import sys
 
 import yaml
 
-from conftest import run
+from tiny_project import run
 
 BUILD = """import pathlib
 out = pathlib.Path("artifacts/bundles/v")

@@ -8,7 +8,8 @@ import pytest
 import torch
 import yaml
 
-from conftest import ROOT, choose_k, run, tiny_params
+from speculation_estimates import choose_k
+from tiny_project import ROOT, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.vllm_spec import VllmMeasurement

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import copy_project, run, tiny_params
+from tiny_project import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
 from pipeline.models.loading import load_causal_lm, load_tokenizer

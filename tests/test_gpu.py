@@ -2,15 +2,12 @@
 elsewhere (CI) every test here is skipped with the reason, never simulated."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from conftest import ROOT
-from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
+from tiny_project import demo_prompts
 from pipeline.evaluate import acceptance, vllm_spec
-from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.models.loading import load_causal_lm
 
 REASON = vllm_spec.unavailable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"GPU path: {REASON}")]
@@ -19,9 +16,7 @@ K, TOKENS = 3, 32
 
 @pytest.fixture(scope="module")
 def prompts(demo_pair):
-    tokenizer = load_tokenizer(demo_pair[0])
-    lines = (ROOT / "data" / "demo" / "traffic.jsonl").read_text().splitlines()[:16]
-    return [prompt_ids(tokenizer, split_prompt_response(row_to_messages(json.loads(line)))[0]) for line in lines]
+    return demo_prompts(demo_pair[0], 16)
 
 
 def test_vllm_speculation_matches_plain_decoding_and_the_cpu_estimate(demo_pair, prompts):

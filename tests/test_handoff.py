@@ -7,12 +7,14 @@ import json
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stage_workspace
-from conftest import ROOT, tiny_params
+from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
+from latency_model import H100_RUN, Server, lat, search, swept
+from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
@@ -26,21 +28,44 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not in
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("handoff"), demo_pair, {V: {}})
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ws
+def bundle_spec():
+    return BundleSpec({V: {}})
 
 
 def bundle(ws):
     return ws / "artifacts/bundles" / V
 
 
-def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(workspace):
+def unbundled_copy(ws: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the workspace without its bundles, to change and bundle again, and its params."""
+    copy = tmp_path / "ws"
+    shutil.copytree(ws, copy, ignore=shutil.ignore_patterns("bundles"))
+    return copy, yaml.safe_load((copy / "params.yaml").read_text())
+
+
+def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
+    """The serve-<name>.yaml serve_bench writes for V's config `name` with k draft tokens (at a tier's engine)."""
+    from pipeline.drafts.methods import Speculation, speculative_config
+    from pipeline.quantize.recipes import enabled_variant
+    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+
+    config = speculative_config(Speculation(name if k else None, k))
+    return serve_yaml(engine_args(enabled_variant(p, V), p["serving"], config,
+                                  checkpoint_quantization(ws / "artifacts/quantized" / V), tier.engine if tier else None))
+
+
+def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
+    """The gate's verdict on V's evaluation and this serving record, where the gate stage writes it."""
+    from pipeline.release import gates
+
+    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+
+
+def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(bundled_workspace):
     import kubernetes_validate
 
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     for tier in ("default", "latency", "throughput"):
         docs = list(yaml.safe_load_all((b / "deploy" / f"{tier}.yaml").read_text()))
         assert [d["kind"] for d in docs] == ["Deployment", "Service"]
@@ -70,15 +95,15 @@ def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(workspace):
 
 
 @needs_promtool
-def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
-    mon = bundle(workspace) / "monitoring"
+def test_prometheus_rules_check_and_their_unit_tests_pass(bundled_workspace):
+    mon = bundle(bundled_workspace) / "monitoring"
     r = subprocess.run([PROMTOOL, "check", "rules", "rules.yaml"], cwd=mon, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([PROMTOOL, "test", "rules", "rules.test.yaml"], cwd=mon, capture_output=True, text=True)
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     rules = yaml.safe_load((mon / "rules.yaml").read_text())
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    summary = records.read_object(workspace / f"artifacts/eval/{V}/summary.json")
+    summary = records.read_object(bundled_workspace / f"artifacts/eval/{V}/summary.json")
     warn_at = summary["accepted_per_draft_token"] * tiny_params()["monitoring"]["acceptance_warning_fraction"]
     assert alerts["SpeculativeAcceptanceLow"]["expr"].endswith(f"< {warn_at:.4g}")
     # no serving benchmark: the latency alerts fall back to the latency gates' thresholds
@@ -87,11 +112,11 @@ def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
 
 
 @needs_promtool
-def test_dashboard_is_grafana_json_with_valid_promql(workspace, tmp_path):
+def test_dashboard_is_grafana_json_with_valid_promql(bundled_workspace, tmp_path):
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models.dashboard import Dashboard
 
-    raw = json.loads((bundle(workspace) / "monitoring/dashboard.json").read_text())
+    raw = json.loads((bundle(bundled_workspace) / "monitoring/dashboard.json").read_text())
     # a round trip through the SDK's Dashboard model (generated from Grafana's schema) loses nothing
     assert json.loads(json.dumps(Dashboard.from_json(raw), cls=JSONEncoder)) == raw
     exprs = [t["expr"] for p in raw["panels"] for t in p["targets"]]
@@ -105,7 +130,6 @@ def test_dashboard_is_grafana_json_with_valid_promql(workspace, tmp_path):
 
 def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
     def lvl(c, tok_s, ttft, itl):
-        lat = lambda p99: {"mean": p99 / 2, "p50": p99 / 2, "p90": p99 * 0.8, "p99": p99}  # noqa: E731
         return LoadLevel(c, 32, 32, 0, 2.0, 8.0, tok_s, lat(ttft), lat(itl), lat(itl), lat(ttft + 50),
                          accepted_per_draft_token=0.8)
     return ServeBenchRecord(V, gpu="NVIDIA H100 80GB HBM3", vllm_version="0.25.0", date="2026-11-24", configs={
@@ -114,27 +138,16 @@ def measured(startup_s: float, concurrencies=(1, 64)) -> ServeBenchRecord:
                                                           for c in concurrencies})})
 
 
-def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tmp_path):
+def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(bundled_workspace, tmp_path):
     """With a serving benchmark: the startup probe is the measured start x margin, the latency alerts are the
     measured p99 x margin, and the throughput tier takes the decision measured at its own concurrency."""
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.release import gates
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-
-    ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     record = measured(startup_s=50.0)
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
-        config = speculative_config(Speculation(name if k else None, k))
-        (serve_dir / f"serve-{name}.yaml").write_text(serve_yaml(engine_args(spec, p["serving"], config,
-                                                                             checkpoint_quantization(model))))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+        (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
+    gate_on(ws, p, record)
     r = run_stage(ws, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
     b = ws / "artifacts/bundles" / V
@@ -159,39 +172,27 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
     assert "not benchmarked" in latency_row  # other engine settings: the default sweep does not stand for it
 
 
-def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_path, capfd):
+def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspace, tmp_path, capfd):
     """serve_bench.tiers: the throughput tier was served at its own engine settings (max_num_seqs 256, chunked
     prefill) and there the draft paid at concurrency 64, although the default config's sweep says x0.90 there:
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
-    process, twice: the workspace fixture runs it as DVC does.)"""
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.release import gates
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+    process, twice: the bundled_workspace fixture runs it as DVC does.)"""
     from pipeline.serving.tiers import parse_tiers
 
-    ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     base = measured(startup_s=50.0)
     tier_levels = measured(startup_s=40.0, concurrencies=(64,)).configs
     tier_levels["draft_model"].levels["c64"].output_throughput = 150.0 * 64  # x1.5 at the tier's own settings
     record = ServeBenchRecord(**{**base.__dict__, "tiers": {"throughput": tier_levels}})
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    spec, quantization = enabled_variant(p, V), checkpoint_quantization(ws / "artifacts/quantized" / V)
     throughput = next(t for t in parse_tiers(p["serving"]) if t.name == "throughput")
-
-    def render(name, k, tier=None):
-        return serve_yaml(engine_args(spec, p["serving"], speculative_config(Speculation(name if k else None, k)),
-                                      quantization, tier.engine if tier else None))
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # what serve_bench would have written
-        (serve_dir / f"serve-{name}.yaml").write_text(render(name, k))
+        (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
         (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)
-        (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(render(name, k, throughput))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+        (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(served_yaml(ws, p, name, k, throughput))
+    gate_on(ws, p, record)
     r = run_stage_in_process(ws, capfd, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
     b = ws / "artifacts/bundles" / V
@@ -200,16 +201,16 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
     card = (b / "README.md").read_text()
     assert "this tier's own settings" in card and "| 9600 |" in card  # 150 tok/s x 64, as served
 
-    (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(render("draft_model", 3, throughput))
+    (serve_dir / "tiers/throughput/serve-draft_model.yaml").write_text(served_yaml(ws, p, "draft_model", 3, throughput))
     shutil.rmtree(b)
     assert "differs from" in one_error_line(run_stage_in_process(ws, capfd, "stages.bundle", V))
     assert not b.exists()
 
 
-def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler_ships(workspace):
+def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler_ships(bundled_workspace):
     """The CPU case: no serving benchmark, so no capacity; the card says why, the autoscaled tier keeps its
     configured max-num-seqs and its manifest has no HorizontalPodAutoscaler."""
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     card = (b / "README.md").read_text()
     assert ("Not measured in this build (no CUDA device): no users per GPU, `min_capacity_vs_bf16` was skipped, "
             "and the tiers of\n`deploy.autoscale.tiers` ship their configured max-num-seqs without an autoscaler.") in card
@@ -231,36 +232,26 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     Kubernetes schemas accept; the gate's chart is in the bundle."""
     import kubernetes_validate
 
-    from pipeline.drafts.methods import Speculation, speculative_config
-    from pipeline.quantize.recipes import enabled_variant
-    from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-    from test_capacity import Server, search
-
     (tmp_path / "ws").mkdir()
     ws = stage_workspace(tmp_path / "ws", demo_pair, {"bf16": {}, V: {}},
                          serving={"max_num_seqs": 64, "gpu_hour_cost": 3.0})
     p = yaml.safe_load((ws / "params.yaml").read_text())
 
-    def sweep(server, scale=None):
-        levels = {f"c{lvl.concurrency}": lvl for lvl in server.sweep()}
+    def draft_pays_at_one_request(server):
+        levels = swept(server)
         for key, lvl in levels.items():  # the draft pays at one request, not under load
-            lvl.output_throughput *= (2.0 if key == "c1" else 0.9) if scale else 1.0
+            lvl.output_throughput *= 2.0 if key == "c1" else 0.9
         return levels
 
     plain, draft, base = Server(itl_slope=1.0), Server(itl_slope=1.25), Server(itl_slope=2.0)  # 40, 32 and 20 users
-    h100 = dict(gpu="NVIDIA H100 80GB HBM3", vllm_version="0.26.0", date="2026-12-01", max_tokens=128,
-                temperature=0.0, tensor_parallel_size=1)
-    record = ServeBenchRecord(V, **h100, configs={
-        PLAIN: ServeConfigResult(0, 50.0, sweep(plain), capacity=search(plain)),
-        "draft_model": ServeConfigResult(4, 55.0, sweep(draft, scale=True), capacity=search(draft))})
+    record = ServeBenchRecord(V, **H100_RUN, configs={
+        PLAIN: ServeConfigResult(0, 50.0, swept(plain), capacity=search(plain)),
+        "draft_model": ServeConfigResult(4, 55.0, draft_pays_at_one_request(draft), capacity=search(draft))})
     records.write(ws / f"artifacts/serve/{V}/record.json", record)
-    records.write(ws / "artifacts/serve/bf16/record.json", ServeBenchRecord("bf16", **h100, configs={
-        PLAIN: ServeConfigResult(0, 50.0, sweep(base), capacity=search(base))}))
-    spec, model = enabled_variant(p, V), ws / "artifacts/quantized" / V
+    records.write(ws / "artifacts/serve/bf16/record.json", ServeBenchRecord("bf16", **H100_RUN, configs={
+        PLAIN: ServeConfigResult(0, 50.0, swept(base), capacity=search(base))}))
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # the configs serve_bench would have written
-        config = speculative_config(Speculation(name if k else None, k))
-        (ws / f"artifacts/serve/{V}/serve-{name}.yaml").write_text(serve_yaml(engine_args(
-            spec, p["serving"], config, checkpoint_quantization(model))))
+        (ws / f"artifacts/serve/{V}/serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
     r = run_stage(ws, "stages.gate")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (ws / "artifacts/gate/pareto.png").read_bytes()[:4] == b"\x89PNG"
@@ -311,11 +302,11 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
         assert r.returncode == 0, r.stdout + r.stderr
 
 
-def test_warmup_script_warms_a_live_server_and_marks_readiness(workspace, demo_pair, tmp_path):
+def test_warmup_script_warms_a_live_server_and_marks_readiness(bundled_workspace, demo_pair, tmp_path):
     """deploy/warmup.py as the bundle ships it, against an OpenAI-compatible server on this machine."""
     from pipeline.serving.vllm_server import serve
 
-    b = bundle(workspace)
+    b = bundle(bundled_workspace)
     config = tmp_path / "serve.yaml"
     server_cmd = [sys.executable, str(ROOT / "benchmarks/cpu/openai_cpu_server.py")]
     for fail_every, ok in ((0, True), (1, False)):
@@ -350,10 +341,8 @@ def test_bad_handoff_params_are_one_line(edit, message, tmp_path):
     assert "\n" not in str(err.value)
 
 
-def test_bundle_stage_refuses_a_bad_tier_before_writing(workspace, tmp_path):
-    ws = tmp_path / "ws"
-    shutil.copytree(workspace, ws, ignore=shutil.ignore_patterns("bundles"))
-    p = yaml.safe_load((ws / "params.yaml").read_text())
+def test_bundle_stage_refuses_a_bad_tier_before_writing(bundled_workspace, tmp_path):
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
     p["deploy"]["tiers"] = ["throughput", "gpu8"]
     (ws / "params.yaml").write_text(yaml.safe_dump(p))
     assert "deploy.tiers names unknown tiers ['gpu8']" in one_error_line(run_stage(ws, "stages.bundle", V))
@@ -370,10 +359,8 @@ def test_server_secrets_reach_the_pod_from_a_kubernetes_secret_never_from_the_bu
     with pytest.raises(PipelineError, match="serving.env.VLLM_API_KEY looks like a secret"):
         validate(p, tmp_path / "params.yaml")
     (tmp_path / "ws").mkdir()
-    ws = stage_workspace(tmp_path / "ws", demo_pair, {V: {}},
-                         serving={"secret_env": {"VLLM_API_KEY": "vllm-auth/api-key", "HF_TOKEN": "hf-cred/token"}})
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
+    ws = bundle_workspace(tmp_path / "ws", demo_pair, BundleSpec({V: {}}, {"serving": {"secret_env": {
+        "VLLM_API_KEY": "vllm-auth/api-key", "HF_TOKEN": "hf-cred/token"}}}))
     b = bundle(ws)
     for tier in ("default", "latency", "throughput"):
         deployment = next(yaml.safe_load_all((b / "deploy" / f"{tier}.yaml").read_text()))

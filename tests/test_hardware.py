@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import tiny_params
+from tiny_project import tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env

@@ -3,16 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from bundle_helpers import free_port, one_error_line, run_stage, stage_workspace
+from bundle_helpers import BundleSpec, free_port, one_error_line, run_stage
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("hf"), demo_pair, {"fp8-dynamic": {}},
-                         publish={"backend": "hf", "hf": {"namespace": "acme", "private": True}})
-    r = run_stage(ws, "stages.bundle", "fp8-dynamic")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ws
+def bundle_spec():
+    return BundleSpec({"fp8-dynamic": {}}, {"publish": {"backend": "hf", "hf": {"namespace": "acme", "private": True}}})
 
 
 @pytest.mark.parametrize("env, expected", [
@@ -22,10 +18,10 @@ def workspace(tmp_path_factory, demo_pair):
     ({"HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_test", "HF_ENDPOINT": "http://127.0.0.1:{port}"},
      "publish of nimbus-support-fp8-dynamic"),
 ], ids=["offline-mode", "no-token", "hub-unreachable"])
-def test_offline_publish_is_one_line(workspace, env, expected):
+def test_offline_publish_is_one_line(bundled_workspace, env, expected):
     env = {k: v.format(port=free_port()) for k, v in env.items()}
-    line = one_error_line(run_stage(workspace, "stages.publish", env=env))
+    line = one_error_line(run_stage(bundled_workspace, "stages.publish", env=env))
     assert expected in line
     if "HF_ENDPOINT" in env:
         assert "acme/nimbus-support-fp8-dynamic" in line and "failed" in line
-    assert not (workspace / "artifacts/publish/receipt.json").exists()
+    assert not (bundled_workspace / "artifacts/publish/receipt.json").exists()

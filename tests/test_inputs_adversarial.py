@@ -16,7 +16,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from conftest import Interrupt, RecordStart, copy_project, run, tiny_params
+from tiny_project import copy_project, run, tiny_params
+from trainer_callbacks import Interrupt, RecordStart
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, atomic_write_text
 from pipeline.data.traffic import load_traffic

@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.layer_draft import build_layer_draft

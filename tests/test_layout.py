@@ -7,7 +7,7 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from conftest import ROOT
+from tiny_project import ROOT
 from test_dvc_graph import imported_modules, module_file
 
 STEPS = ("core", "params", "models", "data", "quantize", "drafts", "evaluate", "serving", "release")

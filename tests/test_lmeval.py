@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import row_to_messages
 from pipeline.evaluate import lmeval

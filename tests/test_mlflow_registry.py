@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bundle_helpers import free_port, one_error_line, run_stage, stage_workspace, verify_cli
+from bundle_helpers import BundleSpec, free_port, one_error_line, run_stage, verify_cli
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
@@ -56,25 +56,22 @@ def mlflow_server(tmp_path_factory, request):
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair, mlflow_server):
+def bundle_spec(mlflow_server):
     uri, _ = mlflow_server
-    ws = stage_workspace(tmp_path_factory.mktemp("mlflow-ws"), demo_pair, {"fp8-static": {}},
-                         publish={"backend": "mlflow", "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}})
-    r = run_stage(ws, "stages.bundle", "fp8-static")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ws
+    return BundleSpec({"fp8-static": {}},
+                      {"publish": {"backend": "mlflow", "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}}})
 
 
-def test_publish_registers_a_version_that_reads_back(workspace, mlflow_server, tmp_path):
+def test_publish_registers_a_version_that_reads_back(bundled_workspace, mlflow_server, tmp_path):
     from mlflow import MlflowClient
 
     uri, _ = mlflow_server
-    r = run_stage(workspace, "stages.publish")
+    r = run_stage(bundled_workspace, "stages.publish")
     assert r.returncode == 0, r.stderr[-3000:]
-    bundle = workspace / "artifacts/bundles/fp8-static"
+    bundle = bundled_workspace / "artifacts/bundles/fp8-static"
     digest = read_json(bundle / "MANIFEST.json")["bundle_digest"]
-    spec = read_json(workspace / "artifacts/eval/fp8-static/speculative.json")
-    receipt = read_json(workspace / "artifacts/publish/receipt.json")["published"][0]
+    spec = read_json(bundled_workspace / "artifacts/eval/fp8-static/speculative.json")
+    receipt = read_json(bundled_workspace / "artifacts/publish/receipt.json")["published"][0]
     assert receipt["status"] == "published" and receipt["version"] == digest[:12]
 
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
@@ -94,12 +91,12 @@ def test_publish_registers_a_version_that_reads_back(workspace, mlflow_server, t
     assert read_json(downloaded / "MANIFEST.json")["bundle_digest"] == digest
 
 
-def test_republish_is_idempotent_and_versions_are_immutable(workspace, mlflow_server, tmp_path):
+def test_republish_is_idempotent_and_versions_are_immutable(bundled_workspace, mlflow_server, tmp_path):
     from mlflow import MlflowClient
 
     uri, _ = mlflow_server
-    cfg = yaml.safe_load((workspace / "params.yaml").read_text())["publish"]
-    bundle = workspace / "artifacts/bundles/fp8-static"
+    cfg = yaml.safe_load((bundled_workspace / "params.yaml").read_text())["publish"]
+    bundle = bundled_workspace / "artifacts/bundles/fp8-static"
     first = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
     again = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
     assert (first["status"], again["status"]) == ("published", "already published")
@@ -114,8 +111,8 @@ def test_republish_is_idempotent_and_versions_are_immutable(workspace, mlflow_se
     assert sorted(v.tags["version_label"] for v in versions) == ["1.0", "1.1"]
 
 
-def test_unreachable_server_fails_fast_in_one_line(workspace, tmp_path):
-    ws = shutil.copytree(workspace, tmp_path / "ws")
+def test_unreachable_server_fails_fast_in_one_line(bundled_workspace, tmp_path):
+    ws = shutil.copytree(bundled_workspace, tmp_path / "ws")
     params = yaml.safe_load((ws / "params.yaml").read_text())
     params["publish"]["mlflow"]["tracking_uri"] = f"http://127.0.0.1:{free_port()}"
     (ws / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
@@ -125,10 +122,10 @@ def test_unreachable_server_fails_fast_in_one_line(workspace, tmp_path):
     assert time.monotonic() - t0 < 60
 
 
-def test_missing_tracking_uri_is_one_line(workspace, monkeypatch):
+def test_missing_tracking_uri_is_one_line(bundled_workspace, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(PipelineError, match="publish.mlflow.tracking_uri"):
-        mlflow_registry.publish(workspace / "artifacts/bundles/fp8-static", "x", "1", {}, {"mlflow": {}})
+        mlflow_registry.publish(bundled_workspace / "artifacts/bundles/fp8-static", "x", "1", {}, {"mlflow": {}})
 
 
 def test_tracking_uri_falls_back_to_the_environment(monkeypatch):

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import copy_project, run, tiny_params
+from tiny_project import copy_project, run, tiny_params
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ from pipeline.drafts.distill_vllm import resolve_generator
 from pipeline.models.demo.corpus import docstring_paragraphs
 from pipeline.params.check import load_checked as load_params  # the checks run on the profile's result
 from pipeline.params.profiles import apply_profile
-from tests.conftest import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import ROOT
+from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, row_to_messages, split_prompt_response
 from pipeline.evaluate import quality

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from conftest import ROOT, copy_project, run, tiny_params
+from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.traffic import dedup, load_traffic, split, write_split

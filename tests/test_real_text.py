@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, copy_project, run
+from tiny_project import ROOT, copy_project, run
 from pipeline.core.errors import PipelineError
 from pipeline.data.traffic import conversation_key, read_grouped, read_source, split
 from pipeline.data import real_text

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from bundle_helpers import one_error_line, run_stage, stage_workspace, verify_cli
+from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
@@ -16,12 +16,8 @@ VARIANTS = ("fp8-static", "fp8-dynamic")
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("publish"), demo_pair, {v: {} for v in VARIANTS})
-    for variant in VARIANTS:
-        r = run_stage(ws, "stages.bundle", variant)
-        assert r.returncode == 0, r.stderr[-3000:]
-    return ws
+def bundle_spec():
+    return BundleSpec({v: {} for v in VARIANTS})
 
 
 def different_bundle(src, dest):
@@ -32,16 +28,16 @@ def different_bundle(src, dest):
     return b
 
 
-def test_publish_stage_fills_the_local_registry(workspace):
-    r = run_stage(workspace, "stages.publish")
+def test_publish_stage_fills_the_local_registry(bundled_workspace):
+    r = run_stage(bundled_workspace, "stages.publish")
     assert r.returncode == 0, r.stderr[-3000:]
-    registry = workspace / "registry"
+    registry = bundled_workspace / "registry"
     index = json.loads((registry / "index.json").read_text())
-    receipt = json.loads((workspace / "artifacts/publish/receipt.json").read_text())
+    receipt = json.loads((bundled_workspace / "artifacts/publish/receipt.json").read_text())
     assert receipt["backend"] == "local" and len(receipt["published"]) == len(VARIANTS)
     for variant in VARIANTS:
         name = f"nimbus-support-{variant}"
-        digest = read_json(workspace / "artifacts/bundles" / variant / "MANIFEST.json")["bundle_digest"]
+        digest = read_json(bundled_workspace / "artifacts/bundles" / variant / "MANIFEST.json")["bundle_digest"]
         entry = index["models"][name]
         assert entry["latest"] == digest[:12]
         assert (registry / name / "latest").read_text().strip() == digest[:12]
@@ -51,14 +47,14 @@ def test_publish_stage_fills_the_local_registry(workspace):
         published = local.resolve(registry, name)
         assert verify_cli(published).returncode == 0
     # Re-running the stage (dvc repro after an unrelated change) is idempotent.
-    again = run_stage(workspace, "stages.publish")
+    again = run_stage(bundled_workspace, "stages.publish")
     assert again.returncode == 0 and again.stdout.count("already published") == len(VARIANTS)
     assert json.loads((registry / "index.json").read_text())["models"].keys() == index["models"].keys()
 
 
-def test_versions_are_immutable_and_latest_follows_the_last_publish(workspace, tmp_path):
+def test_versions_are_immutable_and_latest_follows_the_last_publish(bundled_workspace, tmp_path):
     cfg = {"registry_dir": str(tmp_path / "registry")}
-    first = workspace / "artifacts/bundles/fp8-dynamic"
+    first = bundled_workspace / "artifacts/bundles/fp8-dynamic"
     second = different_bundle(first, tmp_path / "second")
     assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "published"
     assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
@@ -73,8 +69,8 @@ def test_versions_are_immutable_and_latest_follows_the_last_publish(workspace, t
     assert sorted(read_json(tmp_path / "registry/index.json")["models"]["m"]["versions"]) == ["1.0", "1.1"]
 
 
-def test_publish_refuses_a_tampered_bundle(workspace, tmp_path):
-    b = shutil.copytree(workspace / "artifacts/bundles/fp8-static", tmp_path / "b")
+def test_publish_refuses_a_tampered_bundle(bundled_workspace, tmp_path):
+    b = shutil.copytree(bundled_workspace / "artifacts/bundles/fp8-static", tmp_path / "b")
     with (b / "draft/model.safetensors").open("r+b") as f:
         f.seek(100)
         byte = f.read(1)
@@ -86,20 +82,20 @@ def test_publish_refuses_a_tampered_bundle(workspace, tmp_path):
     assert not (tmp_path / "registry").exists()
 
 
-def test_publish_stage_tampered_bundle_is_one_line(workspace, tmp_path):
-    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+def test_publish_stage_tampered_bundle_is_one_line(bundled_workspace, tmp_path):
+    ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     (ws / "artifacts/bundles/fp8-static/README.md").write_text("edited by hand\n")
     line = one_error_line(run_stage(ws, "stages.publish"))
     assert "sha256 mismatch for README.md" in line
     assert not (ws / "artifacts/publish/receipt.json").exists()
 
 
-def test_a_verdict_reached_under_other_thresholds_is_not_published(workspace, tmp_path):
+def test_a_verdict_reached_under_other_thresholds_is_not_published(bundled_workspace, tmp_path):
     """Raise a bar in params.yaml after the gate ran, then run the publish stage by hand: the stored verdict says
     passed under the old bar, so publishing it would tag a failing build `gates: passed`."""
     import yaml
 
-    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     p = yaml.safe_load((ws / "params.yaml").read_text())
     p["gates"]["overrides"]["fp8-dynamic"] = {**p["gates"]["overrides"].get("fp8-dynamic", {}),
                                               "max_kl_divergence": 0.0001}
@@ -109,14 +105,14 @@ def test_a_verdict_reached_under_other_thresholds_is_not_published(workspace, tm
     assert not (ws / "registry").exists() and not (ws / "artifacts/publish/receipt.json").exists()
 
 
-def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_its_tags(workspace, tmp_path):
+def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_its_tags(bundled_workspace, tmp_path):
     """A concurrent `bundle@v` renames a new bundle into place between the verdict check and the upload: the
     registry must not store the new content under the old one's digest and tags."""
     from pipeline.core import records
     from pipeline.release.gates import GateReport
     from pipeline.release.publish import pinned_copy, release_tags
 
-    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     bundle = ws / "artifacts/bundles/fp8-static"
     current = records.read(GateReport, ws / "artifacts/gate/verdict.json")
     version, tags = release_tags(bundle, "fp8-static", {"version": "auto"}, [], current)
@@ -133,16 +129,16 @@ def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_i
     assert read_json(tmp_path / "reg/m" / version / "MANIFEST.json")["bundle_digest"] == tags["bundle_digest"]
 
 
-def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(workspace, tmp_path):
+def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(bundled_workspace, tmp_path):
     """`python -m stages.publish | head -1`: head exits after the first line; every variant is still published and
     the receipt written."""
     import os
     import subprocess
     import sys
 
-    from conftest import ROOT
+    from tiny_project import ROOT
 
-    ws = shutil.copytree(workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
+    ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     r = subprocess.run(f"{sys.executable} -m stages.publish | head -1", shell=True, cwd=ws, capture_output=True,
                        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.stdout.count("\n") == 1 and "publish " in r.stdout and "BrokenPipe" not in r.stderr, r.stderr
@@ -151,9 +147,9 @@ def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(workspace,
 
 
 @pytest.mark.parametrize("version", ["latest", "../escape", "a b", ""])
-def test_bad_versions_are_refused(workspace, tmp_path, version):
+def test_bad_versions_are_refused(bundled_workspace, tmp_path, version):
     with pytest.raises(PipelineError, match="version"):
-        local.publish(workspace / "artifacts/bundles/fp8-static", "m", version, {},
+        local.publish(bundled_workspace / "artifacts/bundles/fp8-static", "m", version, {},
                       {"registry_dir": str(tmp_path / "registry")})
     assert not (tmp_path / "registry").exists()
 

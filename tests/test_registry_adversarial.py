@@ -502,7 +502,7 @@ def test_a_stage_whose_log_fills_the_disk_finishes_instead_of_hanging(tmp_path):
 ])
 def test_params_never_carry_credentials(tmp_path, where, value):
     """Params are recorded in dvc.lock, PROVENANCE.json and logs: a credential there is refused up front."""
-    from conftest import tiny_params
+    from tiny_project import tiny_params
     from pipeline.params.check import validate
 
     p = tiny_params()

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from bundle_helpers import run_stage, stage_workspace
-from conftest import ROOT, run, tiny_params
+from tiny_project import ROOT, run, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import tiny_params
+from tiny_project import tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env, server_env

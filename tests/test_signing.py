@@ -12,7 +12,7 @@ import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from bundle_helpers import MODELPREP, one_error_line, run_stage, stage_workspace
+from bundle_helpers import MODELPREP, BundleSpec, one_error_line, run_stage
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release import signing
@@ -33,15 +33,23 @@ def keypair(directory: Path, name: str) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def signed(tmp_path_factory, demo_pair):
+def release_keys(tmp_path_factory):
+    """(directory, private key, public key) of the release signing key."""
     keys = tmp_path_factory.mktemp("keys")
-    private, public = keypair(keys, "release")
-    ws = stage_workspace(tmp_path_factory.mktemp("signed"), demo_pair, {V: {}},
-                         publish={"signing": {"private_key": str(private), "public_key": str(public)}})
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "signed" in r.stdout
-    return ws, keys, public
+    return keys, *keypair(keys, "release")
+
+
+@pytest.fixture(scope="module")
+def bundle_spec(release_keys):
+    _, private, public = release_keys
+    return BundleSpec({V: {}}, {"publish": {"signing": {"private_key": str(private), "public_key": str(public)}}},
+                      says="signed")
+
+
+@pytest.fixture(scope="module")
+def signed(bundled_workspace, release_keys):
+    keys, _, public = release_keys
+    return bundled_workspace, keys, public
 
 
 def copy_ws(ws: Path, dest: Path) -> Path:

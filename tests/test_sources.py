@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import copy_project, run, tiny_params
+from tiny_project import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.sources import classify, fetch_model
 

@@ -10,8 +10,8 @@ import json
 import pytest
 import yaml
 
-from bundle_helpers import run_stage, run_stage_in_process, stage_workspace
-from conftest import tiny_params
+from bundle_helpers import BundleSpec, run_stage_in_process
+from tiny_project import tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
@@ -84,11 +84,13 @@ def test_draft_tensor_parallelism_goes_to_the_draft_model_only():
 
 
 @pytest.fixture(scope="module")
-def tp2_bundle(tmp_path_factory, demo_pair):
-    ws = stage_workspace(tmp_path_factory.mktemp("tp2"), demo_pair, {V: {}}, serving=TP2)
-    r = run_stage(ws, "stages.bundle", V)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return ws / "artifacts/bundles" / V
+def bundle_spec():
+    return BundleSpec({V: {}}, {"serving": TP2})
+
+
+@pytest.fixture(scope="module")
+def tp2_bundle(bundled_workspace):
+    return bundled_workspace / "artifacts/bundles" / V
 
 
 def test_bundle_serving_files_carry_tensor_parallelism(tp2_bundle):
