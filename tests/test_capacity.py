@@ -365,10 +365,11 @@ def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_
     assert "not shipped: min_capacity_vs_bf16: draft_model carries x0.25 of bf16 plain decoding's users" in \
         v.speculation.reason
     assert v.capacity.config == PLAIN and v.capacity.vs_bf16 == pytest.approx(1.0)
+    assert v.speculation.turned_off_by == ["min_capacity_vs_bf16"]
     assert gates.verdict_line(INT4, v).endswith("; ships without speculation (measured; draft_model k=4 gave way: "
                                                   "fewer users at the SLO than min_capacity_vs_bf16)")
     # plain decoding of this variant carries fewer users than BF16's too: nothing to give way to, the variant fails
     slow = searched_record(INT4, Server(itl_slope=1.0), spec_server=Server(itl_slope=2.0, speed=200.0))
     v = gate(p, {BF16: base, INT4: slow}).variants[INT4]
-    assert not v.passed and v.speculation.num_speculative_tokens == 4
+    assert not v.passed and v.speculation.num_speculative_tokens == 4 and v.speculation.turned_off_by == []
     assert [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]

@@ -318,7 +318,7 @@ def test_a_method_that_failed_anywhere_in_its_sweep_is_not_a_candidate():
 def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
     """eagle3 was measured fastest but vLLM reported no acceptance for it: the check falls back to eagle3's own
     estimate, never to the draft model's offline vLLM number or the CPU-best method's."""
-    from pipeline.release.gates import ServingContext, gate_variant
+    from pipeline.release.gates import ServingContext, gate_variant, verdict_line
 
     summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
                "vllm_accepted_per_draft_token": 0.95, "accepted_per_draft_token_draft_model": 0.9,
@@ -328,6 +328,8 @@ def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
     check = verdict.applied("min_accepted_per_draft_token")
     assert (check.metric, check.value, check.passed) == ("accepted_per_draft_token", 0.3, False)
     assert verdict.speculation.num_speculative_tokens == 0 and "not shipped" in verdict.speculation.reason
+    assert verdict.speculation.turned_off_by == ["min_accepted_per_draft_token"]
+    assert "gave way" not in verdict_line("int4", verdict)  # a failed check is no capacity trade
 
 
 def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):

@@ -220,9 +220,10 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     if decision.num_speculative_tokens:
         spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
                        for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
-        failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
+        failed = [c for c in spec_checks if not c.passed]
         if failed:
-            decision = speculation_choice.without_speculation(decision, "; ".join(failed))
+            decision = speculation_choice.without_speculation(
+                decision, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed))
     else:
         spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
@@ -236,7 +237,7 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
         plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
         if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
             decision = speculation_choice.without_speculation(
-                decision, f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
+                decision, ["min_capacity_vs_bf16"], f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
                           f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
                           f"x{plain_ratio['capacity_vs_bf16']:.2f}")
             claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
@@ -347,7 +348,7 @@ def _shipped_setting(decision: SpeculationDecision | None) -> str:
         return ""
     k = decision.num_speculative_tokens
     gave_way = (f"; {decision.method} k={decision.candidate_k} gave way: fewer users at the SLO than "
-                "min_capacity_vs_bf16" if not k and "not shipped: min_capacity_vs_bf16" in decision.reason else "")
+                "min_capacity_vs_bf16" if not k and "min_capacity_vs_bf16" in decision.turned_off_by else "")
     return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis}{gave_way})"
 
 

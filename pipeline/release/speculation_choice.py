@@ -21,7 +21,7 @@ decoding is higher, and at target_concurrency it clears min_gain wherever it dra
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipeline.drafts.methods import DRAFT_MODEL, KSchedule, Speculation
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
@@ -43,6 +43,9 @@ class SpeculationDecision:
     predicted: dict[str, float] | None = None  # estimated basis: concurrency -> predicted speedup at candidate_k
     profile: str | None = None  # the cost profile that predicted it
     schedule: list[list[int]] | None = None  # what ships is this k per batch-size range (k: its largest)
+    # The gate checks that turned the candidate off after it was chosen (failed speculation checks, or
+    # min_capacity_vs_bf16 where plain decoding carries the floor and the candidate does not); empty otherwise.
+    turned_off_by: list[str] = field(default_factory=list)
 
     @property
     def speculation(self) -> Speculation:
@@ -231,8 +234,10 @@ def _estimated(summary: dict, min_gain: float, concurrency: int, max_num_seqs: i
         method=method, compared=compared if len(compared) > 1 else None, predicted=predicted or None, profile=profile)
 
 
-def without_speculation(decision: SpeculationDecision, why: str) -> SpeculationDecision:
-    return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}")
+def without_speculation(decision: SpeculationDecision, checks: list[str], why: str) -> SpeculationDecision:
+    """The decision with its candidate turned off by the gate checks named (why: what they found)."""
+    return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}",
+                   turned_off_by=list(checks))
 
 
 def candidate_metrics(summary: dict, method: str | None) -> dict:
