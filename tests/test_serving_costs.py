@@ -349,3 +349,4 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
                                          {str(k): float(k)}, [1])
     assert uncalibrated.speedup(1, k) == pytest.approx(2 * pred.speedup(1, k), rel=1e-9)
     assert "not calibrated" in uncalibrated.basis
+    assert calibrated.uncalibrated() == prof  # the served calibration removed: the step timings alone

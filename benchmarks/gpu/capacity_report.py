@@ -14,7 +14,6 @@ import io
 import json
 import sys
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -160,8 +159,7 @@ def stage_misses(rec: ServeBenchRecord) -> list[str]:
 
 def prediction_section(rec: ServeBenchRecord) -> list[str]:
     calibrated = serving_costs.load(PROFILE)
-    assembled = replace(calibrated, methods={m: replace(c, served_scale={}, served_run=None)
-                                             for m, c in calibrated.methods.items()})
+    assembled = calibrated.uncalibrated()
     plain = rec.configs[PLAIN]
     concurrencies = sorted(lvl.concurrency for lvl in plain.levels.values())
     out = ["## Predicted on the CPU against served", "",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,9 +167,7 @@ def main() -> None:
                                           + ")" if decided else "") + ".", ""]
         demo = next((p for p in profiles if p.name.endswith("-demo")), None)
         if demo is not None and any(m.served_scale for m in demo.methods.values()):
-            bare = replace(demo, methods={m: replace(c, served_scale={}, served_run=None)
-                                          for m, c in demo.methods.items()})
-            raw_rows = served_rows({"demo": bare})
+            raw_rows = served_rows({"demo": demo.uncalibrated()})
             before = [abs(r["predicted"] / r["measured"] - 1) for r in raw_rows if r["predicted"] is not None]
             out += [f"The same cells predicted from the profile without its served calibration: largest "
                     f"{100 * max(before):.0f}% (median {100 * sorted(before)[len(before) // 2]:.0f}%).", ""]
