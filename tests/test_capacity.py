@@ -204,6 +204,26 @@ def test_bench_command_sends_poisson_arrivals_and_the_goodput_objectives(tmp_pat
     assert (lvl.request_rate, lvl.request_goodput) == (12.5, 11.0)
 
 
+def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_capacity_cap(tmp_path):
+    """serve_bench.level_command, which the stage and benchmarks/gpu/serve_shipped.py both run: a concurrency is that
+    many users; a Poisson probe's load is its rate, with at most serve_bench.capacity.max_concurrency open."""
+    cfg = tiny_params()["serve_bench"]
+    traffic = serve_bench.Traffic(tmp_path / "prompts.jsonl", tmp_path / "model", True)
+
+    def flags(**kw):
+        args = serve_bench.level_command("http://127.0.0.1:8000", "m", traffic, tmp_path / "raw/c4.json", prompts=40,
+                                         cfg=cfg, temperature=0.0, goodput=CHAT.goodput(), **kw)
+        return {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
+
+    users = flags(load=4.0, warmups=2)
+    assert (users["--max-concurrency"], users["--request-rate"], users["--num-warmups"]) == ("4", "inf", "2")
+    assert (users["--dataset-path"], users["--tokenizer"]) == (str(traffic.dataset), str(traffic.tokenizer_dir))
+    assert users["--extra-body"] == '{"add_special_tokens": true}' and users["--result-filename"] == "c4.json"
+    assert users["--custom-output-len"] == str(cfg["max_tokens"])
+    probe = flags(load=2.5, poisson=True)
+    assert probe["--request-rate"] == "2.5" and probe["--max-concurrency"] == str(cfg["capacity"]["max_concurrency"])
+
+
 def test_pareto_rows_hold_every_measurement_and_the_slo_line():
     record = searched_record("bf16", Server(), spec_server=Server(itl_slope=0.25))
     rows, header = capacity.pareto_rows(record, CHAT, serve_bench.CONFIG_NAMES)
