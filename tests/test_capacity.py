@@ -11,6 +11,7 @@ import json
 import pytest
 
 from conftest import ROOT, tiny_params
+from eval_helpers import eval_summaries
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
@@ -260,7 +261,7 @@ def gate(params, serve):
     metrics = {v: {"perplexity_increase_pct": 0.5, "kl_divergence": 0.01, "top1_agreement": 0.97,
                    "accepted_per_draft_token": 0.8, "num_speculative_tokens": 4, "expected_speedup": 2.5}
                for v in serve}
-    return gates.run(params, metrics, serve_by_variant=serve)
+    return gates.run(params, eval_summaries(metrics), serve_by_variant=serve)
 
 
 def test_capacity_gate_passes_fails_and_says_why_it_was_skipped():

@@ -123,6 +123,7 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     from conftest import copy_project, tiny_params
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
+    from pipeline.evaluate.summary import EvalSummary
     from pipeline.release import gates
     from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
@@ -135,9 +136,10 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     lat = {"mean": 5.0, "p50": 5.0, "p90": 8.0, "p99": 9.0}
     summaries = {}
     for v in params["quantize"]["enabled"]:
-        summaries[v] = {k: x for k, x in records.eval_summary(read_json(ROOT / f"metrics/eval-{v}.json")).items()
-                        if not k.endswith("_sample_len")}  # lm-eval's bookkeeping, no longer a score (test_lmeval.py)
-        write_json(metrics / f"eval-{v}.json", records.eval_metrics(summaries[v]))
+        summaries[v] = EvalSummary.from_metrics(
+            {k: x for k, x in read_json(ROOT / f"metrics/eval-{v}.json").items()
+             if not k.endswith("_sample_len")}, v)  # lm-eval's bookkeeping, no longer a score (test_lmeval.py)
+        write_json(metrics / f"eval-{v}.json", summaries[v].to_metrics())
         quant = read_json(ROOT / f"metrics/quantize-{v}.json")
         write_json(metrics / f"quantize-{v}.json", {**quant, "group_size_configured": quant["group_size"],
                                                     "group_size_reason": []})

@@ -15,6 +15,7 @@ from bundle_helpers import one_error_line, run_stage, run_stage_in_process, stag
 from conftest import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
@@ -78,8 +79,8 @@ def test_prometheus_rules_check_and_their_unit_tests_pass(workspace):
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     rules = yaml.safe_load((mon / "rules.yaml").read_text())
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    summary = records.read_object(workspace / f"artifacts/eval/{V}/summary.json")
-    warn_at = summary["accepted_per_draft_token"] * tiny_params()["monitoring"]["acceptance_warning_fraction"]
+    summary = EvalSummary.load(workspace / f"artifacts/eval/{V}/summary.json")
+    warn_at = summary.speculation.accepted_per_draft_token * tiny_params()["monitoring"]["acceptance_warning_fraction"]
     assert alerts["SpeculativeAcceptanceLow"]["expr"].endswith(f"< {warn_at:.4g}")
     # no serving benchmark: the latency alerts fall back to the latency gates' thresholds
     itl = bucket_bound(ITL, tiny_params()["gates"]["thresholds"]["max_p99_itl_ms"] / 1000)
@@ -133,7 +134,7 @@ def test_measured_numbers_size_the_probes_the_alerts_and_the_tiers(workspace, tm
         config = speculative_config(Speculation(name if k else None, k))
         (serve_dir / f"serve-{name}.yaml").write_text(serve_yaml(engine_args(spec, p["serving"], config,
                                                                              checkpoint_quantization(model))))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    summary = EvalSummary.load(ws / f"artifacts/eval/{V}/summary.json")
     records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
     r = run_stage(ws, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -190,7 +191,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(workspace, tmp_p
         (serve_dir / f"serve-{name}.yaml").write_text(render(name, k))
         (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)
         (serve_dir / f"tiers/throughput/serve-{name}.yaml").write_text(render(name, k, throughput))
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    summary = EvalSummary.load(ws / f"artifacts/eval/{V}/summary.json")
     records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
     r = run_stage_in_process(ws, capfd, "stages.bundle", V)
     assert r.returncode == 0, r.stderr[-3000:]

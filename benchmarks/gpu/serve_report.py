@@ -75,7 +75,7 @@ def served_section(variant: str, rec: ServeBenchRecord, params: dict) -> list[st
                 f"within {tie:.0%} there are weighed over the whole sweep) the stage now picks {now}"
                 + (f", which the run did not use: a build with this code ships {now}'s environment." if now != rec.kernel
                    else "."), ""]
-    d = decide({}, rec, target, MIN_GAIN)
+    d = decide(None, rec, target, MIN_GAIN)
     out += [f"What a build with this measurement ships (`speculation.decide` at concurrency {target}, min_gain "
             f"{MIN_GAIN}): **{d.speculation.label}**. {d.reason}.", ""]
     best = rec.speculative().get(d.method) if d.num_speculative_tokens and not d.schedule else None

@@ -10,6 +10,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say, warn
 from pipeline.core.values import is_number
 from pipeline.drafts.methods import NGRAM, NONE, Speculation
+from pipeline.evaluate.summary import EvalSummary, load_metrics
 from pipeline.release import speculation_choice
 from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
@@ -207,7 +208,7 @@ def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tu
     return {"capacity_vs_bf16": ratio}, None
 
 
-def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
+def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
                  allowed: bool) -> VariantVerdict:
     """Decide the speculative setting, check it, then check quality and the config that ships.
 
@@ -252,13 +253,13 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
 
 
-def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str],
+def evaluate_gates(summaries: dict[str, EvalSummary], thresholds_for, allow_fail: list[str],
                    serve_by_variant: dict[str, ServeBenchRecord] | None = None,
                    ctx: ServingContext | None = None) -> GateReport:
     serve_by_variant = serve_by_variant or {}
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
     report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
-              for v, m in metrics_by_variant.items()}
+              for v, m in summaries.items()}
     return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
                       published_with_failures=[n for n, v in report.items() if v.allowed_failure],
                       blocked=[n for n, v in report.items() if not v.shippable],
@@ -352,13 +353,12 @@ def _shipped_setting(decision: SpeculationDecision | None) -> str:
     return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis}{gave_way})"
 
 
-def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:
+def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, EvalSummary]:
     """eval-<variant>.json files from a metrics directory (this pipeline's or another runner's)."""
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): records.eval_summary(records.read_object(f))
-             for f in sorted(metrics_dir.glob("eval-*.json"))}
+    found = {f.stem.removeprefix("eval-"): load_metrics(f) for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
         if missing:
@@ -375,12 +375,13 @@ def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str
             if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
 
 
-def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None,
+def run(params: dict, summaries: dict[str, EvalSummary], allow_fail: list[str] | None = None,
         serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
-    """Gate every variant with params.yaml's thresholds (checked by pipeline/params/check.py); allow_fail adds
-    to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
+    """Gate every variant (summaries: evaluate's, by variant) with params.yaml's thresholds (checked by
+    pipeline/params/check.py); allow_fail adds to gates.allow_fail. serve_by_variant: serving benchmark records,
+    where they exist."""
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
-    known = set(metrics_by_variant) | set(params["quantize"]["variants"])
+    known = set(summaries) | set(params["quantize"]["variants"])
     unknown = [v for v in allowed if v not in known]
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
@@ -391,7 +392,7 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
                          baseline=serve_by_variant.get(serving["baseline_variant"]),
                          max_num_seqs=serving["max_num_seqs"], baseline_variant=serving["baseline_variant"],
                          gpu_hour_cost=serving.get("gpu_hour_cost"))
-    return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
+    return evaluate_gates(summaries, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
 
 
 def _short(v):
