@@ -1,6 +1,7 @@
 """Release gates: params.yaml thresholds, allow_fail, and `modelprep gate --metrics-dir` standalone."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 
@@ -350,6 +351,26 @@ def test_the_committed_eval_metrics_are_the_summarys_flat_view_byte_for_byte(pat
     assert summary.variant == path.stem.removeprefix("eval-") and summary.speculation.methods
     write_json(tmp_path / path.name, summary.to_metrics())
     assert (tmp_path / path.name).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("run", sorted({p.parent.parent.name for p in (ROOT / "benchmarks/gpu/raw").glob("*/metrics/eval-*.json")}))
+def test_the_cli_reads_every_gpu_runs_eval_metrics_older_flat_ones_too(run):
+    """The GPU runs' metrics (benchmarks/gpu/raw/<run>/metrics, gated there with `modelprep gate --metrics-dir`): the
+    older runs hold each method's numbers as <field>_<method>, read into the summary's methods, in the file's order,
+    with their values; the newer ones hold them in lists already."""
+    metrics = ROOT / "benchmarks/gpu/raw" / run / "metrics"
+    for variant, summary in gates.load_eval_metrics(metrics).items():
+        raw = json.loads((metrics / f"eval-{variant}.json").read_text())
+        if "methods" in raw:
+            assert [dataclasses.asdict(m) for m in summary.speculation.methods] == raw["methods"]
+            continue
+        suffixed = [k for k in raw if k.startswith("expected_speedup_")]
+        assert [m.method for m in summary.speculation.methods] == [k.removeprefix("expected_speedup_") for k in suffixed]
+        for m in summary.speculation.methods:
+            assert (m.accepted_per_draft_token, m.num_speculative_tokens, m.expected_speedup) == (
+                raw[f"accepted_per_draft_token_{m.method}"], raw[f"num_speculative_tokens_{m.method}"],
+                raw[f"expected_speedup_{m.method}"])
+        assert summary.quality.kl_divergence == raw["kl_divergence"]
 
 
 def test_a_metric_the_summary_does_not_have_is_one_error_line_naming_the_file(metrics_dir):
