@@ -101,10 +101,29 @@ def code_deps(entry: Path, root: Path = ROOT) -> list[str]:
     return sorted(str(p) for p in kept | folders)
 
 
+def data_inside(folder: str, root: Path = ROOT) -> list[str]:
+    """What a package folder holds besides Python (pipeline/evaluate/cost_profiles): a stage that listed the folder
+    read it too, and keeps it as a dep when the folder is listed module by module instead."""
+    return sorted(str(p.relative_to(root)) for p in (root / folder).iterdir()
+                  if p.name != "__pycache__" and not p.name.endswith(".py")
+                  and not (p.is_dir() and any(p.rglob("*.py"))))
+
+
 def wanted_deps(root: Path = ROOT) -> dict[str, list[str]]:
-    """stage -> its deps as they should be: the code closure, then the declared non-code deps in their order."""
-    return {name: code_deps(entry, root) + [d for d in deps if not is_code_dep(d, root)]
-            for name, (entry, deps) in stage_entries(root).items()}
+    """stage -> its deps as they should be: the code closure, then the declared non-code deps in their order (data
+    in a package folder no longer listed whole kept; data inside a folder now listed whole dropped)."""
+    out = {}
+    for name, (entry, deps) in stage_entries(root).items():
+        code = code_deps(entry, root)
+        rest = []
+        for d in deps:
+            if not is_code_dep(d, root):
+                rest.append(d)
+            elif (root / d).is_dir() and d not in code:
+                rest += data_inside(d, root)
+        out[name] = code + [d for d in dict.fromkeys(rest)
+                            if not any(Path(c) in Path(d).parents for c in code if (root / c).is_dir())]
+    return out
 
 
 def _item(dep: str) -> str:

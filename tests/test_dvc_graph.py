@@ -56,6 +56,28 @@ def test_dvc_deps_write_puts_the_closure_back(tmp_path):
     assert main(["--root", str(tmp_path)]) == 0
 
 
+def test_dvc_deps_write_keeps_the_data_of_a_folder_it_lists_module_by_module(tmp_path):
+    """evaluate imports only part of pipeline/evaluate: a dvc.yaml that lists the folder whole (as before
+    settings.py joined it) is rewritten module by module, and the profiles the folder holds stay a dep."""
+    from dvc_deps import main, stage_entries as entries
+
+    for name in ("pipeline", "stages"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "dvc.yaml").read_text()
+    listed = [d for d in entries()["evaluate"][1] if d.startswith("pipeline/evaluate/")]
+    assert "pipeline/evaluate/cost_profiles" in listed and len(listed) > 2
+    start, end = text.index("\n  evaluate:\n"), text.index("\n  serve_bench:\n")
+    stage = text[start:end].replace(listed[0] + ",", "pipeline/evaluate,", 1)
+    for dep in listed[1:]:
+        stage = stage.replace(f" {dep},", "", 1)
+    whole = text[:start] + stage + text[end:]
+    assert [d for d in yaml.safe_load(whole)["stages"]["evaluate"]["do"]["deps"]
+            if d.startswith("pipeline/evaluate")] == ["pipeline/evaluate"]
+    (tmp_path / "dvc.yaml").write_text(whole)
+    assert main(["--root", str(tmp_path), "--write"]) == 0
+    assert entries(tmp_path)["evaluate"][1] == entries()["evaluate"][1]
+
+
 def test_the_artifact_layout_is_dvc_yamls():
     """pipeline/core/paths.py names the artifacts dvc.yaml's stages write and read (dvc.yaml keeps literal paths):
     every artifact dvc.yaml names is one of its paths (a foreach stage's `<dir>/${item}`: its dir), and every one of
