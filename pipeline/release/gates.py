@@ -238,9 +238,10 @@ def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, threshold
         plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
         if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
             decision = speculation_choice.without_speculation(
-                decision, ["min_capacity_vs_bf16"], f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
-                          f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
-                          f"x{plain_ratio['capacity_vs_bf16']:.2f}")
+                decision, ["min_capacity_vs_bf16"],
+                f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
+                f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
+                f"x{plain_ratio['capacity_vs_bf16']:.2f}")
             claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
     metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
     metrics |= ratio
