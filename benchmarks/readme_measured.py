@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from summary import gpu_summary, quantize_summary  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
-from pipeline.core.records import eval_summary  # noqa: E402  (metrics/eval-<v>.json keeps per-method numbers in lists)
+from pipeline.evaluate.summary import load_metrics  # noqa: E402  (metrics/eval-<v>.json as the typed summary)
 
 BEGIN, END = "<!-- measured:begin (benchmarks/readme_measured.py) -->", "<!-- measured:end -->"
 
@@ -60,7 +60,7 @@ def gate_speculation(gates: dict) -> list[tuple[str, dict]]:
 def render() -> str:
     build = _json(ROOT / "benchmarks/cpu/raw/demo-build.json")
     params_enabled = sorted(p.stem.removeprefix("eval-") for p in (ROOT / "metrics").glob("eval-*.json"))
-    evals = {v: eval_summary(_json(ROOT / f"metrics/eval-{v}.json")) for v in params_enabled}
+    evals = {v: load_metrics(ROOT / f"metrics/eval-{v}.json") for v in params_enabled}
     draft = _json(ROOT / "metrics/draft.json")
     gates = _json(ROOT / "metrics/gates.json")
     q = quantize_summary()
@@ -80,18 +80,17 @@ def render() -> str:
          f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
          f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
          f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};"),
-        f"- variants: perplexity change {_range([e['perplexity_increase_pct'] for e in evals.values()], signed=True)} %, KL <= "
-        f"{max(e['kl_divergence'] for e in evals.values()):.1e}, top-1 agreement >= "
-        f"{min(e['top1_agreement'] for e in evals.values()):.3f}, accepted per draft token "
-        f"{_range([e['accepted_per_draft_token'] for e in evals.values()], 3)} at k = "
-        f"{', '.join(sorted({str(e['num_speculative_tokens']) for e in evals.values()}))}; {gate_text(gates)};",
+        f"- variants: perplexity change {_range([e.quality.perplexity_increase_pct for e in evals.values()], signed=True)}"
+        f" %, KL <= {max(e.quality.kl_divergence for e in evals.values()):.1e}, top-1 agreement >= "
+        f"{min(e.quality.top1_agreement for e in evals.values()):.3f}, accepted per draft token "
+        f"{_range([e.speculation.accepted_per_draft_token for e in evals.values()], 3)} at k = "
+        f"{', '.join(sorted({str(e.speculation.num_speculative_tokens) for e in evals.values()}))}; {gate_text(gates)};",
         "- speculative methods, served speedup at concurrency 1 predicted from the CPU acceptance estimate and the "
-        f"H100 cost profile `{next(iter(evals.values())).get('cost_profile')}` (`draft.method`, each at its predicted "
-        "best k): " + "; ".join(
-            f"{v} " + ", ".join(f"{k.removeprefix('expected_speedup_')} "
-                                + (f"x{x:.2f} (k={e['num_speculative_tokens_' + k.removeprefix('expected_speedup_')]})"
-                                   if x is not None else "not predicted")
-                                for k, x in e.items() if k.startswith("expected_speedup_")) for v, e in evals.items())
+        f"H100 cost profile `{next(iter(evals.values())).speculation.cost_profile}` (`draft.method`, each at its "
+        "predicted best k): " + "; ".join(
+            f"{v} " + ", ".join(f"{m.method} " + (f"x{m.expected_speedup:.2f} (k={m.num_speculative_tokens})"
+                                                  if m.expected_speedup is not None else "not predicted")
+                                for m in e.speculation.methods) for v, e in evals.items())
         + " (steps timed with random weights, the model drafters' scaled to what `vllm serve` served with the demo's "
         "trained drafters: `benchmarks/gpu/COSTS.md`, `benchmarks/gpu/CAPACITY.md`);",
         "- shipped speculative setting (predicted, no GPU here): " + ", ".join(

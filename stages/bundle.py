@@ -10,6 +10,7 @@ from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
 from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, variant_argument
@@ -56,7 +57,7 @@ def main(argv: list[str]) -> None:
     if not verdict.shippable:
         raise PipelineError(f"{variant} failed its gates; it is not bundled (gates.allow_fail publishes it flagged)")
     ev, serve_dir = paths.EVAL / variant, paths.SERVE / variant
-    summary = read_json(ev / "summary.json")
+    summary = EvalSummary.load(ev / "summary.json")
     shipped = verdict.speculation.speculation
     candidate = verdict.speculation.method  # its estimate describes the speculation in the card
     est_file = ev / f"speculative-{candidate}.json"

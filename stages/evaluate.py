@@ -8,6 +8,8 @@ from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, split_
 from pipeline.data.traffic import read_split
 from pipeline.drafts import eagle3, methods, ngram
 from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm, PredictedSpeedup, Quality,
+                                       SpeculativeSummary)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.params.load import load_params, variant_argument
@@ -92,32 +94,27 @@ def lm_eval_engine(p: dict) -> dict:
 
 
 def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], method: str,
-              lm_eval: dict, gpu: VllmMeasurement) -> dict:
-    """The flat metrics file `dvc metrics` and the gates read: one name per quantity. The unsuffixed
-    speculative numbers are `method`'s (the best by the estimate); each method's follow with its name."""
+              lm_eval: dict, gpu: VllmMeasurement) -> EvalSummary:
+    """The summary the gate, the bundle and `dvc metrics` read: the headline speculative numbers are `method`'s
+    (the best by the estimate), then every method's."""
     spec = estimates[method]
-    per_method = {f"{key}_{m}": getattr(e, key) for m, e in estimates.items()
-                  for key in ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")}
     k = spec.num_speculative_tokens
-    summary = {"variant": variant, **fidelity,
-               "speculative_method": method,
-               "token_acceptance": spec.token_acceptance,
-               "accepted_per_draft_token": spec.accepted_per_draft_token,
-               "num_speculative_tokens": k,
-               # predicted served speedup at serving.target_concurrency (None: no cost profile applies), and at
-               # every concurrency the bundle declares, at this k; the weight-bytes bound for reference only
-               "expected_speedup": spec.expected_speedup,
-               "predicted_speedup_by_concurrency": ({c: by_k[str(k)] for c, by_k in spec.served.speedup_by_k.items()}
-                                                    if spec.served else {}),
-               "cost_profile": spec.served.profile if spec.served else None,
-               "ideal_speedup": spec.ideal_speedup,
-               **per_method,
-               **{f"lm_eval_{t}_{k}": v for t, s in lm_eval["scores"].items() for k, v in s.items()}}
-    if gpu.skipped is None:
-        summary["vllm_accepted_per_draft_token"] = gpu.accepted_per_draft_token
-        if "bs1" in gpu.speculative_speedup:  # measured only with evaluate.vllm.throughput_batch_sizes
-            summary["vllm_speculative_speedup"] = gpu.speculative_speedup["bs1"]
-    return summary
+    return EvalSummary(
+        variant=variant, quality=Quality(**fidelity),
+        speculation=SpeculativeSummary(
+            method=method, token_acceptance=spec.token_acceptance,
+            accepted_per_draft_token=spec.accepted_per_draft_token, num_speculative_tokens=k,
+            # predicted served speedup at serving.target_concurrency (None: no cost profile applies), and at every
+            # concurrency the bundle declares, at this k; the weight-bytes bound for reference only
+            expected_speedup=spec.expected_speedup,
+            cost_profile=spec.served.profile if spec.served else None, ideal_speedup=spec.ideal_speedup,
+            predicted=([PredictedSpeedup(int(c), by_k[str(k)]) for c, by_k in spec.served.speedup_by_k.items()]
+                       if spec.served else []),
+            methods=[MethodEstimate(m, e.accepted_per_draft_token, e.num_speculative_tokens, e.expected_speedup)
+                     for m, e in estimates.items()],
+            vllm=(None if gpu.skipped is not None else  # bs1: measured only with evaluate.vllm.throughput_batch_sizes
+                  OfflineVllm(gpu.accepted_per_draft_token, gpu.speculative_speedup.get("bs1")))),
+        lm_eval={f"{task}_{metric}": v for task, scores in lm_eval["scores"].items() for metric, v in scores.items()})
 
 
 @stage_main()
@@ -157,8 +154,8 @@ def main(argv: list[str]) -> None:
             records.write(tmp / f"speculative-{method}.json", est)
         write_json(tmp / "lm_eval.json", lm_eval)
         records.write(tmp / "vllm.json", gpu)
-        write_json(tmp / "summary.json", summary)
-    write_json(f"metrics/eval-{variant}.json", records.eval_metrics(summary))  # per-method detail in lists
+        summary.write(tmp / "summary.json")
+    write_json(f"metrics/eval-{variant}.json", summary.to_metrics())  # per-method detail in lists
     max_k = p["evaluate"]["acceptance"]["max_k"]
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
               [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,

@@ -8,15 +8,16 @@ from pipeline.data.formatting import prompt_ids, split_prompt_response
 from pipeline.data.traffic import read_split
 from pipeline.drafts.served import ServedDraft
 from pipeline.evaluate import acceptance
+from pipeline.evaluate.settings import EvaluateParams
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import load_params
+from pipeline.params.load import load_params, parse_section
 
 DRAFTS = {"untrained": paths.DRAFT_BASE, "finetuned": paths.DRAFT_FINETUNED, "served": paths.DRAFT_MODEL}
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    cfg = load_params()["evaluate"]["acceptance"]
+    cfg = parse_section(load_params(), EvaluateParams).acceptance
     served = records.read(ServedDraft, paths.DRAFT_RECORD)
     if served.skipped:
         write_json("metrics/draft.json", {"skipped": served.skipped})
@@ -24,13 +25,12 @@ def main(argv: list[str]) -> None:
         return
     tokenizer, target = load_tokenizer(paths.TARGET), load_causal_lm(paths.TARGET)
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0])
-               for m in read_split(paths.HELDOUT)[: cfg["prompts"]]]
+               for m in read_split(paths.HELDOUT)[: cfg.prompts]]
     drafts = {k: v for k, v in DRAFTS.items() if k != "served" or served.quantized_variant}  # else served == finetuned
     metrics = {"served_draft_quantized_variant": served.quantized_variant}
     for label, draft_dir in drafts.items():
-        est = acceptance.estimate(target, load_causal_lm(draft_dir), prompts, cfg["continuation_tokens"],
-                                  cfg["temperature"], cfg["max_k"],
-                                  acceptance.resolve_cost_ratio(cfg["cost_ratio"], paths.TARGET, draft_dir))
+        est = acceptance.estimate(target, load_causal_lm(draft_dir), prompts, cfg.continuation_tokens, cfg.temperature,
+                                  cfg.max_k, acceptance.resolve_cost_ratio(cfg.cost_ratio, paths.TARGET, draft_dir))
         metrics |= {f"token_acceptance_{label}": est.token_acceptance,
                     f"accepted_per_draft_token_{label}": est.accepted_per_draft_token,
                     f"num_speculative_tokens_{label}": est.num_speculative_tokens,

@@ -4,30 +4,32 @@ import sys
 from pipeline.core import paths, records
 from pipeline.core.io import write_csv, write_json
 from pipeline.core.stage import stage_main
-from pipeline.params.load import load_params
+from pipeline.evaluate.summary import EvalSummary
+from pipeline.params.load import load_params, parse_section
+from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import gates
 from pipeline.serving import capacity
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.tiers import serving_slo
+from pipeline.serving.settings import ServingParams
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()  # checked as a whole by `sources`, first in every repro
-    enabled = p["quantize"]["enabled"]
-    metrics = {v: records.read_object(paths.EVAL / v / "summary.json") for v in enabled}
+    enabled = parse_section(p, QuantizeParams).enabled
+    summaries = {v: EvalSummary.load(paths.EVAL / v / "summary.json") for v in enabled}
     serve = {v: records.read(ServeBenchRecord, paths.SERVE / v / "record.json") for v in enabled}
-    report = gates.run(p, metrics, serve_by_variant=serve)
+    report = gates.run(p, summaries, serve_by_variant=serve)
     write_json("metrics/gates.json", gates.summary(report))
     records.write(paths.VERDICT, report)
     paths.PARETO.unlink(missing_ok=True)
     # none without a measurement: the card says so
-    capacity.pareto_png(paths.PARETO, serve, serving_slo(p["serving"])[0])
-    write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": m.get("kl_divergence"),
-                                     "perplexity_increase_pct": m.get("perplexity_increase_pct"),
-                                     "top1_agreement": m.get("top1_agreement"),
-                                     "accepted_per_draft_token": m.get("accepted_per_draft_token")}
-                                    for v, m in metrics.items()])
+    capacity.pareto_png(paths.PARETO, serve, parse_section(p, ServingParams).slo)
+    write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": s.quality.kl_divergence,
+                                     "perplexity_increase_pct": s.quality.perplexity_increase_pct,
+                                     "top1_agreement": s.quality.top1_agreement,
+                                     "accepted_per_draft_token": s.speculation.accepted_per_draft_token}
+                                    for v, s in summaries.items()])
     sys.exit(gates.conclude(report))
 
 

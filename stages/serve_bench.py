@@ -43,7 +43,7 @@ from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
 from pipeline.serving.tiers import Tier, benchmarked, serving_slo
-from pipeline.serving.vllm_server import serve, vllm_command
+from pipeline.serving.vllm_server import serve
 
 
 def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> ServeBenchRecord:
@@ -77,7 +77,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
         scheduling = cfg["k_schedule"] == "auto" and len(cfg["concurrency"]) > 1 and candidates
         bar = progress_bar(f"serve_bench {variant}", total=len(cfg["concurrency"]) * (
             len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs))
-        args = [spec, quantization, dataset, add_special, temperature, p, bar, server_env(spec, p["serving"])]
+        traffic = serve_bench.Traffic(dataset, serving_dir / "model", add_special)
+        args = [spec, quantization, traffic, temperature, p, bar, server_env(spec, p["serving"])]
         # 1. Plain decoding on each kernel; the faster at target_concurrency serves everything after it.
         kernel, by_kernel, kernel_failed = None, {}, {}
         for choice in kernels:
@@ -232,7 +233,7 @@ def discard(out: Path, name: str) -> None:
 
 
 def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,
-                 quantization, dataset: Path, add_special: bool, temperature: float, p: dict, bar, env: dict[str, str],
+                 quantization, traffic: serve_bench.Traffic, temperature: float, p: dict, bar, env: dict[str, str],
                  tier: Tier | None = None, label: str | None = None) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
     `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only). label: its raw
@@ -255,14 +256,9 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
 
         def bench(load: float, prompts: int, tag: str, warmups: int = 0):
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
-            result = out / "raw" / f"{label}-{tag}.json"
-            result.parent.mkdir(exist_ok=True)
-            rate = load if tag.startswith("capacity-r") else None
-            command = serve_bench.bench_command(
-                vllm_command(), server.base_url, serving["name"], serving_dir / "model", dataset,
-                cfg["capacity"]["max_concurrency"] if rate else int(load), prompts, cfg["max_tokens"], temperature,
-                add_special, result, warmups=warmups, request_rate=rate, goodput=slo.goodput())
-            return serve_bench.run_level(command, server.base_url, result, bench_log)
+            return serve_bench.bench_level(server, serving["name"], traffic, out / "raw" / f"{label}-{tag}.json",
+                                           bench_log, load, prompts, cfg, temperature, slo.goodput(), warmups,
+                                           poisson=tag.startswith("capacity-r"))
 
         levels = {}
         for c in ([tier.concurrency] if tier else cfg["concurrency"]):

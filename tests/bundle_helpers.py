@@ -30,6 +30,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
     from pipeline.data.formatting import row_to_messages
+    from pipeline.evaluate.summary import EvalSummary
     from pipeline.release import gates
     from pipeline.serving.bench_record import ServeBenchRecord
 
@@ -48,14 +49,16 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         # The key llm-compressor writes into a compressed-tensors checkpoint's config.json.
         config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
         write_json(model / "config.json", config)
-        summaries[variant] = {"variant": variant, **PASSING, "num_speculative_tokens": spec.num_speculative_tokens,
-                              "accepted_per_draft_token": spec.accepted_per_draft_token,
-                              "expected_speedup": spec.expected_speedup, "cost_profile": "test-profile",
-                              # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
-                              "predicted_speedup_by_concurrency": {"1": spec.expected_speedup, "64": 1.02},
-                              **metric_overrides}
+        summaries[variant] = EvalSummary.from_metrics({
+            "variant": variant, **PASSING, "num_speculative_tokens": spec.num_speculative_tokens,
+            "accepted_per_draft_token": spec.accepted_per_draft_token, "expected_speedup": spec.expected_speedup,
+            "cost_profile": "test-profile",
+            # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
+            "predicted_speedup_by_concurrency": [{"concurrency": 1, "speedup": spec.expected_speedup},
+                                                 {"concurrency": 64, "speedup": 1.02}],
+            **metric_overrides}, variant)
         ev = root / "artifacts/eval" / variant
-        write_json(ev / "summary.json", summaries[variant])
+        summaries[variant].write(ev / "summary.json")
         records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
         records.write(root / "artifacts/serve" / variant / "record.json", ServeBenchRecord(variant, skipped="no CUDA device"))

@@ -1,6 +1,7 @@
 """The bundle stage on the tiny demo pair: layout, vLLM configs, model card, MANIFEST and `modelprep verify`."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.metadata
 import json
@@ -11,7 +12,10 @@ import yaml
 
 from tiny_project import tiny_params
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
+from eval_helpers import eval_summary
 from speculation_estimates import PER_POSITION, speculative_estimate
+from pipeline.core.errors import PipelineError
+from pipeline.evaluate.summary import EvalSummary, Quality
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import parse_variant
 from pipeline.release.bundle import SPEC_METRICS, model_card
@@ -126,8 +130,8 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
     the rest."""
     spec = speculative_estimate()
     return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
-                      {"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
-                       "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}, spec,
+                      eval_summary({"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
+                                    "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}), spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
                       quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
@@ -183,22 +187,29 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     assert not {"num_speculative_tokens", "expected_speedup", "speculative_method", "cost_profile"} & set(ev)
     assert ev["speculation_estimates"]["num_speculative_tokens"] == k and "do not say what ships" in \
         ev["speculation_estimates"]["note"]
-    assert ev["top1_agreement"] == json.loads((bundled_workspace / "artifacts/eval/fp8-static/summary.json").read_text())[
-        "top1_agreement"]
+    summary = EvalSummary.load(bundled_workspace / "artifacts/eval/fp8-static/summary.json")
+    assert ev["top1_agreement"] == summary.quality.top1_agreement
+    assert summary_of(ev, "EVAL.json") == summary  # publish reads the summary the bundle was built from
 
     # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
-    summary = {"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "speculative_method": "ngram",
-               "num_speculative_tokens": 8, "expected_speedup": 1.46, "accepted_per_draft_token": 0.398,
-               "expected_speedup_ngram": 1.46, "num_speculative_tokens_ngram": 8, "lm_eval_domain_heldout_acc": 0.1}
+    summary = eval_summary({"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "speculative_method": "ngram",
+                            "num_speculative_tokens": 8, "expected_speedup": 1.46, "accepted_per_draft_token": 0.398,
+                            "methods": [{"method": "ngram", "num_speculative_tokens": 8, "expected_speedup": 1.46}],
+                            "lm_eval_domain_heldout_acc": 0.1})
     off = SpeculationDecision(0, 8, "estimated", 1.46, 1, "x1.46 ...; not shipped: min_accepted_per_draft_token",
-                              method="ngram")
+                              method="ngram", turned_off_by=["min_accepted_per_draft_token"])
     record = eval_record(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off))
     assert record["speculation_shipped"] == {"method": None, "num_speculative_tokens": 0, "basis": "estimated",
                                              "speedup": None, "reason": off.reason}
-    assert set(record) == {"variant", "perplexity", "top1_agreement", "lm_eval_domain_heldout_acc",
-                           "speculation_shipped", "speculation_estimates"}
-    assert record["speculation_estimates"]["expected_speedup_ngram"] == 1.46
-    assert summary_of(record) == summary and summary_of(summary) == summary  # publish reads it back (old bundles too)
+    quality = [f.name for f in dataclasses.fields(Quality)]
+    assert list(record) == ["variant", *quality, "lm_eval_domain_heldout_acc", "speculation_shipped",
+                            "speculation_estimates"]
+    estimates = record["speculation_estimates"]
+    assert not {"variant", "lm_eval_domain_heldout_acc", *quality} & set(estimates)
+    assert (estimates["num_speculative_tokens"], estimates["methods"][0]["expected_speedup"]) == (8, 1.46)
+    assert summary_of(record, "EVAL.json") == summary
+    with pytest.raises(PipelineError, match="^old/EVAL.json: no speculation_estimates object; rebuild the bundle"):
+        summary_of(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved
 
 
 def test_bf16_card_does_not_call_its_model_quantized():

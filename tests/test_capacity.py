@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from eval_helpers import eval_summaries
 from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
 from tiny_project import ROOT, tiny_params
 from pipeline.core import records
@@ -150,6 +151,26 @@ def test_bench_command_sends_poisson_arrivals_and_the_goodput_objectives(tmp_pat
     assert (lvl.request_rate, lvl.request_goodput) == (12.5, 11.0)
 
 
+def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_capacity_cap(tmp_path):
+    """serve_bench.level_command, which the stage and benchmarks/gpu/serve_shipped.py both run: a concurrency is that
+    many users; a Poisson probe's load is its rate, with at most serve_bench.capacity.max_concurrency open."""
+    cfg = tiny_params()["serve_bench"]
+    traffic = serve_bench.Traffic(tmp_path / "prompts.jsonl", tmp_path / "model", True)
+
+    def flags(**kw):
+        args = serve_bench.level_command("http://127.0.0.1:8000", "m", traffic, tmp_path / "raw/c4.json", prompts=40,
+                                         cfg=cfg, temperature=0.0, goodput=CHAT.goodput(), **kw)
+        return {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
+
+    users = flags(load=4.0, warmups=2)
+    assert (users["--max-concurrency"], users["--request-rate"], users["--num-warmups"]) == ("4", "inf", "2")
+    assert (users["--dataset-path"], users["--tokenizer"]) == (str(traffic.dataset), str(traffic.tokenizer_dir))
+    assert users["--extra-body"] == '{"add_special_tokens": true}' and users["--result-filename"] == "c4.json"
+    assert users["--custom-output-len"] == str(cfg["max_tokens"])
+    probe = flags(load=2.5, poisson=True)
+    assert probe["--request-rate"] == "2.5" and probe["--max-concurrency"] == str(cfg["capacity"]["max_concurrency"])
+
+
 def test_pareto_rows_hold_every_measurement_and_the_slo_line():
     record = searched_record("bf16", Server(), spec_server=Server(itl_slope=0.25))
     rows, header = capacity.pareto_rows(record, CHAT, serve_bench.CONFIG_NAMES)
@@ -186,7 +207,7 @@ def gate(params, serve):
     metrics = {v: {"perplexity_increase_pct": 0.5, "kl_divergence": 0.01, "top1_agreement": 0.97,
                    "accepted_per_draft_token": 0.8, "num_speculative_tokens": 4, "expected_speedup": 2.5}
                for v in serve}
-    return gates.run(params, metrics, serve_by_variant=serve)
+    return gates.run(params, eval_summaries(metrics), serve_by_variant=serve)
 
 
 def test_capacity_gate_passes_fails_and_says_why_it_was_skipped():
@@ -311,10 +332,11 @@ def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_
     assert "not shipped: min_capacity_vs_bf16: draft_model carries x0.25 of bf16 plain decoding's users" in \
         v.speculation.reason
     assert v.capacity.config == PLAIN and v.capacity.vs_bf16 == pytest.approx(1.0)
+    assert v.speculation.turned_off_by == ["min_capacity_vs_bf16"]
     assert gates.verdict_line(INT4, v).endswith("; ships without speculation (measured; draft_model k=4 gave way: "
                                                   "fewer users at the SLO than min_capacity_vs_bf16)")
     # plain decoding of this variant carries fewer users than BF16's too: nothing to give way to, the variant fails
     slow = searched_record(INT4, Server(itl_slope=1.0), spec_server=Server(itl_slope=2.0, speed=200.0))
     v = gate(p, {BF16: base, INT4: slow}).variants[INT4]
-    assert not v.passed and v.speculation.num_speculative_tokens == 4
+    assert not v.passed and v.speculation.num_speculative_tokens == 4 and v.speculation.turned_off_by == []
     assert [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]

@@ -2,7 +2,6 @@
 (transitively), and dvc.lock was produced by the code in the tree."""
 from __future__ import annotations
 
-import ast
 import json
 import shutil
 import subprocess
@@ -12,64 +11,7 @@ import pytest
 import yaml
 
 from tiny_project import ROOT
-
-PACKAGES = ("pipeline", "stages")
-
-
-def module_file(name: str) -> Path | None:
-    """The project file of a dotted module name, or None for third-party modules."""
-    if name.split(".")[0] not in PACKAGES:
-        return None
-    base = ROOT.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def imported_modules(path: Path) -> set[str]:
-    """Every module an import statement anywhere in the file names (lazy imports inside functions too);
-    `from pkg import name` counts pkg.name when that is a module."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            names |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names |= {f"{node.module}.{a.name}" for a in node.names if module_file(f"{node.module}.{a.name}")}
-    return names
-
-
-def closure(entry: Path) -> set[Path]:
-    """The project files a stage's entry point runs: itself, what it imports, and their packages' __init__."""
-    seen, todo = set(), [entry]
-    while todo:
-        path = todo.pop()
-        if path in seen:
-            continue
-        seen.add(path)
-        for name in imported_modules(path):
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__ and a/b/__init__ too
-                found = module_file(".".join(parts[:i]))
-                if found is not None:
-                    todo.append(found)
-    return {p.relative_to(ROOT) for p in seen}
-
-
-def stage_entries(root: Path = ROOT) -> dict[str, tuple[Path, list[str]]]:
-    """stage name -> (entry file, declared deps) from dvc.yaml."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
-    out = {}
-    for name, stage in stages.items():
-        body = stage.get("do", stage)
-        module = body["cmd"].split()[2]  # python -m stages.<name> [...]
-        out[name] = (Path(*module.split(".")).with_suffix(".py"), body.get("deps", []))
-    return out
-
-
-def covered(path: Path, deps: list[str]) -> bool:
-    return any(path == Path(d) or Path(d) in path.parents for d in deps)
+from dvc_deps import closure, covered, is_code_dep, stage_entries  # `python tests/dvc_deps.py --write` writes them
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))
@@ -77,17 +19,63 @@ def test_code_deps_are_exactly_the_import_closure(stage):
     entry, deps = stage_entries()[stage]
     needed = closure(ROOT / entry)
     missing = sorted(str(p) for p in needed if not covered(p, deps))
-    assert not missing, f"dvc.yaml stage {stage} imports {missing} but does not list them in deps"
+    assert not missing, (f"dvc.yaml stage {stage} imports {missing} but does not list them in deps "
+                         "(python tests/dvc_deps.py --write)")
     # a folder of data inside a package (pipeline/evaluate/cost_profiles) is data, not code
-    code_deps = [d for d in deps if d.endswith(".py") or (ROOT / d).is_dir() and d.split("/")[0] in PACKAGES
-                 and any((ROOT / d).rglob("*.py"))]
+    code_deps = [d for d in deps if is_code_dep(d)]
     extra = [d for d in code_deps if not any(p == Path(d) or Path(d) in p.parents for p in needed)]
-    assert not extra, f"dvc.yaml stage {stage} lists code it never imports: {extra}"
+    assert not extra, f"dvc.yaml stage {stage} lists code it never imports: {extra} (python tests/dvc_deps.py --write)"
     # A listed package directory must be wholly imported, else an unrelated edit re-runs the stage.
     for d in code_deps:
         if (ROOT / d).is_dir():
             files = {p.relative_to(ROOT) for p in (ROOT / d).rglob("*.py")}
             assert files <= needed, f"stage {stage} lists {d}/ but imports only part of it: {sorted(files - needed)}"
+
+
+def test_dvc_deps_write_puts_the_closure_back(tmp_path):
+    """`python tests/dvc_deps.py --write` on a copy of the project whose dvc.yaml lost a code dep of `gate` and
+    lists one it never imports: the check fails naming the stage, --write restores the closure, and dvc.yaml reads
+    back as it was (comments and the other stages' lines byte for byte)."""
+    from dvc_deps import main
+
+    for name in ("pipeline", "stages"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    original = (ROOT / "dvc.yaml").read_text()
+    gate = yaml.safe_load(original)["stages"]["gate"]["deps"]
+    assert "pipeline/release/gates.py" in gate and "pipeline/core/sizes.py" not in gate
+    tampered = original.replace("pipeline/release/gates.py, ", "pipeline/core/sizes.py, ", 1)
+    (tmp_path / "dvc.yaml").write_text(tampered)
+    assert main(["--root", str(tmp_path)]) == 1
+    assert main(["--root", str(tmp_path), "--write"]) == 0
+    written = (tmp_path / "dvc.yaml").read_text()
+    assert yaml.safe_load(written) == yaml.safe_load(original)
+    def around_gate_deps(text: str) -> tuple[str, str]:
+        return text[:text.index("\n  gate:\n")], text[text.index("\n    params: [gates,"):]
+
+    assert around_gate_deps(written) == around_gate_deps(original)
+    assert main(["--root", str(tmp_path)]) == 0
+
+
+def test_dvc_deps_write_keeps_the_data_of_a_folder_it_lists_module_by_module(tmp_path):
+    """evaluate imports only part of pipeline/evaluate: a dvc.yaml that lists the folder whole (as before
+    settings.py joined it) is rewritten module by module, and the profiles the folder holds stay a dep."""
+    from dvc_deps import main, stage_entries as entries
+
+    for name in ("pipeline", "stages"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    text = (ROOT / "dvc.yaml").read_text()
+    listed = [d for d in entries()["evaluate"][1] if d.startswith("pipeline/evaluate/")]
+    assert "pipeline/evaluate/cost_profiles" in listed and len(listed) > 2
+    start, end = text.index("\n  evaluate:\n"), text.index("\n  serve_bench:\n")
+    stage = text[start:end].replace(listed[0] + ",", "pipeline/evaluate,", 1)
+    for dep in listed[1:]:
+        stage = stage.replace(f" {dep},", "", 1)
+    whole = text[:start] + stage + text[end:]
+    assert [d for d in yaml.safe_load(whole)["stages"]["evaluate"]["do"]["deps"]
+            if d.startswith("pipeline/evaluate")] == ["pipeline/evaluate"]
+    (tmp_path / "dvc.yaml").write_text(whole)
+    assert main(["--root", str(tmp_path), "--write"]) == 0
+    assert entries(tmp_path)["evaluate"][1] == entries()["evaluate"][1]
 
 
 def test_the_artifact_layout_is_dvc_yamls():
@@ -157,6 +145,7 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     from tiny_project import copy_project, tiny_params
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
+    from pipeline.evaluate.summary import EvalSummary
     from pipeline.release import gates
     from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
@@ -169,9 +158,10 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     lat = {"mean": 5.0, "p50": 5.0, "p90": 8.0, "p99": 9.0}
     summaries = {}
     for v in params["quantize"]["enabled"]:
-        summaries[v] = {k: x for k, x in records.eval_summary(read_json(ROOT / f"metrics/eval-{v}.json")).items()
-                        if not k.endswith("_sample_len")}  # lm-eval's bookkeeping, no longer a score (test_lmeval.py)
-        write_json(metrics / f"eval-{v}.json", records.eval_metrics(summaries[v]))
+        summaries[v] = EvalSummary.from_metrics(
+            {k: x for k, x in read_json(ROOT / f"metrics/eval-{v}.json").items()
+             if not k.endswith("_sample_len")}, v)  # lm-eval's bookkeeping, no longer a score (test_lmeval.py)
+        write_json(metrics / f"eval-{v}.json", summaries[v].to_metrics())
         quant = read_json(ROOT / f"metrics/quantize-{v}.json")
         write_json(metrics / f"quantize-{v}.json", {**quant, "group_size_configured": quant["group_size"],
                                                     "group_size_reason": []})

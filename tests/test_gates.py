@@ -1,6 +1,7 @@
 """Release gates: params.yaml thresholds, allow_fail, and `modelprep gate --metrics-dir` standalone."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 
@@ -12,6 +13,7 @@ from speculation_estimates import choose_k
 from tiny_project import ROOT, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.params.check import validate
 from pipeline.quantize.recipes import enabled_variant
@@ -32,7 +34,12 @@ def passing_metrics(params: dict, variant: str) -> dict:
             "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
             "num_speculative_tokens": 4, "expected_speedup": 2.0, "greedy_match": 1.0,
             "perplexity": t["max_heldout_perplexity"] * 0.5, "cost_profile": "test-profile",
-            "predicted_speedup_by_concurrency": {"1": 2.0, "64": 1.2}}
+            "predicted_speedup_by_concurrency": [{"concurrency": 1, "speedup": 2.0}, {"concurrency": 64, "speedup": 1.2}]}
+
+
+def run_gates(params: dict, metrics: dict[str, dict], **kw) -> gates.GateReport:
+    """gates.run over evaluation metrics as metrics/eval-<v>.json holds them (read as the evaluate stage's summary)."""
+    return gates.run(params, {v: EvalSummary.from_metrics(m, f"eval-{v}.json") for v, m in metrics.items()}, **kw)
 
 
 def test_defaults_are_stricter_for_fp8_than_int4():
@@ -42,14 +49,14 @@ def test_defaults_are_stricter_for_fp8_than_int4():
     assert gate_thresholds(p, INT4)["min_accepted_per_draft_token"] == 0.6
     # the same 2% perplexity increase passes as INT4 and fails as FP8
     metrics = {v: {**passing_metrics(p, INT4), "perplexity_increase_pct": 2.0} for v in (INT4, FP8)}
-    report = gates.run(p, metrics)
+    report = run_gates(p, metrics)
     assert report.variants[INT4].passed and not report.variants[FP8].passed
     assert not report.all_passed
 
 
 def test_every_check_is_recorded_and_passes():
     p = tiny_params(serving={"max_num_seqs": 1})  # one request at a time: the predicted speculation ships
-    report = gates.run(p, {INT4: passing_metrics(p, INT4)})
+    report = run_gates(p, {INT4: passing_metrics(p, INT4)})
     assert report.all_passed
     checks = {c.check: c for c in report.variants[INT4].checks}
     assert set(checks) == set(CHECKS)
@@ -68,18 +75,18 @@ def test_absolute_gates_catch_a_broken_target_that_every_variant_matches():
     p = tiny_params(gates={"thresholds": {"min_lm_eval_domain_heldout_acc": 0.3}})
     broken = {**passing_metrics(p, INT4), "perplexity_increase_pct": 0.0, "kl_divergence": 0.0,
               "top1_agreement": 1.0, "perplexity": 31000.0, "lm_eval_domain_heldout_acc": 0.0}
-    verdict = gates.run(p, {INT4: broken}).variants[INT4]
+    verdict = run_gates(p, {INT4: broken}).variants[INT4]
     failed = {c.check: c for c in verdict.checks if not c.passed}
     assert set(failed) == {"max_heldout_perplexity", "min_lm_eval_domain_heldout_acc"} and not verdict.passed
     assert failed["min_lm_eval_domain_heldout_acc"].value == 0.0
     # a task score the metrics lack fails (the task did not run), it is not skipped
     missing = {k: v for k, v in broken.items() if not k.startswith("lm_eval_")}
-    check = next(c for c in gates.run(p, {INT4: missing}).variants[INT4].checks
+    check = next(c for c in run_gates(p, {INT4: missing}).variants[INT4].checks
                  if c.check == "min_lm_eval_domain_heldout_acc")
     assert not check.passed and not check.skipped
     # the same thresholds pass a healthy target
     healthy = {**broken, "perplexity": 3.0, "lm_eval_domain_heldout_acc": 0.4}
-    assert gates.run(p, {INT4: healthy}).variants[INT4].passed
+    assert run_gates(p, {INT4: healthy}).variants[INT4].passed
 
 
 @pytest.mark.parametrize("threshold, message", [
@@ -96,7 +103,7 @@ def test_bad_absolute_thresholds_are_one_line(threshold, message, tmp_path):
 def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     p = tiny_params(serving={"max_num_seqs": 1})
     measured = {**passing_metrics(p, INT4), "vllm_speculative_speedup": 0.95, "vllm_accepted_per_draft_token": 0.3}
-    report = gates.run(p, {INT4: measured})
+    report = run_gates(p, {INT4: measured})
     verdict = report.variants[INT4]
     failed = {c.check: c for c in verdict.checks if not c.passed}
     assert set(failed) == {"min_vllm_speculative_speedup", "min_accepted_per_draft_token"}
@@ -119,17 +126,17 @@ def test_an_acceptance_floor_vetoes_model_drafters_not_ngram_lookups():
     p = tiny_params(serving={"max_num_seqs": 1})
     low = {**passing_metrics(p, INT4), "accepted_per_draft_token": 0.40, "expected_speedup": 1.47,
            "num_speculative_tokens": 8}
-    ngram = gates.run(p, {INT4: {**low, "speculative_method": "ngram"}}).variants[INT4]
+    ngram = run_gates(p, {INT4: {**low, "speculative_method": "ngram"}}).variants[INT4]
     floor = next(c for c in ngram.checks if c.check == "min_accepted_per_draft_token")
     assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 8)
     assert floor.passed and "n-gram lookups cost no GPU forward pass" in floor.skipped
-    draft = gates.run(p, {INT4: {**low, "speculative_method": "draft_model"}}).variants[INT4]
+    draft = run_gates(p, {INT4: {**low, "speculative_method": "draft_model"}}).variants[INT4]
     assert draft.speculation.num_speculative_tokens == 0 and "min_accepted_per_draft_token" in draft.speculation.reason
 
 
 def test_verdict_line_counts_failed_and_skipped_checks(capsys):
     p = tiny_params()
-    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": 0.5, "top1_agreement": 0.5}},
+    report = run_gates(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": 0.5, "top1_agreement": 0.5}},
                        allow_fail=[INT4])
     assert gates.conclude(report) == 0
     line = capsys.readouterr().out.splitlines()[0]
@@ -139,7 +146,7 @@ def test_verdict_line_counts_failed_and_skipped_checks(capsys):
 
 def test_failure_message_says_what_was_needed_and_by_how_much():
     p = tiny_params()
-    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "top1_agreement": 0.8956}})
+    report = run_gates(p, {INT4: {**passing_metrics(p, INT4), "top1_agreement": 0.8956}})
     [line] = gates.failed_checks(report, allowed=False)
     assert line == f"{INT4}: min_top1_agreement (top1_agreement=0.8956, needs >= 0.9 (short by 0.0044))"
 
@@ -149,7 +156,7 @@ def test_failure_message_says_what_was_needed_and_by_how_much():
 def test_failure_names_the_check(metric, check):
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), metric: 0.5}
-    report = gates.run(p, {INT4: bad})
+    report = run_gates(p, {INT4: bad})
     assert not report.all_passed
     failed = gates.failed_checks(report, allowed=False)
     assert len(failed) == 1 and failed[0].startswith(f"{INT4}: {check} ")
@@ -159,14 +166,14 @@ def test_missing_required_metric_fails():
     p = tiny_params()
     metrics = passing_metrics(p, INT4)
     del metrics["top1_agreement"]
-    report = gates.run(p, {INT4: metrics})
+    report = run_gates(p, {INT4: metrics})
     [c] = [c for c in report.variants[INT4].checks if not c.passed]
     assert c.check == "min_top1_agreement" and c.note == "metric missing"
 
 
 def test_nan_metric_fails():
     p = tiny_params()
-    report = gates.run(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": float("nan")}})
+    report = run_gates(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": float("nan")}})
     assert not report.all_passed
 
 
@@ -220,10 +227,10 @@ def test_allow_fail_passes_the_gate_but_flags_the_variant():
     p = tiny_params()
     bad = {**passing_metrics(p, INT4), "kl_divergence": 1.0}
     metrics = {INT4: bad, FP8: passing_metrics(p, FP8)}
-    blocked = gates.run(p, metrics)
+    blocked = run_gates(p, metrics)
     assert not blocked.shippable and blocked.blocked == [INT4] and blocked.published_with_failures == []
-    for report in (gates.run(p, metrics, allow_fail=[INT4]),
-                   gates.run({**p, "gates": {**p["gates"], "allow_fail": [INT4]}}, metrics)):
+    for report in (run_gates(p, metrics, allow_fail=[INT4]),
+                   run_gates({**p, "gates": {**p["gates"], "allow_fail": [INT4]}}, metrics)):
         # Shippable (the stage passes), but not all passed: the record says what happened.
         assert report.shippable and not report.all_passed
         assert report.published_with_failures == [INT4] and report.blocked == [] and report.allow_fail == [INT4]
@@ -234,7 +241,7 @@ def test_allow_fail_passes_the_gate_but_flags_the_variant():
         assert not report.variants[FP8].allowed_failure
         assert gates.conclude(report) == 0
     with pytest.raises(PipelineError, match="unknown variants"):
-        gates.run(p, metrics, allow_fail=["gptq-w4a61"])
+        run_gates(p, metrics, allow_fail=["gptq-w4a61"])
 
 
 def card_for(report, variant: str) -> str:
@@ -246,7 +253,8 @@ def card_for(report, variant: str) -> str:
         accepted_per_position=per_pos[:k], accepted_per_position_by_k={str(k): per_pos[:k]},
         expected_accepted_tokens=sum(per_pos[:k]), cost_ratio=0.1, expected_speedup=speedups[k],
         expected_speedup_by_k={str(j): x for j, x in speedups.items()}, prompts=1)
-    summary = {**passing_metrics(p, variant), "perplexity_baseline": 2.0, "perplexity": 2.01}
+    summary = EvalSummary.from_metrics({**passing_metrics(p, variant), "perplexity_baseline": 2.0, "perplexity": 2.01},
+                                       variant)
     quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
     skipped = vllm_spec.unavailable_reason() or "measured elsewhere"
     return model_card(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant], quant,
@@ -256,7 +264,7 @@ def card_for(report, variant: str) -> str:
 def test_allowed_failure_carries_a_warning_in_the_card():
     p = tiny_params()
     metrics = {INT4: {**passing_metrics(p, INT4), "kl_divergence": 1.0}, FP8: passing_metrics(p, FP8)}
-    report = gates.run(p, metrics, allow_fail=[INT4])
+    report = run_gates(p, metrics, allow_fail=[INT4])
     flagged, clean = card_for(report, INT4), card_for(report, FP8)
     assert "WARNING" in flagged and "allow_fail" in flagged
     assert "| max_kl_divergence |" in flagged and "FAIL |" in flagged
@@ -314,26 +322,67 @@ def test_cli_passes(metrics_dir):
 
 def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
     """metrics/eval-<v>.json keeps each method's estimate and the predicted speedups in lists (out of `dvc metrics
-    show`'s table); the CLI reads them back as the flat summary, deciding exactly as from the summary itself."""
-    from pipeline.core import records
-
+    show`'s table); the CLI reads them back as the evaluate summary, deciding from every method's estimate."""
     p = tiny_params(serving={"max_num_seqs": 1})
-    summary = {**passing_metrics(p, INT4), "speculative_method": "ngram", "expected_speedup_ngram": 2.0,
-               "num_speculative_tokens_ngram": 4, "accepted_per_draft_token_ngram": 0.7,
-               "expected_speedup_eagle3": 1.5, "num_speculative_tokens_eagle3": 3, "accepted_per_draft_token_eagle3": 0.8}
-    written = records.eval_metrics(summary)
-    assert written["methods"][0] == {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4,
-                                     "expected_speedup": 2.0}
-    assert written["predicted_speedup_by_concurrency"] == [{"concurrency": 1, "speedup": 2.0},
-                                                           {"concurrency": 64, "speedup": 1.2}]
-    assert not [k for k in written if k.endswith(("_ngram", "_eagle3"))]
-    assert records.eval_summary(written) == summary and records.eval_summary(summary) == summary
+    summary = EvalSummary.from_metrics({**passing_metrics(p, INT4), "speculative_method": "ngram", "methods": [
+        {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4, "expected_speedup": 2.0},
+        {"method": "eagle3", "accepted_per_draft_token": 0.8, "num_speculative_tokens": 3, "expected_speedup": 1.5}]},
+        "test")
+    assert [m.method for m in summary.speculation.methods] == ["ngram", "eagle3"]
+    assert summary.speculation.predicted_by_concurrency() == {"1": 2.0, "64": 1.2}
+    written = summary.to_metrics()
+    assert [k for k in written if isinstance(written[k], list)] == ["methods", "predicted_speedup_by_concurrency"]
+    assert list(written)[-2:] == ["methods", "predicted_speedup_by_concurrency"]
     (metrics_dir / f"eval-{FP8}.json").unlink()
     (metrics_dir / f"eval-{INT4}.json").write_text(json.dumps(written))
     assert gates.load_eval_metrics(metrics_dir) == {INT4: summary}
     decided = gates.run(p, gates.load_eval_metrics(metrics_dir)).variants[INT4].speculation
-    assert decided == gates.run(p, {INT4: summary}).variants[INT4].speculation and decided.compared == {
-        "ngram": 2.0, "eagle3": 1.5}
+    assert (decided.method, decided.num_speculative_tokens) == ("ngram", 4)
+    assert decided.compared == {"ngram": 2.0, "eagle3": 1.5}
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "metrics").glob("eval-*.json")), ids=lambda p: p.name)
+def test_the_committed_eval_metrics_are_the_summarys_flat_view_byte_for_byte(path, tmp_path):
+    """metrics/eval-<v>.json as the demo build wrote them (dvc.lock records their hashes): read as the typed summary
+    and written back by to_metrics, the same keys, values and order, byte for byte."""
+    from pipeline.core.io import write_json
+    from pipeline.evaluate.summary import load_metrics
+
+    summary = load_metrics(path)
+    assert summary.variant == path.stem.removeprefix("eval-") and summary.speculation.methods
+    write_json(tmp_path / path.name, summary.to_metrics())
+    assert (tmp_path / path.name).read_bytes() == path.read_bytes()
+
+
+@pytest.mark.parametrize("run", sorted({p.parent.parent.name for p in (ROOT / "benchmarks/gpu/raw").glob("*/metrics/eval-*.json")}))
+def test_the_cli_reads_every_gpu_runs_eval_metrics_older_flat_ones_too(run):
+    """The GPU runs' metrics (benchmarks/gpu/raw/<run>/metrics, gated there with `modelprep gate --metrics-dir`): the
+    older runs hold each method's numbers as <field>_<method>, read into the summary's methods, in the file's order,
+    with their values; the newer ones hold them in lists already."""
+    metrics = ROOT / "benchmarks/gpu/raw" / run / "metrics"
+    for variant, summary in gates.load_eval_metrics(metrics).items():
+        raw = json.loads((metrics / f"eval-{variant}.json").read_text())
+        if "methods" in raw:
+            assert [dataclasses.asdict(m) for m in summary.speculation.methods] == raw["methods"]
+            continue
+        suffixed = [k for k in raw if k.startswith("expected_speedup_")]
+        assert [m.method for m in summary.speculation.methods] == [k.removeprefix("expected_speedup_") for k in suffixed]
+        for m in summary.speculation.methods:
+            assert (m.accepted_per_draft_token, m.num_speculative_tokens, m.expected_speedup) == (
+                raw[f"accepted_per_draft_token_{m.method}"], raw[f"num_speculative_tokens_{m.method}"],
+                raw[f"expected_speedup_{m.method}"])
+        assert summary.quality.kl_divergence == raw["kl_divergence"]
+
+
+def test_a_metric_the_summary_does_not_have_is_one_error_line_naming_the_file(metrics_dir):
+    path = metrics_dir / f"eval-{FP8}.json"
+    good = json.loads(path.read_text())
+    path.write_text(json.dumps({**good, "kl_divergense": 0.1}))
+    with pytest.raises(PipelineError, match=r"eval-fp8-dynamic.json: unknown evaluation metrics \['kl_divergense'\]"):
+        gates.load_eval_metrics(metrics_dir)
+    path.write_text(json.dumps({**good, "top1_agreement": "high"}))
+    with pytest.raises(PipelineError, match=r"eval-fp8-dynamic.json: quality: field 'top1_agreement' is 'high'"):
+        gates.load_eval_metrics(metrics_dir)
 
 
 def test_cli_failure_exits_1_naming_the_check(metrics_dir):

@@ -17,6 +17,7 @@ from latency_model import H100_RUN, Server, lat, search, swept
 from tiny_project import ROOT, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
@@ -58,7 +59,7 @@ def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
     """The gate's verdict on V's evaluation and this serving record, where the gate stage writes it."""
     from pipeline.release import gates
 
-    summary = records.read_object(ws / f"artifacts/eval/{V}/summary.json")
+    summary = EvalSummary.load(ws / f"artifacts/eval/{V}/summary.json")
     records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
 
 
@@ -103,8 +104,8 @@ def test_prometheus_rules_check_and_their_unit_tests_pass(bundled_workspace):
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
     rules = yaml.safe_load((mon / "rules.yaml").read_text())
     alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    summary = records.read_object(bundled_workspace / f"artifacts/eval/{V}/summary.json")
-    warn_at = summary["accepted_per_draft_token"] * tiny_params()["monitoring"]["acceptance_warning_fraction"]
+    summary = EvalSummary.load(bundled_workspace / f"artifacts/eval/{V}/summary.json")
+    warn_at = summary.speculation.accepted_per_draft_token * tiny_params()["monitoring"]["acceptance_warning_fraction"]
     assert alerts["SpeculativeAcceptanceLow"]["expr"].endswith(f"< {warn_at:.4g}")
     # no serving benchmark: the latency alerts fall back to the latency gates' thresholds
     itl = bucket_bound(ITL, tiny_params()["gates"]["thresholds"]["max_p99_itl_ms"] / 1000)

@@ -8,7 +8,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from tiny_project import ROOT
-from test_dvc_graph import imported_modules, module_file
+from dvc_deps import imported_modules, module_file
 
 STEPS = ("core", "params", "models", "data", "quantize", "drafts", "evaluate", "serving", "release")
 

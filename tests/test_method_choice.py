@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.release.speculation_choice import decide
@@ -21,7 +22,7 @@ def served(configs: dict[str, tuple[int, float]]) -> ServeBenchRecord:
 
 def test_the_fastest_measured_method_ships_whatever_the_estimate_said():
     """The GPU profile's situation: the estimate favoured the draft model, the served head was faster."""
-    estimate = {"speculative_method": "draft_model", "num_speculative_tokens": 8, "expected_speedup": 5.7}
+    estimate = eval_summary({"speculative_method": "draft_model", "num_speculative_tokens": 8, "expected_speedup": 5.7})
     d = decide(estimate, served({PLAIN: (0, 345.0), "draft_model": (8, 157.0), "eagle3": (7, 1002.0),
                                  "ngram": (6, 166.0)}), 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("eagle3", 7, "measured")
@@ -31,14 +32,14 @@ def test_the_fastest_measured_method_ships_whatever_the_estimate_said():
 
 
 def test_a_legacy_record_is_the_draft_models():
-    d = decide({}, served({PLAIN: (0, 100.0), SPECULATIVE: (4, 200.0)}), 1, min_gain=1.1)
+    d = decide(None, served({PLAIN: (0, 100.0), SPECULATIVE: (4, 200.0)}), 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens) == ("draft_model", 4)
 
 
 def test_methods_vllm_could_not_serve_never_ship_on_their_estimate():
     """Plain decoding was served and every speculative config failed to start: the decision is a measured
     'none', whatever the CPU estimate promised (it would have shipped an unserved head)."""
-    estimate = {"speculative_method": "eagle3", "num_speculative_tokens": 7, "expected_speedup": 5.7}
+    estimate = eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 7, "expected_speedup": 5.7})
     record = served({PLAIN: (0, 345.0)})
     record.failed_configs = {"eagle3": "vllm serve exited 1 before /health answered: unsupported head"}
     d = decide(estimate, record, 1, min_gain=1.1)
@@ -49,11 +50,11 @@ def test_methods_vllm_could_not_serve_never_ship_on_their_estimate():
 def test_one_methods_failed_requests_drop_only_that_method():
     record = served({PLAIN: (0, 345.0), "eagle3": (7, 1002.0), "ngram": (6, 400.0)})
     record.configs["eagle3"].levels["c1"].failed = 3
-    d = decide({}, record, 1, min_gain=1.1)
+    d = decide(None, record, 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 6, "measured")
     assert "eagle3 not a candidate: 3 failed requests" in d.reason
     record.configs[PLAIN].levels["c1"].failed = 1  # plain's failures void every comparison
-    assert decide({}, record, 1, min_gain=1.1).num_speculative_tokens == 0
+    assert decide(None, record, 1, min_gain=1.1).num_speculative_tokens == 0
 
 
 def test_a_method_that_failed_anywhere_in_its_sweep_is_not_a_candidate():
@@ -65,23 +66,26 @@ def test_a_method_that_failed_anywhere_in_its_sweep_is_not_a_candidate():
     level = copy.deepcopy(record.configs["eagle3"].levels["c1"])
     level.concurrency, level.failed = 32, 2
     record.configs["eagle3"].levels["c32"] = level
-    d = decide({}, record, 1, min_gain=1.1)
+    d = decide(None, record, 1, min_gain=1.1)
     assert d.method == "ngram" and "eagle3 not a candidate: 2 failed requests" in d.reason
 
 
 def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
     """eagle3 was measured fastest but vLLM reported no acceptance for it: the check falls back to eagle3's own
     estimate, never to the draft model's offline vLLM number or the CPU-best method's."""
-    from pipeline.release.gates import ServingContext, gate_variant
+    from pipeline.release.gates import ServingContext, gate_variant, verdict_line
 
-    summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
-               "vllm_accepted_per_draft_token": 0.95, "accepted_per_draft_token_draft_model": 0.9,
-               "accepted_per_draft_token_eagle3": 0.3}
+    summary = eval_summary({"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+                            "vllm_accepted_per_draft_token": 0.95,
+                            "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9},
+                                        {"method": "eagle3", "accepted_per_draft_token": 0.3}]})
     verdict = gate_variant(summary, served({PLAIN: (0, 345.0), "eagle3": (7, 1002.0)}),
                            {"min_accepted_per_draft_token": 0.5}, ServingContext(1, 1.1, None), allowed=False)
     check = verdict.applied("min_accepted_per_draft_token")
     assert (check.metric, check.value, check.passed) == ("accepted_per_draft_token", 0.3, False)
     assert verdict.speculation.num_speculative_tokens == 0 and "not shipped" in verdict.speculation.reason
+    assert verdict.speculation.turned_off_by == ["min_accepted_per_draft_token"]
+    assert "gave way" not in verdict_line("int4", verdict)  # a failed check is no capacity trade
 
 
 def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
@@ -146,6 +150,8 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
 
 
 def test_without_a_measurement_the_best_estimated_method_decides():
-    d = decide({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
-                "expected_speedup_ngram": 1.3, "expected_speedup_draft_model": 1.2}, None, 1, min_gain=1.1)
+    d = decide(eval_summary({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
+                             "methods": [{"method": "ngram", "expected_speedup": 1.3},
+                                         {"method": "draft_model", "expected_speedup": 1.2}]}), None, 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 5, "estimated")
+    assert d.compared == {"ngram": 1.3, "draft_model": 1.2}

@@ -49,6 +49,30 @@ def test_repro_publishes_every_variant(project):
     assert draft["token_acceptance_finetuned"] > draft["token_acceptance_untrained"], draft
 
 
+def test_eval_metrics_are_the_summary_gate_bundle_and_publish_read(project, tmp_path):
+    """evaluate writes its summary as a typed record (artifacts/eval/<v>/summary.json, what the gate and the bundle
+    read); metrics/eval-<v>.json is that record's to_metrics(), byte for byte, and reads back as it, and so does the
+    published bundle's EVAL.json (what publish reads)."""
+    from pipeline.core.io import write_json
+    from pipeline.drafts import methods
+    from pipeline.evaluate.summary import EvalSummary, load_metrics
+    from pipeline.release.publish import summary_of
+
+    params = tiny_params()
+    index = json.loads((project / "registry" / "index.json").read_text())
+    for variant in params["quantize"]["enabled"]:
+        summary = EvalSummary.load(project / f"artifacts/eval/{variant}/summary.json")
+        assert summary.variant == variant and summary.quality.tokens and summary.lm_eval
+        assert [m.method for m in summary.speculation.methods] == methods.requested(params)
+        metrics = project / f"metrics/eval-{variant}.json"
+        write_json(tmp_path / metrics.name, summary.to_metrics())
+        assert (tmp_path / metrics.name).read_bytes() == metrics.read_bytes()
+        assert load_metrics(metrics) == summary
+        name = f"{params['serving']['name']}-{variant}"
+        bundle = project / "registry" / name / index["models"][name]["latest"]
+        assert summary_of(json.loads((bundle / "EVAL.json").read_text()), "EVAL.json") == summary
+
+
 def test_console_shows_pipeline_lines_and_library_noise_goes_to_logs(project):
     r = run(["dvc", "repro", "--force", "--single-item", "gate"], project)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -165,19 +165,21 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     from pipeline.release.gates import GateCheck, VariantVerdict
     from pipeline.release.publish import accepted_per_draft_token
     from pipeline.release.speculation_choice import SpeculationDecision
+    from eval_helpers import eval_summary
 
     def verdict(method, k, checked=None):
         checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",
                                                        checked, 0.5, ">=", True)]
         return VariantVerdict(True, False, checks, SpeculationDecision(k, k, "measured", 2.0, 1, "", method=method))
 
-    summary = {"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
-               "accepted_per_draft_token_draft_model": 0.9, "accepted_per_draft_token_eagle3": 0.31}
+    summary = eval_summary({"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+                            "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9},
+                                        {"method": "eagle3", "accepted_per_draft_token": 0.31}]})
     assert accepted_per_draft_token(verdict("eagle3", 7, checked=0.7), summary) == "0.700"
     assert accepted_per_draft_token(verdict("eagle3", 7), summary) == "0.310"
     assert accepted_per_draft_token(verdict("ngram", 5), summary) == "n/a"  # not the draft model's 0.9
     assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
     # a summary without per-method numbers: the unsuffixed one, only when it is the shipped method's
-    assert accepted_per_draft_token(verdict("draft_model", 4), {"accepted_per_draft_token": 0.9}) == "0.900"
-    assert accepted_per_draft_token(verdict("eagle3", 4), {"speculative_method": "draft_model",
-                                                           "accepted_per_draft_token": 0.9}) == "n/a"
+    assert accepted_per_draft_token(verdict("draft_model", 4), eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
+    assert accepted_per_draft_token(verdict("eagle3", 4), eval_summary({"speculative_method": "draft_model",
+                                                                        "accepted_per_draft_token": 0.9})) == "n/a"

@@ -10,14 +10,17 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from bundle_helpers import run_stage, stage_workspace
+from eval_helpers import eval_summaries, eval_summary
 from tiny_project import ROOT, run, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
 from pipeline.release.speculation_choice import decide
 from pipeline.serving import serve_bench
@@ -52,7 +55,7 @@ def metrics(params: dict, **overrides) -> dict:
 
 @pytest.mark.parametrize("expected,ships", [(2.5, 4), (1.05, 0), (0.89, 0)])
 def test_without_a_measurement_the_cpu_estimate_decides_and_k0_is_a_candidate(expected, ships):
-    d = decide({"num_speculative_tokens": 4, "expected_speedup": expected}, None, 1, min_gain=1.1)
+    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": expected}), None, 1, min_gain=1.1)
     assert d.num_speculative_tokens == ships and d.basis == "estimated" and d.candidate_k == 4
     assert ("below serving.speculation.min_gain" in d.reason) == (ships == 0)
 
@@ -60,17 +63,17 @@ def test_without_a_measurement_the_cpu_estimate_decides_and_k0_is_a_candidate(ex
 def test_a_measurement_overrules_the_estimate():
     """The demo's situation on an H100: the CPU model promised x2.5, the served draft runs at 0.4x."""
     slow = record(INT4, plain={1: 500.0, 8: 3000.0}, spec={1: 200.0, 8: 1500.0})
-    d = decide({"num_speculative_tokens": 4, "expected_speedup": 2.5}, slow, 1, min_gain=1.1)
+    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": 2.5}), slow, 1, min_gain=1.1)
     assert (d.num_speculative_tokens, d.basis, d.concurrency) == (0, "measured", 1)
     assert d.speedup == pytest.approx(0.4) and "x0.40" in d.reason
     fast = record(INT4, plain={1: 100.0, 8: 700.0}, spec={1: 180.0, 8: 650.0})
-    assert decide({}, fast, 1, 1.1).num_speculative_tokens == 4
-    assert decide({}, fast, 8, 1.1).num_speculative_tokens == 0  # at 8 concurrent requests it does not pay
+    assert decide(None, fast, 1, 1.1).num_speculative_tokens == 4
+    assert decide(None, fast, 8, 1.1).num_speculative_tokens == 0  # at 8 concurrent requests it does not pay
 
 
 def test_failed_requests_are_never_averaged_into_a_speedup():
     flaky = record(INT4, plain={1: 100.0}, spec={1: 180.0}, failed=2)
-    d = decide({"num_speculative_tokens": 4, "expected_speedup": 2.5}, flaky, 1, 1.1)
+    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": 2.5}), flaky, 1, 1.1)
     assert d.num_speculative_tokens == 0 and "failed requests" in d.reason
 
 
@@ -78,7 +81,7 @@ def test_failed_requests_are_never_averaged_into_a_speedup():
 
 
 def gate(params, variant_metrics, serve):
-    return gates.run(params, variant_metrics, serve_by_variant=serve)
+    return gates.run(params, eval_summaries(variant_metrics), serve_by_variant=serve)
 
 
 def test_serving_checks_apply_to_the_config_that_ships_and_compare_with_bf16():
@@ -214,8 +217,8 @@ def test_stage_records_why_it_was_skipped(workspace):
 def test_a_draft_that_does_not_pay_is_not_shipped(workspace):
     """The gate turns speculation off; the bundle then has no draft, no speculative-config, and says why."""
     p = yaml.safe_load((workspace / "params.yaml").read_text())
-    summary = records.read_object(workspace / f"artifacts/eval/{INT4}/summary.json")
-    report = gates.run(p, {INT4: {**summary, "expected_speedup": 0.89}})
+    summary = EvalSummary.load(workspace / f"artifacts/eval/{INT4}/summary.json")
+    report = gates.run(p, {INT4: replace(summary, speculation=replace(summary.speculation, expected_speedup=0.89))})
     records.write(workspace / "artifacts/gate/verdict.json", report)
     r = run_stage(workspace, "stages.bundle", INT4)
     assert r.returncode == 0, r.stderr[-2000:]

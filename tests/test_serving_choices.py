@@ -132,7 +132,7 @@ def sweep(fixed: dict[int, float], scheduled: dict[int, float] | None, failed_at
 def test_a_schedule_that_beats_the_best_fixed_setting_over_the_sweep_ships():
     fixed = {1: 150.0, 8: 840.0, 32: 1600.0, 64: 1800.0}  # x1.5, x1.2, x0.8, x0.6
     scheduled = {1: 148.0, 8: 830.0, 32: 1990.0, 64: 2990.0}  # the same drafting, then plain decoding
-    d = decide({}, sweep(fixed, scheduled), 1, min_gain=1.1)
+    d = decide(None, sweep(fixed, scheduled), 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.schedule) == ("eagle3", 4, SCHEDULE)
     assert d.speculation.schedule == ((1, 16, 4), (17, 64, 0)) and d.speedup == pytest.approx(1.48)
     assert "beats eagle3 k=4" in d.reason and "geometric mean" in d.reason
@@ -141,13 +141,13 @@ def test_a_schedule_that_beats_the_best_fixed_setting_over_the_sweep_ships():
 
 def test_the_fixed_k_ships_when_the_schedule_is_no_better_or_failed_or_loses_at_the_target():
     fixed = {1: 150.0, 8: 840.0, 32: 2100.0, 64: 3100.0}  # wins everywhere
-    d = decide({}, sweep(fixed, {1: 149.0, 8: 835.0, 32: 2000.0, 64: 3000.0}), 1, min_gain=1.1)
+    d = decide(None, sweep(fixed, {1: 149.0, 8: 835.0, 32: 2000.0, 64: 3000.0}), 1, min_gain=1.1)
     assert (d.num_speculative_tokens, d.schedule) == (4, None)
     losing = {1: 150.0, 8: 840.0, 32: 1600.0, 64: 1800.0}
-    d = decide({}, sweep(losing, {1: 148.0, 8: 830.0, 32: 1990.0, 64: 2990.0}, failed_at=32), 1, min_gain=1.1)
+    d = decide(None, sweep(losing, {1: 148.0, 8: 830.0, 32: 1990.0, 64: 2990.0}, failed_at=32), 1, min_gain=1.1)
     assert d.schedule is None  # failed requests anywhere in its sweep: not a candidate
     # PIECEWISE CUDA graphs made the schedule's drafting slower than min_gain at the target: it does not ship there
-    d = decide({}, sweep(losing, {1: 105.0, 8: 800.0, 32: 1990.0, 64: 2990.0}), 1, min_gain=1.1)
+    d = decide(None, sweep(losing, {1: 105.0, 8: 800.0, 32: 1990.0, 64: 2990.0}), 1, min_gain=1.1)
     assert (d.num_speculative_tokens, d.schedule) == (4, None)
 
 
@@ -156,7 +156,7 @@ def test_a_schedule_can_ship_where_no_fixed_setting_paid_at_the_target():
     scheduled = {1: 100.0, 8: 900.0, 32: 2000.0, 64: 3000.0}  # plain at batch 1-2, k from 3 to 16, plain after
     record = sweep(fixed, None)
     record.schedules = {"eagle3": config(4, scheduled, [[1, 2, 0], [3, 16, 4], [17, 64, 0]])}
-    d = decide({}, record, 1, min_gain=1.1)
+    d = decide(None, record, 1, min_gain=1.1)
     assert d.num_speculative_tokens == 4 and d.schedule == [[1, 2, 0], [3, 16, 4], [17, 64, 0]]
     assert "beats plain decoding" in d.reason
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import Speculation
 from pipeline.evaluate import serving_costs
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.release.speculation_choice import decide, tier_speculation
 from pipeline.serving.tiers import Tier
 
@@ -178,16 +180,19 @@ def test_the_issue_28_draft_model_loses_and_ships_nothing(tmp_path):
     pred = serving_costs.predict(serving_costs.Choice(prof, "test"), "draft_model", tokens,
                                  {str(k): float(k) for k in range(1, 9)}, [1, 16])
     assert max(pred.speedup_by_k["1"].values()) < 1.0 and max(pred.speedup_by_k["16"].values()) < 1.0
-    summary = {"speculative_method": "draft_model", "num_speculative_tokens": pred.best_k["1"],
-               "expected_speedup": pred.speedup(1, pred.best_k["1"]), "cost_profile": "p",
-               "predicted_speedup_by_concurrency": {c: v[str(pred.best_k["1"])] for c, v in pred.speedup_by_k.items()}}
+    summary = eval_summary({"speculative_method": "draft_model", "num_speculative_tokens": pred.best_k["1"],
+                            "expected_speedup": pred.speedup(1, pred.best_k["1"]), "cost_profile": "p",
+                            "predicted_speedup_by_concurrency": [
+                                {"concurrency": int(c), "speedup": v[str(pred.best_k["1"])]}
+                                for c, v in pred.speedup_by_k.items()]})
     d = decide(summary, None, 1, min_gain=1.1, max_num_seqs=1)
     assert d.num_speculative_tokens == 0 and d.basis == "estimated" and "measured serving costs (p)" in d.reason
 
 
-def shipped_summary(predicted: dict[str, float], expected: float = 1.8) -> dict:
-    return {"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": expected,
-            "cost_profile": "prof", "predicted_speedup_by_concurrency": predicted}
+def shipped_summary(predicted: dict[str, float], expected: float = 1.8) -> EvalSummary:
+    return eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": expected,
+                         "cost_profile": "prof", "predicted_speedup_by_concurrency": [
+                             {"concurrency": int(c), "speedup": x} for c, x in predicted.items()]})
 
 
 def test_a_prediction_ships_only_in_a_config_that_serves_one_request_at_a_time():
@@ -203,7 +208,8 @@ def test_a_prediction_ships_only_in_a_config_that_serves_one_request_at_a_time()
     assert busy.num_speculative_tokens == 0
     slow = decide(shipped_summary({"1": 1.05}, expected=1.05), None, 1, 1.1, max_num_seqs=1)
     assert slow.num_speculative_tokens == 0 and "below serving.speculation.min_gain 1.1" in slow.reason
-    none = decide({"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": None}, None, 1, 1.1)
+    none = decide(eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": None}),
+                  None, 1, 1.1)
     assert none.num_speculative_tokens == 0 and "no served speed was predicted" in none.reason
 
 
@@ -354,3 +360,4 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
                                          {str(k): float(k)}, [1])
     assert uncalibrated.speedup(1, k) == pytest.approx(2 * pred.speedup(1, k), rel=1e-9)
     assert "not calibrated" in uncalibrated.basis
+    assert calibrated.uncalibrated() == prof  # the served calibration removed: the step timings alone

@@ -37,7 +37,7 @@ from pipeline.data.traffic import heldout_prompts  # noqa: E402
 from pipeline.models.loading import load_tokenizer  # noqa: E402
 from pipeline.serving import capacity, serve_bench  # noqa: E402
 from pipeline.serving.tiers import serving_slo  # noqa: E402
-from pipeline.serving.vllm_server import serve, vllm_command  # noqa: E402
+from pipeline.serving.vllm_server import serve  # noqa: E402
 from stages.serve_bench import kernels_in_log  # noqa: E402
 
 SPEC_KEY = "speculative-config"
@@ -83,7 +83,7 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
         work = Path(tmp)
         dataset = work / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
-        add_special = rendered[0][1]
+        traffic = serve_bench.Traffic(dataset, work / "model", rendered[0][1])
         env = serve_env(bundle)
         for config, path in configs_of(bundle, work).items():
             log = where / f"{config}-server.log"
@@ -92,13 +92,9 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
             with serve(path, work, log, cfg["startup_timeout_s"], cfg["port"], env) as server:
 
                 def bench(load: float, prompts: int, tag: str, warmups: int = 0):
-                    result = where / "raw" / f"{config}-{tag}.json"
-                    rate = load if tag.startswith("capacity-r") else None
-                    command = serve_bench.bench_command(
-                        vllm_command(), server.base_url, name, work / "model", dataset,
-                        cfg["capacity"]["max_concurrency"] if rate else int(load), prompts, cfg["max_tokens"],
-                        0.0, add_special, result, warmups=warmups, request_rate=rate, goodput=slo.goodput())
-                    level = serve_bench.run_level(command, server.base_url, result, bench_log)
+                    level = serve_bench.bench_level(server, name, traffic, where / "raw" / f"{config}-{tag}.json",
+                                                    bench_log, load, prompts, cfg, 0.0, slo.goodput(), warmups,
+                                                    poisson=tag.startswith("capacity-r"))
                     print(f"RESULT {variant} {config} {tag} {level.output_throughput:.0f} tok/s "
                           f"p99 TTFT {level.ttft_ms['p99']:.1f} ms p99 ITL {level.itl_ms['p99']:.1f} ms", flush=True)
                     return level

@@ -98,33 +98,3 @@ def read(cls: type[R], path: str | Path) -> R:
 
 def write(path: str | Path, record) -> None:
     write_json(path, dataclasses.asdict(record))
-
-
-# metrics/eval-<v>.json is the evaluate summary (artifacts/eval/<v>/summary.json) as `dvc metrics show` reads it: each
-# method's estimate and the predicted speedup per concurrency in lists, which DVC's table leaves out (13 columns of
-# 26-40 characters each, repeated for every variant's row), the headline numbers flat. eval_summary restores the
-# flat form for readers of a metrics directory (`modelprep gate --metrics-dir`).
-METHOD_FIELDS = ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")
-PREDICTED = "predicted_speedup_by_concurrency"
-
-
-def eval_metrics(summary: dict) -> dict:
-    methods = [k.removeprefix("expected_speedup_") for k in summary if k.startswith("expected_speedup_")]
-    per_method = {f"{f}_{m}" for m in methods for f in METHOD_FIELDS}
-    out = {k: v for k, v in summary.items() if k not in per_method and k != PREDICTED}
-    out["methods"] = [{"method": m, **{f: summary.get(f"{f}_{m}") for f in METHOD_FIELDS}} for m in methods]
-    out[PREDICTED] = [{"concurrency": int(c), "speedup": x} for c, x in (summary.get(PREDICTED) or {}).items()]
-    return out
-
-
-def eval_summary(metrics: dict) -> dict:
-    """eval_metrics' inverse; a flat summary (an older file, another runner's) is returned as it is."""
-    if not isinstance(metrics.get("methods"), list):
-        return metrics
-    out = {k: v for k, v in metrics.items() if k not in ("methods", PREDICTED)}
-    for entry in metrics["methods"]:
-        out |= {f"{f}_{entry['method']}": entry.get(f) for f in METHOD_FIELDS}
-    predicted = metrics.get(PREDICTED)
-    out[PREDICTED] = ({str(p["concurrency"]): p["speedup"] for p in predicted} if isinstance(predicted, list)
-                      else predicted or {})
-    return out

@@ -64,6 +64,10 @@ class MethodCost:
         scale = interpolate(self.served_scale, concurrency) if self.served_scale else 1.0
         return interpolate({str(d): ms for d, ms in pts}, drafted) * scale
 
+    def uncalibrated(self) -> MethodCost:
+        """These costs as the step timings measured them, without a served run's scale."""
+        return replace(self, served_scale={}, served_run=None)
+
 
 @dataclass(frozen=True)
 class CostProfile:
@@ -77,6 +81,10 @@ class CostProfile:
     runs: list[str]  # the raw folders it was assembled from, in order (benchmarks/gpu/raw/costs/...)
     plain_step_ms_measured: dict[str, float] = field(default_factory=dict)
     schema: int = SCHEMA
+
+    def uncalibrated(self) -> CostProfile:
+        """The profile without its served calibration (`calibrate`): what the step timings alone predict."""
+        return replace(self, methods={m: cost.uncalibrated() for m, cost in self.methods.items()})
 
     def plain_ms(self, concurrency: float) -> float:
         return interpolate(self.plain_step_ms, concurrency)
@@ -342,7 +350,7 @@ def calibrate(profile: CostProfile, record: dict, run: str) -> CostProfile:
     for method, config in configs.items():
         if method not in methods or method not in DRAFT_EVERY_STEP:
             continue
-        cost = replace(methods[method], served_scale={}, served_run=None)
+        cost = methods[method].uncalibrated()
         scale = {}
         for key, level in config["levels"].items():
             measured = served_step_ratio(level, plain.get(key) or {})

@@ -11,6 +11,7 @@ import jinja2
 
 from pipeline.core.io import atomic_write_text, write_json
 from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release.gates import VariantVerdict
@@ -121,7 +122,7 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
     return rows
 
 
-def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeEstimate, verdict: VariantVerdict,
+def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
                alerts=None, deploy: dict | None = None, bundle_path: str | None = None,
                server_env: dict[str, str] | None = None, pareto: str | None = None) -> str:
@@ -133,11 +134,11 @@ def model_card(variant: str, spec: VariantSpec, summary: dict, est: SpeculativeE
     from pipeline.serving.tiers import serving_slo
 
     return _template().render(
-        variant=variant, spec=spec, summary=summary, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
+        variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
         deploy=deploy or {}, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
-        lm_eval=[(k.removeprefix("lm_eval_"), v) for k, v in summary.items() if k.startswith("lm_eval_")],
+        lm_eval=list(summary.lm_eval.items()),
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
         method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
         **dict(zip(("slo", "arrival"), serving_slo(serving) if "slo" in serving else (None, None))), pareto=pareto)
@@ -147,18 +148,16 @@ METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EA
                 "ngram": "n-gram prompt lookup", None: "none"}
 
 
-def method_rows(summary: dict, decision) -> list[dict]:
+def method_rows(summary: EvalSummary, decision) -> list[dict]:
     """Each compared method: its CPU estimate (evaluate) and, where served, its measured speedup."""
     measured = ((decision.compared or {decision.method: decision.speedup})
                 if decision is not None and decision.basis == "measured" else {})
-    return [{"method": m, "k": summary.get(f"num_speculative_tokens_{m}"),
-             "accepted": summary.get(f"accepted_per_draft_token_{m}"), "expected": summary[key],
-             "measured": measured.get(m)}
-            for key in summary if key.startswith("expected_speedup_") and (m := key.removeprefix("expected_speedup_"))]
+    return [{"method": m.method, "k": m.num_speculative_tokens, "accepted": m.accepted_per_draft_token,
+             "expected": m.expected_speedup, "measured": measured.get(m.method)} for m in summary.speculation.methods]
 
 
 def build_bundle(out: Path, model_dir: Path, drafter: tuple[Path, str] | None, args: dict, provenance_record: dict,
-                 verdict: VariantVerdict, summary: dict, env: dict) -> None:
+                 verdict: VariantVerdict, summary: EvalSummary, env: dict) -> None:
     """The model, the shipped method's weights (drafter: (source, directory in the bundle), e.g. the draft
     model to ./draft or the EAGLE-3 head to ./eagle3; None for n-gram or no speculation) and the configs;
     the card and the manifest come last (they describe everything else)."""

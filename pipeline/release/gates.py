@@ -9,7 +9,8 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say, warn
 from pipeline.core.values import is_number
-from pipeline.drafts.methods import NGRAM, NONE, Speculation
+from pipeline.drafts.methods import METHODS, NGRAM, NONE, Speculation
+from pipeline.evaluate.summary import PREDICTED, EvalSummary
 from pipeline.release import speculation_choice
 from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
@@ -207,7 +208,7 @@ def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tu
     return {"capacity_vs_bf16": ratio}, None
 
 
-def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
+def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
                  allowed: bool) -> VariantVerdict:
     """Decide the speculative setting, check it, then check quality and the config that ships.
 
@@ -220,9 +221,10 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     if decision.num_speculative_tokens:
         spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
                        for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
-        failed = [f"{c.check} ({c.describe()})" for c in spec_checks if not c.passed]
+        failed = [c for c in spec_checks if not c.passed]
         if failed:
-            decision = speculation_choice.without_speculation(decision, "; ".join(failed))
+            decision = speculation_choice.without_speculation(
+                decision, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed))
     else:
         spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
@@ -236,9 +238,10 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
         plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
         if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
             decision = speculation_choice.without_speculation(
-                decision, f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
-                          f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
-                          f"x{plain_ratio['capacity_vs_bf16']:.2f}")
+                decision, ["min_capacity_vs_bf16"],
+                f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
+                f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
+                f"x{plain_ratio['capacity_vs_bf16']:.2f}")
             claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
     metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
     metrics |= ratio
@@ -251,13 +254,13 @@ def gate_variant(summary: dict, serve: ServeBenchRecord | None, thresholds: dict
     return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
 
 
-def evaluate_gates(metrics_by_variant: dict[str, dict], thresholds_for, allow_fail: list[str],
+def evaluate_gates(summaries: dict[str, EvalSummary], thresholds_for, allow_fail: list[str],
                    serve_by_variant: dict[str, ServeBenchRecord] | None = None,
                    ctx: ServingContext | None = None) -> GateReport:
     serve_by_variant = serve_by_variant or {}
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
     report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
-              for v, m in metrics_by_variant.items()}
+              for v, m in summaries.items()}
     return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
                       published_with_failures=[n for n, v in report.items() if v.allowed_failure],
                       blocked=[n for n, v in report.items() if not v.shippable],
@@ -347,16 +350,16 @@ def _shipped_setting(decision: SpeculationDecision | None) -> str:
         return ""
     k = decision.num_speculative_tokens
     gave_way = (f"; {decision.method} k={decision.candidate_k} gave way: fewer users at the SLO than "
-                "min_capacity_vs_bf16" if not k and "not shipped: min_capacity_vs_bf16" in decision.reason else "")
+                "min_capacity_vs_bf16" if not k and "min_capacity_vs_bf16" in decision.turned_off_by else "")
     return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis}{gave_way})"
 
 
-def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, dict]:
+def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, EvalSummary]:
     """eval-<variant>.json files from a metrics directory (this pipeline's or another runner's)."""
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): records.eval_summary(records.read_object(f))
+    found = {f.stem.removeprefix("eval-"): EvalSummary.from_metrics(listed(records.read_object(f)), str(f))
              for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
@@ -368,18 +371,37 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     return found
 
 
+METHOD_FIELDS = ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")
+
+
+def listed(metrics: dict) -> dict:
+    """Metrics in the layout metrics/eval-<v>.json has now, from a runner's older flat one (each method's numbers as
+    <field>_<method> for the methods of pipeline/drafts/methods.py, the predicted speedups a dict by concurrency,
+    as benchmarks/gpu/raw/*/metrics hold them); metrics already in lists are returned as they are."""
+    if "methods" in metrics:
+        return metrics
+    out = dict(metrics)
+    found = [m for m in METHODS if any(f"{f}_{m}" in out for f in METHOD_FIELDS)]
+    found.sort(key=lambda m: min(list(out).index(f"{f}_{m}") for f in METHOD_FIELDS if f"{f}_{m}" in out))
+    out["methods"] = [{"method": m, **{f: out.pop(f"{f}_{m}", None) for f in METHOD_FIELDS}} for m in found]
+    if isinstance(out.get(PREDICTED), dict):
+        out[PREDICTED] = [{"concurrency": int(c), "speedup": x} for c, x in out[PREDICTED].items()]
+    return out
+
+
 def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str, ServeBenchRecord]:
     """serve-<variant>.json files (the serving benchmark's records) present in a metrics directory."""
     return {v: records.read(ServeBenchRecord, f) for v in variants
             if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
 
 
-def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str] | None = None,
+def run(params: dict, summaries: dict[str, EvalSummary], allow_fail: list[str] | None = None,
         serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
-    """Gate every variant with params.yaml's thresholds (checked by pipeline/params/check.py); allow_fail adds
-    to gates.allow_fail. serve_by_variant: serving benchmark records, where they exist."""
+    """Gate every variant (summaries: evaluate's, by variant) with params.yaml's thresholds (checked by
+    pipeline/params/check.py); allow_fail adds to gates.allow_fail. serve_by_variant: serving benchmark records,
+    where they exist."""
     allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
-    known = set(metrics_by_variant) | set(params["quantize"]["variants"])
+    known = set(summaries) | set(params["quantize"]["variants"])
     unknown = [v for v in allowed if v not in known]
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
@@ -390,7 +412,7 @@ def run(params: dict, metrics_by_variant: dict[str, dict], allow_fail: list[str]
                          baseline=serve_by_variant.get(serving["baseline_variant"]),
                          max_num_seqs=serving["max_num_seqs"], baseline_variant=serving["baseline_variant"],
                          gpu_hour_cost=serving.get("gpu_hour_cost"))
-    return evaluate_gates(metrics_by_variant, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
+    return evaluate_gates(summaries, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
 
 
 def _short(v):

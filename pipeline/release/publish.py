@@ -16,44 +16,41 @@ from pathlib import Path
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.release.gates import GateReport, VariantVerdict
 from pipeline.release.manifest import verify
 from pipeline.release.speculation_choice import candidate_metrics
 
 GATE = "GATE.json"
 EVAL = "EVAL.json"
-# EVAL.json: the evaluate summary with what is about speculation moved under two keys, so that a CPU estimate (e.g.
-# n-gram x1.46 at k=8) never reads as what the bundle serves: `speculation_shipped` is the gate's decision (method,
-# k, basis, why), `speculation_estimates` every method's estimate and evaluate's offline vLLM numbers.
+# EVAL.json: the evaluate summary's metrics (metrics/eval-<v>.json) with what is about speculation moved under two
+# keys, so that a CPU estimate (e.g. n-gram x1.46 at k=8) never reads as what the bundle serves: `speculation_shipped`
+# is the gate's decision (method, k, basis, why), `speculation_estimates` every method's estimate and evaluate's
+# offline vLLM numbers.
 SHIPPED, ESTIMATES = "speculation_shipped", "speculation_estimates"
 ESTIMATES_NOTE = ("estimates and measurements of the speculative methods compared on this variant; they do not say "
                   "what ships: speculation_shipped does (serve.yaml's speculative-config)")
-SPECULATIVE_KEYS = {"speculative_method", "token_acceptance", "accepted_per_draft_token", "num_speculative_tokens",
-                    "expected_speedup", "predicted_speedup_by_concurrency", "cost_profile", "ideal_speedup"}
-SPECULATIVE_PREFIXES = ("accepted_per_draft_token_", "num_speculative_tokens_", "expected_speedup_", "vllm_")
 
 
-def eval_record(summary: dict, verdict: VariantVerdict) -> dict:
+def eval_record(summary: EvalSummary, verdict: VariantVerdict) -> dict:
     """EVAL.json: the quality numbers at the top level, the shipped speculation, and the estimates marked as such."""
-    def speculative(key: str) -> bool:
-        return key in SPECULATIVE_KEYS or key.startswith(SPECULATIVE_PREFIXES)
-
     decision = verdict.speculation
     k = decision.num_speculative_tokens if decision is not None else 0
     shipped = {"method": decision.method if k else None, "num_speculative_tokens": k,
                "basis": decision.basis if decision is not None else None,
                "speedup": decision.speedup if k else None,  # the candidate's, when it does not ship, is in reason
                "reason": decision.reason if decision is not None else "no gate decision"}
-    return {**{key: v for key, v in summary.items() if not speculative(key)}, SHIPPED: shipped,
-            ESTIMATES: {"note": ESTIMATES_NOTE, **{key: v for key, v in summary.items() if speculative(key)}}}
+    return {**summary.quality_metrics(), SHIPPED: shipped,
+            ESTIMATES: {"note": ESTIMATES_NOTE, **summary.speculation_metrics()}}
 
 
-def summary_of(record: dict) -> dict:
-    """The evaluate summary an EVAL.json was made from (eval_record's inverse; a bundle built before it is flat)."""
-    if ESTIMATES not in record:
-        return record
+def summary_of(record: dict, where: str) -> EvalSummary:
+    """The evaluate summary an EVAL.json was made from (eval_record's inverse)."""
+    if not isinstance(record.get(ESTIMATES), dict):
+        raise PipelineError(f"{where}: no {ESTIMATES} object; rebuild the bundle (`dvc repro`)")
     estimates = {k: v for k, v in record[ESTIMATES].items() if k != "note"}
-    return {**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)}, **estimates}
+    return EvalSummary.from_metrics({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)},
+                                     **estimates}, where)
 
 
 def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) -> None:
@@ -103,7 +100,7 @@ def pinned_copy(bundle: Path, digest: str, staging: Path):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def accepted_per_draft_token(verdict: VariantVerdict, summary: dict) -> str:
+def accepted_per_draft_token(verdict: VariantVerdict, summary: EvalSummary) -> str:
     """The shipped method's accepted/drafted ratio as the gate checked it (served, else estimated), not the
     evaluate summary's unsuffixed one, which is the CPU-best method's; n/a when nothing ships."""
     decision = verdict.speculation
@@ -121,13 +118,13 @@ def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], c
     thresholds now in force, when given)."""
     manifest = verify(bundle)
     verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
-    summary = summary_of(read_json(bundle / EVAL))
+    summary = summary_of(read_json(bundle / EVAL), str(bundle / EVAL))
     version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
     tags = {"variant": variant, "bundle_digest": manifest["bundle_digest"],
             "gates": "passed" if verdict.passed else "failed-allowed",
             "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),
             "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
-                                          else summary["num_speculative_tokens"]),
+                                          else summary.speculation.num_speculative_tokens),
             "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",
             "speculative_method": (verdict.speculation.method or "none") if verdict.speculation
                                   and verdict.speculation.num_speculative_tokens else "none"}

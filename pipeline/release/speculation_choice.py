@@ -21,9 +21,10 @@ decoding is higher, and at target_concurrency it clears min_gain wherever it dra
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from pipeline.drafts.methods import DRAFT_MODEL, KSchedule, Speculation
+from pipeline.evaluate.summary import EvalSummary
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
 from pipeline.serving.tiers import Tier
 
@@ -43,6 +44,9 @@ class SpeculationDecision:
     predicted: dict[str, float] | None = None  # estimated basis: concurrency -> predicted speedup at candidate_k
     profile: str | None = None  # the cost profile that predicted it
     schedule: list[list[int]] | None = None  # what ships is this k per batch-size range (k: its largest)
+    # The gate checks that turned the candidate off after it was chosen (failed speculation checks, or
+    # min_capacity_vs_bf16 where plain decoding carries the floor and the candidate does not); empty otherwise.
+    turned_off_by: list[str] = field(default_factory=list)
 
     @property
     def speculation(self) -> Speculation:
@@ -104,12 +108,13 @@ def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str)
     return (plain, spec) if plain and spec else None
 
 
-def decide(summary: dict, serve: ServeBenchRecord | None, concurrency: int, min_gain: float,
+def decide(summary: EvalSummary | None, serve: ServeBenchRecord | None, concurrency: int, min_gain: float,
            max_num_seqs: int = 1) -> SpeculationDecision:
     """Measured whenever plain decoding was served at the concurrency: then only a method served there without
     failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
-    a method vLLM failed to serve must not ship on its CPU estimate). max_num_seqs: the config's batch limit
-    (a prediction holds only for a config that serves one request at a time)."""
+    a method vLLM failed to serve must not ship on its CPU estimate). summary: evaluate's, whose estimate decides
+    otherwise (None: no estimate). max_num_seqs: the config's batch limit (a prediction holds only for a config
+    that serves one request at a time)."""
     plain = (serve.configs[PLAIN].at(concurrency)
              if serve is not None and not serve.skipped and PLAIN in serve.configs else None)
     if plain is None:
@@ -202,20 +207,20 @@ LOCKSTEP = ("a prediction holds only for one request at a time: with several, ne
             "the speculative steps, which the lockstep cost profiles do not measure")
 
 
-def _estimated(summary: dict, min_gain: float, concurrency: int, max_num_seqs: int) -> SpeculationDecision:
+def _estimated(summary: EvalSummary | None, min_gain: float, concurrency: int,
+               max_num_seqs: int) -> SpeculationDecision:
     """The predicted served speed of the best method and k (the evaluate stage picked them) against min_gain, for
     a config that serves one request at a time."""
-    k, expected = summary.get("num_speculative_tokens"), summary.get("expected_speedup")
-    method = summary.get("speculative_method", DRAFT_MODEL)
-    profile = summary.get("cost_profile")
+    est = (summary or EvalSummary()).speculation
+    k, expected, profile = est.num_speculative_tokens, est.expected_speedup, est.cost_profile
+    method = est.method or DRAFT_MODEL
     if not k or expected is None:
         return SpeculationDecision(0, int(k or 0), ESTIMATED, None, None,
                                    "no served speed was predicted (no serving-cost profile for the serving GPU and "
                                    "vLLM, and no serving benchmark): plain decoding ships", method=method)
     k, expected = int(k), float(expected)
-    predicted = {str(c): float(v) for c, v in (summary.get("predicted_speedup_by_concurrency") or {}).items()}
-    compared = {m.removeprefix("expected_speedup_"): float(v) for m, v in summary.items()
-                if m.startswith("expected_speedup_") and v is not None}
+    predicted = {c: float(v) for c, v in est.predicted_by_concurrency().items()}
+    compared = {m.method: float(m.expected_speedup) for m in est.methods if m.expected_speedup is not None}
     source = f"predicted from the CPU acceptance estimate and measured serving costs ({profile})"
     one_at_a_time = concurrency == 1 and max_num_seqs == 1
     pays = expected >= min_gain and one_at_a_time
@@ -231,20 +236,23 @@ def _estimated(summary: dict, min_gain: float, concurrency: int, max_num_seqs: i
         method=method, compared=compared if len(compared) > 1 else None, predicted=predicted or None, profile=profile)
 
 
-def without_speculation(decision: SpeculationDecision, why: str) -> SpeculationDecision:
-    return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}")
+def without_speculation(decision: SpeculationDecision, checks: list[str], why: str) -> SpeculationDecision:
+    """The decision with its candidate turned off by the gate checks named (why: what they found)."""
+    return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}",
+                   turned_off_by=list(checks))
 
 
-def candidate_metrics(summary: dict, method: str | None) -> dict:
-    """The evaluate summary with its speculative numbers made the candidate method's: its unsuffixed
-    accepted_per_draft_token is the CPU-best method's, and vllm_* (evaluate's offline vLLM run) are the draft
-    model's, so another method must not be checked against them."""
-    out = dict(summary)
+def candidate_metrics(summary: EvalSummary, method: str | None) -> dict:
+    """The evaluate summary's metrics (what the gate's checks read by name) with its speculative numbers made the
+    candidate method's: its headline accepted_per_draft_token is the CPU-best method's, and vllm_* (evaluate's
+    offline vLLM run) are the draft model's, so another method must not be checked against them."""
+    out = summary.to_metrics()
     if method is None:
         return out
-    if f"accepted_per_draft_token_{method}" in summary:
-        out["accepted_per_draft_token"] = summary[f"accepted_per_draft_token_{method}"]
-    elif summary.get("speculative_method", DRAFT_MODEL) != method:
+    own = summary.speculation.estimate(method)
+    if own is not None:
+        out["accepted_per_draft_token"] = own.accepted_per_draft_token
+    elif (summary.speculation.method or DRAFT_MODEL) != method:
         out.pop("accepted_per_draft_token", None)  # another method's; none is better than a wrong one
     if method != DRAFT_MODEL:
         for key in ("vllm_accepted_per_draft_token", "vllm_speculative_speedup"):
@@ -319,7 +327,7 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
     own = serve.tier(tier.name) if serve is not None else None
     if own is not None and PLAIN in own.configs:
         # Benchmarked at its own settings: that measurement decides, whatever the default sweep said.
-        d = decide({}, _only(own, shipped.method), tier.concurrency, min_gain)
+        d = decide(None, _only(own, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (this tier's own settings, serve_bench.tiers)"
     if predicted is not None:  # the gate's decision rests on a prediction: it holds for one request at a time
         if tier.concurrency != 1 or max_num_seqs != 1:
@@ -329,7 +337,7 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
     if tier.concurrency == shipped_concurrency:
         return shipped, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
-        d = decide({}, _only(serve, shipped.method), tier.concurrency, min_gain)
+        d = decide(None, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
     return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
                   "shown to pay")

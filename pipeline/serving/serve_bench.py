@@ -15,13 +15,14 @@ import queue
 import subprocess
 import threading
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import METHODS
 from pipeline.serving import bench_worker
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
-from pipeline.serving.vllm_server import failure
+from pipeline.serving.vllm_server import failure, vllm_command
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # Counters and gauges read from /metrics (names as vLLM 0.26 exports them, vllm/v1/metrics/loggers.py).
@@ -234,6 +235,37 @@ def run_level(command: list[str], base_url: str, result: Path, log: Path) -> Loa
     if returncode != 0 or not result.is_file():
         raise failure(f"`vllm bench serve` failed (exit {returncode})", log)
     return sampler.apply(parse_result(json.loads(result.read_text()), str(result)))
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """What `vllm bench serve` sends a server: the dataset file of prompts rendered with the chat template
+    (write_dataset), the tokenizer that counts them, and whether the server must add special tokens."""
+    dataset: Path
+    tokenizer_dir: Path
+    add_special_tokens: bool
+
+
+def level_command(base_url: str, served_name: str, traffic: Traffic, result: Path, load: float, prompts: int,
+                  cfg: dict, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+                  poisson: bool = False) -> list[str]:
+    """The `vllm bench serve` of one load level: `load` users in a closed loop, or (poisson) Poisson arrivals at
+    `load` requests/s with at most serve_bench.capacity.max_concurrency open (cfg: serve_bench's params)."""
+    return bench_command(vllm_command(), base_url, served_name, traffic.tokenizer_dir, traffic.dataset,
+                         cfg["capacity"]["max_concurrency"] if poisson else int(load), prompts, cfg["max_tokens"],
+                         temperature, traffic.add_special_tokens, result, warmups=warmups,
+                         request_rate=load if poisson else None, goodput=goodput)
+
+
+def bench_level(server, served_name: str, traffic: Traffic, result: Path, log: Path, load: float, prompts: int,
+                cfg: dict, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+                poisson: bool = False) -> LoadLevel:
+    """One load level against a running server (vllm_server.serve's): level_command run while /metrics is sampled,
+    its --save-result file at result, the client's output appended to log."""
+    result.parent.mkdir(parents=True, exist_ok=True)
+    command = level_command(server.base_url, served_name, traffic, result, load, prompts, cfg, temperature, goodput,
+                            warmups, poisson)
+    return run_level(command, server.base_url, result, log)
 
 
 # dvc plots: one directory per curve (dvc.yaml's top-level plots), one file per variant, plain decoding and

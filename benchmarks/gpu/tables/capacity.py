@@ -12,7 +12,6 @@ import io
 import json
 import sys
 import tarfile
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -175,8 +174,7 @@ def capacity_vs_plain() -> Table:
 def prediction_rows() -> list[dict]:
     rec = stage_record()
     calibrated = serving_costs.load(PROFILE)
-    assembled = replace(calibrated, methods={m: replace(c, served_scale={}, served_run=None)
-                                             for m, c in calibrated.methods.items()})
+    assembled = calibrated.uncalibrated()
     plain, conc = rec.configs[PLAIN], concurrencies(rec)
     rows = []
     for name, config in rec.speculative().items():

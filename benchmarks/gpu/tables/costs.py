@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -150,7 +149,7 @@ def served_summary() -> Table:
     n, calibrated = spread(rows)
     decided = [r for r in rows if r["predicted"] is not None and (r["predicted"] >= 1) != (r["measured"] >= 1)]
     demo = demo_profile()
-    bare = replace(demo, methods={m: replace(c, served_scale={}, served_run=None) for m, c in demo.methods.items()})
+    bare = demo.uncalibrated()
     _, uncalibrated = spread(served_rows({"demo": bare}))
     return facts([("predicted cells", n), ("largest abs(predicted / served - 1), calibrated profile", calibrated),
                   ("the same without the profile's served calibration", uncalibrated),

@@ -93,7 +93,7 @@ def kernel(rec: ServeBenchRecord) -> Table:
 
 def decision(rec: ServeBenchRecord) -> Table:
     target = params()["serving"]["target_concurrency"]
-    d = decide({}, rec, target, min_gain())
+    d = decide(None, rec, target, min_gain())
     return facts([("target concurrency", target), ("serving.speculation.min_gain", min_gain()),
                   ("ships", f"**{d.speculation.label}**"), ("why", d.reason)])
 
@@ -102,7 +102,7 @@ def schedule(rec: ServeBenchRecord) -> Table:
     conc = params()["serve_bench"]["concurrency"]
     target = params()["serving"]["target_concurrency"]
     plain = rec.configs[PLAIN]
-    d = decide({}, rec, target, min_gain())
+    d = decide(None, rec, target, min_gain())
     best = rec.speculative().get(d.method) if d.num_speculative_tokens and not d.schedule else None
     rows = []
     for method, config in rec.schedules.items():

@@ -1,0 +1,156 @@
+"""The evaluate stage's summary of one variant, typed: what the gate, the bundle and publish read.
+
+`artifacts/eval/<v>/summary.json` holds the record as written by `records.write`. `to_metrics()` is its flat view for
+DVC, `metrics/eval-<v>.json`: one column per headline number, each method's estimate and the predicted speedup per
+concurrency in lists (which DVC's table leaves out: 13 columns of 26-40 characters each, repeated for every
+variant's row), lm-eval scores as `lm_eval_<task>_<metric>` (the names the gate thresholds
+`min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics directory
+(`modelprep gate --metrics-dir`) and a bundle's EVAL.json.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.core import records
+from pipeline.core.errors import PipelineError
+
+LM_EVAL = "lm_eval_"  # a score's metric name: lm_eval_<task>_<metric>
+PREDICTED = "predicted_speedup_by_concurrency"
+
+
+@dataclass(frozen=True)
+class Quality:
+    """Fidelity to the unquantized target on held-out responses (pipeline/evaluate/quality.py); None: not measured."""
+    perplexity_baseline: float | None = None
+    perplexity: float | None = None
+    perplexity_increase_pct: float | None = None
+    kl_divergence: float | None = None
+    top1_agreement: float | None = None
+    tokens: int | None = None
+    greedy_match: float | None = None
+
+
+@dataclass(frozen=True)
+class MethodEstimate:
+    """One speculative method's CPU estimate on this variant, at the k predicted fastest as served."""
+    method: str
+    accepted_per_draft_token: float | None = None
+    num_speculative_tokens: int | None = None
+    expected_speedup: float | None = None  # predicted served speedup at serving.target_concurrency; None: no profile
+
+
+@dataclass(frozen=True)
+class PredictedSpeedup:
+    concurrency: int
+    speedup: float
+
+
+@dataclass(frozen=True)
+class OfflineVllm:
+    """evaluate's offline vLLM run of the draft model (evaluate.vllm), where it ran."""
+    accepted_per_draft_token: float | None = None
+    speculative_speedup: float | None = None  # at batch size 1; None: evaluate.vllm.throughput_batch_sizes has none
+
+
+@dataclass(frozen=True)
+class SpeculativeSummary:
+    """The method predicted fastest (its numbers unsuffixed in the metrics), every method's, the prediction per
+    concurrency at the best method's k, and the offline vLLM numbers (the draft model's, whatever method is best)."""
+    method: str | None = None  # None: not recorded (a summary from before several methods: the draft model's)
+    token_acceptance: float | None = None
+    accepted_per_draft_token: float | None = None
+    num_speculative_tokens: int | None = None
+    expected_speedup: float | None = None
+    cost_profile: str | None = None  # the serving-cost profile that predicted it; None: none applied
+    ideal_speedup: float | None = None  # the weight-bytes bound, for reference only
+    predicted: list[PredictedSpeedup] = field(default_factory=list)
+    methods: list[MethodEstimate] = field(default_factory=list)
+    vllm: OfflineVllm | None = None
+
+    def estimate(self, method: str | None) -> MethodEstimate | None:
+        return next((m for m in self.methods if m.method == method), None)
+
+    def predicted_by_concurrency(self) -> dict[str, float]:
+        return {str(p.concurrency): p.speedup for p in self.predicted}
+
+
+# metric name -> SpeculativeSummary field, in the order the metrics list them
+HEADLINE = {"speculative_method": "method", "token_acceptance": "token_acceptance",
+            "accepted_per_draft_token": "accepted_per_draft_token", "num_speculative_tokens": "num_speculative_tokens",
+            "expected_speedup": "expected_speedup", "cost_profile": "cost_profile", "ideal_speedup": "ideal_speedup"}
+VLLM = {"vllm_accepted_per_draft_token": "accepted_per_draft_token",
+        "vllm_speculative_speedup": "speculative_speedup"}
+LISTS = ("methods", PREDICTED)
+
+
+@dataclass(frozen=True)
+class EvalSummary:
+    variant: str | None = None
+    quality: Quality = field(default_factory=Quality)
+    speculation: SpeculativeSummary = field(default_factory=SpeculativeSummary)
+    lm_eval: dict[str, float] = field(default_factory=dict)  # "<task>_<metric>" -> score
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalSummary:
+        """The record evaluate wrote (artifacts/eval/<v>/summary.json); a missing or malformed one is one error
+        line naming the file and the field."""
+        return records.read(cls, path)
+
+    def write(self, path: str | Path) -> None:
+        records.write(path, self)
+
+    def quality_metrics(self) -> dict:
+        """The variant, its fidelity and its lm-eval scores: what is about the model, not about speculation."""
+        return {"variant": self.variant, **dataclasses.asdict(self.quality),
+                **{f"{LM_EVAL}{name}": score for name, score in self.lm_eval.items()}}
+
+    def speculation_metrics(self) -> dict:
+        """The speculative estimates as metrics: the best method's headline numbers, the offline vLLM ones, then
+        the lists (each method, the prediction per concurrency)."""
+        s = self.speculation
+        out = {key: getattr(s, name) for key, name in HEADLINE.items()}
+        if s.vllm is not None:
+            out["vllm_accepted_per_draft_token"] = s.vllm.accepted_per_draft_token
+            if s.vllm.speculative_speedup is not None:
+                out["vllm_speculative_speedup"] = s.vllm.speculative_speedup
+        out["methods"] = [dataclasses.asdict(m) for m in s.methods]
+        out[PREDICTED] = [dataclasses.asdict(p) for p in s.predicted]
+        return out
+
+    def to_metrics(self) -> dict:
+        """metrics/eval-<v>.json: the variant and its fidelity, the headline speculative numbers, the lm-eval
+        scores, the offline vLLM numbers, then the lists."""
+        quality, spec = self.quality_metrics(), self.speculation_metrics()
+        headline = {k: spec.pop(k) for k in HEADLINE}
+        lists = {k: spec.pop(k) for k in LISTS}
+        scores = {k: v for k, v in quality.items() if k.startswith(LM_EVAL)}
+        fidelity = {k: v for k, v in quality.items() if k not in scores}
+        return {**fidelity, **headline, **scores, **spec, **lists}
+
+    @classmethod
+    def from_metrics(cls, metrics: dict, where: str) -> EvalSummary:
+        """to_metrics' inverse (where: the file, for the error line). A metric missing is a value not measured; a
+        name that is none of the summary's is an error."""
+        if not isinstance(metrics, dict):
+            raise PipelineError(f"{where}: expected a JSON object of evaluation metrics")
+        data = dict(metrics)
+        quality = {f.name: data.pop(f.name) for f in dataclasses.fields(Quality) if f.name in data}
+        spec = {name: data.pop(key) for key, name in HEADLINE.items() if key in data}
+        spec["methods"] = data.pop("methods", [])
+        spec["predicted"] = data.pop(PREDICTED, [])
+        vllm = {name: data.pop(key) for key, name in VLLM.items() if key in data}
+        if vllm:
+            spec["vllm"] = vllm
+        variant = data.pop("variant", None)
+        lm_eval = {key[len(LM_EVAL):]: data.pop(key) for key in list(data) if key.startswith(LM_EVAL)}
+        if data:
+            raise PipelineError(f"{where}: unknown evaluation metrics {sorted(data)}")
+        return records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
+                                       "lm_eval": lm_eval}, where)
+
+
+def load_metrics(path: str | Path) -> EvalSummary:
+    """An EvalSummary from a metrics file (metrics/eval-<v>.json, this pipeline's or another runner's)."""
+    return EvalSummary.from_metrics(records.read_object(path), str(path))
