@@ -79,7 +79,11 @@ NONE = Speculation(None, 0)
 
 def requested(p: dict) -> list[str]:
     """draft.method as a list: one name or a list of them, in the order given, no repeats."""
-    raw = p["draft"].get("method", DRAFT_MODEL)
+    return parse_methods(p["draft"].get("method", DRAFT_MODEL))
+
+
+def parse_methods(raw) -> list[str]:
+    """draft.method's value (one name or a list of them) as a list, in the order given; one line when it is wrong."""
     names = [raw] if isinstance(raw, str) else raw
     if not isinstance(names, list) or not names:
         raise PipelineError(f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, got {raw!r}")

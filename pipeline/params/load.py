@@ -7,8 +7,10 @@ concern: editing the gates, the tiers or the serving checks no longer re-runs th
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Protocol, TypeVar
 
 import yaml
 
@@ -31,6 +33,28 @@ def load_params(path: str | Path = PARAMS_FILE) -> dict:
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
     return params
+
+
+class SectionParams(Protocol):
+    """A concern's typed section (pipeline/<concern>/settings.py): its params.yaml key and its parser."""
+    SECTION: ClassVar[str]
+
+    @classmethod
+    def parse(cls, section: dict) -> SectionParams: ...
+
+
+S = TypeVar("S", bound=SectionParams)
+
+
+def parse_section(params: Mapping, kind: type[S], path: str | Path = PARAMS_FILE) -> S:
+    """params.yaml's section `kind.SECTION` as its typed value, or one line naming the file and the key. A stage
+    reads the sections it uses this way (its deps: those concerns' settings modules, not every one's)."""
+    try:
+        return kind.parse(params[kind.SECTION])
+    except KeyError:
+        raise PipelineError(f"{path}: missing section {kind.SECTION}") from None
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
 
 
 def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:

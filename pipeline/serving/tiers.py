@@ -10,10 +10,11 @@ speculation where nothing says it pays there.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.values import is_positive_int, is_positive_number
+from pipeline.core.values import is_positive_int
+from pipeline.serving.settings import ARRIVALS, Slo, parse_slo
 
 DEFAULT = "default"
 # Engine settings a tier may override (vLLM engine args of the same names).
@@ -21,78 +22,6 @@ ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill
 TIER_KEYS = {*ENGINE_KEYS, "gpus", "concurrency", "speculation", "slo"}
 SPECULATION = ("auto", "off")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # part of Kubernetes object names
-
-
-@dataclass(frozen=True)
-class Slo:
-    """A latency objective at the 99th percentile, in ms (serving.slo, a tier's slo overriding it): what a load
-    must meet to count towards capacity. The token latency is ITL (every gap between streamed tokens) or TPOT
-    (a request's mean gap), or both; None leaves one out."""
-    p99_ttft_ms: float
-    p99_itl_ms: float | None = None
-    p99_tpot_ms: float | None = None
-
-    @property
-    def token_metric(self) -> str:
-        """The token latency a plot puts on its axis: ITL where it is bounded, else TPOT."""
-        return "itl" if self.p99_itl_ms is not None else "tpot"
-
-    @property
-    def token_ms(self) -> float:
-        return self.p99_itl_ms if self.p99_itl_ms is not None else self.p99_tpot_ms
-
-    def misses(self, level) -> list[str]:
-        """Why a LoadLevel (serving/bench_record.py) misses the objective; [] when it meets it. A failed request
-        misses it whatever its latencies: they cover the successful requests only."""
-        out = [f"{level.failed} failed requests"] if level.failed else []
-        for name, bound, values in (("TTFT", self.p99_ttft_ms, level.ttft_ms), ("ITL", self.p99_itl_ms, level.itl_ms),
-                                    ("TPOT", self.p99_tpot_ms, level.tpot_ms)):
-            if bound is not None and values["p99"] > bound:
-                out.append(f"p99 {name} {values['p99']:.1f} ms > {bound:g}")
-        return out
-
-    def meets(self, level) -> bool:
-        return not self.misses(level)
-
-    def goodput(self) -> dict[str, float]:
-        """`vllm bench serve --goodput` objectives: vLLM counts a request good when its own TTFT and TPOT meet them
-        (vllm/benchmarks/serve.py calculate_metrics; it has no per-request ITL), so an ITL objective bounds TPOT
-        there: a request whose every gap is within it has its mean within it too."""
-        return {"ttft": self.p99_ttft_ms, "tpot": self.p99_tpot_ms if self.p99_tpot_ms is not None else self.p99_itl_ms}
-
-    def label(self) -> str:
-        parts = [f"p99 TTFT <= {self.p99_ttft_ms:g} ms"]
-        parts += [f"p99 {n} <= {v:g} ms" for n, v in (("ITL", self.p99_itl_ms), ("TPOT", self.p99_tpot_ms))
-                  if v is not None]
-        return ", ".join(parts)
-
-
-SLO_KEYS = ("p99_ttft_ms", "p99_itl_ms", "p99_tpot_ms")
-ARRIVALS = ("concurrency", "poisson")  # serving.slo.arrival
-
-
-def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
-    """serving.slo (base None: the arrival key may be there too) or a tier's slo overriding base; one error line
-    naming the key. TTFT is required, and at least one token latency."""
-    if not isinstance(raw, dict):
-        raise PipelineError(f"{where} must be a mapping of latency objectives ({', '.join(SLO_KEYS)})")
-    allowed = set(SLO_KEYS) | ({"arrival"} if base is None else set())
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise PipelineError(f"{where}: unknown keys {unknown}; known: {sorted(allowed)}")
-    for key in SLO_KEYS:
-        value = raw.get(key)
-        if value is not None and not is_positive_number(value):
-            raise PipelineError(f"{where}.{key} must be a positive number of milliseconds or null, got {value!r}")
-    slo = replace(base, **{k: raw[k] for k in SLO_KEYS if k in raw}) if base is not None else \
-        Slo(**{k: raw.get(k) for k in SLO_KEYS})
-    if slo.p99_ttft_ms is None:
-        raise PipelineError(f"{where}.p99_ttft_ms must be a positive number of milliseconds")
-    if slo.p99_itl_ms is None and slo.p99_tpot_ms is None:
-        raise PipelineError(f"{where}: set p99_itl_ms or p99_tpot_ms (a latency objective needs a token latency)")
-    if base is None and raw.get("arrival", ARRIVALS[0]) not in ARRIVALS:
-        raise PipelineError(f"{where}.arrival must be one of {list(ARRIVALS)}, got {raw.get('arrival')!r}")
-    return slo
 
 
 def serving_slo(serving: dict) -> tuple[Slo, str]:

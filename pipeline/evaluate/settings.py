@@ -1,0 +1,67 @@
+"""params.yaml `evaluate`, typed: fidelity to the target, lm-eval, the CPU acceptance estimate and vLLM's
+offline measurement."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pipeline.core.sections import Section
+from pipeline.core.values import is_number
+
+COST_RATIOS = ("weight_bytes", "measured")  # evaluate.acceptance.cost_ratio, or a number
+ENABLED = (True, False, "auto")  # evaluate.vllm.enabled (and serve_bench.enabled)
+
+
+@dataclass(frozen=True)
+class LmEval:
+    tasks: tuple[str, ...]  # evals/ tasks and standard lm-eval tasks installed locally
+    limit: int | None = None  # documents per task; None: all
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """evaluate.acceptance: the CPU estimate of speculative acceptance at the serving temperature."""
+    temperature: float
+    continuation_tokens: int
+    prompts: int
+    max_k: int
+    cost_ratio: str | float = "weight_bytes"  # weight_bytes | measured | a number
+
+
+@dataclass(frozen=True)
+class VllmEval:
+    """evaluate.vllm: the GPU path (skipped with a reason without CUDA or vLLM)."""
+    enabled: bool | str
+    prompts: int
+    max_tokens: int
+    gpu_memory_utilization: float
+    throughput_batch_sizes: tuple[int, ...] = ()
+    enforce_eager: bool = False
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    SECTION: ClassVar[str] = "evaluate"
+    heldout_limit: int
+    greedy_tokens: int
+    greedy_prompts: int
+    lm_eval: LmEval
+    acceptance: Acceptance
+    vllm: VllmEval
+
+    @classmethod
+    def parse(cls, section: dict) -> EvaluateParams:
+        s = Section(section, cls.SECTION)
+        lm, acc, vl = s.section("lm_eval"), s.section("acceptance"), s.section("vllm")
+        ratio = acc.value("cost_ratio", "weight_bytes")
+        if ratio not in COST_RATIOS and not is_number(ratio):
+            raise acc.fail("cost_ratio", "weight_bytes, measured or a number", ratio)
+        return cls(
+            heldout_limit=s.int("heldout_limit", minimum=1), greedy_tokens=s.int("greedy_tokens", minimum=1),
+            greedy_prompts=s.int("greedy_prompts", minimum=0),
+            lm_eval=LmEval(lm.strs("tasks", []), lm.int_or_none("limit", minimum=1)),
+            acceptance=Acceptance(acc.number("temperature"), acc.int("continuation_tokens", minimum=1),
+                                  acc.int("prompts", minimum=1), acc.int("max_k", minimum=1), ratio),
+            vllm=VllmEval(vl.choice("enabled", ENABLED), vl.int("prompts", minimum=1), vl.int("max_tokens", minimum=1),
+                          vl.number("gpu_memory_utilization"), vl.ints("throughput_batch_sizes", []),
+                          vl.bool("enforce_eager", False)))
