@@ -18,6 +18,7 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import METHODS
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
+from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.vllm_server import failure
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -27,9 +28,9 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 BENCH_TIMEOUT_S = 1800
 
 
-def num_prompts(cfg: dict, concurrency: int) -> int:
+def num_prompts(cfg: ServeBenchParams, concurrency: int) -> int:
     """Enough requests that every concurrency level keeps its slots busy for several rounds."""
-    return max(cfg["min_prompts"], cfg["prompts_per_concurrency"] * concurrency)
+    return max(cfg.min_prompts, cfg.prompts_per_concurrency * concurrency)
 
 
 def write_dataset(path: Path, prompts: list[str]) -> None:
