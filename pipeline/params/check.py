@@ -264,6 +264,11 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+    # Every section as the stages will read it (each concern's settings.py): a value the checks above let through
+    # but a stage's parse would refuse fails here, in the first stage, not hours later.
+    from pipeline.params.typed import Params
+
+    Params.parse(params, path)
 
 
 def model_config(params: dict, role: str = "target"):
