@@ -42,6 +42,7 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
     from pipeline.params.load import load_params
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import parse_variant
+    from pipeline.quantize.settings import Calibration
 
     target = artifacts / "models/target"
     if not (target / "model.safetensors").is_file():
@@ -64,7 +65,7 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
             spec = parse_variant(variant, {**p["quantize"]["variants"][variant], "num_samples": n})
             with tempfile.TemporaryDirectory() as tmp:
                 t0 = time.perf_counter()
-                quantize_model(target, Path(tmp) / "q", spec, texts, p["quantize"]["calibration"])
+                quantize_model(target, Path(tmp) / "q", spec, texts, Calibration.parse(p["quantize"]["calibration"]))
                 wall = time.perf_counter() - t0
                 quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", dev), examples)
             raw["runs"].append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),

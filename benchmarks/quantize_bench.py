@@ -41,28 +41,33 @@ def demo_target(params: dict, work: Path, pretrain_steps: int | None = None) -> 
     built = ROOT / "artifacts" / "models" / "target"
     if built.is_dir():
         return built, "artifacts/models/target (built by the `models` stage)"
-    from pipeline.models.demo.models import build_demo_pair
+    from dataclasses import replace
 
-    cfg, note = params["demo"], "built by this script from params.yaml `demo:`"
+    from pipeline.models.demo.models import build_demo_pair
+    from pipeline.models.settings import DemoParams
+
+    cfg, note = DemoParams.parse(params["demo"]), "built by this script from params.yaml `demo:`"
     if pretrain_steps is not None:
         # Quantization work and sizes follow the shapes, not the weights: a shorter pretraining measures the same.
-        cfg = {**cfg, **{role: {**cfg[role], "train_steps": pretrain_steps} for role in ("target", "draft")}}
+        cfg = replace(cfg, target=replace(cfg.target, train_steps=pretrain_steps),
+                      draft=replace(cfg.draft, train_steps=pretrain_steps))
         note += f" with pretraining cut to {pretrain_steps} steps (reduced run: same shapes)"
     build_demo_pair(work / "target", work / "draft", cfg)
     return work / "target", note
 
 
 def calibration_split(params: dict, target: Path, work: Path) -> Path:
+    from pipeline.data.settings import DataParams
     from pipeline.data.traffic import dedup, drop_too_long, load_traffic, split, write_split
     from pipeline.models.loading import load_tokenizer
 
     built = ROOT / "artifacts" / "data" / "calibration.jsonl"
     if built.is_file():
         return built
-    data = params["data"]
-    kept, _ = drop_too_long(dedup(load_traffic(ROOT / data["traffic"])), load_tokenizer(target), data["max_tokens"])
+    data = DataParams.parse(params["data"])
+    kept, _ = drop_too_long(dedup(load_traffic(ROOT / data.traffic)), load_tokenizer(target), data.max_tokens)
     path = work / "calibration.jsonl"
-    write_split(split(kept, data["fractions"], data["seed"])["calibration"], path)
+    write_split(split(kept, data.fractions, data.seed)["calibration"], path)
     return path
 
 
@@ -74,11 +79,12 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     from pipeline.params.load import load_params
     from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.settings import Calibration
 
     params = load_params(PARAMS_FILE)
     tokenizer = load_tokenizer(target)
     texts = [full_text(tokenizer, m) for m in read_split(calibration)]
-    cfg = {**params["quantize"]["calibration"], "offload": offload}
+    cfg = Calibration.parse({**params["quantize"]["calibration"], "offload": offload})
     cpu0 = time.process_time()
     with tempfile.TemporaryDirectory() as out:
         metrics = quantize_model(target, Path(out) / variant, enabled_variant(params, variant), texts, cfg)

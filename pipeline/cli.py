@@ -98,11 +98,14 @@ def registry_dir(arg: str | None) -> Path:
 def cmd_gate(args) -> int:
     """The `gate` stage's checks on metrics produced anywhere (e.g. a GPU runner)."""
     from pipeline.params.check import load_checked
+    from pipeline.params.load import parse_section
     from pipeline.release import gates
+    from pipeline.serving.settings import ServingParams
 
     params = load_checked(args.params, check_recipes=False)
+    baseline = parse_section(params, ServingParams, args.params).baseline_variant
     metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
-    serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, params["serving"]["baseline_variant"]])
+    serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, baseline])
     report = gates.run(params, metrics, args.allow_fail, serve)
     return gates.conclude(report)
 

@@ -6,18 +6,19 @@ from pipeline.data.traffic import (conversation_key, dedup, drop_too_long, max_t
                                    split, write_split)
 from pipeline.evaluate.lmeval import write_task_data
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params
+from pipeline.data.settings import DataParams
+from pipeline.params.load import load_params, parse_section
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
-    p = load_params()["data"]
+    data = parse_section(load_params(), DataParams)
     tokenizer = load_tokenizer(paths.TARGET)
-    rows, groups, oversized = read_grouped(p["traffic"], p["max_tokens"] * max_token_bytes(tokenizer))
+    rows, groups, oversized = read_grouped(data.traffic, data.max_tokens * max_token_bytes(tokenizer))
     unique = dedup(rows)
-    kept, too_long = drop_too_long(unique, tokenizer, p["max_tokens"])
+    kept, too_long = drop_too_long(unique, tokenizer, data.max_tokens)
     too_long += oversized
-    splits = split(kept, p["fractions"], p["seed"], groups)
+    splits = split(kept, data.fractions, data.seed, groups)
     with atomic_dir(paths.DATA) as tmp:
         for name, convs in splits.items():
             write_split(convs, tmp / f"{name}.jsonl")
@@ -28,10 +29,10 @@ def main(argv: list[str]) -> None:
               **{k: len(v) for k, v in splits.items()}}
     if groups:  # grouped traffic: how many documents (groups) each split holds; ungrouped files' metrics as before
         record["groups"] = {k: len({groups.get(conversation_key(m)) for m in v}) for k, v in splits.items()}
-    if source := read_source(p["traffic"]):
+    if source := read_source(data.traffic):
         record["source"] = source
     write_json("metrics/data.json", record)
-    say(summary_line(total, duplicates, too_long, p["max_tokens"], {k: len(v) for k, v in splits.items()}))
+    say(summary_line(total, duplicates, too_long, data.max_tokens, {k: len(v) for k, v in splits.items()}))
 
 
 def summary_line(total: int, duplicates: int, too_long: int, max_tokens: int, splits: dict[str, int]) -> str:

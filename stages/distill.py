@@ -6,8 +6,10 @@ from pipeline.data.traffic import read_split
 from pipeline.drafts import methods
 from pipeline.drafts.distill import build_distillation_set, transformers_generate, write_examples
 from pipeline.drafts.distill_vllm import resolve_generator, vllm_generate
+from pipeline.drafts.settings import DraftParams, DraftTrainingParams
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import load_params
+from pipeline.params.load import load_params, parse_section
+from pipeline.serving.settings import ServingParams
 
 TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from the target's answers
 
@@ -15,23 +17,23 @@ TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from t
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()
-    cfg = p["draft_training"]
-    if not set(TRAINED) & set(methods.requested(p)):  # n-gram alone: nothing learns from the answers
+    cfg, serving = parse_section(p, DraftTrainingParams), parse_section(p, ServingParams)
+    if not set(TRAINED) & set(parse_section(p, DraftParams).method):  # n-gram alone: nothing learns from the answers
         skipped = f"neither {' nor '.join(TRAINED)} is in draft.method"
         write_skipped(paths.DISTILL, skipped)
         say(f"distill: skipped ({skipped})")
         return
-    tp = p["serving"]["tensor_parallel_size"]
-    generator = resolve_generator(cfg["generator"], tp)
+    tp = serving.tensor_parallel_size
+    generator = resolve_generator(cfg.generator, tp)
     train_convs = read_split(paths.DRAFT_TRAIN)
-    eval_convs = read_split(paths.HELDOUT)[: cfg["eval_prompts"]]
+    eval_convs = read_split(paths.HELDOUT)[: cfg.eval_prompts]
     tokenizer = load_tokenizer(paths.TARGET)
     if generator == "vllm":
-        generate = vllm_generate(paths.TARGET, tokenizer.eos_token_id, cfg["max_new_tokens"],
-                                 p["serving"]["max_model_len"], cfg["vllm"], tp)
+        generate = vllm_generate(paths.TARGET, tokenizer.eos_token_id, cfg.max_new_tokens, serving.max_model_len,
+                                 cfg.vllm, tp)
     else:
-        generate = transformers_generate(load_causal_lm(paths.TARGET), tokenizer, cfg["max_new_tokens"],
-                                         cfg["generation_batch_size"])
+        generate = transformers_generate(load_causal_lm(paths.TARGET), tokenizer, cfg.max_new_tokens,
+                                         cfg.generation_batch_size)
     train = build_distillation_set(generate, tokenizer, train_convs, cfg)
     evals = build_distillation_set(generate, tokenizer, eval_convs, cfg, sampled=False)
     with atomic_dir(paths.DISTILL) as tmp:

@@ -7,15 +7,16 @@ from pipeline.drafts import methods
 from pipeline.drafts.distill import pad_id, read_examples
 from pipeline.drafts.draft_model import finetune_draft
 from pipeline.drafts.finetune import loss_curve_rows
+from pipeline.drafts.settings import DraftParams, DraftTrainingParams
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params
+from pipeline.params.load import load_params, parse_section
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()
-    cfg = p["draft_training"]
-    if methods.DRAFT_MODEL not in methods.requested(p):  # nothing downstream reads a draft model then
+    cfg = parse_section(p, DraftTrainingParams)
+    if methods.DRAFT_MODEL not in parse_section(p, DraftParams).method:  # nothing downstream reads a draft model then
         skipped = methods.not_requested(methods.DRAFT_MODEL)
         write_skipped(paths.DRAFT_FINETUNED, skipped)
         write_csv("plots/draft_loss.csv", [], ["step", "train_loss", "eval_loss"])

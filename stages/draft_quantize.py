@@ -10,15 +10,17 @@ from pipeline.data.traffic import read_split
 from pipeline.drafts import methods
 from pipeline.drafts.draft_model import quantize_draft
 from pipeline.drafts.served import ServedDraft
-from pipeline.params.load import load_params
-from pipeline.quantize.recipes import enabled_variant
+from pipeline.drafts.settings import DraftParams, DraftQuantizeParams
+from pipeline.params.load import load_params, parse_section
+from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.settings import QuantizeParams
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()
-    name = p["draft_quantize"]["variant"]
-    if methods.DRAFT_MODEL not in methods.requested(p):
+    name = parse_section(p, DraftQuantizeParams).variant
+    if methods.DRAFT_MODEL not in parse_section(p, DraftParams).method:
         served = ServedDraft(quantized_variant=None, size_mb=None, skipped=methods.not_requested(methods.DRAFT_MODEL))
         with atomic_dir(paths.DRAFT) as tmp:
             records.write(tmp / paths.DRAFT_RECORD.name, served)
@@ -28,8 +30,9 @@ def main(argv: list[str]) -> None:
         if name is None:
             shutil.copytree(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name)
         else:
-            quantize_draft(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name, enabled_variant(p, name),
-                           read_split(paths.CALIBRATION), p["quantize"]["calibration"])
+            quantize = parse_section(p, QuantizeParams)
+            quantize_draft(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name, variant_spec(quantize.variants, name),
+                           read_split(paths.CALIBRATION), quantize.calibration)
         size_mb = megabytes(dir_size(tmp / paths.DRAFT_MODEL.name, ".safetensors"))
         served = ServedDraft(quantized_variant=name, size_mb=size_mb)
         records.write(tmp / paths.DRAFT_RECORD.name, served)

@@ -5,22 +5,23 @@ from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import full_text
 from pipeline.data.traffic import read_split
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params, quantize_distributed, variant_argument
-from pipeline.quantize.recipes import enabled_variant
+from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
+from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.settings import QuantizeParams
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
-    p = load_params()
-    spec = enabled_variant(p, variant)
+    settings = parse_section(load_params(), QuantizeParams)
+    spec = variant_spec(settings.variants, variant)
     tokenizer = load_tokenizer(paths.TARGET)
     # Calibrate on the domain's own traffic, formatted as the served model sees it.
     texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
     with atomic_dir(paths.QUANTIZED / variant) as tmp:
         # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
-        metrics = quantize(paths.TARGET, tmp, spec, texts, p["quantize"]["calibration"], quantize_distributed(p))
+        metrics = quantize(paths.TARGET, tmp, spec, texts, settings.calibration, settings.distributed)
     write_json(f"metrics/quantize-{variant}.json", metrics)
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
     group = ""

@@ -17,12 +17,14 @@ The tiers of serve_bench.tiers are then served the same way at their own engine 
 (tiers/<tier>/serve-<config>.yaml), each at its own concurrency. Elsewhere the record says why it was skipped,
 and the gate falls back to the CPU estimate.
 """
+import dataclasses
 import math
 import re
 import datetime
 import importlib.metadata
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline.core import paths, records
@@ -32,35 +34,56 @@ from pipeline.core.stage import progress_bar, say, stage_main
 from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
+from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import vllm_spec
 from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.settings import EvaluateParams
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params, variant_argument
-from pipeline.quantize.recipes import enabled_variant
+from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
+from pipeline.quantize.recipes import VariantSpec, variant_spec
+from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.speculation_choice import config_name, k_schedule
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-from pipeline.serving.tiers import Tier, benchmarked, serving_slo
+from pipeline.serving.settings import ServeBenchParams, ServingParams
+from pipeline.serving.tiers import Tier, benchmarked
 from pipeline.serving.vllm_server import serve
 
 
-def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> ServeBenchRecord:
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What serve_bench reads of params.yaml, typed. serving_section is the serving section as written, for the
+    serving helpers the bundle stage shares (engine_args, server_env, the tiers), which take it so until the release
+    stages read typed params too."""
+    bench: ServeBenchParams
+    serving: ServingParams
+    serving_section: Mapping
+    draft: DraftParams
+    temperature: float  # evaluate.acceptance.temperature: the serving temperature
+    spec: VariantSpec
+
+    def speculative_config(self, speculation: methods.Speculation) -> dict | None:
+        """methods.speculative_config_for's file, from the typed values: the bundle renders the same."""
+        ngram = dataclasses.asdict(self.draft.ngram) if self.draft.ngram is not None else None
+        return methods.speculative_config(speculation, ngram, self.serving.speculation.draft_tensor_parallel_size)
+
+
+def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) -> ServeBenchRecord:
     """candidates: method -> k; plain decoding is always measured first."""
     import torch
 
-    cfg = p["serve_bench"]
+    cfg, serving = run.bench, run.serving
     model_dir = paths.QUANTIZED / variant
     tokenizer = load_tokenizer(model_dir)
     rendered = [prompt_text(tokenizer, m) for m in heldout_prompts(paths.HELDOUT)]
     add_special = rendered[0][1] if rendered else False
-    temperature = p["evaluate"]["acceptance"]["temperature"]
     quantization = checkpoint_quantization(model_dir)
-    spec = enabled_variant(p, variant)
-    tiers = benchmarked(p["serving"], cfg["tiers"])
+    spec = run.spec
+    tiers = benchmarked(run.serving_section, list(cfg.tiers) if isinstance(cfg.tiers, tuple) else cfg.tiers)
     major, minor = torch.cuda.get_device_capability(0)
-    kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, p["serving"])
+    kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, run.serving_section)
     configs, failed = {}, {}
     tier_configs, tier_failed, tier_skipped = {}, {}, {}
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
@@ -74,15 +97,15 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
         dataset = serving_dir / "prompts.jsonl"
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
         runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
-        scheduling = cfg["k_schedule"] == "auto" and len(cfg["concurrency"]) > 1 and candidates
-        bar = progress_bar(f"serve_bench {variant}", total=len(cfg["concurrency"]) * (
+        scheduling = cfg.k_schedule == "auto" and len(cfg.concurrency) > 1 and candidates
+        bar = progress_bar(f"serve_bench {variant}", total=len(cfg.concurrency) * (
             len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs))
         traffic = serve_bench.Traffic(dataset, serving_dir / "model", add_special)
-        args = [spec, quantization, traffic, temperature, p, bar, server_env(spec, p["serving"])]
+        args = [quantization, traffic, run, bar, server_env(spec, run.serving_section)]
         # 1. Plain decoding on each kernel; the faster at target_concurrency serves everything after it.
         kernel, by_kernel, kernel_failed = None, {}, {}
         for choice in kernels:
-            args[-1] = {**choice.env, **user_env(p["serving"])}
+            args[-1] = {**choice.env, **user_env(run.serving_section)}
             result = served_or_failed(out, serving_dir, variant, PLAIN, methods.NONE, args, kernel_failed,
                                       label=f"{PLAIN}-{choice.name}", must=len(kernels) == 1)
             if result is not None:
@@ -91,8 +114,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
             if not by_kernel:
                 raise PipelineError(f"serve_bench {variant}: plain decoding failed on every kernel "
                                     f"({'; '.join(f'{k}: {v[:150]}' for k, v in kernel_failed.items())})")
-            kernel = choose_kernel(by_kernel, p["serving"]["target_concurrency"], cfg["kernel_tie"])
-            env = {**next(c.env for c in kernels if c.name == kernel), **user_env(p["serving"])}
+            kernel = choose_kernel(by_kernel, serving.target_concurrency, cfg.kernel_tie)
+            env = {**next(c.env for c in kernels if c.name == kernel), **user_env(run.serving_section)}
             args[-1] = env
             configs[PLAIN] = by_kernel[kernel]
             for name in kernel_failed:
@@ -105,8 +128,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
                 configs[name] = result
         # 3. The k schedule the sweep suggests.
         schedules = {}
-        plan = (schedule_to_measure(configs, candidates, p["serving"]["speculation"]["min_gain"],
-                                    p["serving"]["max_num_seqs"]) if scheduling and PLAIN in configs else None)
+        plan = (schedule_to_measure(configs, candidates, serving.speculation.min_gain, serving.max_num_seqs)
+                if scheduling and PLAIN in configs else None)
         if plan is not None:
             speculation = methods.Speculation(plan[0], candidates[plan[0]], plan[1])
             result = served_or_failed(out, serving_dir, variant, config_name(speculation), speculation, args, failed)
@@ -134,12 +157,12 @@ def measure(out: Path, variant: str, candidates: dict[str, int], p: dict) -> Ser
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
                             date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
-                            load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg["max_tokens"],
-                            temperature=temperature, configs=configs, failed_configs=failed, tiers=tier_configs,
+                            load_generator=f"vllm bench serve (vLLM {version})", max_tokens=cfg.max_tokens,
+                            temperature=run.temperature, configs=configs, failed_configs=failed, tiers=tier_configs,
                             tier_skipped=tier_skipped, tier_failed_configs=tier_failed, schedules=schedules,
                             kernels=by_kernel, kernel=kernel,
                             kernel_env=next((c.env for c in kernels if c.name == kernel), {}),
-                            tensor_parallel_size=p["serving"]["tensor_parallel_size"],
+                            tensor_parallel_size=serving.tensor_parallel_size,
                             kernel_note=kernel_note or "".join(
                                 f"{name} failed: {why[:200]}; " for name, why in kernel_failed.items()) or None)
 
@@ -232,47 +255,46 @@ def discard(out: Path, name: str) -> None:
         partial.unlink()
 
 
-def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation, spec,
-                 quantization, traffic: serve_bench.Traffic, temperature: float, p: dict, bar, env: dict[str, str],
+def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation,
+                 quantization, traffic: serve_bench.Traffic, run: Settings, bar, env: dict[str, str],
                  tier: Tier | None = None, label: str | None = None) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
     `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only). label: its raw
     files' and logs' name (a kernel choice of plain decoding: plain-<kernel>)."""
-    cfg, serving = p["serve_bench"], p["serving"]
+    cfg, serving = run.bench, run.serving
     label = label or name
     out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
-        spec, serving, methods.speculative_config_for(speculation, p), quantization,
+        run.spec, run.serving_section, run.speculative_config(speculation), quantization,
         tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
     log = f"{tier.name}.{label}" if tier else label
     # Logs outside the output directory, which is discarded when the stage fails.
     server_log = paths.LOGS / f"serve_bench@{variant}.{log}-server.log"
-    slo, arrival = serving_slo(serving)
+    slo, arrival = serving.slo, serving.arrival
     bench_log = paths.LOGS / f"serve_bench@{variant}.{log}-bench.log"
-    with serve(serving_dir / config.name, serving_dir, server_log, cfg["startup_timeout_s"], cfg["port"],
-               env) as server:
+    with serve(serving_dir / config.name, serving_dir, server_log, cfg.startup_timeout_s, cfg.port, env) as server:
 
         def bench(load: float, prompts: int, tag: str, warmups: int = 0):
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
-            return serve_bench.bench_level(server, serving["name"], traffic, out / "raw" / f"{label}-{tag}.json",
-                                           bench_log, load, prompts, cfg, temperature, slo.goodput(), warmups,
+            return serve_bench.bench_level(server, serving.name, traffic, out / "raw" / f"{label}-{tag}.json",
+                                           bench_log, load, prompts, cfg, run.temperature, slo.goodput(), warmups,
                                            poisson=tag.startswith("capacity-r"))
 
         levels = {}
-        for c in ([tier.concurrency] if tier else cfg["concurrency"]):
-            levels[level_key(c)] = bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg["warmup_requests"])
+        for c in ([tier.concurrency] if tier else cfg.concurrency):
+            levels[level_key(c)] = bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
             bar.update()
         found = None
-        if tier is None and cfg["capacity"]["enabled"]:  # the default sweep's configs; tiers: left to a later issue
-            bounds = cfg["capacity"]
+        if tier is None and cfg.capacity.enabled:  # the default sweep's configs; tiers: left to a later issue
+            bounds = cfg.capacity
             seed, floor = capacity.open_loop_seed(levels.values(), slo)
             found = capacity.search(
                 lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x),
                                 f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}"),
-                slo, arrival, bounds["max_concurrency"] if arrival == capacity.CONCURRENCY else bounds["max_rate"],
-                bounds["max_probes"], known=levels.values(), gpus=serving["tensor_parallel_size"], seed=seed,
+                slo, arrival, bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
+                bounds.max_probes, known=levels.values(), gpus=serving.tensor_parallel_size, seed=seed,
                 floor_meets=floor if arrival == capacity.POISSON else None)
     return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels,
                              schedule=[list(r) for r in speculation.schedule] if speculation.schedule else None,
@@ -291,11 +313,11 @@ def kernels_in_log(path: Path) -> list[str]:
     return list(dict.fromkeys(KERNEL_LINE.findall(text)))
 
 
-def candidates(p: dict, variant: str) -> dict[str, int]:
+def candidates(run: Settings, variant: str) -> dict[str, int]:
     """Each requested method at the k its CPU estimate found best on this variant (or the fixed k)."""
-    fixed = p["serve_bench"]["num_speculative_tokens"]
+    fixed = run.bench.num_speculative_tokens
     return {m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json")
-            .num_speculative_tokens if fixed == "auto" else fixed for m in methods.requested(p)}
+            .num_speculative_tokens if fixed == "auto" else fixed for m in run.draft.method}
 
 
 def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
@@ -328,21 +350,25 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "serve_bench")
     p = load_params()
-    enabled_variant(p, variant)
-    cfg = p["serve_bench"]
+    serving = parse_section(p, ServingParams)
+    run = Settings(bench=parse_section(p, ServeBenchParams), serving=serving, serving_section=p[ServingParams.SECTION],
+                   draft=parse_section(p, DraftParams),
+                   temperature=parse_section(p, EvaluateParams).acceptance.temperature,
+                   spec=variant_spec(parse_section(p, QuantizeParams).variants, variant))
+    cfg = run.bench
     # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all
-    reason = vllm_spec.skip_reason(cfg["enabled"], "serve_bench.enabled", p["serving"]["tensor_parallel_size"])
+    reason = vllm_spec.skip_reason(cfg.enabled, "serve_bench.enabled", serving.tensor_parallel_size)
     with atomic_dir(paths.SERVE / variant) as tmp:
         record = (ServeBenchRecord(variant=variant, skipped=reason) if reason
-                  else measure(tmp, variant, candidates(p, variant), p))
+                  else measure(tmp, variant, candidates(run, variant), run))
         records.write(tmp / "record.json", record)
     records.write(f"metrics/serve-{variant}.json", record)
     for directory, (column, value) in serve_bench.PLOTS.items():
         rows, header = serve_bench.plot_rows(record, column, value)
         write_csv(f"{directory}/{variant}.csv", rows, header)
-    rows, header = capacity.pareto_rows(record, serving_slo(p["serving"])[0], serve_bench.CONFIG_NAMES)
+    rows, header = capacity.pareto_rows(record, serving.slo, serve_bench.CONFIG_NAMES)
     write_csv(f"plots/serve_pareto/{variant}.csv", rows, header)
-    say(summary_line(record, min(cfg["concurrency"])))
+    say(summary_line(record, min(cfg.concurrency)))
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ outputs (DVC deletes a stage's outputs before running it). Deleting them costs o
 from pipeline.core import paths
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
+from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import HashCache, source_fingerprint
 from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
+from pipeline.params.load import parse_section
+from pipeline.quantize.settings import QuantizeParams
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -25,8 +28,9 @@ def main(argv: list[str]) -> None:
     cache = HashCache(HASHES)
     if cache.problem:
         warn(f"sources: ignored {HASHES} ({cache.problem}); every model file is read again")
-    prints = {"target": source_fingerprint(p["target"]["source"], "target", p["target"].get("revision"), cache),
-              "draft": source_fingerprint(p["draft"]["source"], "draft", cache=cache)}
+    target, draft = parse_section(p, TargetParams), parse_section(p, DraftSourceParams)
+    prints = {"target": source_fingerprint(target.source, "target", target.revision, cache),
+              "draft": source_fingerprint(draft.source, "draft", cache=cache)}
     if problem := cache.save():
         warn(f"sources: {problem}; the next run reads every model file again")
     write_json(paths.SOURCES, prints)
@@ -35,9 +39,11 @@ def main(argv: list[str]) -> None:
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
     # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
     if not remembered:
-        from pipeline.quantize.recipes import enabled_variant  # compressed-tensors: only when it is needed
+        from pipeline.quantize.recipes import variant_spec  # compressed-tensors: only when it is needed
 
-        for name, group in group_sizes(p, [enabled_variant(p, v) for v in p["quantize"]["enabled"]]).items():
+        quantize = parse_section(p, QuantizeParams)
+        specs = [variant_spec(quantize.variants, v) for v in quantize.enabled]
+        for name, group in group_sizes(p, specs).items():
             if group.reason:
                 say(f"sources: quantize {name}: group_size {group.configured} -> {group_label(group.used)} "
                     f"({group.reason})")

@@ -24,9 +24,10 @@ from tiny_project import tiny_params  # noqa: E402
 def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     """(target_dir, draft_dir) of a tiny trained demo pair, built once per test session."""
     from pipeline.models.demo.models import build_demo_pair
+    from pipeline.models.settings import DemoParams
 
     root = tmp_path_factory.mktemp("demo")
-    build_demo_pair(root / "target", root / "draft", tiny_params()["demo"])
+    build_demo_pair(root / "target", root / "draft", DemoParams.parse(tiny_params()["demo"]))
     return root / "target", root / "draft"
 
 

@@ -19,6 +19,7 @@ from pipeline.release import gates
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.capacity import CONCURRENCY, POISSON
+from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.tiers import Slo
 
 
@@ -154,7 +155,7 @@ def test_bench_command_sends_poisson_arrivals_and_the_goodput_objectives(tmp_pat
 def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_capacity_cap(tmp_path):
     """serve_bench.level_command, which the stage and benchmarks/gpu/serve_shipped.py both run: a concurrency is that
     many users; a Poisson probe's load is its rate, with at most serve_bench.capacity.max_concurrency open."""
-    cfg = tiny_params()["serve_bench"]
+    cfg = ServeBenchParams.parse(tiny_params()["serve_bench"])
     traffic = serve_bench.Traffic(tmp_path / "prompts.jsonl", tmp_path / "model", True)
 
     def flags(**kw):
@@ -166,9 +167,9 @@ def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_cap
     assert (users["--max-concurrency"], users["--request-rate"], users["--num-warmups"]) == ("4", "inf", "2")
     assert (users["--dataset-path"], users["--tokenizer"]) == (str(traffic.dataset), str(traffic.tokenizer_dir))
     assert users["--extra-body"] == '{"add_special_tokens": true}' and users["--result-filename"] == "c4.json"
-    assert users["--custom-output-len"] == str(cfg["max_tokens"])
+    assert users["--custom-output-len"] == str(cfg.max_tokens)
     probe = flags(load=2.5, poisson=True)
-    assert probe["--request-rate"] == "2.5" and probe["--max-concurrency"] == str(cfg["capacity"]["max_concurrency"])
+    assert probe["--request-rate"] == "2.5" and probe["--max-concurrency"] == str(cfg.capacity.max_concurrency)
 
 
 def test_pareto_rows_hold_every_measurement_and_the_slo_line():

@@ -8,9 +8,10 @@ import pytest
 
 from tiny_project import copy_project, run
 from pipeline.core.errors import PipelineError
+from pipeline.data.settings import Fractions
 from pipeline.data.traffic import dedup, load_traffic, split
 
-FRACTIONS = {"calibration": 0.2, "heldout": 0.2}
+FRACTIONS = Fractions(calibration=0.2, heldout=0.2)
 
 
 def write_lines(path, lines):

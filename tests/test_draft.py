@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from pipeline.core.io import write_csv
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
 from pipeline.drafts.distill import build_distillation_set, generate_batched, pad_id, transformers_generate
 from pipeline.drafts.draft_model import finetune_draft, quantize_draft, save_draft
+from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.drafts.finetune import checkpoint_dir, fine_tune, loss_curve_rows
 from pipeline.evaluate.acceptance import position_acceptance
 from pipeline.models.demo.models import train_tokenizer
@@ -29,6 +31,7 @@ from pipeline.models.demo.traffic import generate_general_text, generate_traffic
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.recipes import enabled_variant
+from pipeline.quantize.settings import Calibration
 
 MAX_MODEL_LEN = tiny_params()["serving"]["max_model_len"]
 
@@ -38,6 +41,11 @@ def draft_params(**training) -> dict:
     return tiny_params(draft_training={"max_new_tokens": 32, "epochs": 2, "batch_size": 8, "logging_steps": 2,
                                        "save_steps": 4, "eval_prompts": 4, "warmup_steps": 1, **training},
                        evaluate={"acceptance": {"prompts": 12, "continuation_tokens": 16}})
+
+
+def training(**settings) -> DraftTrainingParams:
+    """draft_params' draft_training section, typed as the draft stages read it."""
+    return DraftTrainingParams.parse(draft_params(**settings)["draft_training"])
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +59,9 @@ def traffic() -> tuple[list, list]:
 def distilled(demo_pair, traffic):
     """(train, eval) examples distilled from the tiny target, for the fine_tune-level tests."""
     target_dir, _ = demo_pair
-    cfg = draft_params()["draft_training"]
+    cfg = training()
     tok = load_tokenizer(target_dir)
-    generate = transformers_generate(load_causal_lm(target_dir), tok, cfg["max_new_tokens"], cfg["generation_batch_size"])
+    generate = transformers_generate(load_causal_lm(target_dir), tok, cfg.max_new_tokens, cfg.generation_batch_size)
     return (build_distillation_set(generate, tok, traffic[0][:16], cfg),
             build_distillation_set(generate, tok, traffic[1][:4], cfg, sampled=False))
 
@@ -126,7 +134,7 @@ def test_models_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, tm
 def test_bad_settings_are_rejected_before_training(demo_pair, distilled, traffic, tmp_path, bad, message):
     _, draft_dir = demo_pair
     with pytest.raises(PipelineError, match=message):
-        finetune_draft(draft_dir, 0, *distilled, draft_params(**bad)["draft_training"], tmp_path / "w", tmp_path / "out",
+        finetune_draft(draft_dir, 0, *distilled, training(**bad), tmp_path / "w", tmp_path / "out",
                        len(traffic[0]))
     assert not (tmp_path / "out").exists() and not (tmp_path / "w").exists()
 
@@ -139,15 +147,15 @@ def built(demo_pair, traffic, tmp_path_factory):
     target_dir, draft_dir = demo_pair
     root = tmp_path_factory.mktemp("built")
     params = draft_params(epochs=3, eval_prompts=8, logging_steps=4, save_steps=12)
-    cfg = params["draft_training"]
+    cfg = DraftTrainingParams.parse(params["draft_training"])
     target, tok = load_causal_lm(target_dir), load_tokenizer(target_dir)
-    generate = transformers_generate(target, tok, cfg["max_new_tokens"], cfg["generation_batch_size"])
+    generate = transformers_generate(target, tok, cfg.max_new_tokens, cfg.generation_batch_size)
     train = build_distillation_set(generate, tok, traffic[0], cfg)
-    evals = build_distillation_set(generate, tok, traffic[1][: cfg["eval_prompts"]], cfg, sampled=False)
+    evals = build_distillation_set(generate, tok, traffic[1][: cfg.eval_prompts], cfg, sampled=False)
     metrics, history = finetune_draft(draft_dir, pad_id(tok), train, evals, cfg, root / "checkpoints",
                                       root / "finetuned", len(traffic[0]))
     quantize_draft(root / "finetuned", root / "quantized", enabled_variant(params, "gptq-w4a16"), traffic[0][:16],
-                   params["quantize"]["calibration"])
+                   Calibration.parse(params["quantize"]["calibration"]))
     return root, metrics, history
 
 
@@ -207,7 +215,7 @@ def test_metrics_and_loss_curve(built, tmp_path):
 
 def test_lora_is_merged_into_a_plain_model(demo_pair, distilled, tmp_path):
     target_dir, draft_dir = demo_pair
-    cfg = draft_params(lora={"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0})["draft_training"]
+    cfg = training(lora={"enabled": True, "r": 8, "alpha": 16, "dropout": 0.0})
     model, _ = fine_tune(draft_dir, pad_id(load_tokenizer(draft_dir)), *distilled, cfg, tmp_path / "work")
     save_draft(model, load_tokenizer(draft_dir), tmp_path / "merged", draft_dir)
     assert not list((tmp_path / "merged").glob("adapter*"))
@@ -224,40 +232,40 @@ def test_lora_is_merged_into_a_plain_model(demo_pair, distilled, tmp_path):
 def seed0_run(demo_pair, distilled, tmp_path_factory):
     _, draft_dir = demo_pair
     model, history = fine_tune(draft_dir, pad_id(load_tokenizer(draft_dir)), *distilled,
-                               draft_params(resume=False)["draft_training"], tmp_path_factory.mktemp("seed0"))
+                               training(resume=False), tmp_path_factory.mktemp("seed0"))
     return state_dict(model), history
 
 
 def test_same_seed_same_weights(demo_pair, distilled, seed0_run, tmp_path):
     _, draft_dir = demo_pair
     pad = pad_id(load_tokenizer(draft_dir))
-    again, _ = fine_tune(draft_dir, pad, *distilled, draft_params(resume=False)["draft_training"], tmp_path / "a")
+    again, _ = fine_tune(draft_dir, pad, *distilled, training(resume=False), tmp_path / "a")
     assert_same_weights(seed0_run[0], state_dict(again))
-    other, _ = fine_tune(draft_dir, pad, *distilled, draft_params(resume=False, seed=1)["draft_training"],
+    other, _ = fine_tune(draft_dir, pad, *distilled, training(resume=False, seed=1),
                          tmp_path / "b")
     assert any(not torch.equal(v, state_dict(other)[k]) for k, v in seed0_run[0].items())
 
 
 def test_resume_continues_an_interrupted_run(demo_pair, distilled, seed0_run, tmp_path):
     _, draft_dir = demo_pair
-    pad, cfg = pad_id(load_tokenizer(draft_dir)), draft_params(resume=True)["draft_training"]
+    pad, cfg = pad_id(load_tokenizer(draft_dir)), training(resume=True)
     work = checkpoint_dir(tmp_path, draft_dir, cfg, *distilled)
     with pytest.raises(KeyboardInterrupt):
         fine_tune(draft_dir, pad, *distilled, cfg, work, callbacks=[Interrupt()])
-    assert [p.name for p in work.glob("checkpoint-*")] == [f"checkpoint-{cfg['save_steps']}"]
+    assert [p.name for p in work.glob("checkpoint-*")] == [f"checkpoint-{cfg.save_steps}"]
     start = RecordStart()
     model, history = fine_tune(draft_dir, pad, *distilled, cfg, work, callbacks=[start])
-    assert start.start_step == cfg["save_steps"]
+    assert start.start_step == cfg.save_steps
     assert_same_weights(seed0_run[0], state_dict(model))  # as if never interrupted
     assert loss_curve_rows(history) == loss_curve_rows(seed0_run[1])
 
 
 def test_checkpoint_key_tracks_what_shapes_training(demo_pair, distilled, tmp_path):
     _, draft_dir = demo_pair
-    cfg = draft_params()["draft_training"]
+    cfg = training()
     key = checkpoint_dir(tmp_path, draft_dir, cfg, *distilled)
-    assert key == checkpoint_dir(tmp_path, draft_dir, {**cfg, "resume": False}, *distilled)
-    assert key != checkpoint_dir(tmp_path, draft_dir, {**cfg, "learning_rate": 1e-3}, *distilled)
+    assert key == checkpoint_dir(tmp_path, draft_dir, replace(cfg, resume=False), *distilled)
+    assert key != checkpoint_dir(tmp_path, draft_dir, replace(cfg, learning_rate=1e-3), *distilled)
     assert key != checkpoint_dir(tmp_path, draft_dir, cfg, distilled[0][1:], distilled[1])
     other_base = shutil.copytree(draft_dir, tmp_path / "other-base")
     weights = load_file(other_base / "model.safetensors")

@@ -13,6 +13,7 @@ from tiny_project import ROOT, demo_prompts
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
 from pipeline.drafts import eagle3
+from pipeline.drafts.settings import Eagle3Params
 from pipeline.evaluate import acceptance
 from pipeline.models.loading import load_causal_lm
 
@@ -33,8 +34,8 @@ def train_head(tmp_path_factory, demo_pair, target, **cfg_overrides):
     for prompt in demo_prompts(demo_pair[0], 24):
         cont, end = acceptance.target_continuation(target, prompt, 16, 0.0, acceptance.stop_token_ids(target))
         rows.append({"input_ids": prompt + cont[:end], "labels": [-100] * len(prompt) + cont[:end]})
-    cfg = dict(yaml.safe_load((ROOT / "params.yaml").read_text())["draft"]["eagle3"], train_steps=12, batch_size=4,
-               **cfg_overrides)
+    cfg = Eagle3Params.parse(dict(yaml.safe_load((ROOT / "params.yaml").read_text())["draft"]["eagle3"],
+                                  train_steps=12, batch_size=4, **cfg_overrides))
     layers = eagle3.aux_layer_ids("auto", target.config.num_hidden_layers)
     counts = Counter(t for r in rows for t, label in zip(r["input_ids"], r["labels"]) if label != -100)
     head = eagle3.build_head(demo_pair[0], cfg, layers, counts)
@@ -49,7 +50,7 @@ def test_two_builds_of_the_head_from_the_same_inputs_are_identical(demo_pair, ta
     """Issue #32's determinism: the head's layers are initialised from draft.eagle3.seed, not from whatever the
     global RNG holds, so two fresh builds train the same head (before, one build's final loss was 0.328, the
     next one's 0.193)."""
-    cfg = yaml.safe_load((ROOT / "params.yaml").read_text())["draft"]["eagle3"]
+    cfg = Eagle3Params.parse(yaml.safe_load((ROOT / "params.yaml").read_text())["draft"]["eagle3"])
     layers = eagle3.aux_layer_ids("auto", target.config.num_hidden_layers)
     torch.manual_seed(1)
     first = eagle3.build_head(demo_pair[0], cfg, layers, Counter()).state_dict()

@@ -17,6 +17,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.core.io import file_sha256
+from pipeline.models.settings import LayerDraft
 from pipeline.models.sources import classify, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
@@ -36,7 +37,7 @@ def tiny():
 
 
 @pytest.mark.parametrize("source, kind", [("smollm2", "gguf"), ("./models/x.gguf", "gguf"), ("/m/x.gguf", "gguf"),
-                                          ({"from": "target", "layers": 2}, "target"), ("./smollm2", "local")])
+                                          (LayerDraft(2), "target"), ("./smollm2", "local")])
 def test_classify_new_sources(source, kind):
     assert classify(source) == kind
 
@@ -143,10 +144,12 @@ def test_the_demo_layout_passes_the_check(tmp_path):
     from transformers import LlamaForCausalLM
 
     from pipeline.models.demo.models import llama_config, train_tokenizer
+    from pipeline.models.settings import DemoModel
 
     tokenizer = train_tokenizer(["how do I reset my password", "open settings and choose reset"] * 20, 300)
-    model = LlamaForCausalLM(llama_config({"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
-                                           "num_attention_heads": 2, "num_key_value_heads": 1}, tokenizer, 2048))
+    shape = DemoModel(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, train_steps=1, lr=0.001)
+    model = LlamaForCausalLM(llama_config(shape, tokenizer, 2048))
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     check_tokenizer(save_checkpoint(tmp_path / "demo", model, tokenizer), "target")
 

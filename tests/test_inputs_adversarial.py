@@ -3,6 +3,7 @@ sources, badly encoded or malformed traffic, half-written training checkpoints, 
 directories of killed stages. Each is one clear line, or handled, before any expensive work."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -22,6 +23,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, atomic_write_text
 from pipeline.data.traffic import load_traffic
 from pipeline.drafts.finetune import fine_tune
+from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.models.sources import check_model_dir, fetch_model, source_fingerprint
 
 
@@ -242,9 +244,10 @@ def tiny_training(tmp_path_factory):
     rng = random.Random(0)
     examples = [{"input_ids": ids, "labels": ids} for ids in ([rng.randrange(1, 64) for _ in range(12)]
                                                               for _ in range(20))]
-    cfg = tiny_params(draft_training={"epochs": 2, "batch_size": 4, "logging_steps": 2, "save_steps": 4,
-                                      "warmup_steps": 1, "resume": True})["draft_training"]
-    model, _ = fine_tune(base, 0, examples[:16], examples[16:], {**cfg, "resume": False},
+    cfg = DraftTrainingParams.parse(tiny_params(draft_training={"epochs": 2, "batch_size": 4, "logging_steps": 2,
+                                                                "save_steps": 4, "warmup_steps": 1,
+                                                                "resume": True})["draft_training"])
+    model, _ = fine_tune(base, 0, examples[:16], examples[16:], dataclasses.replace(cfg, resume=False),
                          tmp_path_factory.mktemp("ref"))
     return base, examples[:16], examples[16:], cfg, model.state_dict()
 

@@ -13,7 +13,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.layer_draft import build_layer_draft
 from pipeline.models.loading import check_checkpoint_tensors, load_causal_lm
-from pipeline.params.load import LayerDraft, layer_draft
+from pipeline.models.settings import DraftSourceParams, LayerDraft
 from pipeline.params.check import validate
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 
@@ -89,4 +89,5 @@ def test_a_draft_from_the_demo_target_is_refused_and_a_real_one_parsed():
         validate(tiny_params(draft={"source": {"from": "target", "layers": 1}}), ROOT / "params.yaml", False)
     params = tiny_params(target={"source": "/models/t", "revision": None}, draft={"source": {"from": "target", "layers": 3}})
     validate(params, ROOT / "params.yaml", check_recipes=False)
-    assert layer_draft(params) == LayerDraft(3) and layer_draft(tiny_params()) is None
+    assert DraftSourceParams.parse(params["draft"]).source == LayerDraft(3)
+    assert DraftSourceParams.parse(tiny_params()["draft"]).source == "demo"

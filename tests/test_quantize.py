@@ -16,11 +16,13 @@ from safetensors import safe_open
 from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
+from pipeline.data.settings import DataParams
 from pipeline.data.traffic import dedup, load_traffic, split, write_split
 from pipeline.evaluate.quality import fidelity
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.oneshot import awq_pinning_off_without_accelerator, quantize_model
 from pipeline.quantize.recipes import needs_calibration, parse_variant, scheme_for
+from pipeline.quantize.settings import Calibration
 from pipeline.release.thresholds import gate_thresholds
 
 PARAMS = tiny_params()
@@ -37,8 +39,8 @@ METRIC_KEYS = {"wall_time_s", "peak_memory_mb", "size_before_mb", "size_after_mb
 @pytest.fixture(scope="module")
 def splits() -> dict:
     """The demo traffic split the way the data stage splits it."""
-    data = PARAMS["data"]
-    return split(dedup(load_traffic(ROOT / data["traffic"])), data["fractions"], data["seed"])
+    data = DataParams.parse(PARAMS["data"])
+    return split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,7 @@ def baseline(demo_pair):
 
 def quantize(model_dir: Path, out: Path, name: str, raw_spec: dict, texts: list[str], cfg: dict) -> dict:
     """The quantize stage's path: the params entry parsed into a VariantSpec, then quantize_model."""
-    return quantize_model(model_dir, out, parse_variant(name, raw_spec), texts, cfg)
+    return quantize_model(model_dir, out, parse_variant(name, raw_spec), texts, Calibration.parse(cfg))
 
 
 def test_baseline_variant_is_the_target_byte_for_byte(demo_pair, tmp_path):

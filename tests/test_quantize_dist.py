@@ -18,6 +18,7 @@ from safetensors import safe_open
 from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
+from pipeline.data.settings import DataParams
 from pipeline.data.traffic import dedup, load_traffic, split, write_split
 from pipeline.evaluate.quality import fidelity
 from pipeline.models.loading import load_causal_lm, load_tokenizer
@@ -25,6 +26,7 @@ from pipeline.params.check import validate
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import quantize_model
 from pipeline.quantize.recipes import parse_variant
+from pipeline.quantize.settings import Calibration, Distributed
 
 VARIANT = "gptq-w4a16"
 # Fails the worker of rank 1 in GPTQ's distributed step (after calibration, where the ranks exchange Hessians),
@@ -42,8 +44,8 @@ if os.environ.get("RANK") == "1":
 
 @pytest.fixture(scope="module")
 def splits() -> dict:
-    data = tiny_params()["data"]
-    return split(dedup(load_traffic(ROOT / data["traffic"])), data["fractions"], data["seed"])
+    data = DataParams.parse(tiny_params()["data"])
+    return split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)
 
 
 def project_with(tmp_path: Path, demo_target: Path, splits: dict, **distributed) -> Path:
@@ -72,9 +74,9 @@ def test_two_gloo_ranks_quantize_like_one_process(demo_pair, splits, tmp_path):
     assert "[Rank 1]" in log  # llm-compressor's distributed logger: both ranks ran oneshot
 
     params = tiny_params()
-    calibration = params["quantize"]["calibration"]
+    calibration = Calibration.parse(params["quantize"]["calibration"])
     metrics = json.loads((project / "metrics" / f"quantize-{VARIANT}.json").read_text())
-    assert metrics["processes"] == 2 and metrics["calibration_samples"] == calibration["num_samples"]
+    assert metrics["processes"] == 2 and metrics["calibration_samples"] == calibration.num_samples
     assert metrics["compression_ratio"] > 1
     qc = json.loads((out / "config.json").read_text())["quantization_config"]
     assert qc["quant_method"] == "compressed-tensors" and qc["format"] == "pack-quantized"
@@ -154,21 +156,25 @@ def test_bad_distributed_params_are_refused_up_front(distributed, message, tmp_p
     assert "\n" not in str(err.value) and "params.yaml" in str(err.value)
 
 
+def calibration_of(params: dict) -> Calibration:
+    return Calibration.parse(params["quantize"]["calibration"])
+
+
 def test_defaults_and_refusals_before_any_rank_starts(demo_pair, tmp_path):
     params = tiny_params()
     del params["quantize"]["distributed"]  # a params file (or profile) without the section: one process
     validate(params, tmp_path / "params.yaml")
     spec = parse_variant(VARIANT, params["quantize"]["variants"][VARIANT])
     with pytest.raises(PipelineError, match="gpus is 4 but variant 'gptq-w4a16' has 3 calibration rows"):
-        quantize(demo_pair[0], tmp_path / "q", spec, ["a", "b", "c"], params["quantize"]["calibration"],
-                 {"gpus": 4, "timeout_s": 60})
+        quantize(demo_pair[0], tmp_path / "q", spec, ["a", "b", "c"], calibration_of(params),
+                 Distributed(gpus=4, timeout_s=60))
     with pytest.raises(PipelineError, match="pipeline must be one of"):
-        quantize(demo_pair[0], tmp_path / "q", spec, ["a"] * 8, {**params["quantize"]["calibration"], "pipeline": "x"},
-                 {"gpus": 2, "timeout_s": 60})
+        quantize(demo_pair[0], tmp_path / "q", spec, ["a"] * 8,
+                 Calibration.parse({**params["quantize"]["calibration"], "pipeline": "x"}), Distributed(gpus=2))
     if not torch.accelerator.is_available():  # AWQ and SmoothQuant: llm-compressor's GPU-only distributed paths
         for name, what in (("awq-w4a16", "AWQ"), ("int8-w8a8", "SmoothQuant")):
             gpu_only = parse_variant(name, params["quantize"]["variants"][name])
             with pytest.raises(PipelineError, match=f"distributed {what} runs on GPU ranks only"):
-                quantize(demo_pair[0], tmp_path / "q", gpu_only, ["a"] * 8, params["quantize"]["calibration"],
-                         {"gpus": 2, "timeout_s": 60})
+                quantize(demo_pair[0], tmp_path / "q", gpu_only, ["a"] * 8, calibration_of(params),
+                         Distributed(gpus=2, timeout_s=60))
     assert not (tmp_path / "q").exists()

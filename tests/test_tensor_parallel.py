@@ -142,8 +142,9 @@ def test_evaluation_engines_are_sharded_as_served():
 
 def test_distillation_engine_is_sharded_as_served(tmp_path):
     from pipeline.drafts.distill_vllm import engine_kwargs, resolve_generator
+    from pipeline.drafts.settings import DraftTrainingParams
 
-    engine = tiny_params()["draft_training"]["vllm"]
+    engine = DraftTrainingParams.parse(tiny_params()["draft_training"]).vllm
     kwargs = engine_kwargs(tmp_path, 512, engine, 2)
     assert kwargs["tensor_parallel_size"] == 2 and kwargs["model"] == str(tmp_path.resolve())
     if vllm_spec.unavailable_reason(2) is not None:  # this host can't shard over 2 GPUs: transformers answers

@@ -193,11 +193,12 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
     from pipeline.models.loading import load_tokenizer
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import parse_variant
+    from pipeline.quantize.settings import Calibration
 
     params = yaml.safe_load(Path("params.yaml").read_text())
     tok = load_tokenizer(root / "bf16")
     texts = [full_text(tok, m) for m in read_split(calib_file)]
-    cfg = {**params["quantize"]["calibration"], "num_samples": 64, "max_seq_length": 512}
+    cfg = Calibration.parse({**params["quantize"]["calibration"], "num_samples": 64, "max_seq_length": 512})
     for v in variants:
         try:  # one variant's failure is its own result, not the end of the others'
             metrics = quantize_model(root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]),

@@ -36,6 +36,7 @@ from pipeline.data.formatting import prompt_text  # noqa: E402
 from pipeline.data.traffic import heldout_prompts  # noqa: E402
 from pipeline.models.loading import load_tokenizer  # noqa: E402
 from pipeline.serving import capacity, serve_bench  # noqa: E402
+from pipeline.serving.settings import ServeBenchParams  # noqa: E402
 from pipeline.serving.tiers import serving_slo  # noqa: E402
 from pipeline.serving.vllm_server import serve  # noqa: E402
 from stages.serve_bench import kernels_in_log  # noqa: E402
@@ -66,7 +67,7 @@ def configs_of(bundle: Path, work: Path) -> dict[str, Path]:
 
 
 def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], facts: list[dict]) -> None:
-    cfg, serving = p["serve_bench"], p["serving"]
+    cfg, serving = ServeBenchParams.parse(p["serve_bench"]), p["serving"]
     slo, arrival = serving_slo(serving)
     engine = json.loads((bundle / "engine_args.json").read_text())
     name = engine["served_model_name"]
@@ -89,7 +90,7 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
             log = where / f"{config}-server.log"
             bench_log = where / f"{config}-bench.log"
             started = time.time()
-            with serve(path, work, log, cfg["startup_timeout_s"], cfg["port"], env) as server:
+            with serve(path, work, log, cfg.startup_timeout_s, cfg.port, env) as server:
 
                 def bench(load: float, prompts: int, tag: str, warmups: int = 0):
                     level = serve_bench.bench_level(server, name, traffic, where / "raw" / f"{config}-{tag}.json",
@@ -99,12 +100,12 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
                           f"p99 TTFT {level.ttft_ms['p99']:.1f} ms p99 ITL {level.itl_ms['p99']:.1f} ms", flush=True)
                     return level
 
-                levels = [bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg["warmup_requests"])
+                levels = [bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
                           for c in concurrency]
-                bounds = cfg["capacity"]
+                bounds = cfg.capacity
                 found = capacity.search(
                     lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x), f"capacity-c{int(x)}"),
-                    slo, arrival, bounds["max_concurrency"], bounds["max_probes"], known=levels,
+                    slo, arrival, bounds.max_concurrency, bounds.max_probes, known=levels,
                     gpus=serving["tensor_parallel_size"])
                 startup_s = server.startup_s
             facts.append({

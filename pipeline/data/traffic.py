@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import row_to_messages, split_prompt_response
+from pipeline.data.settings import Fractions
 
 ROLES = {"system", "user", "assistant"}
 SPLITS = ("calibration", "draft_train", "heldout")
@@ -175,11 +176,11 @@ def dedup(conversations: list[list[dict]]) -> list[list[dict]]:
     return unique
 
 
-def split(conversations: list[list[dict]], fractions: dict, seed: int,
+def split(conversations: list[list[dict]], fractions: Fractions, seed: int,
           groups: dict[str, str] | None = None) -> dict[str, list[list[dict]]]:
     """Assign each conversation to a split by a seeded hash in [0, 1) of the conversation, or of its group (by
     conversation_key, read_grouped's) where it has one: a group's rows land in one split."""
-    cal, held = fractions["calibration"], fractions["heldout"]
+    cal, held = fractions.calibration, fractions.heldout
     if not (0 < cal < 1 and 0 < held < 1 and cal + held < 1):
         raise PipelineError("data.fractions: calibration and heldout must be in (0, 1) and sum to < 1")
     out = {name: [] for name in SPLITS}

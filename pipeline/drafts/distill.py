@@ -15,6 +15,7 @@ import torch
 from pipeline.core.io import atomic_write_text
 from pipeline.core.stage import progress
 from pipeline.data.formatting import prompt_ids, split_prompt_response
+from pipeline.drafts.settings import DraftTrainingParams
 
 IGNORE_INDEX = -100  # label value the causal-LM loss skips: prompt tokens and padding
 # generate(prompts, temperature, seed) -> one response per prompt, cut after the first EOS
@@ -51,16 +52,16 @@ def transformers_generate(model, tokenizer, max_new_tokens: int, batch_size: int
                                                                temperature, seed)
 
 
-def build_distillation_set(generate: Generate, tokenizer, conversations: list[list[dict]], cfg: dict,
+def build_distillation_set(generate: Generate, tokenizer, conversations: list[list[dict]], cfg: DraftTrainingParams,
                            sampled: bool = True) -> list[dict]:
     """Examples {input_ids, labels}, the prompt masked out of the loss: the target's greedy answer to
     each prompt, cfg.sampled_responses sampled answers (when `sampled`), and the original answer
     when cfg.include_original_responses."""
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in conversations]
-    pairs = list(zip(prompts, generate(prompts, 0.0, cfg["seed"])))
-    for s in range(cfg["sampled_responses"] if sampled else 0):
-        pairs += zip(prompts, generate(prompts, cfg["temperature"], cfg["seed"] + s + 1))
-    if cfg["include_original_responses"]:
+    pairs = list(zip(prompts, generate(prompts, 0.0, cfg.seed)))
+    for s in range(cfg.sampled_responses if sampled else 0):
+        pairs += zip(prompts, generate(prompts, cfg.temperature, cfg.seed + s + 1))
+    if cfg.include_original_responses:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         pairs += [(p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)
                   for p, m in zip(prompts, conversations)]

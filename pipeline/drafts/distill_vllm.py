@@ -6,19 +6,20 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.distill import Generate
 from pipeline.drafts.methods import GENERATORS
+from pipeline.drafts.settings import DistillEngine
 from pipeline.evaluate.vllm_spec import spawn_engine_if_cuda_initialized, unavailable_reason
 
 
-def engine_kwargs(model_dir: Path, max_model_len: int, engine: dict, tensor_parallel_size: int = 1) -> dict:
+def engine_kwargs(model_dir: Path, max_model_len: int, engine: DistillEngine, tensor_parallel_size: int = 1) -> dict:
     """vllm.LLM's arguments for distillation: draft_training.vllm's settings, sharded as the target is served
     (a target that needs several GPUs to serve needs them to answer here too)."""
     return {"model": str(Path(model_dir).resolve()), "max_model_len": max_model_len, "seed": 0,
-            "gpu_memory_utilization": engine["gpu_memory_utilization"], "enforce_eager": engine["enforce_eager"],
+            "gpu_memory_utilization": engine.gpu_memory_utilization, "enforce_eager": engine.enforce_eager,
             "tensor_parallel_size": tensor_parallel_size}
 
 
 def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,
-                  engine: dict, tensor_parallel_size: int = 1) -> Generate:
+                  engine: DistillEngine, tensor_parallel_size: int = 1) -> Generate:
     """Generation through vLLM's offline engine (one engine for every call); as served, so a 1B
     target answers thousands of prompts in seconds rather than transformers' minutes."""
     from vllm import LLM, SamplingParams

@@ -17,8 +17,10 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress_bar
 from pipeline.data.formatting import full_text
 from pipeline.drafts.finetune import check_training_settings, checkpoint_dir, fine_tune, summarize
+from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.recipes import VariantSpec
+from pipeline.quantize.settings import Calibration
 
 
 class ConsoleProgress(TrainerCallback):
@@ -45,7 +47,8 @@ def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict], cfg: dict, work_root: Path,
+def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict], cfg: DraftTrainingParams,
+                   work_root: Path,
                    out: Path, n_prompts: int) -> tuple[dict, list[dict]]:
     """Fine-tune the base draft on distilled examples into out (a fresh directory); (metrics, log history).
     Checkpoints under work_root survive an interruption for `resume` and are cleared after success."""
@@ -54,12 +57,12 @@ def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict
     tuned, history = fine_tune(base_dir, pad, train, evals, cfg, work, callbacks=[ConsoleProgress()])
     save_draft(tuned, load_tokenizer(base_dir), out, base_dir)
     shutil.rmtree(work_root, ignore_errors=True)
-    return {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg["lora"]["enabled"],
+    return {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg.lora.enabled,
             **summarize(history)}, history
 
 
 def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
-                             calibration_cfg: dict) -> None:
+                             calibration_cfg: Calibration) -> None:
     """The variant's recipe checked against the draft before any calibration runs (a group size that does not divide
     the draft's layer widths gives way to one that does, as for the target: recipes.choose_group_size)."""
     from pipeline.quantize.oneshot import resolve_group_size
@@ -68,12 +71,12 @@ def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: li
     if needs_calibration(spec) and not calibration:
         raise PipelineError(f"draft_quantize.variant {spec.name!r} needs calibration data but the calibration "
                             "split is empty")
-    ignore = sorted(set(calibration_cfg.get("ignore", [])) | set(spec.ignore))
+    ignore = sorted(set(calibration_cfg.ignore) | set(spec.ignore))
     resolve_group_size(load_causal_lm(draft_dir, torch.device("cpu")), spec, ignore)
 
 
 def quantize_draft(draft_dir: Path, out: Path, spec: VariantSpec, calibration: list[list[dict]],
-                   calibration_cfg: dict) -> dict:
+                   calibration_cfg: Calibration) -> dict:
     """draft_dir -> out with the quantize stage's own code, calibrated on the domain's traffic."""
     from pipeline.quantize.oneshot import quantize_model
 

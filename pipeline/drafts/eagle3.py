@@ -21,6 +21,7 @@ import torch
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
+from pipeline.drafts.settings import Eagle3Params
 
 VERIFIER_IN_BUNDLE = "./model"  # the target's place in a bundle; never the build machine's path
 
@@ -89,7 +90,7 @@ class TargetFeatures:
         return aux.float(), last[-1].float(), out.logits  # the head trains and scores in fp32
 
 
-def build_head(target_dir: Path, cfg: dict, layer_ids: list[int], token_counts: Counter):
+def build_head(target_dir: Path, cfg: Eagle3Params, layer_ids: list[int], token_counts: Counter):
     """A fresh head shaped from the target's config; embeddings and lm_head seeded from the target."""
     from speculators.config import SpeculatorsConfig, VerifierConfig
     from speculators.models.eagle3 import Eagle3DraftModel, Eagle3SpeculatorConfig
@@ -99,19 +100,19 @@ def build_head(target_dir: Path, cfg: dict, layer_ids: list[int], token_counts: 
 
     # The head's own layers are initialised at random when it is built: seeded here, or two builds of the same
     # inputs train different heads (train() seeds the batch order only after the head exists).
-    torch.manual_seed(cfg["seed"])
-    layer = create_transformer_layer_config(str(target_dir), cfg["num_layers"], "llama", None, 0,
-                                            list(range(cfg["num_layers"])))
+    torch.manual_seed(cfg.seed)
+    layer = create_transformer_layer_config(str(target_dir), cfg.num_layers, "llama", None, 0,
+                                            list(range(cfg.num_layers)))
     layer._attn_implementation = "eager"  # flex attention needs a compiler; eager runs on CPU and GPU alike
     vocab = layer.vocab_size
-    draft_vocab = cfg.get("draft_vocab_size") or vocab
+    draft_vocab = cfg.draft_vocab_size or vocab
     if draft_vocab > vocab:
         raise PipelineError(f"draft.eagle3.draft_vocab_size {draft_vocab} exceeds the target's vocabulary ({vocab})")
     config = Eagle3SpeculatorConfig(
         transformer_layer_config=layer, draft_vocab_size=draft_vocab, norm_before_residual=True,
         eagle_aux_hidden_state_layer_ids=layer_ids,
         speculators_config=SpeculatorsConfig(
-            algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=cfg["ttt_steps"])],
+            algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=cfg.ttt_steps)],
             default_proposal_method="greedy", verifier=VerifierConfig.from_pretrained(str(target_dir))))
     head = Eagle3DraftModel(config)
     if draft_vocab < vocab:  # the most frequent tokens of the target's answers (speculators' t2d/d2t)
@@ -141,26 +142,26 @@ def pack(rows: list[dict], features: TargetFeatures, device) -> dict:
     return cat
 
 
-def train(head, features: TargetFeatures, rows: list[dict], cfg: dict, device, progress) -> dict:
+def train(head, features: TargetFeatures, rows: list[dict], cfg: Eagle3Params, device, progress) -> dict:
     """AdamW with a linear warm-up over `train_steps` batches of `batch_size` rows; speculators' TTT loss
     (KL to the target's distribution over ttt_steps draft steps). Returns the loss curve and timings."""
     from speculators.losses import resolve_loss_config
 
     if not rows:
         raise PipelineError("artifacts/distill/train.jsonl is empty: nothing to train the EAGLE-3 head on")
-    torch.manual_seed(cfg["seed"])
+    torch.manual_seed(cfg.seed)
     head.to(device).train()
     params = [p for p in head.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg["learning_rate"])
-    warmup = max(1, cfg["train_steps"] // 10)
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate)
+    warmup = max(1, cfg.train_steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     loss_config = resolve_loss_config("kl_div", "eager")
     order = torch.randperm(len(rows)).tolist()
     curve, t0 = [], time.perf_counter()
-    for step in progress(range(cfg["train_steps"]), desc="eagle3 head"):
-        batch = [rows[order[(step * cfg["batch_size"] + i) % len(rows)]] for i in range(cfg["batch_size"])]
+    for step in progress(range(cfg.train_steps), desc="eagle3 head"):
+        batch = [rows[order[(step * cfg.batch_size + i) % len(rows)]] for i in range(cfg.batch_size)]
         with eager():
-            _, loss, metrics = head(**pack(batch, features, device), ttt_steps=cfg["ttt_steps"],
+            _, loss, metrics = head(**pack(batch, features, device), ttt_steps=cfg.ttt_steps,
                                     ttt_step_loss_decay=1.0, loss_config=loss_config)
         opt.zero_grad()
         loss.backward()
@@ -168,7 +169,7 @@ def train(head, features: TargetFeatures, rows: list[dict], cfg: dict, device, p
         opt.step()
         sched.step()
         curve.append({"step": step + 1, "loss": float(loss.detach()),
-                      **{f"accuracy_step{s}": _ratio(metrics, f"full_acc_{s}") for s in range(cfg["ttt_steps"])}})
+                      **{f"accuracy_step{s}": _ratio(metrics, f"full_acc_{s}") for s in range(cfg.ttt_steps)}})
     head.eval()
     return {"curve": curve, "train_s": time.perf_counter() - t0,
             "trainable_parameters": sum(p.numel() for p in params)}

@@ -2,6 +2,7 @@
 weights, resumable from checkpoints and deterministic by seed."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -15,6 +16,7 @@ import torch
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say
 from pipeline.drafts.distill import IGNORE_INDEX
+from pipeline.drafts.settings import DraftTrainingParams, Lora
 
 # Settings that change neither the weights nor the logged curve, so a run may resume across them.
 NOT_TRAINING_SETTINGS = ("resume",)
@@ -41,25 +43,25 @@ class PadCollator:
         }
 
 
-def check_training_settings(cfg: dict, n_prompts: int) -> None:
+def check_training_settings(cfg: DraftTrainingParams, n_prompts: int) -> None:
     """Settings that would only fail, or log nothing, once training is under way."""
-    per_prompt = 1 + cfg["sampled_responses"] + bool(cfg["include_original_responses"])
-    steps = math.ceil(n_prompts * per_prompt / cfg["batch_size"]) * cfg["epochs"]
-    if steps < cfg["logging_steps"]:
-        raise PipelineError(f"draft_training.logging_steps {cfg['logging_steps']} exceeds the ~{steps} training "
+    per_prompt = 1 + cfg.sampled_responses + bool(cfg.include_original_responses)
+    steps = math.ceil(n_prompts * per_prompt / cfg.batch_size) * cfg.epochs
+    if steps < cfg.logging_steps:
+        raise PipelineError(f"draft_training.logging_steps {cfg.logging_steps} exceeds the ~{steps} training "
                             "steps, so no loss would be logged; lower it or train longer")
-    if cfg["save_steps"] % cfg["logging_steps"]:
+    if cfg.save_steps % cfg.logging_steps:
         # Trainer averages the train loss over each logging window; a checkpoint inside a window
         # would make a resumed run log a different curve from an uninterrupted one.
-        raise PipelineError(f"draft_training.save_steps ({cfg['save_steps']}) must be a multiple of logging_steps "
-                            f"({cfg['logging_steps']})")
+        raise PipelineError(f"draft_training.save_steps ({cfg.save_steps}) must be a multiple of logging_steps "
+                            f"({cfg.logging_steps})")
 
 
-def checkpoint_dir(root: Path, base_dir: Path, cfg: dict, train: list[dict], evals: list[dict]) -> Path:
+def checkpoint_dir(root: Path, base_dir: Path, cfg: DraftTrainingParams, train: list[dict], evals: list[dict]) -> Path:
     """A directory keyed by everything that shapes the run (settings, data, the base draft's
     weights), so `resume` only ever continues an interrupted run of the very same training."""
     h = hashlib.sha256()
-    settings = {k: v for k, v in cfg.items() if k not in NOT_TRAINING_SETTINGS}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_TRAINING_SETTINGS}
     h.update(json.dumps([settings, [t["input_ids"] for t in train], [e["input_ids"] for e in evals]],
                         sort_keys=True).encode())
     for f in sorted(Path(base_dir).iterdir()):
@@ -79,26 +81,26 @@ def load_for_training(base_dir: Path):
                                                 use_safetensors=True)
 
 
-def apply_lora(model, cfg: dict):
+def apply_lora(model, cfg: Lora):
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=cfg["r"], lora_alpha=cfg["alpha"], lora_dropout=cfg["dropout"],
-                      target_modules=cfg.get("target_modules", "all-linear"), task_type="CAUSAL_LM")
+    lora = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules="all-linear",
+                      task_type="CAUSAL_LM")
     return get_peft_model(model, lora)
 
 
-def training_args(cfg: dict, work_dir: Path, evaluate_first: bool):
+def training_args(cfg: DraftTrainingParams, work_dir: Path, evaluate_first: bool):
     from transformers import TrainingArguments
 
     gpu = torch.cuda.is_available()
     return TrainingArguments(
-        output_dir=str(work_dir), num_train_epochs=cfg["epochs"], per_device_train_batch_size=cfg["batch_size"],
-        per_device_eval_batch_size=cfg["batch_size"], learning_rate=cfg["learning_rate"],
-        lr_scheduler_type="cosine", warmup_steps=cfg["warmup_steps"], weight_decay=0.0,
+        output_dir=str(work_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
+        lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, weight_decay=0.0,
         # Evaluating at every logging step gives train and eval loss on the same steps (one plot row each).
-        logging_steps=cfg["logging_steps"], eval_strategy="steps", eval_steps=cfg["logging_steps"],
-        eval_on_start=evaluate_first, save_strategy="steps", save_steps=cfg["save_steps"], save_total_limit=1,
-        seed=cfg["seed"], data_seed=cfg["seed"], report_to="none", use_cpu=not gpu,
+        logging_steps=cfg.logging_steps, eval_strategy="steps", eval_steps=cfg.logging_steps,
+        eval_on_start=evaluate_first, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
+        seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=not gpu,
         bf16=gpu and torch.cuda.is_bf16_supported(), dataloader_num_workers=0, disable_tqdm=False,
     )
 
@@ -146,7 +148,8 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     return None
 
 
-def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict], cfg: dict, work_dir: Path,
+def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict], cfg: DraftTrainingParams,
+              work_dir: Path,
               callbacks: list | None = None):
     """Train the draft in base_dir; returns (merged float32 model, Trainer log history).
 
@@ -154,13 +157,13 @@ def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict],
     from datasets import Dataset
     from transformers import Trainer, set_seed
 
-    set_seed(cfg["seed"])  # before LoRA: its adapter initialization is random
+    set_seed(cfg.seed)  # before LoRA: its adapter initialization is random
     model = load_for_training(base_dir)
     use_cache = model.config.use_cache  # Trainer turns the KV cache off for training; inference wants it back
-    lora = cfg["lora"]["enabled"]
+    lora = cfg.lora.enabled
     if lora:
-        model = apply_lora(model, cfg["lora"])
-    checkpoint = resumable_checkpoint(Path(work_dir)) if cfg["resume"] else None
+        model = apply_lora(model, cfg.lora)
+    checkpoint = resumable_checkpoint(Path(work_dir)) if cfg.resume else None
     if checkpoint is None and Path(work_dir).exists():
         shutil.rmtree(work_dir)  # stale checkpoints of a run we are not resuming
     trainer = Trainer(model=model, args=training_args(cfg, work_dir, evaluate_first=checkpoint is None),

@@ -3,6 +3,7 @@
 stage's (pipeline/models/settings.py), read here too so that `draft` parses as one section."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,6 +31,17 @@ class Eagle3Params:
     learning_rate: float
     seed: int = 0
 
+    @classmethod
+    def parse(cls, raw: Mapping) -> Eagle3Params:
+        """draft.eagle3, range-checked (methods.check_eagle3)."""
+        check_eagle3(raw)
+        aux = raw["aux_layers"]
+        s = Section(raw, "draft.eagle3")
+        return cls(num_layers=raw["num_layers"], aux_layers=aux if aux == "auto" else tuple(aux),
+                   draft_vocab_size=raw.get("draft_vocab_size"), ttt_steps=raw["ttt_steps"],
+                   train_steps=raw["train_steps"], batch_size=raw["batch_size"], learning_rate=raw["learning_rate"],
+                   seed=s.int("seed", 0))
+
 
 @dataclass(frozen=True)
 class DraftParams:
@@ -51,13 +63,7 @@ class DraftParams:
             check_ngram(raw)
             ngram = Ngram(raw["prompt_lookup_min"], raw["prompt_lookup_max"])
         if EAGLE3 in methods:
-            e = s.section("eagle3")
-            check_eagle3(e.raw)
-            aux = e.raw["aux_layers"]
-            eagle3 = Eagle3Params(num_layers=e.raw["num_layers"], aux_layers=aux if aux == "auto" else tuple(aux),
-                                  draft_vocab_size=e.raw.get("draft_vocab_size"), ttt_steps=e.raw["ttt_steps"],
-                                  train_steps=e.raw["train_steps"], batch_size=e.raw["batch_size"],
-                                  learning_rate=e.raw["learning_rate"], seed=e.int("seed", 0))
+            eagle3 = Eagle3Params.parse(s.section("eagle3").raw)
         return cls(source=draft_source(s), method=methods, ngram=ngram, eagle3=eagle3)
 
     def requests(self, method: str) -> bool:

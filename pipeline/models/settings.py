@@ -38,6 +38,18 @@ def draft_source(section: Section) -> DraftSource:
 
 
 @dataclass(frozen=True)
+class DraftSourceParams:
+    """draft.source alone: the part of the `draft` section the sources and models stages read (its other keys are
+    the speculative methods', pipeline/drafts/settings.py, which those stages do not depend on)."""
+    SECTION: ClassVar[str] = "draft"
+    source: DraftSource
+
+    @classmethod
+    def parse(cls, section: dict) -> DraftSourceParams:
+        return cls(draft_source(Section(section, cls.SECTION)))
+
+
+@dataclass(frozen=True)
 class TargetParams:
     """params.yaml `target`: where the model to prepare comes from."""
     SECTION: ClassVar[str] = "target"

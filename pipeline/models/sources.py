@@ -17,6 +17,7 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_sealed_json, write_sealed_json
 from pipeline.core.stage import say
+from pipeline.models.settings import DraftSource, LayerDraft
 
 REPO_ID = re.compile(r"^(hf:)?[A-Za-z0-9][\w.-]*/[\w.-]+$")
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
@@ -27,12 +28,12 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle", ".ckpt")
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"  # what from_pretrained loads
 
 
-def classify(source: str | dict) -> str:
+def classify(source: DraftSource) -> str:
     """'demo', 'target' (a draft from the target's layers), 'gguf', 'local' or 'hf'. A path-like string is local
     even when it does not exist."""
     from pipeline.models.gguf_source import is_gguf_source
 
-    if isinstance(source, dict):
+    if isinstance(source, LayerDraft):
         return "target"
     if source == "demo":
         return "demo"
@@ -170,7 +171,7 @@ def top_level_pickles(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
 
 
-def source_fingerprint(source: str | dict, role: str, revision: str | None = None,
+def source_fingerprint(source: DraftSource, role: str, revision: str | None = None,
                        cache: HashCache | None = None) -> dict:
     """What exactly a model source is, so a changed source re-runs the stages built on it.
     Local: a hash of the content that would be copied (not mtimes, not the absolute path); cache: file hashes
@@ -180,7 +181,7 @@ def source_fingerprint(source: str | dict, role: str, revision: str | None = Non
     if kind == "demo":
         return {"kind": "demo"}
     if kind == "target":  # the target's own fingerprint covers the weights the draft is cut from
-        return {"kind": "target", "layers": source["layers"]}
+        return {"kind": "target", "layers": source.layers}
     if kind == "hf":
         repo = source.removeprefix("hf:")
         return {"kind": "hf", "repo": repo, "revision": resolve_revision(repo, revision, f"resolve {role} model")}
@@ -367,13 +368,12 @@ def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) 
     return kind
 
 
-def check_sources(params: dict, path: Path) -> None:
+def check_sources(target: str, draft: DraftSource, path: Path) -> None:
     """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
-    target, draft = params["target"]["source"], params["draft"]["source"]
     if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
         raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
                             "draft.source: {from: target, layers: N}")
-    if target == "demo" and isinstance(draft, dict):
+    if target == "demo" and isinstance(draft, LayerDraft):
         raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
                             "target.source demo builds its own draft (draft.source: demo)")
     if (target == "demo") != (draft == "demo"):

@@ -15,8 +15,10 @@ from pathlib import Path
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError, one_of
 from pipeline.core.values import is_int, is_number, is_positive_int, is_positive_number
+from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import check_sources
-from pipeline.params.load import PARAMS_FILE, SECTIONS, quantize_distributed, read_yaml_mapping
+from pipeline.params.load import PARAMS_FILE, SECTIONS, read_yaml_mapping
+from pipeline.quantize.settings import Distributed
 
 
 def load_checked(path: str | Path = PARAMS_FILE, check_recipes: bool = True, checked: Path | None = None) -> dict:
@@ -160,7 +162,11 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
     check_schema(params, path)
-    check_sources(params, path)
+    try:
+        target, draft = TargetParams.parse(params["target"]), DraftSourceParams.parse(params["draft"])
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    check_sources(target.source, draft.source, path)
     from pipeline.core.redact import secret_paths
 
     leaked = secret_paths(params)
@@ -184,7 +190,10 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if not isinstance(enabled, list) or not enabled or len(set(map(str, enabled))) != len(enabled):
         raise PipelineError(f"{path}: quantize.enabled must be a non-empty list of distinct variant names")
     _known(enabled, variants, "quantize.enabled", path)
-    quantize_distributed(params, path)
+    try:
+        Distributed.parse(params["quantize"].get("distributed"))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
     if check_recipes:
         from pipeline.quantize.hardware import check_runs_on
 
@@ -255,6 +264,11 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
+    # Every section as the stages will read it (each concern's settings.py): a value the checks above let through
+    # but a stage's parse would refuse fails here, in the first stage, not hours later.
+    from pipeline.params.typed import Params
+
+    Params.parse(params, path)
 
 
 def model_config(params: dict, role: str = "target"):

@@ -1,4 +1,4 @@
-"""params.yaml as a stage reads it: the mapping, every section present, and the few values with defaults.
+"""params.yaml as a stage reads it: the mapping, every section present, and a section as its concern's typed value.
 
 The whole file is checked once per `dvc repro`, by its always-run first stage (`sources`: pipeline/params/check.py),
 before any stage does work. A stage only reads, so its import closure (its code deps in dvc.yaml) is its own
@@ -8,20 +8,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Protocol, TypeVar
 
 import yaml
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.values import is_positive_int, is_positive_number
 
 PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
 SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
             "serving", "serve_bench", "deploy", "monitoring", "publish")
-# quantize.distributed when params.yaml (or a profile) leaves it or a key of it out: one process, today's path.
-DISTRIBUTED_DEFAULTS = {"gpus": 1, "timeout_s": 1800}
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> dict:
@@ -76,35 +72,6 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
     if not isinstance(data, dict):
         raise PipelineError(f"{path}: expected a mapping")
     return data
-
-
-@dataclass(frozen=True)
-class LayerDraft:
-    """draft.source {from: target, layers: N}: the draft is the target's first N decoder layers with its
-    embeddings, final norm and head (the same tokenizer by construction), then fine-tuned as any draft."""
-    layers: int
-
-
-def layer_draft(params: dict) -> LayerDraft | None:
-    """The draft built from the target's layers, or None when draft.source names a model (its shape was
-    checked by params.schema.json)."""
-    source = params["draft"]["source"]
-    return LayerDraft(source["layers"]) if isinstance(source, dict) else None
-
-
-def quantize_distributed(params: dict, path: Path = PARAMS_FILE) -> dict:
-    """quantize.distributed with its defaults, checked: gpus a positive integer, timeout_s a positive number."""
-    raw = params["quantize"].get("distributed") or {}
-    if not isinstance(raw, dict) or set(raw) - set(DISTRIBUTED_DEFAULTS):
-        raise PipelineError(f"{path}: quantize.distributed must be a mapping with keys {list(DISTRIBUTED_DEFAULTS)}, "
-                            f"got {raw!r}")
-    cfg = {**DISTRIBUTED_DEFAULTS, **raw}
-    if not is_positive_int(cfg["gpus"]):
-        raise PipelineError(f"{path}: quantize.distributed.gpus must be a positive integer, got {cfg['gpus']!r}")
-    if not is_positive_number(cfg["timeout_s"]):
-        raise PipelineError(f"{path}: quantize.distributed.timeout_s must be a positive number of seconds, "
-                            f"got {cfg['timeout_s']!r}")
-    return cfg
 
 
 def variant_argument(argv: list[str], stage: str) -> str:

@@ -43,27 +43,28 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json, write_json
 from pipeline.quantize.oneshot import calibration_settings, quantize_model
 from pipeline.quantize.recipes import VariantSpec, build_recipe, is_unquantized
+from pipeline.quantize.settings import Calibration, Distributed
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def quantize(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: dict,
-             distributed: dict) -> dict:
+def quantize(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: Calibration,
+             distributed: Distributed) -> dict:
     """quantize_model in this process for gpus: 1 (and the unquantized baseline, a file copy); N ranks otherwise."""
-    gpus = distributed["gpus"]
+    gpus = distributed.gpus
     if gpus == 1 or is_unquantized(spec):
         return quantize_model(model_dir, out_dir, spec, calibration_texts, cfg)
-    return launch(model_dir, out_dir, spec, calibration_texts, cfg, gpus, distributed["timeout_s"])
+    return launch(model_dir, out_dir, spec, calibration_texts, cfg, gpus, distributed.timeout_s)
 
 
-def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: dict, gpus: int,
+def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: Calibration, gpus: int,
            timeout_s: float) -> dict:
     """torchrun with `gpus` ranks; the metrics of rank 0, or one PipelineError line: the first rank's failure."""
     check_devices(gpus, spec)
     # The refusals that need no model, here rather than once per rank.
     settings = calibration_settings(cfg, spec)
     if any(m.requires_calibration_data for m in build_recipe(spec, [])):
-        rows = len(calibration_texts[: settings["num_samples"]])
+        rows = len(calibration_texts[: settings.num_samples])
         if rows < gpus:  # llm-compressor asserts every rank has a sample (datasets/utils.py, _is_dist_and_same_ds)
             raise PipelineError(f"quantize.distributed.gpus is {gpus} but variant {spec.name!r} has {rows} calibration "
                                 "rows: each process needs at least one")
@@ -71,7 +72,8 @@ def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts:
         job = Path(tmp)
         write_json(job / "job.json", {"model_dir": str(Path(model_dir).resolve()),
                                       "out_dir": str(Path(out_dir).resolve()), "spec": dataclasses.asdict(spec),
-                                      "texts": calibration_texts, "cfg": cfg, "timeout_s": timeout_s})
+                                      "texts": calibration_texts, "cfg": dataclasses.asdict(cfg),
+                                      "timeout_s": timeout_s})
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
                "-m", "pipeline.quantize.distributed", str(job)]
@@ -154,6 +156,13 @@ def cpu_ranks_wait_for_quantized_weights():
         gptq.broadcast_qparams_and_cleanup = rtn.broadcast_qparams_and_cleanup = original
 
 
+def calibration_from_json(raw: dict) -> Calibration:
+    """The launcher's Calibration as job.json carries it (JSON turned its tuples into lists)."""
+    targets = raw["sequential_targets"]
+    return Calibration(**{**raw, "ignore": tuple(raw["ignore"]),
+                          "sequential_targets": tuple(targets) if isinstance(targets, list) else targets})
+
+
 def worker(job: Path) -> int:
     """One rank: quantize_model under the process group; rank 0 leaves the metrics, a failing rank its error."""
     import torch.distributed as dist
@@ -164,7 +173,7 @@ def worker(job: Path) -> int:
         init_process_group(args["timeout_s"])
         with cpu_ranks_wait_for_quantized_weights():
             metrics = quantize_model(Path(args["model_dir"]), Path(args["out_dir"]), VariantSpec(**args["spec"]),
-                                     args["texts"], args["cfg"])
+                                     args["texts"], calibration_from_json(args["cfg"]))
         if rank == 0:
             write_json(job / "metrics.json", metrics)
         dist.destroy_process_group()

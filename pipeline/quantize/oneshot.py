@@ -14,10 +14,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.sizes import dir_size, megabytes
 from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths,
                                       is_unquantized, with_group_size)
-
-# llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
-# sequential for recipes that calibrate, datafree for the rest.
-PIPELINES = ("sequential", "basic", "datafree", "independent")
+from pipeline.quantize.settings import Calibration
 
 
 def compute_setup() -> tuple[str, torch.dtype]:
@@ -110,14 +107,15 @@ def tracing_failures_as_pipeline_errors(architecture: str):
                             "whole model in one pass (it must fit in memory)") from None
 
 
-def calibration_settings(cfg: dict, spec: VariantSpec) -> dict:
+def calibration_settings(cfg: Calibration, spec: VariantSpec) -> Calibration:
     """quantize.calibration with the variant's own num_samples / max_seq_length on top."""
-    own = {"num_samples": spec.num_samples, "max_seq_length": spec.max_seq_length}
-    settings = {**cfg, **{k: v for k, v in own.items() if v is not None}}
-    if settings.get("pipeline") not in (None, *PIPELINES):
-        raise PipelineError(f"quantize.calibration.pipeline must be one of {list(PIPELINES)} or null, "
-                            f"got {settings['pipeline']!r}")
-    return settings
+    return cfg.with_overrides(spec.num_samples, spec.max_seq_length)
+
+
+def sequential_targets(cfg: Calibration) -> str | list[str] | None:
+    """quantize.calibration.sequential_targets as llm-compressor takes it: a class name or a list of them."""
+    targets = cfg.sequential_targets
+    return list(targets) if isinstance(targets, tuple) else targets
 
 
 def load_for_quantization(model_dir: Path, device: str, dtype: torch.dtype, offload: bool):
@@ -181,11 +179,11 @@ def process_rank() -> tuple[int, int]:
 
 
 def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str],
-                   cfg: dict) -> dict:
+                   cfg: Calibration) -> dict:
     """Run the variant's recipe and save a compressed checkpoint into out_dir (which must be new/temp).
 
-    cfg: num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload (see params.yaml);
-    the spec may override num_samples and max_seq_length.
+    cfg: quantize.calibration (num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload); the spec
+    may override num_samples and max_seq_length.
 
     Inside a distributed run (every rank calls this), each rank calibrates on its own contiguous slice of
     the calibration rows and llm-compressor combines the ranks' statistics; the weights are loaded once,
@@ -198,7 +196,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
 
     cfg = calibration_settings(cfg, spec)
     device, dtype = compute_setup()
-    ignore = sorted(set(cfg.get("ignore", ["lm_head"])) | set(spec.ignore))
+    ignore = sorted(set(cfg.ignore) | set(spec.ignore))
     calibrate = any(m.requires_calibration_data for m in build_recipe(spec, ignore))
     if calibrate and not calibration_texts:
         raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
@@ -210,26 +208,27 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     saved_dtype = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).dtype
     # Distributed: rank 0 loads, the other ranks map its shared copy (llm-compressor's documented way).
-    model = load_for_quantization(model_dir, device, dtype, bool(cfg.get("offload")) or world > 1)
+    model = load_for_quantization(model_dir, device, dtype, cfg.offload or world > 1)
     spec, group = resolve_group_size(model, spec, ignore)
     recipe = build_recipe(spec, ignore)
 
     kwargs, texts = {}, []
     if calibrate:
-        texts = calibration_texts[: cfg["num_samples"]]
+        texts = calibration_texts[: cfg.num_samples]
         # This rank's slice, split as llm-compressor's get_rank_partition splits a dataset.
         mine = texts[len(texts) * rank // world: len(texts) * (rank + 1) // world]
-        kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg["max_seq_length"]),
-                      num_calibration_samples=len(mine), max_seq_length=cfg["max_seq_length"],
+        kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg.max_seq_length),
+                      num_calibration_samples=len(mine), max_seq_length=cfg.max_seq_length,
                       shuffle_calibration_samples=False)
-        kwargs |= {k: cfg[k] for k in ("pipeline", "sequential_targets") if cfg.get(k)}
+        kwargs |= {k: v for k, v in (("pipeline", cfg.pipeline), ("sequential_targets", sequential_targets(cfg)))
+                   if v}
     t1 = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
         if spec.algorithm == "awq":
             stack.enter_context(awq_pinning_off_without_accelerator())
         if calibrate and rank == 0:  # data-free recipes take seconds; the ranks of a distributed run share one console
-            layers = calibrated_layers(model, cfg.get("sequential_targets")) if cfg.get("pipeline") in (
+            layers = calibrated_layers(model, sequential_targets(cfg)) if cfg.pipeline in (
                 None, "sequential") else None
             stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
         oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)

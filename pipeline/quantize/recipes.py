@@ -8,6 +8,7 @@ own dtype: the BF16 baseline every quality and speed ratio is taken against, in 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from compressed_tensors.quantization import QuantizationArgs
@@ -15,6 +16,7 @@ from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.names import check_variant_name
+from pipeline.core.sections import thawed
 
 # Knobs each algorithm's modifier takes (GPTQModifier / AWQModifier fields); rtn is plain
 # QuantizationModifier: round-to-nearest weights plus observed activation scales.
@@ -262,9 +264,14 @@ def needs_calibration(spec: VariantSpec) -> bool:
     return any(m.requires_calibration_data for m in build_recipe(spec, []))
 
 
-def enabled_variant(params: dict, name: str) -> VariantSpec:
-    """The parsed VariantSpec of a variant in quantize.variants, or a one-line error naming the known ones."""
-    variants = params["quantize"]["variants"]
+def variant_spec(variants: Mapping[str, Mapping], name: str) -> VariantSpec:
+    """The parsed VariantSpec of a variant in quantize.variants (QuantizeParams.variants), or a one-line error naming
+    the known ones."""
     if name not in variants:
         raise PipelineError(f"unknown variant {name!r}; known variants: {', '.join(sorted(variants))}")
-    return parse_variant(name, variants[name])
+    return parse_variant(name, thawed(variants[name]))
+
+
+def enabled_variant(params: dict, name: str) -> VariantSpec:
+    """variant_spec of params.yaml's mapping, for callers still holding the raw params."""
+    return variant_spec(params["quantize"]["variants"], name)

@@ -27,7 +27,9 @@ class Calibration:
     sequential_targets: str | tuple[str, ...] | None = None  # layer class names; None: llm-compressor infers them
 
     @classmethod
-    def parse(cls, s: Section) -> Calibration:
+    def parse(cls, s: Section | Mapping) -> Calibration:
+        """quantize.calibration (a Section of the quantize section, or the mapping itself)."""
+        s = s if isinstance(s, Section) else Section(s, "quantize.calibration")
         targets = s.value("sequential_targets", None)
         if targets is not None and not isinstance(targets, str):
             targets = s.strs("sequential_targets")

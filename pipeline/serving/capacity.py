@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from pipeline.core.errors import PipelineError
 from pipeline.serving.bench_record import (AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
                                            ServeBenchRecord, ServeConfigResult)
-from pipeline.serving.tiers import Slo
+from pipeline.serving.settings import ServeBenchParams, Slo
 
 CONCURRENCY, POISSON = "concurrency", "poisson"
 # Two loads closer than this (relative) are one answer: runs of one config differ by ~4% (serve_bench.kernel_tie).
@@ -139,11 +139,11 @@ def users_meeting(config: ServeConfigResult, slo: Slo) -> tuple[float, bool] | N
     return users_at(levels[lo], arrival), hi is None
 
 
-def probe_prompts(cfg: dict, arrival: str, load: float) -> int:
+def probe_prompts(cfg: ServeBenchParams, arrival: str, load: float) -> int:
     """Requests a probe sends: as the sweep at that concurrency, or RATE_WINDOW_S seconds of arrivals."""
     if arrival == CONCURRENCY:
-        return max(cfg["min_prompts"], cfg["prompts_per_concurrency"] * int(load))
-    return max(cfg["min_prompts"], math.ceil(load * RATE_WINDOW_S))
+        return max(cfg.min_prompts, cfg.prompts_per_concurrency * int(load))
+    return max(cfg.min_prompts, math.ceil(load * RATE_WINDOW_S))
 
 
 def open_loop_seed(sweep: Iterable[LoadLevel], slo: Slo) -> tuple[float | None, bool | None]:

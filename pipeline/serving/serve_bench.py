@@ -22,6 +22,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import METHODS
 from pipeline.serving import bench_worker
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
+from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.vllm_server import failure, vllm_command
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -31,9 +32,9 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 BENCH_TIMEOUT_S = 1800
 
 
-def num_prompts(cfg: dict, concurrency: int) -> int:
+def num_prompts(cfg: ServeBenchParams, concurrency: int) -> int:
     """Enough requests that every concurrency level keeps its slots busy for several rounds."""
-    return max(cfg["min_prompts"], cfg["prompts_per_concurrency"] * concurrency)
+    return max(cfg.min_prompts, cfg.prompts_per_concurrency * concurrency)
 
 
 def write_dataset(path: Path, prompts: list[str]) -> None:
@@ -247,18 +248,18 @@ class Traffic:
 
 
 def level_command(base_url: str, served_name: str, traffic: Traffic, result: Path, load: float, prompts: int,
-                  cfg: dict, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+                  cfg: ServeBenchParams, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
                   poisson: bool = False) -> list[str]:
     """The `vllm bench serve` of one load level: `load` users in a closed loop, or (poisson) Poisson arrivals at
     `load` requests/s with at most serve_bench.capacity.max_concurrency open (cfg: serve_bench's params)."""
     return bench_command(vllm_command(), base_url, served_name, traffic.tokenizer_dir, traffic.dataset,
-                         cfg["capacity"]["max_concurrency"] if poisson else int(load), prompts, cfg["max_tokens"],
+                         cfg.capacity.max_concurrency if poisson else int(load), prompts, cfg.max_tokens,
                          temperature, traffic.add_special_tokens, result, warmups=warmups,
                          request_rate=load if poisson else None, goodput=goodput)
 
 
 def bench_level(server, served_name: str, traffic: Traffic, result: Path, log: Path, load: float, prompts: int,
-                cfg: dict, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+                cfg: ServeBenchParams, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
                 poisson: bool = False) -> LoadLevel:
     """One load level against a running server (vllm_server.serve's): level_command run while /metrics is sampled,
     its --save-result file at result, the client's output appended to log."""

@@ -24,6 +24,7 @@ from pipeline.core.stage import progress_bar
 from pipeline.data.formatting import row_to_messages
 from pipeline.models.demo.corpus import GENERAL_CORPORA, docstring_paragraphs
 from pipeline.models.demo.traffic import generate_general_text, generate_traffic
+from pipeline.models.settings import DemoModel, DemoParams
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
 # Llama-3-like chat layout with the roles as single special tokens.
@@ -48,14 +49,14 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     return fast
 
 
-def llama_config(spec: dict, tokenizer: PreTrainedTokenizerFast, max_positions: int) -> LlamaConfig:
+def llama_config(spec: DemoModel, tokenizer: PreTrainedTokenizerFast, max_positions: int) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=spec["hidden_size"],
-        intermediate_size=spec["intermediate_size"],
-        num_hidden_layers=spec["num_hidden_layers"],
-        num_attention_heads=spec["num_attention_heads"],
-        num_key_value_heads=spec["num_key_value_heads"],
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_hidden_layers,
+        num_attention_heads=spec.num_attention_heads,
+        num_key_value_heads=spec.num_key_value_heads,
         max_position_embeddings=max_positions,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -71,13 +72,13 @@ def pack(token_lists: list[list[int]], seq_len: int) -> torch.Tensor:
     return torch.tensor(flat[: n * seq_len]).view(n, seq_len)
 
 
-def general_text(cfg: dict, seed: int) -> list[str]:
+def general_text(cfg: DemoParams, seed: int) -> list[str]:
     """Generic text: templated sentences (CPU demo) or installed Python docstrings (GPU profile)."""
-    kind = cfg.get("general_corpus", "synthetic")
+    kind = cfg.general_corpus
     if kind == "synthetic":
-        return generate_general_text(cfg["general_sentences"], seed=seed)
+        return generate_general_text(cfg.general_sentences, seed=seed)
     if kind == "python-docs":
-        return docstring_paragraphs(cfg["general_chars"])
+        return docstring_paragraphs(cfg.general_chars)
     raise PipelineError(f"demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {kind!r}")
 
 
@@ -109,39 +110,39 @@ def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size
     return losses
 
 
-def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: dict) -> dict:
+def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> dict:
     """Build, pretrain and save the demo target and draft. Returns a summary for metrics."""
-    seed = cfg["seed"]
+    seed = cfg.seed
     torch.manual_seed(seed)
     random.seed(seed)
     # A pretraining corpus drawn from the same domain generator as the traffic, with its own seed.
-    domain_rows = generate_traffic(cfg["domain_rows"], seed=seed + 1000)
+    domain_rows = generate_traffic(cfg.domain_rows, seed=seed + 1000)
     general = general_text(cfg, seed=seed + 2000)
     tokenizer = train_tokenizer([m["content"] for r in domain_rows for m in row_to_messages(r)] + general,
-                                cfg["vocab_size"])
+                                cfg.vocab_size)
     # With real text (the GPU profile) the vocabulary size is the point: a shortfall is an error. The CPU demo's
     # templated corpus saturates below demo.vocab_size by design (metrics/models.json records the real size).
-    if cfg.get("general_corpus") == "python-docs" and len(tokenizer) < cfg["vocab_size"]:
-        raise PipelineError(f"demo.vocab_size {cfg['vocab_size']}: the demo corpus supports only {len(tokenizer)} "
+    if cfg.general_corpus == "python-docs" and len(tokenizer) < cfg.vocab_size:
+        raise PipelineError(f"demo.vocab_size {cfg.vocab_size}: the demo corpus supports only {len(tokenizer)} "
                             "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)")
     domain_ids = [tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False)
                   for r in domain_rows]
     general_ids = tokenizer([s + "\n" for s in general])["input_ids"]
-    seq_len = cfg["seq_len"]
+    seq_len = cfg.seq_len
     summary = {"vocab_size": len(tokenizer), "device": "cuda" if torch.cuda.is_available() else "cpu",
                "pretraining_tokens": {"domain": sum(map(len, domain_ids)), "general": sum(map(len, general_ids))}}
     for role, out_dir, docs in (
         ("target", target_dir, domain_ids + general_ids),
         # The draft is a generic small model: mostly prose, a sliver of the domain.
-        ("draft", draft_dir, general_ids + domain_ids[: int(len(domain_ids) * cfg["draft"]["domain_share"])]),
+        ("draft", draft_dir, general_ids + domain_ids[: int(len(domain_ids) * cfg.draft.domain_share)]),
     ):
-        spec = cfg[role]
+        spec = cfg.target if role == "target" else cfg.draft
         shuffled = list(docs)
         random.Random(seed).shuffle(shuffled)
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # initialized where it trains
-            model = LlamaForCausalLM(llama_config(spec, tokenizer, cfg["max_position_embeddings"]))
+            model = LlamaForCausalLM(llama_config(spec, tokenizer, cfg.max_position_embeddings))
         started = time.perf_counter()
-        losses = pretrain(model, pack(shuffled, seq_len), spec["train_steps"], cfg["batch_size"], spec["lr"],
+        losses = pretrain(model, pack(shuffled, seq_len), spec.train_steps, cfg.batch_size, spec.lr,
                           seed, desc=f"pretrain demo {role}")
         train_s = time.perf_counter() - started
         model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -149,5 +150,5 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: dict) -> dict:
         model.to(torch.bfloat16).save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
         summary[role] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": losses[-1],
-                         "train_steps": spec["train_steps"], "train_s": round(train_s, 1)}
+                         "train_steps": spec.train_steps, "train_s": round(train_s, 1)}
     return summary
