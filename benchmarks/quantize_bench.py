@@ -335,8 +335,8 @@ SMOLLM2_SETTINGS = [
     ("gptq-w4a16", "profile", {}),
     ("awq-w4a16", "profile", {"n_grid": 4}),
     ("gptq-w4a16", "default", {}),
-    ("awq-w4a16", "default", {"n_grid": 4}),
     ("awq-w4a16", "default", {"n_grid": None}),
+    ("awq-w4a16", "default", {"n_grid": 4}),
     ("awq-w4a16", "profile", {"n_grid": None}),
 ]
 
@@ -370,11 +370,13 @@ def smollm2_comparison(params: dict, args) -> None:
     sizes = {"default": {k: params["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")},
              "profile": {k: merged["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")}}
     raw_path = args.raw or RAW / "quantize-smollm2.json"
+    # --resume: keep the runs an interrupted invocation wrote and measure only the settings it had not reached
+    done = json.loads(raw_path.read_text())["runs"] if args.resume and raw_path.exists() else []
     raw = {"command": args.command, "commit": args.commit, "machine": machine(),
            "model": f"SmolLM2-135M-Instruct ({merged['target']['source']}: {source.gguf} converted to bf16 "
                     "safetensors by pipeline/models/gguf_source.py)",
            "traffic": merged["data"]["traffic"], "calibration_sizes": sizes,
-           "heldout_limit": merged["evaluate"]["heldout_limit"], "runs": []}
+           "heldout_limit": merged["evaluate"]["heldout_limit"], "runs": done}
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         splits = smollm2_splits(merged, source.path, work)
@@ -384,6 +386,8 @@ def smollm2_comparison(params: dict, args) -> None:
         (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
         for variant, size, own in SMOLLM2_SETTINGS:
             settings = {**own, **sizes[size]}
+            if any((r["variant"], r["calibration"], r["settings"]) == (variant, size, settings) for r in done):
+                continue
             job = work / "job.json"
             job.write_text(json.dumps({"params": str(work / "params.yaml"), "variant": variant,
                                        "target": str(source.path), "settings": settings, **{
@@ -391,7 +395,8 @@ def smollm2_comparison(params: dict, args) -> None:
             result = Path(tempfile.mkstemp(suffix=".json", dir=work)[1])
             subprocess.run([sys.executable, __file__, "--child-smollm2", str(job), str(result)], check=True, cwd=ROOT,
                            env={**os.environ, "TQDM_MININTERVAL": "10"})
-            run = {"variant": variant, "calibration": size, "settings": settings, **json.loads(result.read_text())}
+            run = {"variant": variant, "calibration": size, "settings": settings, "command": args.command,
+                   "commit": args.commit, "date": machine()["date"], **json.loads(result.read_text())}
             raw["runs"].append(run)
             print(f"{variant} {size} {own}: {run['wall_time_s']} s, KL {run['quality']['kl_divergence']:.4f}, "
                   f"load {run['load_average']}", flush=True)
@@ -417,6 +422,8 @@ def main() -> None:
                                       "running from an export such as `git archive`)")
     ap.add_argument("--model", choices=["demo", "smollm2"], default="demo",
                     help="smollm2: GPTQ and AWQ on SmolLM2-135M at the default and profile calibration sizes")
+    ap.add_argument("--resume", action="store_true",
+                    help="--model smollm2: keep the raw file's runs and measure only the settings it lacks")
     # Child mode, one variant: VARIANT TARGET CALIBRATION RESULT_JSON OFFLOAD(0|1).
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     ap.add_argument("--child-smollm2", nargs=2, help=argparse.SUPPRESS)  # JOB_JSON RESULT_JSON
