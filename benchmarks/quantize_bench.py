@@ -371,7 +371,11 @@ def smollm2_comparison(params: dict, args) -> None:
              "profile": {k: merged["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")}}
     raw_path = args.raw or RAW / "quantize-smollm2.json"
     # --resume: keep the runs an interrupted invocation wrote and measure only the settings it had not reached
-    done = json.loads(raw_path.read_text())["runs"] if args.resume and raw_path.exists() else []
+    done = []
+    if args.resume and raw_path.exists():
+        before = json.loads(raw_path.read_text())
+        done = [{"command": before["command"], "commit": before["commit"], "date": before["machine"]["date"], **r}
+                for r in before["runs"]]
     raw = {"command": args.command, "commit": args.commit, "machine": machine(),
            "model": f"SmolLM2-135M-Instruct ({merged['target']['source']}: {source.gguf} converted to bf16 "
                     "safetensors by pipeline/models/gguf_source.py)",
