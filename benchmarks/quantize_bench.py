@@ -106,7 +106,11 @@ def run_smollm2_child(job_path: Path, result: Path) -> None:
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import enabled_variant
 
+    import torch
+
     job = json.loads(job_path.read_text())
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
     params = load_params(Path(job["params"]))
     variant, target = job["variant"], Path(job["target"])
     own = params["quantize"]["variants"][variant]
@@ -126,6 +130,7 @@ def run_smollm2_child(job_path: Path, result: Path) -> None:
         examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
         metrics["quality"] = quality.fidelity(load_causal_lm(target), load_causal_lm(Path(out) / variant), examples)
         metrics["quality_time_s"] = round(time.perf_counter() - t0, 2)
+    metrics["torch_threads"] = torch.get_num_threads()
     metrics["load_average"] = {"start": [round(x, 2) for x in load_start],
                                "quantized": [round(x, 2) for x in load_quantized],
                                "end": [round(x, 2) for x in os.getloadavg()]}
@@ -250,20 +255,41 @@ def render(raw: dict) -> str:
 
 
 def render_smollm2(raw: dict) -> str:
-    lines = ["", "## SmolLM2-135M-Instruct on this CPU: GPTQ and AWQ by calibration size", "",
-             f"Produced by `{raw['command']}` (code at commit {raw['commit']}). Raw runs: "
-             "`benchmarks/raw/quantize-smollm2.json`.", ""]
-    lines += ["| variant | calibration | samples | max tokens | n_grid | wall time s | oneshot s | CPU time s "
-              "| peak memory MB | perplexity increase % | KL | top-1 agreement | load average (1 min) start-end |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    """quantize.md's second part, from raw/quantize-smollm2.json alone."""
+    sizes = raw["calibration_sizes"]
+    commands = sorted({(r.get("command", raw["command"]), r.get("commit", raw["commit"])) for r in raw["runs"]})
+    lines = [
+        "", "## SmolLM2-135M-Instruct on this CPU: GPTQ and AWQ by calibration size", "",
+        f"Target: {raw['model']}, {raw['parameters'] / 1e6:.1f}M parameters. Calibration: the `{raw['traffic']}` "
+        f"traffic's calibration split as the `data` stage makes it ({raw['calibration_rows']} rows, about 100 tokens "
+        f"each); \"default\" is params.yaml's `quantize.calibration` ({sizes['default']['num_samples']} samples, at "
+        f"most {sizes['default']['max_seq_length']} tokens: every row there is), \"profile\" profiles/smollm2.yaml's "
+        f"({sizes['profile']['num_samples']} samples, {sizes['profile']['max_seq_length']} tokens). Group size 64 (the "
+        "profile's: SmolLM2's widths are not multiples of 128). n_grid: the scale ratios AWQ tries per mapping "
+        "(llm-compressor's default 20; the profile sets 4).",
+        "Each run in its own fresh process, through the stage's own `quantize_model`, then the held-out fidelity "
+        f"the `evaluate` stage computes (`pipeline.evaluate.quality.fidelity`, {raw['heldout_limit']} held-out "
+        f"conversations of {raw['heldout_rows']}) of the result against the unquantized target. Produced by "
+        + "; ".join(f"`{c}` (code at commit {k})" for c, k in commands)
+        + ". Raw runs: `benchmarks/raw/quantize-smollm2.json`; rendered by `python benchmarks/quantize_bench.py --render`.",
+        "",
+        "| variant | calibration | samples | max tokens | n_grid | torch threads | wall time s | oneshot s | CPU time s "
+        "| peak memory MB | perplexity increase % | KL | top-1 agreement | fidelity s | load average (1 min) start / after quantizing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in raw["runs"]:
         q, la = r["quality"], r["load_average"]
-        n_grid = r["settings"].get("n_grid", "-") if r["algorithm"] == "awq" else "-"
+        n_grid = (r["settings"]["n_grid"] or 20) if r["algorithm"] == "awq" and "n_grid" in r["settings"] else "-"
         lines.append(f"| {r['variant']} | {r['calibration']} | {r['calibration_samples']} "
-                     f"| {r['settings']['max_seq_length']} | {n_grid if n_grid is not None else 20} "
+                     f"| {r['settings']['max_seq_length']} | {n_grid} | {r.get('torch_threads', '-')} "
                      f"| {r['wall_time_s']:.1f} | {r['oneshot_time_s']:.1f} | {r['cpu_time_s']:.1f} "
                      f"| {r['peak_memory_mb']:.0f} | {q['perplexity_increase_pct']:.2f} | {q['kl_divergence']:.4f} "
-                     f"| {q['top1_agreement']:.3f} | {la['start'][0]:.1f}-{la['quantized'][0]:.1f} |")
+                     f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / {la['quantized'][0]:.1f} |")
+    loads = [x for r in raw["runs"] for x in (r["load_average"]["start"][0], r["load_average"]["quantized"][0])]
+    if loads and max(loads) > 2:
+        lines += ["", f"Other jobs shared the 2 cores during these runs (1-minute load average {min(loads):.1f} to "
+                      f"{max(loads):.1f} at the runs' start and end of quantization): every time here is longer than "
+                      "on an idle machine, by a factor that changed from run to run."]
     lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in raw["machine"].items()]
     return "\n".join(lines) + "\n"
 
@@ -371,16 +397,20 @@ def smollm2_comparison(params: dict, args) -> None:
              "profile": {k: merged["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")}}
     raw_path = args.raw or RAW / "quantize-smollm2.json"
     # --resume: keep the runs an interrupted invocation wrote and measure only the settings it had not reached
-    done = []
+    import torch
+
+    done, default_threads = [], torch.get_num_threads()
     if args.resume and raw_path.exists():
         before = json.loads(raw_path.read_text())
-        done = [{"command": before["command"], "commit": before["commit"], "date": before["machine"]["date"], **r}
-                for r in before["runs"]]
+        # Runs from before --threads existed recorded no thread count: they ran at torch's default, this one's.
+        done = [{"command": before["command"], "commit": before["commit"], "date": before["machine"]["date"],
+                 "torch_threads": default_threads, **r} for r in before["runs"]]
     raw = {"command": args.command, "commit": args.commit, "machine": machine(),
            "model": f"SmolLM2-135M-Instruct ({merged['target']['source']}: {source.gguf} converted to bf16 "
                     "safetensors by pipeline/models/gguf_source.py)",
            "traffic": merged["data"]["traffic"], "calibration_sizes": sizes,
            "heldout_limit": merged["evaluate"]["heldout_limit"], "runs": done}
+    raw["machine"]["torch threads by default"] = default_threads
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         splits = smollm2_splits(merged, source.path, work)
@@ -390,11 +420,13 @@ def smollm2_comparison(params: dict, args) -> None:
         (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
         for variant, size, own in SMOLLM2_SETTINGS:
             settings = {**own, **sizes[size]}
-            if any((r["variant"], r["calibration"], r["settings"]) == (variant, size, settings) for r in done):
+            if any((r["variant"], r["calibration"], r["settings"], r["torch_threads"]) ==
+                   (variant, size, settings, args.threads or default_threads) for r in done):
                 continue
             job = work / "job.json"
             job.write_text(json.dumps({"params": str(work / "params.yaml"), "variant": variant,
-                                       "target": str(source.path), "settings": settings, **{
+                                       "target": str(source.path), "settings": settings,
+                                       "threads": args.threads, **{
                                            k: str(v) for k, v in splits.items()}}))
             result = Path(tempfile.mkstemp(suffix=".json", dir=work)[1])
             subprocess.run([sys.executable, __file__, "--child-smollm2", str(job), str(result)], check=True, cwd=ROOT,
@@ -426,6 +458,7 @@ def main() -> None:
                                       "running from an export such as `git archive`)")
     ap.add_argument("--model", choices=["demo", "smollm2"], default="demo",
                     help="smollm2: GPTQ and AWQ on SmolLM2-135M at the default and profile calibration sizes")
+    ap.add_argument("--threads", type=int, help="--model smollm2: torch threads per run (default: torch's own)")
     ap.add_argument("--resume", action="store_true",
                     help="--model smollm2: keep the raw file's runs and measure only the settings it lacks")
     # Child mode, one variant: VARIANT TARGET CALIBRATION RESULT_JSON OFFLOAD(0|1).
