@@ -3,7 +3,7 @@ first layers) and check, before any expensive stage, that each tokenizer agrees 
 template and that the draft can speculate for the target."""
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, read_json, write_json
-from pipeline.core.stage import say, stage_main
+from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.sources import check_sources, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
@@ -16,11 +16,14 @@ def main(argv: list[str]) -> None:
     check_sources(p, PARAMS_FILE)  # this stage's own params (also checked by `sources`, with the rest)
     target_src, draft_src = p["target"]["source"], p["draft"]["source"]
     cut = layer_draft(p)
+    seconds = None  # the demo pair's pretraining; other sources are fetched, not trained
     with atomic_dir(paths.TARGET) as target_tmp, atomic_dir(paths.DRAFT_BASE) as draft_tmp:
         if target_src == "demo":
             from pipeline.models.demo.models import build_demo_pair
 
-            summary = {"source": "demo", **build_demo_pair(target_tmp, draft_tmp, p["demo"])}
+            pair, seconds = build_demo_pair(target_tmp, draft_tmp, p["demo"])
+            summary = {"source": "demo", **pair}
+            record_timings("models", seconds)
             for role, built in (("target", target_tmp), ("draft", draft_tmp)):
                 check_tokenizer(built, role, shown=f"demo {role}")
         else:
@@ -43,7 +46,10 @@ def main(argv: list[str]) -> None:
         check_compatible(target_tmp, draft_tmp, p["serving"]["max_model_len"])
     write_json("metrics/models.json", summary)
     drafted = f", draft = its first {cut.layers} layers" if cut is not None else ""
-    say(f"models: target and draft from {target_src if target_src == 'demo' else 'their sources'}{drafted}, compatible")
+    pretrained = (f" (pretrained in {seconds['target']['train_s']:.0f} s and {seconds['draft']['train_s']:.0f} s)"
+                  if seconds else "")
+    say(f"models: target and draft from {target_src if target_src == 'demo' else 'their sources'}{pretrained}"
+        f"{drafted}, compatible")
 
 
 if __name__ == "__main__":

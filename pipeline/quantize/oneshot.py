@@ -18,6 +18,9 @@ from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, cho
 # llm-compressor's calibration pipelines (CalibrationPipeline registry); null lets it infer:
 # sequential for recipes that calibrate, datafree for the rest.
 PIPELINES = ("sequential", "basic", "datafree", "independent")
+# quantize_metrics' keys that differ between two runs of the same recipe on the same inputs: the stage keeps them out
+# of its DVC metrics (pipeline/core/stage.py: record_timings).
+RUN_DEPENDENT = ("wall_time_s", "oneshot_time_s", "peak_memory_mb", "peak_gpu_memory_mb")
 
 
 def compute_setup() -> tuple[str, torch.dtype]:
