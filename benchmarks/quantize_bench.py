@@ -285,6 +285,7 @@ def render_smollm2(raw: dict) -> str:
                      f"| {r['wall_time_s']:.1f} | {r['oneshot_time_s']:.1f} | {r['cpu_time_s']:.1f} "
                      f"| {r['peak_memory_mb']:.0f} | {q['perplexity_increase_pct']:.2f} | {q['kl_divergence']:.4f} "
                      f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / {la['quantized'][0]:.1f} |")
+    lines += smollm2_comparisons(raw["runs"])
     loads = [x for r in raw["runs"] for x in (r["load_average"]["start"][0], r["load_average"]["quantized"][0])]
     if loads and max(loads) > 2:
         lines += ["", f"Other jobs shared the 2 cores during these runs (1-minute load average {min(loads):.1f} to "
@@ -292,6 +293,33 @@ def render_smollm2(raw: dict) -> str:
                       "on an idle machine, by a factor that changed from run to run."]
     lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in raw["machine"].items()]
     return "\n".join(lines) + "\n"
+
+
+def smollm2_comparisons(runs: list[dict]) -> list[str]:
+    """Pairs of runs that differ in one setting only (threads, calibration size, AWQ's n_grid), side by side."""
+    def key(r, drop):
+        s = {k: v for k, v in r["settings"].items() if k not in ("num_samples", "max_seq_length")}
+        parts = {"variant": r["variant"], "calibration": r["calibration"], "threads": r.get("torch_threads"), **s}
+        return tuple(sorted((k, str(v)) for k, v in parts.items() if k != drop))
+
+    def label(r):
+        grid = f", n_grid {r['settings']['n_grid'] or 20}" if "n_grid" in r["settings"] else ""
+        return f"{r['variant']} ({r['calibration']} calibration{grid}, {r.get('torch_threads')} thread(s))"
+
+    def cell(r):
+        q = r["quality"]
+        return (f"{r['wall_time_s']:.0f} s, KL {q['kl_divergence']:.3f}, top-1 {q['top1_agreement']:.3f}, perplexity "
+                f"{q['perplexity_increase_pct']:+.1f}%")
+
+    out = []
+    for setting, field, what in (("threads", "torch_threads", "torch threads"),
+                                 ("calibration", "calibration", "calibration size"), ("n_grid", "n_grid", "AWQ n_grid")):
+        pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:] if key(a, setting) == key(b, setting)
+                 and (a.get(field), a["settings"].get(field)) != (b.get(field), b["settings"].get(field))]
+        if pairs:
+            out += ["", f"By {what} (everything else equal):", ""]
+            out += [f"- {label(a)}: {cell(a)}; {label(b)}: {cell(b)}" for a, b in pairs]
+    return out
 
 
 def render_page(raw: dict, smollm2: dict | None = None) -> str:
