@@ -4,6 +4,9 @@
                                                    #   -> raw/quantize.json -> quantize.md
     python benchmarks/quantize_bench.py --offload  # GPU only: offload off vs on at TinyLlama-1.1B shape
                                                    #   -> raw/quantize-offload.json -> quantize-offload.md
+    python benchmarks/quantize_bench.py --model smollm2   # GPTQ and AWQ on SmolLM2-135M (profiles/smollm2.yaml) at
+                                                   #   the default and the profile's calibration sizes, with held-out
+                                                   #   fidelity -> raw/quantize-smollm2.json -> quantize.md's 2nd part
     python benchmarks/quantize_bench.py --render   # only re-render the markdown from the committed raw JSON
 
 Every run's metrics go to the raw JSON; the markdown (medians, ranges, ratios) is computed from it alone, so
@@ -95,6 +98,48 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     hwm_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                   if line.startswith("VmHWM:"))
     metrics["peak_memory_mb"] = round(hwm_kb * 1024 / 1e6, 1)  # MB (10^6 bytes), as the stage's; runs before 2026-11-25 recorded MiB
+    result.write_text(json.dumps(metrics))
+
+
+def run_smollm2_child(job_path: Path, result: Path) -> None:
+    """Child process: one SmolLM2 setting, quantized by the stage's own quantize_model, then the held-out
+    fidelity evaluate computes (pipeline.evaluate.quality.fidelity) of the result against the unquantized target."""
+    from pipeline.data.formatting import full_text, prompt_and_response_ids
+    from pipeline.data.traffic import read_split
+    from pipeline.evaluate import quality
+    from pipeline.models.loading import load_causal_lm, load_tokenizer
+    from pipeline.params.load import load_params
+    from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import enabled_variant
+
+    import torch
+
+    job = json.loads(job_path.read_text())
+    if job["threads"]:
+        torch.set_num_threads(job["threads"])
+    params = load_params(Path(job["params"]))
+    variant, target = job["variant"], Path(job["target"])
+    own = params["quantize"]["variants"][variant]
+    for key, value in job["settings"].items():  # None: the key unset, so llm-compressor's own default applies
+        own.pop(key, None) if value is None else own.__setitem__(key, value)
+    tokenizer = load_tokenizer(target)
+    texts = [full_text(tokenizer, m) for m in read_split(Path(job["calibration"]))]
+    load_start = os.getloadavg()
+    cpu0 = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        metrics = quantize_model(target, Path(out) / variant, enabled_variant(params, variant), texts,
+                                 params["quantize"]["calibration"])
+        metrics["cpu_time_s"] = round(time.process_time() - cpu0, 2)
+        load_quantized = os.getloadavg()
+        t0 = time.perf_counter()
+        heldout = read_split(Path(job["heldout"]))[: params["evaluate"]["heldout_limit"]]
+        examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
+        metrics["quality"] = quality.fidelity(load_causal_lm(target), load_causal_lm(Path(out) / variant), examples)
+        metrics["quality_time_s"] = round(time.perf_counter() - t0, 2)
+    metrics["torch_threads"] = torch.get_num_threads()
+    metrics["load_average"] = {"start": [round(x, 2) for x in load_start],
+                               "quantized": [round(x, 2) for x in load_quantized],
+                               "end": [round(x, 2) for x in os.getloadavg()]}
     result.write_text(json.dumps(metrics))
 
 
@@ -215,6 +260,81 @@ def render(raw: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_smollm2(raw: dict) -> str:
+    """quantize.md's second part, from raw/quantize-smollm2.json alone."""
+    sizes = raw["calibration_sizes"]
+    commands = sorted({(r.get("command", raw["command"]), r.get("commit", raw["commit"])) for r in raw["runs"]})
+    lines = [
+        "", "## SmolLM2-135M-Instruct on this CPU: GPTQ and AWQ by calibration size", "",
+        f"Target: {raw['model']}, {raw['parameters'] / 1e6:.1f}M parameters. Calibration: the `{raw['traffic']}` "
+        f"traffic's calibration split as the `data` stage makes it ({raw['calibration_rows']} rows, about 100 tokens "
+        f"each); \"default\" is params.yaml's `quantize.calibration` ({sizes['default']['num_samples']} samples, at "
+        f"most {sizes['default']['max_seq_length']} tokens: every row there is), \"profile\" profiles/smollm2.yaml's "
+        f"({sizes['profile']['num_samples']} samples, {sizes['profile']['max_seq_length']} tokens). Group size 64 (the "
+        "profile's: SmolLM2's widths are not multiples of 128). n_grid: the scale ratios AWQ tries per mapping "
+        "(llm-compressor's default 20; the profile sets 4).",
+        "Each run in its own fresh process, through the stage's own `quantize_model`, then the held-out fidelity "
+        f"the `evaluate` stage computes (`pipeline.evaluate.quality.fidelity`, {raw['heldout_limit']} held-out "
+        f"conversations of {raw['heldout_rows']}) of the result against the unquantized target. Produced by "
+        + "; ".join(f"`{c}` (code at commit {k})" for c, k in commands)
+        + ". Raw runs: `benchmarks/raw/quantize-smollm2.json`; rendered by `python benchmarks/quantize_bench.py --render`.",
+        "",
+        "| variant | calibration | samples | max tokens | n_grid | torch threads | wall time s | oneshot s | CPU time s "
+        "| peak memory MB | perplexity increase % | KL | top-1 agreement | fidelity s | load average (1 min) start / after quantizing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in raw["runs"]:
+        q, la = r["quality"], r["load_average"]
+        n_grid = (r["settings"]["n_grid"] or 20) if r["algorithm"] == "awq" and "n_grid" in r["settings"] else "-"
+        lines.append(f"| {r['variant']} | {r['calibration']} | {r['calibration_samples']} "
+                     f"| {r['settings']['max_seq_length']} | {n_grid} | {r.get('torch_threads', '-')} "
+                     f"| {r['wall_time_s']:.1f} | {r['oneshot_time_s']:.1f} | {r['cpu_time_s']:.1f} "
+                     f"| {r['peak_memory_mb']:.0f} | {q['perplexity_increase_pct']:.2f} | {q['kl_divergence']:.4f} "
+                     f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / {la['quantized'][0]:.1f} |")
+    lines += smollm2_comparisons(raw["runs"])
+    loads = [x for r in raw["runs"] for x in (r["load_average"]["start"][0], r["load_average"]["quantized"][0])]
+    if loads and max(loads) > 2:
+        lines += ["", f"Other jobs shared the 2 cores during these runs (1-minute load average {min(loads):.1f} to "
+                      f"{max(loads):.1f} at the runs' start and end of quantization): every time here is longer than "
+                      "on an idle machine, by a factor that changed from run to run."]
+    lines += ["", "Machine:", ""] + [f"- {k}: {v}" for k, v in raw["machine"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def smollm2_comparisons(runs: list[dict]) -> list[str]:
+    """Pairs of runs that differ in one setting only (threads, calibration size, AWQ's n_grid), side by side."""
+    def key(r, drop):
+        s = {k: v for k, v in r["settings"].items() if k not in ("num_samples", "max_seq_length")}
+        parts = {"variant": r["variant"], "calibration": r["calibration"], "threads": r.get("torch_threads"), **s}
+        return tuple(sorted((k, str(v)) for k, v in parts.items() if k != drop))
+
+    def label(r):
+        grid = f", n_grid {r['settings']['n_grid'] or 20}" if "n_grid" in r["settings"] else ""
+        return f"{r['variant']} ({r['calibration']} calibration{grid}, {r.get('torch_threads')} thread(s))"
+
+    def cell(r):
+        q = r["quality"]
+        return (f"{r['wall_time_s']:.0f} s, KL {q['kl_divergence']:.3f}, top-1 {q['top1_agreement']:.3f}, perplexity "
+                f"{q['perplexity_increase_pct']:+.1f}%")
+
+    out = []
+    for setting, field, what in (("threads", "torch_threads", "torch threads"),
+                                 ("calibration", "calibration", "calibration size"), ("n_grid", "n_grid", "AWQ n_grid")):
+        pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:] if key(a, setting) == key(b, setting)
+                 and (a.get(field), a["settings"].get(field)) != (b.get(field), b["settings"].get(field))]
+        if pairs:
+            out += ["", f"By {what} (everything else equal):", ""]
+            out += [f"- {label(a)}: {cell(a)}; {label(b)}: {cell(b)}" for a, b in pairs]
+    return out
+
+
+def render_page(raw: dict, smollm2: dict | None = None) -> str:
+    """quantize.md: the demo target's table (raw/quantize.json), then SmolLM2's (raw/quantize-smollm2.json)."""
+    path = RAW / "quantize-smollm2.json"
+    smollm2 = smollm2 or (json.loads(path.read_text()) if path.exists() else None)
+    return render(raw) + (render_smollm2(smollm2) if smollm2 else "")
+
+
 def render_offload(raw: dict) -> str:
     lines = [
         "# Quantizing with `quantize.calibration.offload` off and on (GPU)",
@@ -238,7 +358,7 @@ def render_offload(raw: dict) -> str:
 
 
 # Each raw file and the markdown rendered from it (tests/test_benchmark_docs.py re-renders and compares).
-RENDERERS = {"quantize.json": ("quantize.md", render),
+RENDERERS = {"quantize.json": ("quantize.md", render_page),
              "quantize-offload.json": ("quantize-offload.md", render_offload)}
 
 
@@ -267,6 +387,97 @@ def offload_comparison(params: dict, args, variant: str = "gptq-w4a16") -> None:
           render_offload)
 
 
+# SmolLM2 settings, cheapest first (a run cut short keeps what finished): (variant, calibration size, the variant's
+# own keys). "default" is params.yaml's quantize.calibration, "profile" profiles/smollm2.yaml's; n_grid None unsets
+# the profile's 4, so AWQ searches llm-compressor's default 20 scales per mapping. Group size 64 throughout (the
+# profile's: SmolLM2's widths 576 and 1536 are not multiples of 128).
+SMOLLM2_SETTINGS = [
+    ("gptq-w4a16", "profile", {}),
+    ("awq-w4a16", "profile", {"n_grid": 4}),
+    ("gptq-w4a16", "default", {}),
+    ("awq-w4a16", "default", {"n_grid": None}),
+    ("awq-w4a16", "default", {"n_grid": 4}),
+    ("awq-w4a16", "profile", {"n_grid": None}),
+]
+
+
+def smollm2_splits(params: dict, target: Path, work: Path) -> dict[str, Path]:
+    """The calibration and held-out splits the `data` stage makes from the profile's traffic (grouped by module)."""
+    from pipeline.data.traffic import dedup, drop_too_long, max_token_bytes, read_grouped, split, write_split
+    from pipeline.models.loading import load_tokenizer
+
+    data, tokenizer = params["data"], load_tokenizer(target)
+    rows, groups, _ = read_grouped(ROOT / data["traffic"], data["max_tokens"] * max_token_bytes(tokenizer))
+    kept, _ = drop_too_long(dedup(rows), tokenizer, data["max_tokens"])
+    splits = split(kept, data["fractions"], data["seed"], groups)
+    paths = {}
+    for name in ("calibration", "heldout"):
+        paths[name] = work / f"{name}.jsonl"
+        write_split(splits[name], paths[name])
+    return paths
+
+
+def smollm2_comparison(params: dict, args) -> None:
+    import yaml
+
+    from pipeline.data.traffic import read_split
+    from pipeline.models.gguf_source import converted
+    from pipeline.params.profiles import overlay, profile_path
+
+    profile = yaml.safe_load(profile_path("smollm2").read_text())
+    merged, _ = overlay(params, profile)
+    source = converted(merged["target"]["source"], "target")
+    sizes = {"default": {k: params["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")},
+             "profile": {k: merged["quantize"]["calibration"][k] for k in ("num_samples", "max_seq_length")}}
+    raw_path = args.raw or RAW / "quantize-smollm2.json"
+    # --resume: keep the runs an interrupted invocation wrote and measure only the settings it had not reached
+    import torch
+
+    done, default_threads = [], torch.get_num_threads()
+    if args.resume and raw_path.exists():
+        before = json.loads(raw_path.read_text())
+        # Runs from before --threads existed recorded no thread count: they ran at torch's default, this one's.
+        done = [{"command": before["command"], "commit": before["commit"], "date": before["machine"]["date"],
+                 "torch_threads": default_threads, **r} for r in before["runs"]]
+    raw = {"command": args.command, "commit": args.commit, "machine": machine(),
+           "model": f"SmolLM2-135M-Instruct ({merged['target']['source']}: {source.gguf} converted to bf16 "
+                    "safetensors by pipeline/models/gguf_source.py)",
+           "traffic": merged["data"]["traffic"], "calibration_sizes": sizes,
+           "heldout_limit": merged["evaluate"]["heldout_limit"], "runs": done}
+    raw["machine"]["torch threads by default"] = default_threads
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        splits = smollm2_splits(merged, source.path, work)
+        raw["calibration_rows"] = len(read_split(splits["calibration"]))
+        raw["heldout_rows"] = len(read_split(splits["heldout"]))
+        raw["parameters"] = parameter_count(source.path)
+        (work / "params.yaml").write_text(yaml.safe_dump(merged, sort_keys=False))
+        for variant, size, own in SMOLLM2_SETTINGS:
+            settings = {**own, **sizes[size]}
+            if any((r["variant"], r["calibration"], r["settings"], r["torch_threads"]) ==
+                   (variant, size, settings, args.threads or default_threads) for r in done):
+                continue
+            job = work / "job.json"
+            job.write_text(json.dumps({"params": str(work / "params.yaml"), "variant": variant,
+                                       "target": str(source.path), "settings": settings,
+                                       "threads": args.threads, **{
+                                           k: str(v) for k, v in splits.items()}}))
+            result = Path(tempfile.mkstemp(suffix=".json", dir=work)[1])
+            subprocess.run([sys.executable, __file__, "--child-smollm2", str(job), str(result)], check=True, cwd=ROOT,
+                           env={**os.environ, "TQDM_MININTERVAL": "10"})
+            run = {"variant": variant, "calibration": size, "settings": settings, "command": args.command,
+                   "commit": args.commit, "date": machine()["date"], **json.loads(result.read_text())}
+            raw["runs"].append(run)
+            print(f"{variant} {size} {own}: {run['wall_time_s']} s, KL {run['quality']['kl_divergence']:.4f}, "
+                  f"load {run['load_average']}", flush=True)
+            raw["machine"]["load average at end (1 min)"] = f"{os.getloadavg()[0]:.1f}"
+            # Written after every run: a long run cut short keeps the ones that finished.
+            raw_path.write_text(json.dumps(raw, indent=2) + "\n")
+            out = args.out or ROOT / "benchmarks" / "quantize.md"
+            out.write_text(render_page(json.loads((RAW / "quantize.json").read_text()), raw))
+            print(f"wrote {raw_path} and {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, help="default: benchmarks/quantize.md (quantize-offload.md with --offload)")
@@ -279,9 +490,17 @@ def main() -> None:
                     help="when this script builds the demo target: pretrain it this many steps (same shapes)")
     ap.add_argument("--commit", help="commit of the measured code; default: HEAD of this checkout (give it when "
                                       "running from an export such as `git archive`)")
+    ap.add_argument("--model", choices=["demo", "smollm2"], default="demo",
+                    help="smollm2: GPTQ and AWQ on SmolLM2-135M at the default and profile calibration sizes")
+    ap.add_argument("--threads", type=int, help="--model smollm2: torch threads per run (default: torch's own)")
+    ap.add_argument("--resume", action="store_true",
+                    help="--model smollm2: keep the raw file's runs and measure only the settings it lacks")
     # Child mode, one variant: VARIANT TARGET CALIBRATION RESULT_JSON OFFLOAD(0|1).
     ap.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    ap.add_argument("--child-smollm2", nargs=2, help=argparse.SUPPRESS)  # JOB_JSON RESULT_JSON
     args = ap.parse_args()
+    if args.child_smollm2:
+        return run_smollm2_child(*map(Path, args.child_smollm2))
     if args.child:
         variant, target, calibration, result, offload = args.child
         return run_child(variant, Path(target), Path(calibration), Path(result), offload == "1")
@@ -299,6 +518,8 @@ def main() -> None:
     params = load_params(PARAMS_FILE)
     if args.offload:
         return offload_comparison(params, args)
+    if args.model == "smollm2":
+        return smollm2_comparison(params, args)
     cal = params["quantize"]["calibration"]
     raw = {"command": args.command, "commit": args.commit, "machine": machine(),
            "calibration": {k: cal[k] for k in ("num_samples", "max_seq_length")}}

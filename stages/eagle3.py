@@ -6,7 +6,7 @@ from collections import Counter
 
 from pipeline.core import paths, records
 from pipeline.core.io import atomic_dir, write_csv, write_json
-from pipeline.core.stage import progress, say, stage_main
+from pipeline.core.stage import progress, record_timings, say, stage_main
 from pipeline.drafts import eagle3, methods
 from pipeline.drafts.distill import read_examples
 from pipeline.drafts.settings import DraftParams
@@ -36,13 +36,14 @@ def main(argv: list[str]) -> None:
     last = result["curve"][-1]
     record = eagle3.Eagle3Record(
         aux_layers=layer_ids, draft_vocab_size=head.draft_vocab_size, ttt_steps=cfg.ttt_steps,
-        train_steps=cfg.train_steps, trainable_parameters=result["trainable_parameters"], train_s=result["train_s"],
+        train_steps=cfg.train_steps, trainable_parameters=result["trainable_parameters"],
         final_loss=last["loss"], accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg.ttt_steps)],
         device=str(device))
     with atomic_dir(paths.EAGLE3) as tmp:
         eagle3.save(head.cpu(), tmp / "model", paths.TARGET)
         records.write(tmp / "record.json", record)
     write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
+    record_timings("eagle3", {"train_s": round(result["train_s"], 1)})
     write_csv("plots/eagle3_loss.csv", result["curve"])
     say(f"eagle3: {cfg.train_steps} steps in {result['train_s']:.0f} s on {device}, loss {result['curve'][0]['loss']:.2f} "
         f"-> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}")

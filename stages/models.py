@@ -3,7 +3,7 @@ first layers) and check, before any expensive stage, that each tokenizer agrees 
 template and that the draft can speculate for the target."""
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, read_json, write_json
-from pipeline.core.stage import say, stage_main
+from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.settings import DemoParams, DraftSourceParams, LayerDraft, TargetParams
 from pipeline.models.sources import check_sources, fetch_model, source_fingerprint
@@ -19,11 +19,14 @@ def main(argv: list[str]) -> None:
     check_sources(target.source, draft, PARAMS_FILE)  # this stage's own params (also checked by `sources`)
     max_model_len = parse_section(p, ServingParams).max_model_len
     cut = draft if isinstance(draft, LayerDraft) else None
+    seconds = None  # the demo pair's pretraining; other sources are fetched, not trained
     with atomic_dir(paths.TARGET) as target_tmp, atomic_dir(paths.DRAFT_BASE) as draft_tmp:
         if target.source == "demo":
             from pipeline.models.demo.models import build_demo_pair
 
-            summary = {"source": "demo", **build_demo_pair(target_tmp, draft_tmp, parse_section(p, DemoParams))}
+            pair, seconds = build_demo_pair(target_tmp, draft_tmp, parse_section(p, DemoParams))
+            summary = {"source": "demo", **pair}
+            record_timings("models", seconds)
             for role, built in (("target", target_tmp), ("draft", draft_tmp)):
                 check_tokenizer(built, role, shown=f"demo {role}")
         else:
@@ -47,7 +50,9 @@ def main(argv: list[str]) -> None:
     write_json("metrics/models.json", summary)
     drafted = f", draft = its first {cut.layers} layers" if cut is not None else ""
     source = target.source if target.source == "demo" else "their sources"
-    say(f"models: target and draft from {source}{drafted}, compatible")
+    pretrained = (f" (pretrained in {seconds['target']['train_s']:.0f} s and {seconds['draft']['train_s']:.0f} s)"
+                  if seconds else "")
+    say(f"models: target and draft from {source}{pretrained}{drafted}, compatible")
 
 
 if __name__ == "__main__":

@@ -1,12 +1,13 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target."""
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
-from pipeline.core.stage import say, stage_main
+from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.data.formatting import full_text
 from pipeline.data.traffic import read_split
 from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
+from pipeline.quantize.oneshot import RUN_DEPENDENT
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
 
@@ -22,14 +23,17 @@ def main(argv: list[str]) -> None:
     with atomic_dir(paths.QUANTIZED / variant) as tmp:
         # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
         metrics = quantize(paths.TARGET, tmp, spec, texts, settings.calibration, settings.distributed)
+    measured = {k: metrics.pop(k) for k in RUN_DEPENDENT if k in metrics}
     write_json(f"metrics/quantize-{variant}.json", metrics)
+    record_timings(f"quantize-{variant}", measured)
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
     group = ""
     if metrics.get("group_size_reason"):
         used = "channel-wise" if metrics["group_size"] == -1 else metrics["group_size"]
         group = (f"; group size {used}, not the configured {metrics['group_size_configured']}: "
                  + "; ".join(metrics["group_size_reason"]))
-    say(f"quantize {variant}: {metrics['wall_time_s']} s{ranks}, {metrics['size_before_mb']} MB -> "
+    say(f"quantize {variant}: {measured['wall_time_s']} s{ranks}, peak {measured['peak_memory_mb']:.0f} MB, "
+        f"{metrics['size_before_mb']} MB -> "
           f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group}")
 
 

@@ -6,7 +6,7 @@
 # recorded at the start and the end.
 #
 #   . .venv/bin/activate && bash benchmarks/cpu/smollm2_build.sh
-#       writes benchmarks/cpu/raw/smollm2/{build.json,repro.log,params.yaml,metrics/};
+#       writes benchmarks/cpu/raw/smollm2/{build.json,repro.log,params.yaml,metrics/,timings/};
 #       python benchmarks/cpu/smollm2_report.py --write renders benchmarks/cpu/SMOLLM2.md from them
 #
 # Runs with the active Python (the project installed, dvc on PATH); the clone's own pipeline/ is imported
@@ -41,6 +41,8 @@ rm -rf "$out"
 mkdir -p "$out"
 cp params.yaml "$out/params.yaml"
 [ -d metrics ] && cp -r metrics "$out/metrics"
+# seconds and peak memory per stage: not DVC metrics (they differ between builds), each workspace's own
+[ -d artifacts/timings ] && cp -r artifacts/timings "$out/timings"
 [ -f artifacts/gate/verdict.json ] && cp artifacts/gate/verdict.json "$out/verdict.json"
 # progress bars redraw in place; keep each bar's last state per stage so the log stays readable
 python - "$work/repro.log" "$out/repro.log" <<'PY'

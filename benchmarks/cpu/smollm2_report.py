@@ -108,6 +108,9 @@ def quality_section(verdict: dict) -> list[str]:
     for variant, v in verdict["variants"].items():
         e = _json(f"metrics/eval-{variant}.json")
         q = _json(f"metrics/quantize-{variant}.json")
+        # Builds since issue #32 keep run-dependent numbers in timings/, not in the DVC metrics.
+        timing = RAW / "timings" / f"quantize-{variant}.json"
+        q = {**q, **(json.loads(timing.read_text()) if timing.is_file() else {})}
         failed = [f"{c['check']} ({_fmt(c['value'])} vs {c['threshold']})" for c in v["checks"]
                   if not c["passed"] and not c.get("skipped") and c.get("group") != "speculation"]
         verdict_text = "pass" if v["passed"] else ("FAIL, allowed: " if v.get("allowed_failure") else "FAIL: ")

@@ -311,7 +311,7 @@ PY
     cd /tmp/gp
     small=$(find artifacts/bundles -maxdepth 2 -type f -size -2M 2>/dev/null; find artifacts/bundles -path '*/deploy/*' -o -path '*/monitoring/*' 2>/dev/null || true)
     tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt $(cd /tmp && ls gp-repro.rc gp-calib.json 2>/dev/null) \
-      -C /tmp/gp params.yaml $(ls -d run.json dvc.lock metrics plots artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
+      -C /tmp/gp params.yaml $(ls -d run.json dvc.lock metrics plots artifacts/timings artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null) $small 2>/dev/null || true
     ls -la "$out" ;;

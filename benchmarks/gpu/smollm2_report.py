@@ -253,6 +253,8 @@ def render() -> str:
       f"here): {ISSUE_EAGLE3}.")
     e3 = load(RAW / "eval" / "bf16" / "speculative-eagle3.json")
     rec = load(RAW / "metrics" / "eagle3.json")
+    if (RAW / "timings" / "eagle3.json").is_file():  # runs since issue #32 (artifacts/timings): seconds out of metrics
+        rec = {**rec, **load(RAW / "timings" / "eagle3.json")}
     by_k = ", ".join(f"k={k} {e3['accepted_per_step_by_k'][k] / e3['drafted_per_step_by_k'][k]:.3f} / "
                      f"{1 + e3['accepted_per_step_by_k'][k] * int(k) / e3['drafted_per_step_by_k'][k]:.2f}"
                      for k in ("2", "4", "7") if k in e3["accepted_per_step_by_k"])

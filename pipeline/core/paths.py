@@ -11,6 +11,7 @@ ARTIFACTS = Path("artifacts")
 LOGS = ARTIFACTS / "logs"  # library output, one log per stage
 CACHE = ARTIFACTS / "cache"  # memories that spare repeated work (source hashes, passed recipe checks)
 DRAFT_CHECKPOINTS = ARTIFACTS / ".cache" / "draft"  # the draft's fine-tuning checkpoints, to resume from
+TIMINGS = ARTIFACTS / "timings"  # seconds and peak memory per stage (core/stage.py: record_timings)
 
 SOURCES = ARTIFACTS / "sources.json"  # stage sources
 TARGET = ARTIFACTS / "models" / "target"  # stage models

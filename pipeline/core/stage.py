@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_json
 from pipeline.core.redact import redact_uri
 
 T = TypeVar("T")
@@ -49,6 +50,14 @@ def _print(line: str, stream: IO[str]) -> None:
 def say(line: str) -> None:
     """A summary line for the person watching `dvc repro` (stdout, not the log file)."""
     _print(line, _console_out or sys.stdout)
+
+
+def record_timings(name: str, values: dict) -> None:
+    """A stage's run-dependent measurements (seconds, peak memory) into artifacts/timings/<name>.json. They differ
+    between two builds of the same inputs, so they stay out of DVC metrics and outputs, whose hashes dvc.lock
+    records and a fresh clone must rebuild bit for bit (issue #32): this file is no DVC output and not in git, each
+    workspace's own (as the logs). The stage's summary line shows them too."""
+    write_json(paths.TIMINGS / f"{name}.json", values)
 
 
 def warn(line: str) -> None:

@@ -309,14 +309,14 @@ def cost_ratio(head_dir: Path, target_dir: Path) -> float:
 
 @dataclass
 class Eagle3Record:
-    """artifacts/eagle3/record.json: the trained head, or why none was trained."""
+    """artifacts/eagle3/record.json: the trained head, or why none was trained. The training's seconds are in
+    artifacts/timings/eagle3.json (run-dependent: a record DVC hashes must rebuild bit for bit)."""
     skipped: str | None = None
     aux_layers: list[int] | None = None
     draft_vocab_size: int | None = None
     ttt_steps: int | None = None
     train_steps: int | None = None
     trainable_parameters: int | None = None
-    train_s: float | None = None
     final_loss: float | None = None
     accuracy_by_step: list[float | None] | None = None  # the last step's full-sequence accuracy per TTT step
     device: str | None = None

@@ -16,6 +16,10 @@ from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, cho
                                       is_unquantized, with_group_size)
 from pipeline.quantize.settings import Calibration
 
+# quantize_metrics' keys that differ between two runs of the same recipe on the same inputs: the stage keeps them out
+# of its DVC metrics (pipeline/core/stage.py: record_timings).
+RUN_DEPENDENT = ("wall_time_s", "oneshot_time_s", "peak_memory_mb", "peak_gpu_memory_mb")
+
 
 def compute_setup() -> tuple[str, torch.dtype]:
     """bf16 on GPU; float32 on CPU, where bf16 matmuls are slow (AWQ on a 21M model took 629 s)."""

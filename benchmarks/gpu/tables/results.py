@@ -43,8 +43,14 @@ def load(name: str) -> dict:
 
 
 def run_json(run: Path, rel: str) -> dict:
-    """A JSON file of one GPU run's unpacked directory under raw/ (gpu-profile, gpu-methods, ...)."""
-    return json.loads((run / rel).read_text())
+    """A JSON file of one GPU run's unpacked directory under raw/ (gpu-profile, gpu-methods, ...). A stage's metrics
+    come with its timings/ file (the run's artifacts/timings) where it has one: seconds and peak memory are kept
+    there, out of the DVC metrics."""
+    data = json.loads((run / rel).read_text())
+    timing = run / "timings" / Path(rel).name
+    if rel.startswith("metrics/") and timing.is_file():
+        data = {**data, **json.loads(timing.read_text())}
+    return data
 
 
 def f(v, d=2):

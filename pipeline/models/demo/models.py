@@ -110,8 +110,9 @@ def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size
     return losses
 
 
-def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> dict:
-    """Build, pretrain and save the demo target and draft. Returns a summary for metrics."""
+def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> tuple[dict, dict]:
+    """Build, pretrain and save the demo target and draft. Returns a summary for metrics and each role's
+    pretraining seconds (run-dependent: not a metric: pipeline/core/stage.py, record_timings)."""
     seed = cfg.seed
     torch.manual_seed(seed)
     random.seed(seed)
@@ -129,6 +130,7 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> dict:
                   for r in domain_rows]
     general_ids = tokenizer([s + "\n" for s in general])["input_ids"]
     seq_len = cfg.seq_len
+    seconds = {}
     summary = {"vocab_size": len(tokenizer), "device": "cuda" if torch.cuda.is_available() else "cpu",
                "pretraining_tokens": {"domain": sum(map(len, domain_ids)), "general": sum(map(len, general_ids))}}
     for role, out_dir, docs in (
@@ -150,5 +152,6 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> dict:
         model.to(torch.bfloat16).save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
         summary[role] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": losses[-1],
-                         "train_steps": spec.train_steps, "train_s": round(train_s, 1)}
-    return summary
+                         "train_steps": spec.train_steps}
+        seconds[role] = {"train_s": round(train_s, 1)}
+    return summary, seconds
