@@ -291,7 +291,7 @@ def render_smollm2(raw: dict) -> str:
                      f"| {r['wall_time_s']:.1f} | {r['oneshot_time_s']:.1f} | {r['cpu_time_s']:.1f} "
                      f"| {r['peak_memory_mb']:.0f} | {q['perplexity_increase_pct']:.2f} | {q['kl_divergence']:.4f} "
                      f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / {la['quantized'][0]:.1f} |")
-    lines += smollm2_comparisons(raw["runs"])
+    lines += smollm2_comparisons(raw["runs"]) + smollm2_advice(raw["runs"])
     loads = [x for r in raw["runs"] for x in (r["load_average"]["start"][0], r["load_average"]["quantized"][0])]
     if loads and max(loads) > 2:
         lines += ["", f"Other jobs shared the 2 cores during these runs (1-minute load average {min(loads):.1f} to "
@@ -326,6 +326,45 @@ def smollm2_comparisons(runs: list[dict]) -> list[str]:
             out += ["", f"By {what} (everything else equal):", ""]
             out += [f"- {label(a)}: {cell(a)}; {label(b)}: {cell(b)}" for a, b in pairs]
     return out
+
+
+def smollm2_advice(runs: list[dict]) -> list[str]:
+    """What these runs say a CPU host should take; only where the runs it cites are in the raw file."""
+    def find(variant, calibration, threads, n_grid="-"):
+        return next((r for r in runs if (r["variant"], r["calibration"], r.get("torch_threads"),
+                                         r["settings"].get("n_grid", "-")) == (variant, calibration, threads, n_grid)), None)
+
+    two, one = find("gptq-w4a16", "profile", 2), find("gptq-w4a16", "profile", 1)
+    gptq, awq20, awq4 = find("gptq-w4a16", "default", 1), find("awq-w4a16", "default", 1, None), \
+        find("awq-w4a16", "default", 1, 4)
+    if not all((two, one, gptq, awq20, awq4)):
+        return []
+    kl = lambda r: f"KL {r['quality']['kl_divergence']:.3f}"  # noqa: E731
+    best_top1 = max(r["quality"]["top1_agreement"] for r in runs)
+    return [
+        "", "### What makes it practical on this CPU", "",
+        f"- **One torch thread per process when other jobs share the cores.** torch starts one thread per core; "
+        f"while other processes keep the cores busy, its two threads wait on each other at every operation: the same "
+        f"GPTQ run took {two['wall_time_s']:.0f} s with two threads and {one['wall_time_s']:.0f} s with one "
+        f"({two['cpu_time_s']:.0f} s against {one['cpu_time_s']:.0f} s of CPU; load averages in the table). Set "
+        "`OMP_NUM_THREADS=1` for `dvc repro` on a shared CPU host; an idle host was not measured here (there, two "
+        "threads may well be faster). The thread count changes the "
+        f"floating-point summation order, so it changes the result a little ({kl(two)} against {kl(one)}): builds "
+        "that must agree bit for bit must use the same count.",
+        f"- **GPTQ at the default calibration size is practical**: every calibration row ({gptq['calibration_samples']}) "
+        f"took {gptq['wall_time_s']:.0f} s ({gptq['cpu_time_s']:.0f} s of CPU) for {kl(gptq)}, against "
+        f"{one['wall_time_s']:.0f} s for {kl(one)} at the profile's {one['calibration_samples']} samples.",
+        f"- **AWQ's cost is calibration rows times grid points**: at the default size, n_grid 20 (llm-compressor's "
+        f"default) took {awq20['cpu_time_s']:.0f} s of CPU ({awq20['wall_time_s']:.0f} s wall) for {kl(awq20)}, n_grid "
+        f"4 {awq4['cpu_time_s']:.0f} s ({awq4['wall_time_s']:.0f} s wall) for {kl(awq4)}, top-1 agreement "
+        f"{awq4['quality']['top1_agreement']:.3f}"
+        + (" (the highest of all runs)" if awq4["quality"]["top1_agreement"] == best_top1 else "")
+        + f" and a perplexity increase of {awq4['quality']['perplexity_increase_pct']:.1f}%.",
+        "- A CPU host should therefore take params.yaml's calibration size (every row the split has), AWQ's "
+        "`n_grid: 4` (as profiles/smollm2.yaml sets) and one thread per process when the host is shared. Not made "
+        "the pipeline's default here: either would change what the demo's committed lock and metrics record, and "
+        "the thread count is the caller's environment (`OMP_NUM_THREADS`), not a param.",
+    ]
 
 
 def render_page(raw: dict, smollm2: dict | None = None) -> str:
