@@ -259,8 +259,9 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
                  quantization, traffic: serve_bench.Traffic, run: Settings, bar, env: dict[str, str],
                  tier: Tier | None = None, label: str | None = None) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
-    `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only). label: its raw
-    files' and logs' name (a kernel choice of plain decoding: plain-<kernel>)."""
+    `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only), then its capacity
+    searched at the SLO (a tier's own). label: its raw files' and logs' name (a kernel choice of plain decoding:
+    plain-<kernel>)."""
     cfg, serving = run.bench, run.serving
     label = label or name
     out.mkdir(parents=True, exist_ok=True)
@@ -272,7 +273,8 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     log = f"{tier.name}.{label}" if tier else label
     # Logs outside the output directory, which is discarded when the stage fails.
     server_log = paths.LOGS / f"serve_bench@{variant}.{log}-server.log"
-    slo, arrival = serving.slo, serving.arrival
+    # a tier is held to its own objective (serving.tiers.<tier>.slo over serving.slo): its probes and its capacity
+    slo, arrival = (tier.slo if tier is not None and tier.slo is not None else serving.slo), serving.arrival
     bench_log = paths.LOGS / f"serve_bench@{variant}.{log}-bench.log"
     with serve(serving_dir / config.name, serving_dir, server_log, cfg.startup_timeout_s, cfg.port, env) as server:
 
@@ -287,7 +289,9 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
             levels[level_key(c)] = bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
             bar.update()
         found = None
-        if tier is None and cfg.capacity.enabled:  # the default sweep's configs; tiers: left to a later issue
+        # Every config is searched, a tier's at its own engine settings from its one level (what sizes its replicas:
+        # release/handoff.size_tier prefers it to the default sweep's).
+        if cfg.capacity.enabled:
             bounds = cfg.capacity
             seed, floor = capacity.open_loop_seed(levels.values(), slo)
             found = capacity.search(

@@ -225,6 +225,30 @@ def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler
     assert not (b / "deploy/custom-metrics-rules.yaml").exists() and not (b / "capacity.png").exists()
 
 
+def test_a_tier_searched_at_its_own_settings_is_sized_from_that_search():
+    """serve_bench.tiers served the throughput tier at its own engine settings and searched its capacity at the tier's
+    SLO there: that search sizes the tier's autoscaler, not the default sweep's read at the tier's SLO. A benchmarked
+    tier ships as measured (no max-num-seqs override); without its own search the default sweep's decides."""
+    from pipeline.drafts.methods import NONE
+    from pipeline.release.handoff import size_tier
+    from pipeline.serving.tiers import parse_tiers
+
+    serving = tiny_params()["serving"]
+    throughput = next(t for t in parse_tiers(serving) if t.name == "throughput")
+    default, own = Server(itl_slope=1.0), Server(itl_slope=0.5)  # 40 users at the default settings, 80 at its own
+    level = own.closed(throughput.concurrency)
+    record = ServeBenchRecord(V, **H100_RUN, configs={PLAIN: ServeConfigResult(0, 50.0, swept(default),
+                                                                                capacity=search(default))},
+                              tiers={"throughput": {PLAIN: ServeConfigResult(
+                                  0, 50.0, {f"c{throughput.concurrency}": level},
+                                  capacity=search(own, slo=throughput.slo, known=[level]))}})
+    sized = size_tier(throughput, NONE, record, serving, 0.8, resizable=False, own=record.tier("throughput"))
+    assert (sized.users, sized.max_num_seqs, sized.running_target) == (80, None, 64), sized.why
+    assert "the tier's own search at its engine settings" in sized.why
+    fallback = size_tier(throughput, NONE, record, serving, 0.8, resizable=False, own=None)
+    assert (fallback.users, fallback.running_target) == (40, 32) and "the default sweep's" in fallback.why
+
+
 def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path, demo_pair):
     """A GPU run's records (the serving benchmark of this variant and of bf16, with their capacity searches over a
     deterministic latency model) through the real gate and bundle stages: the card states users and tokens/s per GPU
@@ -287,8 +311,8 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {
         "metric": {"name": "vllm_num_requests_running"}, "target": {"type": "AverageValue", "averageValue": "32"}}}]
     row = next(line for line in card.splitlines() if line.startswith("| throughput |"))
-    assert ("| 40 users per replica at p99 TTFT <= 200 ms, p99 ITL <= 50 ms (plain, serve_bench on NVIDIA H100 80GB "
-            "HBM3); max-num-seqs 40 (of 256 configured, batches measured up to serving.max_num_seqs 64); autoscaler "
+    assert ("| 40 users per replica at p99 TTFT <= 200 ms, p99 ITL <= 50 ms (plain, the default sweep's, serve_bench on "
+            "NVIDIA H100 80GB HBM3); max-num-seqs 40 (of 256 configured, batches measured up to serving.max_num_seqs 64); autoscaler "
             "at 32 running requests per pod (0.8 of it) |") in row
     # the default tier is not autoscaled, and serve.yaml ships as measured
     assert [d["kind"] for d in yaml.safe_load_all((b / "deploy/default.yaml").read_text())] == ["Deployment", "Service"]

@@ -58,8 +58,10 @@ class TierSizing:
 
 
 def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: dict, utilization: float,
-              resizable: bool) -> TierSizing:
-    """From the default sweep's capacity search of the config the tier ships. max-num-seqs: the users it carried
+              resizable: bool, own: ServeBenchRecord | None = None) -> TierSizing:
+    """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
+    its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
+    SLO. max-num-seqs: the users it carried
     within the tier's SLO, never above the tier's own limit nor serving.max_num_seqs (the batches the search ran
     at; larger ones were never measured), and only for a closed-loop search (an open loop's mean users say nothing
     of its peaks) of a file not measured as it stands (resizable: serve.yaml and benchmarked tiers ship as
@@ -67,7 +69,9 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     to it would never be exceeded."""
     if serve.skipped:
         return TierSizing(f"capacity not measured ({serve.skipped}): max-num-seqs as configured, no autoscaler")
-    config = config_of(serve, chosen)
+    searched = config_of(own, chosen) if own is not None else None
+    at_own_settings = searched is not None and searched.capacity is not None
+    config = searched if at_own_settings else config_of(serve, chosen)
     met = users_meeting(config, tier.slo) if config is not None else None
     if met is None:
         return TierSizing(f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
@@ -81,8 +85,9 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     size = min(configured, math.floor(users), serving["max_num_seqs"]) if closed and resizable else None
     target = max(1, math.floor(min(size or configured, users) * utilization))
     bound = "at least " if at_least else ""
-    how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, serve_bench on "
-           f"{serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
+    searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
+    how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
+           f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
                                 f"serving.max_num_seqs {serving['max_num_seqs']})" if size is not None else
                                 "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
            + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
@@ -153,7 +158,8 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
                                        serving["speculation"]["min_gain"], shipped.predicted,
                                        tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
         sizing = (size_tier(tier, chosen, serve, serving, scaling["target_utilization"],
-                            resizable=tier.name != DEFAULT and tier.name not in serve.tiers)
+                            resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
+                            own=serve.tier(tier.name) if tier.name != DEFAULT else None)
                   if tier.name in autoscaled else None)
         engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
