@@ -86,14 +86,13 @@ def test_run_specs_read_back_and_carry_what_the_run_recorded(tmp_path):
 
 def test_every_gpu_run_folder_has_a_run_spec():
     """Each run folder under benchmarks/gpu/raw/ says how it was made (run.json); costs/ groups runs (lease-*,
-    versions) and the CPU inputs they share. smollm2-gpu* get theirs with SMOLLM2-GPU.md's move to render.py."""
+    versions) and the CPU inputs they share."""
     spec = load_module(BENCH / "run_spec.py")
     raw = BENCH / "gpu" / "raw"
-    later = {p for p in raw.glob("smollm2-gpu*")}
-    folders = [p for p in raw.iterdir() if p.is_dir() and p.name != "costs" and p not in later]
+    folders = [p for p in raw.iterdir() if p.is_dir() and p.name != "costs"]
     folders += [p for p in (raw / "costs").iterdir() if p.is_dir() and p.name not in ("cpu-estimate", "shapes")]
     for gpu_txt in raw.rglob("gpu.txt"):  # every GPU measurement lies in one of them
-        assert any(f in gpu_txt.parents for f in [*folders, *later]), gpu_txt
+        assert any(f in gpu_txt.parents for f in folders), gpu_txt
     for folder in folders:
         run = spec.load(folder)  # exits naming the file if it is missing or malformed
         assert run.commands and run.gpu.name, folder
