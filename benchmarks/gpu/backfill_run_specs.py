@@ -153,6 +153,8 @@ def software_of(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
 
 def date_of(folder: Path) -> tuple[str | None, str]:
     for path in sorted(folder.glob("**/*.json")):
+        if path.name == NAME:  # the spec this writes is not a record of the run
+            continue
         try:
             doc = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
