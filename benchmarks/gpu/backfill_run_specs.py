@@ -10,6 +10,7 @@ no file records is left null. `sources` in each spec says where each value came 
 """
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import subprocess
@@ -89,6 +90,19 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
                        "smollm2-135m:ngram", "bash benchmarks/gpu/session.sh costs-watch OUT 420"], "b046465", None),
     "costs/versions": (["DCV_ITEMS=gpu-profile-1b:draft_model bash benchmarks/gpu/session.sh draft-cost-versions OUT 500",
                         "bash benchmarks/gpu/session.sh costs-watch OUT 540"], "b046465", None),
+    "smollm2-gpu": ([*(f"CHUNK_DIR=s bash benchmarks/gpu/session.sh chunk {n}" for n in range(7)),
+                     "bash benchmarks/gpu/session.sh unload", "bash benchmarks/gpu/session.sh install",
+                     f"GP_BASE=smollm2 GP_REPRO='...' {GP} 420 gpu-smollm2 (its dvc repro failed at once: "
+                     "serve_bench.k_schedule read as false)",
+                     "GP_BASE=smollm2 GP_REPRO='sed -i \"s/^  k_schedule: off/  k_schedule: \\\"off\\\"/\" params.yaml; ...; "
+                     "python3 -m dvc repro serve_bench@bf16; python3 -m dvc repro evaluate@gptq-w4a16 "
+                     "evaluate@fp8-dynamic evaluate@fp8-static evaluate@awq-w4a16; python3 -m dvc repro "
+                     f"serve_bench@gptq-w4a16; python3 -m dvc repro' {GP} 500 gpu-smollm2",
+                     "bash benchmarks/gpu/session.sh gpu-watch OUT 530",
+                     "bash benchmarks/gpu/session.sh gpu-watch OUT 430",
+                     "modelprep gate --metrics-dir benchmarks/gpu/raw/smollm2-gpu/metrics --params "
+                     "benchmarks/gpu/raw/smollm2-gpu/params.yaml --variant bf16 (CPU: gate.txt, at dfe0a7f)"],
+                    "dfe0a7f", "profiles/smollm2.yaml + profiles/gpu-smollm2.yaml"),
 }
 SESSION_RUNS = {"llama3-8b", "demo-bundles", "evaluate-stage", "gpu-tests", "before-eos-fix", "after-graph-refactor", "gpu-profile", "gpu-methods", "gpu-eagle3-variants",
                 "gpu-schemes", "handoff"}
@@ -128,17 +142,32 @@ def software_of(folder: Path) -> tuple[dict[str, str], dict[str, str]]:
             found["vllm"], sources["software.vllm"] = version, str(path.relative_to(folder))
             if isinstance(doc.get("torch"), str):
                 found["torch"], sources["software.torch"] = doc["torch"], str(path.relative_to(folder))
+    if "vllm" not in found:  # a run whose stage record was never written: the vLLM servers' start banner
+        for path in sorted(folder.glob("logs/*-server.log")):
+            m = re.search(r"version (\d+\.\d+\.\d+\S*)", path.read_text())
+            if m:
+                found["vllm"], sources["software.vllm"] = m.group(1), str(path.relative_to(folder))
+                break
     return found, sources
 
 
 def date_of(folder: Path) -> tuple[str | None, str]:
     for path in sorted(folder.glob("**/*.json")):
+        if path.name == NAME:  # the spec this writes is not a record of the run
+            continue
         try:
             doc = json.loads(path.read_text())
         except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         if isinstance(doc, dict) and isinstance(doc.get("date"), str) and re.fullmatch(r"\d{4}-\d\d-\d\d", doc["date"]):
             return doc["date"], str(path.relative_to(folder))
+    # `vllm bench serve`'s results stamp their date as YYYYMMDD-HHMMSS: the first run's day
+    stamps = sorted((doc["date"], path) for path in folder.glob("**/raw/*.json.gz")
+                    for doc in [json.loads(gzip.decompress(path.read_bytes()))]
+                    if isinstance(doc, dict) and re.fullmatch(r"\d{8}-\d{6}", str(doc.get("date"))))
+    if stamps:
+        day, path = stamps[0]
+        return f"{day[:4]}-{day[4:6]}-{day[6:8]}", str(path.relative_to(folder))
     # no file records it: the day the raw files were first committed (runs were committed the day they ran),
     # followed through renames
     first_file = next(p for p in sorted(folder.rglob("*")) if p.is_file() and p.name != NAME)
