@@ -124,7 +124,9 @@ case "$1" in
     # benchmarks/gpu/requirements/*.txt (VLLM_VERSION overrides vLLM's, e.g. 0.25.0).
     req=benchmarks/gpu/requirements
     python3 -m pip install -q --target /tmp/vllm/site "vllm==${VLLM_VERSION:-0.26.0}"
-    python3 -m pip freeze --path /tmp/vllm/site | grep -v -i -E "^compressed[-_]tensors==" > /tmp/vllm-site.txt
+    # not constrained: compressed-tensors (the quantize site needs 0.19) and cachetools (mlflow-skinny 3.17 asks <8,
+    # vLLM 0.26 brings 8.0.1; either works for both at run time)
+    python3 -m pip freeze --path /tmp/vllm/site | grep -v -i -E "^(compressed[-_]tensors|cachetools)==" > /tmp/vllm-site.txt
     python3 -m pip install -q --target /tmp/qsite -c /tmp/vllm-site.txt -r "$req/quantize.txt"
     python3 -m pip install -q --target /tmp/lsite -c /tmp/vllm-site.txt -r "$req/lmeval.txt"
     python3 -m pip install -q --target /tmp/dvcsite -c /tmp/vllm-site.txt -r "$req/dvc.txt"
