@@ -23,7 +23,9 @@ from render import Table, Text, facts  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 RUN = RAW / "smollm2-gpu"
-RUNS = ("smollm2-gpu",)
+RUN2 = RAW / "smollm2-gpu-2"  # a second lease of the same profile: through evaluate@bf16 and every quantize stage
+RUNS = ("smollm2-gpu", "smollm2-gpu-2")
+CPU_QUANTIZE = ROOT / "benchmarks/raw/quantize-smollm2.json"  # quantize_bench.py on the 2-core CPU
 METHODS = ("draft_model", "eagle3", "ngram")
 CONFIGS = ("plain", *METHODS)
 # Published vLLM runs of EAGLE-3 on Llama-3.1-8B-Instruct over MT-Bench accept about this share of drafted tokens
@@ -393,7 +395,49 @@ def not_measured() -> Table:
     ])
 
 
+
+def second_quantize() -> Table:
+    """Each variant's quantize stage in the second lease (H100), beside quantize_bench.py's CPU run of the same
+    algorithm at the same calibration rows and AWQ grid, one torch thread, where one exists."""
+    run_params = yaml.safe_load((RUN2 / "params.yaml").read_text())["quantize"]
+    cpu = json.loads(CPU_QUANTIZE.read_text())["runs"]
+    rows = []
+    for v in run_params["enabled"]:
+        m = json.loads((RUN2 / "metrics" / f"quantize-{v}.json").read_text())
+        t = json.loads((RUN2 / "timings" / f"quantize-{v}.json").read_text())
+        if m.get("algorithm") in (None, "none"):
+            continue  # bf16: nothing is quantized
+        n_grid = run_params["variants"].get(v, {}).get("n_grid")
+        same = [r for r in cpu if r["algorithm"] == m["algorithm"] and r["calibration_samples"] == m["calibration_samples"]
+                and (r["settings"].get("n_grid") or 20) == (n_grid or 20) and r.get("torch_threads") == 1]
+        cpu_s = same[0]["wall_time_s"] if same else None
+        rows.append((f"`{v}`", m["algorithm"], str(m["group_size"] or "-"), str(m["calibration_samples"] or "-"),
+                     "-" if n_grid is None else str(n_grid), fmt(t["wall_time_s"], 1), fmt(t["peak_gpu_memory_mb"], 0),
+                     fmt(m["size_after_mb"], 1), fmt(cpu_s, 1), "-" if cpu_s is None else f"x{cpu_s / t['wall_time_s']:.0f}"))
+    return Table(("variant", "algorithm", "group size", "calibration rows", "AWQ grid", "H100 wall, s", "peak GPU MB",
+                  "size, MB", "2-core CPU wall, s (1 thread)", "CPU / H100"), tuple(rows))
+
+
+def second_bf16() -> Table:
+    """The BF16 numbers both leases measured, each from its own run folder."""
+    def numbers(run: Path) -> dict[str, str]:
+        e = json.loads((run / "metrics" / "eval-bf16.json").read_text())
+        d = json.loads((run / "metrics" / "draft_training.json").read_text())
+        h = json.loads((run / "metrics" / "eagle3.json").read_text())
+        out = {"held-out perplexity": fmt(e["perplexity"], 3), "lm-eval byte perplexity":
+               fmt(e["lm_eval_domain_heldout_byte_perplexity"], 4),
+               "draft fine-tune eval loss": fmt(d["eval_loss_finetuned"], 3),
+               "EAGLE-3 head final loss / step-1 accuracy": f"{h['final_loss']:.3f} / {h['accuracy_by_step'][0]:.3f}"}
+        for est in e["methods"]:
+            out[f"{est['method']} accepted per drafted token at k={est['num_speculative_tokens']} (CPU estimate)"] = \
+                fmt(est["accepted_per_draft_token"], 4)
+        return out
+    first, second = numbers(RUN), numbers(RUN2)
+    return Table(("quantity", "`smollm2-gpu`", "`smollm2-gpu-2`"),
+                 tuple((k, first.get(k, "-"), second[k]) for k in second))
+
 BLOCKS = {"setup": setup, "progress": progress, "sweep-progress": sweep_progress, "stages": stages,
           "quality": quality, "thresholds": thresholds, "gate": gate, "drafts-per-step": drafts_per_step,
           "acceptance": acceptance, "eagle3-head": eagle3_head, "speed": speed, "predicted": predicted,
-          "every-run": every_run, "starts": starts, "training": training, "not-measured": not_measured}
+          "every-run": every_run, "starts": starts, "training": training, "not-measured": not_measured,
+          "second-quantize": second_quantize, "second-bf16": second_bf16}
