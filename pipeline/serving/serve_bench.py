@@ -23,7 +23,7 @@ from pipeline.drafts.methods import METHODS
 from pipeline.serving import bench_worker
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
 from pipeline.serving.settings import ServeBenchParams
-from pipeline.serving.vllm_server import failure, vllm_command
+from pipeline.serving.vllm_server import VLLM_MODULE, failure, vllm_command
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # Counters and gauges read from /metrics (names as vLLM 0.26 exports them, vllm/v1/metrics/loggers.py).
@@ -147,7 +147,6 @@ class MetricsSampler:
 
 
 WORKER = Path(bench_worker.__file__)  # run by path with the Python that has vLLM
-VLLM_MODULE = "vllm.entrypoints.cli.main"  # vllm_server.vllm_command's `python -m` module
 
 
 class BenchWorker:
