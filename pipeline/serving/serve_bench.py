@@ -32,6 +32,11 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 BENCH_TIMEOUT_S = 1800
 
 
+def timed_out(log: Path) -> PipelineError:
+    """A `vllm bench serve` run past BENCH_TIMEOUT_S, in the worker or as its own process."""
+    return PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}")
+
+
 def num_prompts(cfg: ServeBenchParams, concurrency: int) -> int:
     """Enough requests that every concurrency level keeps its slots busy for several rounds."""
     return max(cfg.min_prompts, cfg.prompts_per_concurrency * concurrency)
@@ -184,7 +189,7 @@ class BenchWorker:
         answer = self._answer(BENCH_TIMEOUT_S)
         if answer == "":
             self.close()
-            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}")
+            raise timed_out(log)
         if answer is None:
             raise failure(f"the `vllm bench serve` worker exited (status {self.proc.wait()})", log)
         return int(json.loads(answer)["rc"])
@@ -225,7 +230,7 @@ def _run_client(command: list[str], log: Path) -> int:
             return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   timeout=BENCH_TIMEOUT_S).returncode
         except subprocess.TimeoutExpired:
-            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}") from None
+            raise timed_out(log) from None
 
 
 def run_level(command: list[str], base_url: str, result: Path, log: Path) -> LoadLevel:
