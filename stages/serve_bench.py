@@ -81,7 +81,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
     add_special = rendered[0][1] if rendered else False
     quantization = checkpoint_quantization(model_dir)
     spec = run.spec
-    tiers = benchmarked(run.serving_section, list(cfg.tiers) if isinstance(cfg.tiers, tuple) else cfg.tiers)
+    tiers = benchmarked(run.serving_section, cfg.tiers)
     major, minor = torch.cuda.get_device_capability(0)
     kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, run.serving_section)
     configs, failed = {}, {}

@@ -10,6 +10,7 @@ speculation where nothing says it pays there.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from pipeline.core.errors import PipelineError
@@ -114,12 +115,17 @@ def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
                                 "draft model only at its target's (null follows each tier's)")
 
 
+def is_names(wanted) -> bool:
+    """A list or tuple of tier names, as written or as typed params hold it (a string is a sequence of letters)."""
+    return isinstance(wanted, Sequence) and not isinstance(wanted, str)
+
+
 def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]:
-    """deploy.tiers: `all`, or a list of tier names (an unknown one is an error)."""
+    """deploy.tiers: `all`, or a sequence of tier names (an unknown one is an error)."""
     if wanted == "all":
         return tiers
     known = {t.name for t in tiers}
-    if not isinstance(wanted, list) or not wanted:
+    if not is_names(wanted) or not wanted:
         raise PipelineError(f"{param} must be `all` or a non-empty list of tiers, got {wanted!r}")
     unknown = [w for w in wanted if w not in known]
     if unknown:
@@ -130,6 +136,6 @@ def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]
 def benchmarked(serving: dict, wanted) -> list[Tier]:
     """serve_bench.tiers: the tiers serve_bench also measures at their own settings and concurrency, besides the
     default sweep (the serving section itself): `all`, a list of serving.tiers names, or [] for none."""
-    if wanted == []:
+    if is_names(wanted) and not wanted:
         return []
     return select([t for t in parse_tiers(serving) if t.name != DEFAULT], wanted, "serve_bench.tiers")
