@@ -9,20 +9,22 @@ from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
+from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params, variant_argument
+from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import enabled_variant
-from pipeline.quantize.hardware import server_env
 from pipeline.release import signing
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.release.speculation_choice import config_name, config_of
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
+                                     speculative_config_for)
+from pipeline.serving.settings import ServingParams
 
 
 def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
@@ -67,7 +69,8 @@ def main(argv: list[str]) -> None:
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = paths.QUANTIZED / variant
     quantization = checkpoint_quantization(model_dir)
-    args = engine_args(spec, p["serving"], methods.speculative_config_for(shipped, p), quantization)
+    serving, draft = parse_section(p, ServingParams), parse_section(p, DraftParams)
+    args = engine_args(spec, serving, speculative_config_for(shipped, draft, serving), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     record = provenance(spec, p["serving"], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
@@ -80,9 +83,10 @@ def main(argv: list[str]) -> None:
         drafter = ((methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
                    if shipped.method in methods.ARTIFACT_DIRS else None)
         # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
-        env = server_env(spec, p["serving"], serve.kernel_env if serve.kernel else None)
+        env = server_env(spec, serving, serve.kernel_env if serve.kernel else None)
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
-        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
+        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env,
+                                      serving, draft)
         chart = paths.PARETO  # drawn by the gate, over every variant, where one was measured
         if chart.is_file():
             shutil.copyfile(chart, tmp / PARETO)

@@ -12,9 +12,11 @@ from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm,
                                        SpeculativeSummary)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import load_params, variant_argument
+from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import enabled_variant
-from pipeline.quantize.hardware import scoped_env, server_env
+from pipeline.quantize.hardware import scoped_env
+from pipeline.serving.config import server_env
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import parse_tiers
 
 
@@ -50,7 +52,7 @@ def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]
 
 def served_concurrencies(p: dict) -> list[int]:
     """Where served speed is predicted: the target concurrency, every tier's and the serving benchmark's sweep."""
-    return sorted({p["serving"]["target_concurrency"], *(t.concurrency for t in parse_tiers(p["serving"])),
+    return sorted({p["serving"]["target_concurrency"], *(t.concurrency for t in parse_tiers(parse_section(p, ServingParams))),
                    *p["serve_bench"]["concurrency"]})
 
 
@@ -139,7 +141,7 @@ def main(argv: list[str]) -> None:
     best = best_method(estimates)
     spec = estimates[best]
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
-    with scoped_env(server_env(variant_spec, p["serving"])):  # vLLM's engines measure the kernels it ships with
+    with scoped_env(server_env(variant_spec, parse_section(p, ServingParams))):  # vLLM's engines measure the kernels it ships with
         lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
                                    vllm_args=lm_eval_engine(p))
         draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model

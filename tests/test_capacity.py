@@ -299,6 +299,7 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     from pipeline.params.check import validate
+    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import parse_tiers, serving_slo
 
     p = tiny_params()
@@ -306,7 +307,7 @@ def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     validate(p, tmp_path / "params.yaml")
     slo, arrival = serving_slo(p["serving"])
     assert slo == CHAT and arrival == CONCURRENCY
-    tiers = {t.name: t for t in parse_tiers(p["serving"])}
+    tiers = {t.name: t for t in parse_tiers(ServingParams.parse(p["serving"]))}
     assert tiers["batch"].slo == Slo(2000, 50) and tiers["throughput"].slo == CHAT
 
 

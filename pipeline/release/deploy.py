@@ -52,7 +52,7 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
     """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream; with running_target (requests running
     per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too. bundle_path: where the
     bundle lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
-    environment (hardware.server_env, as serve.env has it)."""
+    environment (serving.config.server_env, as serve.env has it)."""
     name = object_name(serving["name"], variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
               "modelprep/variant": variant, "modelprep/tier": tier.name}

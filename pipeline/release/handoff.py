@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.io import atomic_write_text
-from pipeline.drafts.methods import Speculation, speculative_config_for
+from pipeline.drafts.methods import Speculation
+from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, monitoring
 from pipeline.release.gates import VariantVerdict
@@ -19,7 +20,8 @@ from pipeline.release.speculation_choice import config_name, config_of, tier_spe
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.capacity import CONCURRENCY, users_meeting
-from pipeline.serving.config import engine_args, serve_yaml
+from pipeline.serving.config import engine_args, serve_yaml, speculative_config_for
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import DEFAULT, Tier, parse_tiers, select
 
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
@@ -57,7 +59,7 @@ class TierSizing:
     running_target: int | None = None
 
 
-def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: dict, utilization: float,
+def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: ServingParams, utilization: float,
               resizable: bool, own: ServeBenchRecord | None = None) -> TierSizing:
     """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
     its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
@@ -80,15 +82,15 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     if users < 1:
         return TierSizing(f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
                           "configured, no autoscaler", users, at_least)
-    configured = tier.engine.get("max_num_seqs", serving["max_num_seqs"])
+    configured = tier.engine.get("max_num_seqs", serving.max_num_seqs)
     closed = config.capacity.arrival == CONCURRENCY
-    size = min(configured, math.floor(users), serving["max_num_seqs"]) if closed and resizable else None
+    size = min(configured, math.floor(users), serving.max_num_seqs) if closed and resizable else None
     target = max(1, math.floor(min(size or configured, users) * utilization))
     bound = "at least " if at_least else ""
     searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
     how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
            f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
-                                f"serving.max_num_seqs {serving['max_num_seqs']})" if size is not None else
+                                f"serving.max_num_seqs {serving.max_num_seqs})" if size is not None else
                                 "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
            + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
     return TierSizing(how, users, at_least, size, target)
@@ -138,12 +140,13 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
 
 def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
                   serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]],
-                  env: dict[str, str]) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+                  env: dict[str, str], typed: ServingParams, draft: DraftParams
+                  ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
     """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
-    environment (hardware.server_env, as serve.env has it), the same for every tier's manifest."""
+    environment (serving.config.server_env, as serve.env has it), the same for every tier's manifest."""
     serving, deploy_cfg = params["serving"], params["deploy"]
     shipped = verdict.speculation
-    tiers = parse_tiers(serving)
+    tiers = parse_tiers(typed)
     deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
     scaling = deploy_cfg["autoscale"]
     autoscaled = ({t.name for t in select(tiers, scaling["tiers"], "deploy.autoscale.tiers")} if scaling["tiers"]
@@ -157,14 +160,14 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
         chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
                                        serving["speculation"]["min_gain"], shipped.predicted,
                                        tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
-        sizing = (size_tier(tier, chosen, serve, serving, scaling["target_utilization"],
+        sizing = (size_tier(tier, chosen, serve, typed, scaling["target_utilization"],
                             resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
                             own=serve.tier(tier.name) if tier.name != DEFAULT else None)
                   if tier.name in autoscaled else None)
         engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-                spec, serving, speculative_config_for(chosen, params), quantization, engine)))
+                spec, typed, speculative_config_for(chosen, draft, typed), quantization, engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
