@@ -276,14 +276,14 @@ def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
     one GPU short of the tensor parallelism says how many it has."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU path runs here")
-    from stages.evaluate import gpu_measurement
+    from stages.evaluate import Settings, gpu_measurement
 
     assert vllm_spec.unavailable_reason() == "no CUDA device"
     p = tiny_params()
-    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == VllmMeasurement(skipped="no CUDA device")
+    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, Settings.of(p)) == VllmMeasurement(skipped="no CUDA device")
     p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     with pytest.raises(PipelineError, match="no CUDA device"):
-        gpu_measurement(ROOT, [[1, 2, 3]], 2, p)
+        gpu_measurement(ROOT, [[1, 2, 3]], 2, Settings.of(p))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     find_spec = importlib.util.find_spec

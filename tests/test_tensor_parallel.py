@@ -129,10 +129,10 @@ def test_manifests_request_each_tiers_gpus(tp2_bundle):
 
 def test_evaluation_engines_are_sharded_as_served():
     from pipeline.evaluate import lmeval
-    from stages.evaluate import lm_eval_engine
+    from stages.evaluate import Settings, lm_eval_engine
 
     p = tiny_params(serving=TP2)
-    args = lmeval.vllm_model_args("/m", lm_eval_engine(p))
+    args = lmeval.vllm_model_args("/m", lm_eval_engine(Settings.of(p)))
     assert args["tensor_parallel_size"] == 2 and args["pretrained"] == "/m"
     assert args["max_model_len"] == p["serving"]["max_model_len"]
     assert lmeval.vllm_model_args("/m")["tensor_parallel_size"] == 1
@@ -201,7 +201,8 @@ def test_vllm_engines_elsewhere_need_serving_gpus_too(one_gpu_host, tmp_path):
 
     reason = "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
     p = tiny_params(serving={"tensor_parallel_size": 2})
-    assert evaluate.gpu_measurement(tmp_path, [[1, 2, 3]], 2, p) == vllm_spec.VllmMeasurement(skipped=reason)
+    assert evaluate.gpu_measurement(tmp_path, [[1, 2, 3]], 2, evaluate.Settings.of(p)) == \
+        vllm_spec.VllmMeasurement(skipped=reason)
     assert lmeval.backend(1) == "vllm"
     with pytest.raises(PipelineError, match=f"evaluate.lm_eval runs through vLLM sharded as served, but {reason}"):
         lmeval.backend(2)
