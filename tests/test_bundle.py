@@ -134,7 +134,7 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
                                     "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}), spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
+                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, tiny_serving(name="svc"), gpu,
                       serve)
 
 

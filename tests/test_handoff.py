@@ -58,10 +58,10 @@ def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
 
 def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
     """The gate's verdict on V's evaluation and this serving record, where the gate stage writes it."""
-    from pipeline.release import gates
+    from eval_helpers import gate_report
 
     summary = EvalSummary.load(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+    records.write(ws / "artifacts/gate/verdict.json", gate_report(p, {V: summary}, serve_by_variant={V: record}))
 
 
 def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(bundled_workspace):

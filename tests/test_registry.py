@@ -115,7 +115,7 @@ def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_i
     ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     bundle = ws / "artifacts/bundles/fp8-static"
     current = records.read(GateReport, ws / "artifacts/gate/verdict.json")
-    version, tags = release_tags(bundle, "fp8-static", {"version": "auto"}, [], current)
+    version, tags = release_tags(bundle, "fp8-static", "auto", [], current)
     assert tags["bundle_digest"].startswith(version)
     other = different_bundle(bundle, tmp_path / "other")
     bundle.rename(tmp_path / "old")

@@ -16,6 +16,7 @@ from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, monitoring
 from pipeline.release.gates import VariantVerdict
+from pipeline.release.settings import DeployParams, MonitoringParams
 from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
@@ -43,8 +44,8 @@ GENERIC_PROMPTS = [
 ]
 
 
-def bundle_location(deploy_cfg: dict, served_name: str, variant: str) -> str:
-    return f"{deploy_cfg['bundle_root'].rstrip('/')}/{served_name}-{variant}"
+def bundle_location(deploy_cfg: DeployParams, served_name: str, variant: str) -> str:
+    return f"{deploy_cfg.bundle_root.rstrip('/')}/{served_name}-{variant}"
 
 
 @dataclass
@@ -117,13 +118,13 @@ class TierPlan:
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
-                 target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
+                 target_concurrency: int, cfg: MonitoringParams) -> monitoring.AlertLevels:
     shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
     k = shipped.k
     acceptance = verdict.applied("min_accepted_per_draft_token")
     config = config_of(serve, shipped) if not serve.skipped else None
     level = config.at(target_concurrency) if config else None
-    margin = cfg["latency_margin"]
+    margin = cfg.latency_margin
     if level is not None:
         ttft, itl = level.ttft_ms["p99"] * margin / 1000, level.itl_ms["p99"] * margin / 1000
         source = (f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}")
@@ -135,39 +136,39 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
         acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
         ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
-        kv_cache_usage_max=cfg["kv_cache_usage_max"], warning_fraction=cfg["acceptance_warning_fraction"])
+        kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction)
 
 
-def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
-                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]],
-                  env: dict[str, str], typed: ServingParams, draft: DraftParams
+def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingParams, draft: DraftParams,
+                  deploy_cfg: DeployParams, monitoring_cfg: MonitoringParams, verdict: VariantVerdict,
+                  cost_ratio: float, serve: ServeBenchRecord, quantization: str | None,
+                  warmup_prompts: list[tuple[str, bool]], env: dict[str, str]
                   ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
     """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
     environment (serving.config.server_env, as serve.env has it), the same for every tier's manifest."""
-    serving, deploy_cfg = params["serving"], params["deploy"]
     shipped = verdict.speculation
-    tiers = parse_tiers(typed)
-    deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
-    scaling = deploy_cfg["autoscale"]
-    autoscaled = ({t.name for t in select(tiers, scaling["tiers"], "deploy.autoscale.tiers")} if scaling["tiers"]
+    tiers = parse_tiers(serving)
+    deployed = {t.name for t in select(tiers, deploy_cfg.tiers)}
+    scaling = deploy_cfg.autoscale
+    autoscaled = ({t.name for t in select(tiers, scaling.tiers, "deploy.autoscale.tiers")} if scaling.tiers
                   else set())
-    bundle_path = bundle_location(deploy_cfg, serving["name"], variant)
+    bundle_path = bundle_location(deploy_cfg, serving.name, variant)
     startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
     startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
     plans = []
     (out / "deploy").mkdir(exist_ok=True)
     for tier in tiers:
-        chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
-                                       serving["speculation"]["min_gain"], shipped.predicted,
-                                       tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
-        sizing = (size_tier(tier, chosen, serve, typed, scaling["target_utilization"],
+        chosen, why = tier_speculation(tier, shipped.speculation, serving.target_concurrency, serve,
+                                       serving.speculation.min_gain, shipped.predicted,
+                                       tier.engine.get("max_num_seqs", serving.max_num_seqs))
+        sizing = (size_tier(tier, chosen, serve, serving, scaling.target_utilization,
                             resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
                             own=serve.tier(tier.name) if tier.name != DEFAULT else None)
                   if tier.name in autoscaled else None)
         engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-                spec, typed, speculative_config_for(chosen, draft, typed), quantization, engine)))
+                spec, serving, speculative_config_for(chosen, draft, serving), quantization, engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
@@ -183,19 +184,18 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
                               manifest, level.output_throughput if level is not None else None, chosen.schedule,
                               sizing))
     if any(p.sizing and p.sizing.running_target for p in plans):
-        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving["name"]))
+        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving.name))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
-        for text, special in warmup_prompts[: deploy_cfg["warmup_prompts"]]))
+        for text, special in warmup_prompts[: deploy_cfg.warmup_prompts]))
 
-    levels = alert_levels(serving["name"], verdict, cost_ratio, serve, serving["target_concurrency"],
-                          params["monitoring"])
+    levels = alert_levels(serving.name, verdict, cost_ratio, serve, serving.target_concurrency, monitoring_cfg)
     (out / "monitoring").mkdir(exist_ok=True)
-    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving['name']}-{variant}"))
+    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving.name}-{variant}"))
     test = monitoring.rules_unit_test(levels, Path(RULES).name)
     if test:
         atomic_write_text(out / RULES_TEST, test)
-    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving['name']} {variant}",
-                                                                 deploy.object_name(serving["name"], variant, "dash", 40)))
+    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving.name} {variant}",
+                                                                 deploy.object_name(serving.name, variant, "dash", 40)))
     return plans, levels
