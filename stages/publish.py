@@ -35,8 +35,7 @@ def main(argv: list[str]) -> None:
         with pinned_copy(bundle, tags["bundle_digest"], paths.PUBLISH_STAGING) as copy:
             if pub.signing.public_key:
                 signing.verify(copy, pub.signing.public_key)  # the published copy, not the directory it came from
-            # the registry backends read the section as written (registry_dir, mlflow, hf)
-            receipt = backend.publish(copy, f"{name}-{variant}", version, tags, p[PublishParams.SECTION])
+            receipt = backend.publish(copy, f"{name}-{variant}", version, tags, pub)
         receipts.append(receipt)
         say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
     write_json(paths.RECEIPT, {"backend": pub.backend, "published": receipts})

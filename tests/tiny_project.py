@@ -52,6 +52,13 @@ def tiny_serving(**overrides):
     return ServingParams.parse(tiny_params(serving=overrides)["serving"])
 
 
+def publish_settings(**section):
+    """A publish section, typed (PublishParams): the local backend, unless section says otherwise."""
+    from pipeline.release.settings import PublishParams
+
+    return PublishParams.parse({"backend": "local", "registry_dir": "registry", "version": "auto", **section})
+
+
 def copy_project(dest: Path, params: dict | None = None) -> Path:
     """A git+DVC checkout of the project's pipeline files in dest, with its own params."""
     for name in ("dvc.yaml", "pyproject.toml", ".dvcignore"):
