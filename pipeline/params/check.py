@@ -413,7 +413,7 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
         typed = ServingParams.parse(serving)  # what the tiers are parsed from, as the stages parse them
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
-    check_serve_bench(_section(params, "serve_bench", path), serving, typed, path)
+    check_serve_bench(_section(params, "serve_bench", path), typed, path)
     check_handoff(params, typed, path)
 
 
@@ -488,13 +488,13 @@ def check_monitoring(cfg: dict) -> None:
             raise PipelineError(f"monitoring.{key} must be a number in ({lo}, {hi}], got {v!r}")
 
 
-def check_serve_bench(cfg: dict, serving: dict, typed: ServingParams, path: Path) -> None:
+def check_serve_bench(cfg: dict, serving: ServingParams, path: Path) -> None:
     levels = cfg.get("concurrency")
     if not isinstance(levels, list) or not levels or not all(is_positive_int(c) for c in levels) \
             or len(set(levels)) != len(levels):
         raise PipelineError(f"{path}: serve_bench.concurrency must be a non-empty list of distinct positive integers, "
                             f"got {levels!r}")
-    target = serving.get("target_concurrency")
+    target = serving.target_concurrency
     if target not in levels:
         raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
                             f"{levels}: the speculative setting is chosen from a measurement at it")
@@ -514,7 +514,7 @@ def check_serve_bench(cfg: dict, serving: dict, typed: ServingParams, path: Path
     from pipeline.serving.tiers import benchmarked
 
     try:
-        benchmarked(typed, cfg.get("tiers", []))
+        benchmarked(serving, cfg.get("tiers", []))
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
 
