@@ -99,14 +99,17 @@ def cmd_gate(args) -> int:
     """The `gate` stage's checks on metrics produced anywhere (e.g. a GPU runner)."""
     from pipeline.params.check import load_checked
     from pipeline.params.load import parse_section
+    from pipeline.quantize.settings import QuantizeParams
     from pipeline.release import gates
+    from pipeline.release.settings import GatesParams
     from pipeline.serving.settings import ServingParams
 
     params = load_checked(args.params, check_recipes=False)
-    baseline = parse_section(params, ServingParams, args.params).baseline_variant
+    serving = parse_section(params, ServingParams, args.params)
     metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
-    serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, baseline])
-    report = gates.run(params, metrics, args.allow_fail, serve)
+    serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, serving.baseline_variant])
+    report = gates.run(parse_section(params, GatesParams, args.params), serving,
+                       parse_section(params, QuantizeParams, args.params).variants, metrics, args.allow_fail, serve)
     return gates.conclude(report)
 
 

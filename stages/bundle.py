@@ -9,20 +9,24 @@ from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
+from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_tokenizer
-from pipeline.params.load import load_params, variant_argument
-from pipeline.quantize.recipes import enabled_variant
-from pipeline.quantize.hardware import server_env
+from pipeline.params.load import load_params, parse_section, variant_argument
+from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
+from pipeline.release.settings import DeployParams, MonitoringParams, PublishParams
 from pipeline.release.speculation_choice import config_name, config_of
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
+                                     speculative_config_for)
+from pipeline.serving.settings import ServingParams
 
 
 def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
@@ -50,7 +54,7 @@ def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation:
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "bundle")
     p = load_params()
-    spec = enabled_variant(p, variant)
+    spec = variant_spec(parse_section(p, QuantizeParams).variants, variant)
     verdict = records.read(GateReport, paths.VERDICT).variants.get(variant)
     if verdict is None or verdict.speculation is None:
         raise PipelineError(f"{paths.VERDICT} has no verdict for {variant}; run the gate stage")
@@ -67,22 +71,26 @@ def main(argv: list[str]) -> None:
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = paths.QUANTIZED / variant
     quantization = checkpoint_quantization(model_dir)
-    args = engine_args(spec, p["serving"], methods.speculative_config_for(shipped, p), quantization)
+    serving, draft = parse_section(p, ServingParams), parse_section(p, DraftParams)
+    deploy, signing_keys = parse_section(p, DeployParams), parse_section(p, PublishParams).signing
+    args = engine_args(spec, serving, speculative_config_for(shipped, draft, serving), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
-    record = provenance(spec, p["serving"], read_json("metrics/models.json"))
+    # PROVENANCE.json records the serving section as params.yaml writes it
+    record = provenance(spec, p[ServingParams.SECTION], read_json("metrics/models.json"))
     tokenizer = load_tokenizer(model_dir)
-    n = p["deploy"]["warmup_prompts"]
+    n = deploy.warmup_prompts
     prompts = (heldout_prompts(paths.HELDOUT, n)
-               if p["deploy"]["warmup_from_traffic"] else
+               if deploy.warmup_from_traffic else
                [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
     warm = [prompt_text(tokenizer, messages) for messages in prompts]
     with atomic_dir(paths.BUNDLES / variant) as tmp:
         drafter = ((methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
                    if shipped.method in methods.ARTIFACT_DIRS else None)
         # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
-        env = server_env(spec, p["serving"], serve.kernel_env if serve.kernel else None)
+        env = server_env(spec, serving, serve.kernel_env if serve.kernel else None)
         build_bundle(tmp, model_dir, drafter, args, record, verdict, summary, env)
-        tiers, alerts = write_handoff(tmp, variant, spec, p, verdict, est.break_even, serve, quantization, warm, env)
+        tiers, alerts = write_handoff(tmp, variant, spec, serving, draft, deploy, parse_section(p, MonitoringParams),
+                                      verdict, est.break_even, serve, quantization, warm, env)
         chart = paths.PARETO  # drawn by the gate, over every variant, where one was measured
         if chart.is_file():
             shutil.copyfile(chart, tmp / PARETO)
@@ -90,16 +98,15 @@ def main(argv: list[str]) -> None:
             if plan.name in serve.tiers:
                 check_measured_config(serve_dir, serve, plan.speculation, (tmp / plan.serve_file).read_text(),
                                       plan.name)
-        card = model_card(variant, spec, summary, est, verdict, quant, p["serving"], gpu, serve, tiers, alerts,
-                          p["deploy"], bundle_location(p["deploy"], p["serving"]["name"], variant), env,
+        card = model_card(variant, spec, summary, est, verdict, quant, serving, gpu, serve, tiers, alerts,
+                          deploy, bundle_location(deploy, serving.name, variant), env,
                           PARETO if chart.is_file() else None)
         manifest = finish_bundle(tmp, variant, card)
-        private_key, _ = signing.configured(p["publish"])
-        if private_key:  # over every file, the manifest and the card included
-            signing.sign(tmp, private_key)
+        if signing_keys.private_key:  # over every file, the manifest and the card included
+            signing.sign(tmp, signing_keys.private_key)
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
         f"gates {verdict.label}, " + shipped.label
-        + f" ({verdict.speculation.basis})" + (", signed" if signing.configured(p["publish"])[0] else ""))
+        + f" ({verdict.speculation.basis})" + (", signed" if signing_keys.private_key else ""))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,6 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core import paths, records
@@ -7,65 +9,85 @@ from pipeline.core.stage import say, stage_main
 from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
 from pipeline.data.traffic import read_split
 from pipeline.drafts import eagle3, methods, ngram
+from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate.settings import EvaluateParams
 from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm, PredictedSpeedup, Quality,
                                        SpeculativeSummary)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.load import load_params, variant_argument
-from pipeline.quantize.recipes import enabled_variant
-from pipeline.quantize.hardware import scoped_env, server_env
+from pipeline.params.load import load_params, parse_section, variant_argument
+from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.settings import QuantizeParams
+from pipeline.quantize.hardware import scoped_env
+from pipeline.serving.config import server_env
+from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import parse_tiers
 
 
-def method_estimates(p: dict, model, variant_dir: Path, prompts: list[list[int]]) -> dict[str, acceptance.SpeculativeEstimate]:
+@dataclass(frozen=True)
+class Settings:
+    """What evaluate reads of params.yaml, typed."""
+    evaluate: EvaluateParams
+    draft: DraftParams
+    serving: ServingParams
+    bench: ServeBenchParams  # its sweep's concurrencies are predicted too
+
+    @classmethod
+    def of(cls, params: Mapping) -> "Settings":
+        return cls(parse_section(params, EvaluateParams), parse_section(params, DraftParams),
+                   parse_section(params, ServingParams), parse_section(params, ServeBenchParams))
+
+
+def method_estimates(run: Settings, model, variant_dir: Path, prompts: list[list[int]]
+                     ) -> dict[str, acceptance.SpeculativeEstimate]:
     """The CPU estimate of every requested method against this variant as the target (an EAGLE-3 head
     trained on the unquantized target reads the quantized one's hidden states here, as it would served)."""
-    cfg = p["evaluate"]["acceptance"]
-    args = (prompts[: cfg["prompts"]], cfg["continuation_tokens"], cfg["temperature"], cfg["max_k"])
+    cfg = run.evaluate.acceptance
+    args = (prompts[: cfg.prompts], cfg.continuation_tokens, cfg.temperature, cfg.max_k)
     # The target's continuations are the same for every method: written once (the stage's largest cost per method
     # before: one greedy generation per prompt and method).
     written = acceptance.target_continuations(model, *args)
     out = {}
-    for method in methods.requested(p):
+    for method in run.draft.method:
         if method == methods.DRAFT_MODEL:
             out[method] = acceptance.estimate(model, load_causal_lm(paths.DRAFT_MODEL), *args,
-                                              acceptance.resolve_cost_ratio(cfg["cost_ratio"], variant_dir,
+                                              acceptance.resolve_cost_ratio(cfg.cost_ratio, variant_dir,
                                                                             paths.DRAFT_MODEL),
                                               continuations=written)
         elif method == methods.EAGLE3:
             eagle3.check_compatible(paths.EAGLE3_MODEL, model.config.to_dict())
             head = eagle3.load(paths.EAGLE3_MODEL, model.device)
             features = eagle3.TargetFeatures(model, head.config.eagle_aux_hidden_state_layer_ids)
-            out[method] = acceptance.estimate_method(model, eagle3.scorer(head, features, cfg["temperature"]), *args,
+            out[method] = acceptance.estimate_method(model, eagle3.scorer(head, features, cfg.temperature), *args,
                                                      eagle3.cost_ratio(paths.EAGLE3_MODEL, variant_dir), method,
                                                      continuations=written)
         else:  # lookups in the token history cost no GPU weight reads
-            lookup = p["draft"]["ngram"]
+            lookup = run.draft.ngram
             out[method] = acceptance.estimate_method(
-                model, ngram.scorer(model, cfg["temperature"], lookup["prompt_lookup_min"], lookup["prompt_lookup_max"]),
+                model, ngram.scorer(model, cfg.temperature, lookup.prompt_lookup_min, lookup.prompt_lookup_max),
                 *args, 0.0, method, continuations=written)
     return out
 
 
-def served_concurrencies(p: dict) -> list[int]:
+def served_concurrencies(run: Settings) -> list[int]:
     """Where served speed is predicted: the target concurrency, every tier's and the serving benchmark's sweep."""
-    return sorted({p["serving"]["target_concurrency"], *(t.concurrency for t in parse_tiers(p["serving"])),
-                   *p["serve_bench"]["concurrency"]})
+    return sorted({run.serving.target_concurrency, *(t.concurrency for t in parse_tiers(run.serving)),
+                   *run.bench.concurrency})
 
 
-def with_predictions(p: dict, estimates: dict[str, acceptance.SpeculativeEstimate], target_params: int
+def with_predictions(run: Settings, estimates: dict[str, acceptance.SpeculativeEstimate], target_params: int
                      ) -> tuple[dict[str, acceptance.SpeculativeEstimate], serving_costs.Choice]:
     """Each method's estimate at the k predicted fastest as served at serving.target_concurrency, from the cost
     profile nearest this target (pipeline/evaluate/serving_costs.py); without one, no expected speedup at all."""
-    serving = p["serving"]
-    choice = serving_costs.choose(serving["speculation"]["cost_profile"], serving["gpu"], target_params)
-    concurrencies = served_concurrencies(p)
+    serving = run.serving
+    choice = serving_costs.choose(serving.speculation.cost_profile, serving.gpu, target_params)
+    concurrencies = served_concurrencies(run)
     out = {}
     for method, est in estimates.items():
         prediction = serving_costs.predict(choice, method, est.tokens_per_step_by_k, est.drafted_per_step_by_k,
                                            concurrencies, est.steps_per_response_by_k)
-        out[method] = acceptance.with_served_prediction(est, prediction, serving["target_concurrency"])
+        out[method] = acceptance.with_served_prediction(est, prediction, serving.target_concurrency)
     return out, choice
 
 
@@ -74,23 +96,23 @@ def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
     return max(estimates, key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
 
 
-def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, p: dict) -> VllmMeasurement:
-    cfg, serving = p["evaluate"]["vllm"], p["serving"]
-    reason = vllm_spec.skip_reason(cfg["enabled"], "evaluate.vllm.enabled", serving["tensor_parallel_size"])
+def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, run: Settings) -> VllmMeasurement:
+    cfg, serving = run.evaluate.vllm, run.serving
+    reason = vllm_spec.skip_reason(cfg.enabled, "evaluate.vllm.enabled", serving.tensor_parallel_size)
     if reason:
         return VllmMeasurement(skipped=reason)
     return VllmMeasurement.from_measure(vllm_spec.measure(
-        str(variant_dir.resolve()), str(paths.DRAFT_MODEL.resolve()), prompts[: cfg["prompts"]], k, cfg["max_tokens"],
-        p["evaluate"]["acceptance"]["temperature"], cfg["gpu_memory_utilization"], serving["max_model_len"],
-        batch_sizes=tuple(cfg["throughput_batch_sizes"]), enforce_eager=cfg["enforce_eager"],
-        tensor_parallel_size=serving["tensor_parallel_size"],
-        draft_tensor_parallel_size=serving["speculation"].get("draft_tensor_parallel_size")))
+        str(variant_dir.resolve()), str(paths.DRAFT_MODEL.resolve()), prompts[: cfg.prompts], k, cfg.max_tokens,
+        run.evaluate.acceptance.temperature, cfg.gpu_memory_utilization, serving.max_model_len,
+        batch_sizes=cfg.throughput_batch_sizes, enforce_eager=cfg.enforce_eager,
+        tensor_parallel_size=serving.tensor_parallel_size,
+        draft_tensor_parallel_size=serving.speculation.draft_tensor_parallel_size))
 
 
-def lm_eval_engine(p: dict) -> dict:
+def lm_eval_engine(run: Settings) -> dict:
     """lm-eval's vLLM engine settings: evaluate.vllm's memory share, sharded and sized as served."""
-    return {"gpu_memory_utilization": p["evaluate"]["vllm"]["gpu_memory_utilization"],
-            "max_model_len": p["serving"]["max_model_len"], "tensor_parallel_size": p["serving"]["tensor_parallel_size"]}
+    return {"gpu_memory_utilization": run.evaluate.vllm.gpu_memory_utilization,
+            "max_model_len": run.serving.max_model_len, "tensor_parallel_size": run.serving.tensor_parallel_size}
 
 
 def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], method: str,
@@ -121,29 +143,30 @@ def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.Spec
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "evaluate")
     p = load_params()
-    variant_spec = enabled_variant(p, variant)
-    cfg = p["evaluate"]
-    lmeval.backend(p["serving"]["tensor_parallel_size"])  # too few GPUs for serving's sharding: fail before any work
+    run = Settings.of(p)
+    recipe = variant_spec(parse_section(p, QuantizeParams).variants, variant)
+    cfg = run.evaluate
+    lmeval.backend(run.serving.tensor_parallel_size)  # too few GPUs for serving's sharding: fail before any work
     variant_dir = paths.QUANTIZED / variant
     tokenizer = load_tokenizer(paths.TARGET)
-    heldout = read_split(paths.HELDOUT)[: cfg["heldout_limit"]]
+    heldout = read_split(paths.HELDOUT)[: cfg.heldout_limit]
     baseline, model = load_causal_lm(paths.TARGET), load_causal_lm(variant_dir)
     target_params = baseline.num_parameters()  # the unquantized count: packed INT4 weights would undercount
 
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout]
     fidelity = quality.fidelity(baseline, model, examples)
-    fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg["greedy_prompts"]],
-                                                    cfg["greedy_tokens"], tokenizer.eos_token_id)
-    estimates, profile = with_predictions(p, method_estimates(p, model, variant_dir, prompts), target_params)
+    fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg.greedy_prompts],
+                                                    cfg.greedy_tokens, tokenizer.eos_token_id)
+    estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts), target_params)
     best = best_method(estimates)
     spec = estimates[best]
     del baseline, model  # free memory before lm-eval and vLLM load their own copies
-    with scoped_env(server_env(variant_spec, p["serving"])):  # vLLM's engines measure the kernels it ships with
-        lm_eval = lmeval.run_tasks(variant_dir, cfg["lm_eval"]["tasks"], cfg["lm_eval"]["limit"],
-                                   vllm_args=lm_eval_engine(p))
+    with scoped_env(server_env(recipe, run.serving)):  # vLLM's engines measure the kernels it ships with
+        lm_eval = lmeval.run_tasks(variant_dir, list(cfg.lm_eval.tasks), cfg.lm_eval.limit,
+                                   vllm_args=lm_eval_engine(run))
         draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
-        gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, p) if draft
+        gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, run) if draft
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
     summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)
@@ -156,12 +179,12 @@ def main(argv: list[str]) -> None:
         records.write(tmp / "vllm.json", gpu)
         summary.write(tmp / "summary.json")
     write_json(f"metrics/eval-{variant}.json", summary.to_metrics())  # per-method detail in lists
-    max_k = p["evaluate"]["acceptance"]["max_k"]
+    max_k = cfg.acceptance.max_k
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
               [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
                 **{m: e.accepted_per_position[j] if j < len(e.accepted_per_position) else None
                    for m, e in estimates.items()}} for j in range(max_k)])
-    concurrency = p["serving"]["target_concurrency"]
+    concurrency = run.serving.target_concurrency
     say(f"evaluate {variant}: ppl {fidelity['perplexity_increase_pct']:+.2f}%, KL {fidelity['kl_divergence']:.4f}, "
         f"top-1 {fidelity['top1_agreement']:.3f}; speculation, "
         + (f"predicted served speedup at concurrency {concurrency} ({profile.profile.name}): "

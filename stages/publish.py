@@ -6,37 +6,39 @@ from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main
-from pipeline.params.load import load_params
+from pipeline.params.load import load_params, parse_section
+from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
 from pipeline.release.gates import GateReport
 from pipeline.release.publish import pinned_copy, release_tags
 from pipeline.release.registry import get_backend
-from pipeline.release.thresholds import gate_thresholds
+from pipeline.release.settings import GatesParams, PublishParams
+from pipeline.serving.settings import ServingParams
 
 
 @stage_main()
 def main(argv: list[str]) -> None:
     p = load_params()  # checked as a whole by `sources`, first in every repro
-    pub, name = p["publish"], p["serving"]["name"]
-    backend = get_backend(pub["backend"])
+    pub, gates = parse_section(p, PublishParams), parse_section(p, GatesParams)
+    name = parse_section(p, ServingParams).name
+    backend = get_backend(pub.backend)
     current = records.read(GateReport, paths.VERDICT)
-    _, public_key = signing.configured(pub)
     releases = {}
-    for variant in p["quantize"]["enabled"]:  # every bundle checked before any is published
+    for variant in parse_section(p, QuantizeParams).enabled:  # every bundle checked before any is published
         bundle = paths.BUNDLES / variant
         if not bundle.is_dir():
             raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
-        releases[variant] = (bundle, *release_tags(bundle, variant, pub, p["gates"].get("allow_fail") or [], current,
-                                                   gate_thresholds(p, variant)))
+        releases[variant] = (bundle, *release_tags(bundle, variant, pub.version, list(gates.allow_fail), current,
+                                                   gates.for_variant(variant)))
     receipts = []
     for variant, (bundle, version, tags) in releases.items():
         with pinned_copy(bundle, tags["bundle_digest"], paths.PUBLISH_STAGING) as copy:
-            if public_key:
-                signing.verify(copy, public_key)  # the copy that is published, not the directory it came from
+            if pub.signing.public_key:
+                signing.verify(copy, pub.signing.public_key)  # the published copy, not the directory it came from
             receipt = backend.publish(copy, f"{name}-{variant}", version, tags, pub)
         receipts.append(receipt)
         say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
-    write_json(paths.RECEIPT, {"backend": pub["backend"], "published": receipts})
+    write_json(paths.RECEIPT, {"backend": pub.backend, "published": receipts})
 
 
 if __name__ == "__main__":

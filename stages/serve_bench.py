@@ -24,7 +24,6 @@ import datetime
 import importlib.metadata
 import shutil
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline.core import paths, records
@@ -40,13 +39,14 @@ from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.evaluate.settings import EvaluateParams
 from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
-from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices, server_env, user_env
+from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices
 from pipeline.quantize.recipes import VariantSpec, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.speculation_choice import config_name, k_schedule
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
-from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
+                                     speculative_config_for, user_env)
 from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import Tier, benchmarked
 from pipeline.serving.vllm_server import serve
@@ -54,20 +54,16 @@ from pipeline.serving.vllm_server import serve
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """What serve_bench reads of params.yaml, typed. serving_section is the serving section as written, for the
-    serving helpers the bundle stage shares (engine_args, server_env, the tiers), which take it so until the release
-    stages read typed params too."""
+    """What serve_bench reads of params.yaml, typed."""
     bench: ServeBenchParams
     serving: ServingParams
-    serving_section: Mapping
     draft: DraftParams
     temperature: float  # evaluate.acceptance.temperature: the serving temperature
     spec: VariantSpec
 
     def speculative_config(self, speculation: methods.Speculation) -> dict | None:
-        """methods.speculative_config_for's file, from the typed values: the bundle renders the same."""
-        ngram = dataclasses.asdict(self.draft.ngram) if self.draft.ngram is not None else None
-        return methods.speculative_config(speculation, ngram, self.serving.speculation.draft_tensor_parallel_size)
+        """The file the bundle renders too."""
+        return speculative_config_for(speculation, self.draft, self.serving)
 
 
 def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) -> ServeBenchRecord:
@@ -81,9 +77,9 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
     add_special = rendered[0][1] if rendered else False
     quantization = checkpoint_quantization(model_dir)
     spec = run.spec
-    tiers = benchmarked(run.serving_section, list(cfg.tiers) if isinstance(cfg.tiers, tuple) else cfg.tiers)
+    tiers = benchmarked(run.serving, cfg.tiers)
     major, minor = torch.cuda.get_device_capability(0)
-    kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, run.serving_section)
+    kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, run.serving)
     configs, failed = {}, {}
     tier_configs, tier_failed, tier_skipped = {}, {}, {}
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
@@ -101,11 +97,11 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
         bar = progress_bar(f"serve_bench {variant}", total=len(cfg.concurrency) * (
             len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs))
         traffic = serve_bench.Traffic(dataset, serving_dir / "model", add_special)
-        args = [quantization, traffic, run, bar, server_env(spec, run.serving_section)]
+        args = [quantization, traffic, run, bar, server_env(spec, run.serving)]
         # 1. Plain decoding on each kernel; the faster at target_concurrency serves everything after it.
         kernel, by_kernel, kernel_failed = None, {}, {}
         for choice in kernels:
-            args[-1] = {**choice.env, **user_env(run.serving_section)}
+            args[-1] = {**choice.env, **user_env(run.serving)}
             result = served_or_failed(out, serving_dir, variant, PLAIN, methods.NONE, args, kernel_failed,
                                       label=f"{PLAIN}-{choice.name}", must=len(kernels) == 1)
             if result is not None:
@@ -115,7 +111,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
                 raise PipelineError(f"serve_bench {variant}: plain decoding failed on every kernel "
                                     f"({'; '.join(f'{k}: {v[:150]}' for k, v in kernel_failed.items())})")
             kernel = choose_kernel(by_kernel, serving.target_concurrency, cfg.kernel_tie)
-            env = {**next(c.env for c in kernels if c.name == kernel), **user_env(run.serving_section)}
+            env = {**next(c.env for c in kernels if c.name == kernel), **user_env(run.serving)}
             args[-1] = env
             configs[PLAIN] = by_kernel[kernel]
             for name in kernel_failed:
@@ -167,7 +163,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
                                 f"{name} failed: {why[:200]}; " for name, why in kernel_failed.items()) or None)
 
 
-def kernels_to_compare(spec, compute_capability: float, serving: dict):
+def kernels_to_compare(spec, compute_capability: float, serving: ServingParams):
     """(choices, why none): the kernel choices serve_bench serves plain decoding on. A user's own
     VLLM_DISABLED_KERNELS in serving.env decides instead: it wins over any choice, so measuring them is moot."""
     choices = kernel_choices(spec, compute_capability)
@@ -267,7 +263,7 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
     out.mkdir(parents=True, exist_ok=True)
     config = out / f"serve-{name}.yaml"
     config.write_text(serve_yaml(engine_args(
-        run.spec, run.serving_section, run.speculative_config(speculation), quantization,
+        run.spec, run.serving, run.speculative_config(speculation), quantization,
         tier.engine if tier else None)))
     shutil.copy(config, serving_dir / config.name)
     log = f"{tier.name}.{label}" if tier else label
@@ -355,8 +351,7 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "serve_bench")
     p = load_params()
     serving = parse_section(p, ServingParams)
-    run = Settings(bench=parse_section(p, ServeBenchParams), serving=serving, serving_section=p[ServingParams.SECTION],
-                   draft=parse_section(p, DraftParams),
+    run = Settings(bench=parse_section(p, ServeBenchParams), serving=serving, draft=parse_section(p, DraftParams),
                    temperature=parse_section(p, EvaluateParams).acceptance.temperature,
                    spec=variant_spec(parse_section(p, QuantizeParams).variants, variant))
     cfg = run.bench

@@ -31,7 +31,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     from pipeline.core.io import read_json, write_json
     from pipeline.data.formatting import row_to_messages
     from pipeline.evaluate.summary import EvalSummary
-    from pipeline.release import gates
+    from eval_helpers import gate_report
     from pipeline.serving.bench_record import ServeBenchRecord
 
     target, draft = demo_pair
@@ -69,7 +69,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     heldout.parent.mkdir(parents=True, exist_ok=True)
     rows = (ROOT / "data/demo/traffic.jsonl").read_text().splitlines()[:12]
     heldout.write_text("".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in rows))
-    records.write(root / "artifacts/gate/verdict.json", gates.run(params, summaries))
+    records.write(root / "artifacts/gate/verdict.json", gate_report(params, summaries))
     return root
 
 

@@ -17,7 +17,7 @@ os.environ.setdefault("TQDM_MININTERVAL", "10")
 import pytest  # noqa: E402
 
 from bundle_helpers import BundleSpec, bundle_workspace  # noqa: E402
-from tiny_project import tiny_params  # noqa: E402
+from tiny_project import demo_prompts, tiny_params  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -29,6 +29,20 @@ def demo_pair(tmp_path_factory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("demo")
     build_demo_pair(root / "target", root / "draft", DemoParams.parse(tiny_params()["demo"]))
     return root / "target", root / "draft"
+
+
+@pytest.fixture(scope="module")
+def demo_target(demo_pair):
+    """The demo pair's target model, loaded once per module."""
+    from pipeline.models.loading import load_causal_lm
+
+    return load_causal_lm(demo_pair[0])
+
+
+@pytest.fixture(scope="module")
+def demo_target_prompts(demo_pair) -> list[list[int]]:
+    """Four demo prompts as the target's token ids."""
+    return demo_prompts(demo_pair[0], 4)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.serving import serve_bench
-from pipeline.serving.vllm_server import serve
+from pipeline.serving.vllm_server import VLLM_MODULE, serve
 
 PYTHON = os.environ.get("VLLM_BENCH_PYTHON")
 pytestmark = pytest.mark.skipif(not PYTHON, reason="VLLM_BENCH_PYTHON is not set: vLLM's client is not installed "
@@ -32,7 +32,7 @@ def test_levels_run_in_one_worker_and_a_failed_level_leaves_it_serving(tmp_path)
                                         for t in ("hello world", "the quick brown fox")])
     config = tmp_path / "serve.yaml"
     config.write_text(json.dumps({"model": str(model), "served-model-name": "tiny", "fail-every": 0}))
-    client = [PYTHON, "-m", serve_bench.VLLM_MODULE]
+    client = [PYTHON, "-m", VLLM_MODULE]
     log = tmp_path / "bench.log"
     with serve(config, tmp_path, tmp_path / "server.log", 300, None,
                command=[sys.executable, str(ROOT / "benchmarks/cpu/openai_cpu_server.py")]) as server:

@@ -10,7 +10,7 @@ import shutil
 import pytest
 import yaml
 
-from tiny_project import tiny_params
+from tiny_project import tiny_params, tiny_serving
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
 from eval_helpers import eval_summary
 from speculation_estimates import PER_POSITION, speculative_estimate
@@ -134,7 +134,7 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
                                     "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}), spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, {"name": "svc"}, gpu,
+                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, tiny_serving(name="svc"), gpu,
                       serve)
 
 
@@ -247,8 +247,9 @@ def test_failed_variant_is_not_bundled(bundled_workspace):
 
 
 def test_engine_args_without_draft_or_quantization():
-    args = engine_args(parse_variant("v", {"algorithm": "rtn", "scheme": "FP8"}), {"name": "svc", "max_model_len": 512, "gpu_memory_utilization": 0.5,
-                                               "max_num_seqs": 4, "tensor_parallel_size": 1}, None)
+    args = engine_args(parse_variant("v", {"algorithm": "rtn", "scheme": "FP8"}),
+                       tiny_serving(name="svc", max_model_len=512, gpu_memory_utilization=0.5, max_num_seqs=4,
+                                    tensor_parallel_size=1), None)
     assert "speculative_config" not in args and "quantization" not in args and "kv_cache_dtype" not in args
     assert args["tensor_parallel_size"] == 1  # written unsharded too: the file says how many GPUs it needs
 

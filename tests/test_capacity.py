@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from eval_helpers import eval_summaries
+from eval_helpers import eval_summaries, gate_report
 from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
 from tiny_project import ROOT, tiny_params
 from pipeline.core import records
@@ -208,7 +208,7 @@ def gate(params, serve):
     metrics = {v: {"perplexity_increase_pct": 0.5, "kl_divergence": 0.01, "top1_agreement": 0.97,
                    "accepted_per_draft_token": 0.8, "num_speculative_tokens": 4, "expected_speedup": 2.5}
                for v in serve}
-    return gates.run(params, eval_summaries(metrics), serve_by_variant=serve)
+    return gate_report(params, eval_summaries(metrics), serve_by_variant=serve)
 
 
 def test_capacity_gate_passes_fails_and_says_why_it_was_skipped():
@@ -299,6 +299,7 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     from pipeline.params.check import validate
+    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import parse_tiers, serving_slo
 
     p = tiny_params()
@@ -306,7 +307,7 @@ def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     validate(p, tmp_path / "params.yaml")
     slo, arrival = serving_slo(p["serving"])
     assert slo == CHAT and arrival == CONCURRENCY
-    tiers = {t.name: t for t in parse_tiers(p["serving"])}
+    tiers = {t.name: t for t in parse_tiers(ServingParams.parse(p["serving"]))}
     assert tiers["batch"].slo == Slo(2000, 50) and tiers["throughput"].slo == CHAT
 
 

@@ -57,25 +57,19 @@ def test_dvc_deps_write_puts_the_closure_back(tmp_path):
 
 
 def test_dvc_deps_write_keeps_the_data_of_a_folder_it_lists_module_by_module(tmp_path):
-    """evaluate imports only part of pipeline/evaluate: a dvc.yaml that lists the folder whole (as before
-    settings.py joined it) is rewritten module by module, and the profiles the folder holds stay a dep."""
+    """evaluate imports every module of pipeline/evaluate, so dvc.yaml lists the folder whole; once one module is
+    not imported (here a new one) --write lists the folder module by module, and the profiles it holds stay a dep."""
     from dvc_deps import main, stage_entries as entries
 
     for name in ("pipeline", "stages"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
-    text = (ROOT / "dvc.yaml").read_text()
-    listed = [d for d in entries()["evaluate"][1] if d.startswith("pipeline/evaluate/")]
-    assert "pipeline/evaluate/cost_profiles" in listed and len(listed) > 2
-    start, end = text.index("\n  evaluate:\n"), text.index("\n  serve_bench:\n")
-    stage = text[start:end].replace(listed[0] + ",", "pipeline/evaluate,", 1)
-    for dep in listed[1:]:
-        stage = stage.replace(f" {dep},", "", 1)
-    whole = text[:start] + stage + text[end:]
-    assert [d for d in yaml.safe_load(whole)["stages"]["evaluate"]["do"]["deps"]
-            if d.startswith("pipeline/evaluate")] == ["pipeline/evaluate"]
-    (tmp_path / "dvc.yaml").write_text(whole)
+    assert "pipeline/evaluate" in entries()["evaluate"][1]
+    (tmp_path / "pipeline/evaluate/unimported.py").write_text('"""Imported by no stage."""\n')
+    shutil.copyfile(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
     assert main(["--root", str(tmp_path), "--write"]) == 0
-    assert entries(tmp_path)["evaluate"][1] == entries()["evaluate"][1]
+    listed = [d for d in entries(tmp_path)["evaluate"][1] if d.startswith("pipeline/evaluate")]
+    assert "pipeline/evaluate/cost_profiles" in listed and "pipeline/evaluate/settings.py" in listed
+    assert "pipeline/evaluate" not in listed and "pipeline/evaluate/unimported.py" not in listed
 
 
 def test_the_artifact_layout_is_dvc_yamls():
@@ -146,6 +140,7 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
     from pipeline.evaluate.summary import EvalSummary
+    from eval_helpers import gate_report
     from pipeline.release import gates
     from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 
@@ -170,7 +165,7 @@ def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
         records.write(metrics / f"serve-{v}.json", ServeBenchRecord(v, gpu="NVIDIA H100", vllm_version="0.26.0", configs={
             PLAIN: ServeConfigResult(0, 30.0, levels), "eagle3": ServeConfigResult(3, 31.0, levels),
             "ngram": ServeConfigResult(3, 31.0, levels)}))
-    write_json(metrics / "gates.json", gates.summary(gates.run(params, summaries)))
+    write_json(metrics / "gates.json", gates.summary(gate_report(params, summaries)))
     r = subprocess.run(["dvc", "metrics", "show"], cwd=project, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()

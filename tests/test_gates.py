@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from eval_helpers import gate_report
 from speculation_estimates import choose_k
 from tiny_project import ROOT, run, tiny_params
 from pipeline.core.errors import PipelineError
@@ -19,15 +20,17 @@ from pipeline.params.check import validate
 from pipeline.quantize.recipes import enabled_variant
 from pipeline.release import gates
 from pipeline.release.bundle import model_card
-from pipeline.release.thresholds import CHECKS, gate_thresholds
+from pipeline.release.settings import GatesParams
+from pipeline.release.thresholds import CHECKS
 from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.settings import ServingParams
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 
 
 def passing_metrics(params: dict, variant: str) -> dict:
     """Metrics just inside every threshold params.yaml sets for this variant."""
-    t = gate_thresholds(params, variant)
+    t = GatesParams.parse(params["gates"]).for_variant(variant)
     return {"perplexity_increase_pct": t["max_perplexity_increase_pct"] * 0.9,
             "kl_divergence": t["max_kl_divergence"] * 0.9,
             "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
@@ -39,14 +42,15 @@ def passing_metrics(params: dict, variant: str) -> dict:
 
 def run_gates(params: dict, metrics: dict[str, dict], **kw) -> gates.GateReport:
     """gates.run over evaluation metrics as metrics/eval-<v>.json holds them (read as the evaluate stage's summary)."""
-    return gates.run(params, {v: EvalSummary.from_metrics(m, f"eval-{v}.json") for v, m in metrics.items()}, **kw)
+    return gate_report(params, {v: EvalSummary.from_metrics(m, f"eval-{v}.json") for v, m in metrics.items()}, **kw)
 
 
 def test_defaults_are_stricter_for_fp8_than_int4():
     p = tiny_params()
-    assert gate_thresholds(p, FP8)["max_perplexity_increase_pct"] == 1.0
-    assert gate_thresholds(p, INT4)["max_perplexity_increase_pct"] == 3.0
-    assert gate_thresholds(p, INT4)["min_accepted_per_draft_token"] == 0.6
+    thresholds = GatesParams.parse(p["gates"])
+    assert thresholds.for_variant(FP8)["max_perplexity_increase_pct"] == 1.0
+    assert thresholds.for_variant(INT4)["max_perplexity_increase_pct"] == 3.0
+    assert thresholds.for_variant(INT4)["min_accepted_per_draft_token"] == 0.6
     # the same 2% perplexity increase passes as INT4 and fails as FP8
     metrics = {v: {**passing_metrics(p, INT4), "perplexity_increase_pct": 2.0} for v in (INT4, FP8)}
     report = run_gates(p, metrics)
@@ -258,7 +262,7 @@ def card_for(report, variant: str) -> str:
     quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
     skipped = vllm_spec.unavailable_reason() or "measured elsewhere"
     return model_card(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant], quant,
-                      p["serving"], VllmMeasurement(skipped=skipped), ServeBenchRecord(variant, skipped=skipped))
+                      ServingParams.parse(p["serving"]), VllmMeasurement(skipped=skipped), ServeBenchRecord(variant, skipped=skipped))
 
 
 def test_allowed_failure_carries_a_warning_in_the_card():
@@ -276,14 +280,14 @@ def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
     one GPU short of the tensor parallelism says how many it has."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU path runs here")
-    from stages.evaluate import gpu_measurement
+    from stages.evaluate import Settings, gpu_measurement
 
     assert vllm_spec.unavailable_reason() == "no CUDA device"
     p = tiny_params()
-    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, p) == VllmMeasurement(skipped="no CUDA device")
+    assert gpu_measurement(ROOT, [[1, 2, 3]], 2, Settings.of(p)) == VllmMeasurement(skipped="no CUDA device")
     p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     with pytest.raises(PipelineError, match="no CUDA device"):
-        gpu_measurement(ROOT, [[1, 2, 3]], 2, p)
+        gpu_measurement(ROOT, [[1, 2, 3]], 2, Settings.of(p))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     find_spec = importlib.util.find_spec
@@ -336,7 +340,7 @@ def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
     (metrics_dir / f"eval-{FP8}.json").unlink()
     (metrics_dir / f"eval-{INT4}.json").write_text(json.dumps(written))
     assert gates.load_eval_metrics(metrics_dir) == {INT4: summary}
-    decided = gates.run(p, gates.load_eval_metrics(metrics_dir)).variants[INT4].speculation
+    decided = gate_report(p, gates.load_eval_metrics(metrics_dir)).variants[INT4].speculation
     assert (decided.method, decided.num_speculative_tokens) == ("ngram", 4)
     assert decided.compared == {"ngram": 2.0, "eagle3": 1.5}
 

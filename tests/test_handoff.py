@@ -14,7 +14,7 @@ import yaml
 
 from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
 from latency_model import H100_RUN, Server, lat, search, swept
-from tiny_project import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params, tiny_serving
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
@@ -49,18 +49,19 @@ def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
     from pipeline.drafts.methods import Speculation, speculative_config
     from pipeline.quantize.recipes import enabled_variant
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
+    from pipeline.serving.settings import ServingParams
 
     config = speculative_config(Speculation(name if k else None, k))
-    return serve_yaml(engine_args(enabled_variant(p, V), p["serving"], config,
+    return serve_yaml(engine_args(enabled_variant(p, V), ServingParams.parse(p["serving"]), config,
                                   checkpoint_quantization(ws / "artifacts/quantized" / V), tier.engine if tier else None))
 
 
 def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
     """The gate's verdict on V's evaluation and this serving record, where the gate stage writes it."""
-    from pipeline.release import gates
+    from eval_helpers import gate_report
 
     summary = EvalSummary.load(ws / f"artifacts/eval/{V}/summary.json")
-    records.write(ws / "artifacts/gate/verdict.json", gates.run(p, {V: summary}, serve_by_variant={V: record}))
+    records.write(ws / "artifacts/gate/verdict.json", gate_report(p, {V: summary}, serve_by_variant={V: record}))
 
 
 def test_every_tier_has_a_config_and_a_valid_kubernetes_manifest(bundled_workspace):
@@ -179,6 +180,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
     process, twice: the bundled_workspace fixture runs it as DVC does.)"""
+    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import parse_tiers
 
     ws, p = unbundled_copy(bundled_workspace, tmp_path)
@@ -188,7 +190,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     record = ServeBenchRecord(**{**base.__dict__, "tiers": {"throughput": tier_levels}})
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    throughput = next(t for t in parse_tiers(p["serving"]) if t.name == "throughput")
+    throughput = next(t for t in parse_tiers(ServingParams.parse(p["serving"])) if t.name == "throughput")
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # what serve_bench would have written
         (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
         (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)
@@ -233,7 +235,7 @@ def test_a_tier_searched_at_its_own_settings_is_sized_from_that_search():
     from pipeline.release.handoff import size_tier
     from pipeline.serving.tiers import parse_tiers
 
-    serving = tiny_params()["serving"]
+    serving = tiny_serving()
     throughput = next(t for t in parse_tiers(serving) if t.name == "throughput")
     default, own = Server(itl_slope=1.0), Server(itl_slope=0.5)  # 40 users at the default settings, 80 at its own
     level = own.closed(throughput.concurrency)

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_project import tiny_params
+from tiny_project import tiny_params, tiny_serving
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
-from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env, server_env
+from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env
 from pipeline.quantize.recipes import build_recipe, needs_calibration, parse_variant
+from pipeline.serving.config import server_env
 
 VARIANTS = tiny_params()["quantize"]["variants"]
 
@@ -70,13 +71,13 @@ def test_serving_gpu_refuses_what_it_cannot_run_before_any_stage(tmp_path):
 def test_fp8_block_is_steered_off_deepgemm_where_it_was_measured_slower():
     """serve.env, the manifests and serve_bench's server all take server_env: for FP8 block-wise weights on Hopper
     (or no fleet named) DeepGEMM off; elsewhere and for other schemes nothing; serving.env always wins."""
-    assert server_env(spec("fp8-block"), {"gpu": "h100"}) == DEEPGEMM_OFF == {
+    assert server_env(spec("fp8-block"), tiny_serving(gpu="h100")) == DEEPGEMM_OFF == {
         "VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
-    assert server_env(spec("fp8-block"), {"gpu": None}) == DEEPGEMM_OFF
-    assert server_env(spec("fp8-block"), {"gpu": "b200"}) == {}  # not measured there: vLLM's own choice
-    assert server_env(spec("fp8-dynamic"), {"gpu": "h100"}) == {} and server_env(spec("bf16"), {}) == {}
+    assert server_env(spec("fp8-block"), tiny_serving(gpu=None)) == DEEPGEMM_OFF
+    assert server_env(spec("fp8-block"), tiny_serving(gpu="b200")) == {}  # not measured there: vLLM's own choice
+    assert server_env(spec("fp8-dynamic"), tiny_serving(gpu="h100")) == {} and server_env(spec("bf16"), tiny_serving()) == {}
     mine = {"VLLM_DISABLED_KERNELS": "CutlassFp8BlockScaledMMKernel", "VLLM_LOGGING_LEVEL": "INFO"}
-    assert server_env(spec("fp8-block"), {"gpu": "h100", "env": mine}) == mine
+    assert server_env(spec("fp8-block"), tiny_serving(gpu="h100", env=mine)) == mine
     assert "DeepGEMM" in requirements(spec("fp8-block")).kernels
 
 

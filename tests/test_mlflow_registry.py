@@ -14,10 +14,12 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, free_port, one_error_line, run_stage, verify_cli
+from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
 from pipeline.release.registry import mlflow_registry
+from pipeline.release.settings import PublishParams
 
 STARTUP_TIMEOUT_S = 120
 
@@ -95,7 +97,7 @@ def test_republish_is_idempotent_and_versions_are_immutable(bundled_workspace, m
     from mlflow import MlflowClient
 
     uri, _ = mlflow_server
-    cfg = yaml.safe_load((bundled_workspace / "params.yaml").read_text())["publish"]
+    cfg = PublishParams.parse(yaml.safe_load((bundled_workspace / "params.yaml").read_text())["publish"])
     bundle = bundled_workspace / "artifacts/bundles/fp8-static"
     first = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
     again = mlflow_registry.publish(bundle, "immutable-test", "1.0", {"variant": "fp8-static"}, cfg)
@@ -125,10 +127,11 @@ def test_unreachable_server_fails_fast_in_one_line(bundled_workspace, tmp_path):
 def test_missing_tracking_uri_is_one_line(bundled_workspace, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(PipelineError, match="publish.mlflow.tracking_uri"):
-        mlflow_registry.publish(bundled_workspace / "artifacts/bundles/fp8-static", "x", "1", {}, {"mlflow": {}})
+        mlflow_registry.publish(bundled_workspace / "artifacts/bundles/fp8-static", "x", "1", {},
+                                publish_settings(mlflow={}))
 
 
 def test_tracking_uri_falls_back_to_the_environment(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
-    assert mlflow_registry.tracking_uri({"mlflow": {"tracking_uri": None}}) == "http://mlflow.example:5000"
-    assert mlflow_registry.tracking_uri({"mlflow": {"tracking_uri": "http://a:1"}}) == "http://a:1"
+    assert mlflow_registry.tracking_uri(publish_settings(mlflow={"tracking_uri": None})) == "http://mlflow.example:5000"
+    assert mlflow_registry.tracking_uri(publish_settings(mlflow={"tracking_uri": "http://a:1"})) == "http://a:1"

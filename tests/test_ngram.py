@@ -7,10 +7,8 @@ import random
 import numpy as np
 import pytest
 
-from tiny_project import demo_prompts
 from pipeline.drafts import ngram
 from pipeline.evaluate import acceptance
-from pipeline.models.loading import load_causal_lm
 
 
 def vllm_kmp_propose(tokens: list[int], min_n: int, max_n: int, k: int) -> list[int]:
@@ -52,16 +50,6 @@ def test_ngram_proposals_are_vllms():
         assert ngram.propose(tokens, k, lo, hi) == vllm_kmp_propose(tokens, lo, hi, k), (tokens, lo, hi, k)
 
 
-@pytest.fixture(scope="module")
-def target(demo_pair):
-    return load_causal_lm(demo_pair[0])
-
-
-@pytest.fixture(scope="module")
-def prompts(demo_pair):
-    return demo_prompts(demo_pair[0], 4)
-
-
 def simulated_ngram_loop(target, prompt, n_tokens, k, lo, hi):
     """Greedy decoding with prompt-lookup speculation, step by step: (accepted, drafted, steps)."""
     cont, end = acceptance.target_continuation(target, prompt, n_tokens, 0.0, acceptance.stop_token_ids(target),
@@ -78,14 +66,15 @@ def simulated_ngram_loop(target, prompt, n_tokens, k, lo, hi):
     return accepted, drafted, steps
 
 
-def test_ngram_estimate_is_the_greedy_loop(target, prompts):
+def test_ngram_estimate_is_the_greedy_loop(demo_target, demo_target_prompts):
     """At temperature 0 prompt lookup is deterministic, so the estimate must equal the real loop exactly:
     accepted and drafted tokens per decoding step, at the k the estimate chose (per prompt: pooled over
     prompts the loop weighs long answers more than the estimate's per-sequence schedule does)."""
     lo, hi, drafted = 1, 3, 0
-    for prompt in prompts:
-        est = acceptance.estimate_method(target, ngram.scorer(target, 0.0, lo, hi), [prompt], 24, 0.0, 4, 0.0, "ngram")
-        accepted, drafts, steps = simulated_ngram_loop(target, prompt, 24, est.num_speculative_tokens, lo, hi)
+    for prompt in demo_target_prompts:
+        est = acceptance.estimate_method(demo_target, ngram.scorer(demo_target, 0.0, lo, hi), [prompt], 24, 0.0, 4,
+                                         0.0, "ngram")
+        accepted, drafts, steps = simulated_ngram_loop(demo_target, prompt, 24, est.num_speculative_tokens, lo, hi)
         assert est.expected_accepted_tokens == pytest.approx(accepted / steps)
         assert est.drafted_tokens_per_step == pytest.approx(drafts / steps)
         drafted += drafts

@@ -23,7 +23,7 @@ from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.oneshot import awq_pinning_off_without_accelerator, quantize_model
 from pipeline.quantize.recipes import needs_calibration, parse_variant, scheme_for
 from pipeline.quantize.settings import Calibration
-from pipeline.release.thresholds import gate_thresholds
+from pipeline.release.settings import GatesParams
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
@@ -143,7 +143,8 @@ def test_variant_reloads_with_finite_perplexity_inside_its_gate(variant, demo_pa
     assert {p.dtype for p in model.parameters() if p.is_floating_point()} == {torch.float32}
     quality = fidelity(baseline, model, heldout_examples)
     assert math.isfinite(quality["perplexity"])
-    assert quality["perplexity_increase_pct"] <= gate_thresholds(PARAMS, variant)["max_perplexity_increase_pct"]
+    assert quality["perplexity_increase_pct"] <= GatesParams.parse(PARAMS["gates"]).for_variant(variant)[
+        "max_perplexity_increase_pct"]
 
 
 def test_recipe_overrides_pass_straight_through(demo_pair, calibration_texts, tmp_path):

@@ -7,6 +7,7 @@ import shutil
 import pytest
 
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
+from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
@@ -53,19 +54,19 @@ def test_publish_stage_fills_the_local_registry(bundled_workspace):
 
 
 def test_versions_are_immutable_and_latest_follows_the_last_publish(bundled_workspace, tmp_path):
-    cfg = {"registry_dir": str(tmp_path / "registry")}
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
     first = bundled_workspace / "artifacts/bundles/fp8-dynamic"
     second = different_bundle(first, tmp_path / "second")
     assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "published"
     assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
     with pytest.raises(PipelineError, match="m version 1.0 already exists .* different content"):
         local.publish(second, "m", "1.0", {}, cfg)
-    assert verify_cli(local.resolve(cfg["registry_dir"], "m", "1.0")).returncode == 0  # untouched
+    assert verify_cli(local.resolve(cfg.registry_dir, "m", "1.0")).returncode == 0  # untouched
     assert local.publish(second, "m", "1.1", {}, cfg)["status"] == "published"
-    assert local.resolve(cfg["registry_dir"], "m") == tmp_path / "registry/m/1.1"
+    assert local.resolve(cfg.registry_dir, "m") == tmp_path / "registry/m/1.1"
     # Publishing 1.0's content again (a rollback) copies nothing and moves `latest` back.
     assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
-    assert local.resolve(cfg["registry_dir"], "m") == tmp_path / "registry/m/1.0"
+    assert local.resolve(cfg.registry_dir, "m") == tmp_path / "registry/m/1.0"
     assert sorted(read_json(tmp_path / "registry/index.json")["models"]["m"]["versions"]) == ["1.0", "1.1"]
 
 
@@ -76,7 +77,7 @@ def test_publish_refuses_a_tampered_bundle(bundled_workspace, tmp_path):
         byte = f.read(1)
         f.seek(100)
         f.write(bytes([byte[0] ^ 0xFF]))
-    cfg = {"registry_dir": str(tmp_path / "registry")}
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
     with pytest.raises(PipelineError, match="sha256 mismatch for draft/model.safetensors"):
         local.publish(b, "m", "1.0", {}, cfg)
     assert not (tmp_path / "registry").exists()
@@ -115,7 +116,7 @@ def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_i
     ws = shutil.copytree(bundled_workspace, tmp_path / "ws", ignore=shutil.ignore_patterns("registry", "publish"))
     bundle = ws / "artifacts/bundles/fp8-static"
     current = records.read(GateReport, ws / "artifacts/gate/verdict.json")
-    version, tags = release_tags(bundle, "fp8-static", {"version": "auto"}, [], current)
+    version, tags = release_tags(bundle, "fp8-static", "auto", [], current)
     assert tags["bundle_digest"].startswith(version)
     other = different_bundle(bundle, tmp_path / "other")
     bundle.rename(tmp_path / "old")
@@ -125,7 +126,8 @@ def test_a_bundle_swapped_after_its_verdict_was_checked_is_not_published_under_i
             pass
     assert not any((tmp_path / "staging").iterdir())  # the private copy is gone
     with pinned_copy(tmp_path / "old", tags["bundle_digest"], tmp_path / "staging") as copy:
-        assert local.publish(copy, "m", version, tags, {"registry_dir": str(tmp_path / "reg")})["status"] == "published"
+        cfg = publish_settings(registry_dir=str(tmp_path / "reg"))
+        assert local.publish(copy, "m", version, tags, cfg)["status"] == "published"
     assert read_json(tmp_path / "reg/m" / version / "MANIFEST.json")["bundle_digest"] == tags["bundle_digest"]
 
 
@@ -150,7 +152,7 @@ def test_a_console_reader_that_goes_away_does_not_cut_a_release_short(bundled_wo
 def test_bad_versions_are_refused(bundled_workspace, tmp_path, version):
     with pytest.raises(PipelineError, match="version"):
         local.publish(bundled_workspace / "artifacts/bundles/fp8-static", "m", version, {},
-                      {"registry_dir": str(tmp_path / "registry")})
+                      publish_settings(registry_dir=str(tmp_path / "registry")))
     assert not (tmp_path / "registry").exists()
 
 

@@ -14,6 +14,7 @@ import pytest
 
 import pipeline
 from bundle_helpers import free_port, one_error_line
+from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json, write_json
 from pipeline.release.manifest import MANIFEST, verify, write_manifest
@@ -30,12 +31,13 @@ import sys, time
 from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.release.registry import local
+from pipeline.release.settings import PublishParams
 bundle, name, version, registry, go = sys.argv[1:]
 print("ready", flush=True)
 while not Path(go).exists():
     time.sleep(0.0005)
 try:
-    print(local.publish(Path(bundle), name, version, {}, {"registry_dir": registry})["status"])
+    print(local.publish(Path(bundle), name, version, {}, PublishParams("local", registry, "auto"))["status"])
 except PipelineError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -49,8 +51,9 @@ signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails instead of the 
 resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384))
 from pipeline.core.errors import PipelineError
 from pipeline.release.registry import local
+from pipeline.release.settings import PublishParams
 try:
-    local.publish(Path(sys.argv[1]), "m", "1", {}, {"registry_dir": sys.argv[2]})
+    local.publish(Path(sys.argv[1]), "m", "1", {}, PublishParams("local", sys.argv[2], "auto"))
 except PipelineError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -126,7 +129,7 @@ def test_a_lock_that_is_a_link_changes_nothing_outside_the_registry(tmp_path, bu
         outside.chmod(0o600)
     (registry / ".lock").symlink_to(outside)
     with pytest.raises(PipelineError, match=r"registry lock .*\.lock is a symbolic link"):
-        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+        local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
     if target_exists:
         assert stat.S_IMODE(outside.stat().st_mode) == 0o600 and outside.read_text() == "keep"
     else:
@@ -139,23 +142,23 @@ def test_a_lock_that_is_a_fifo_is_refused_without_blocking(tmp_path, bundles):
     registry.mkdir()
     os.mkfifo(registry / ".lock")
     with pytest.raises(PipelineError, match="is not a regular file"):
-        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+        local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
 
 
 def test_a_killed_publishs_temp_dir_goes_with_the_next_publish_of_any_version(tmp_path, bundles):
     """kill -9 mid-copy leaves registry/m/.1.tmp-*; the next publish, of another version, removes it under the lock."""
     registry = tmp_path / "registry"
-    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
     left = registry / "m" / ".2.tmp-killed"
     (left / "model").mkdir(parents=True)
     (left / "model" / "weights.bin").write_text("half")
-    local.publish(bundles[1], "m", "3", {}, {"registry_dir": str(registry)})
+    local.publish(bundles[1], "m", "3", {}, publish_settings(registry_dir=str(registry)))
     assert not left.exists() and sorted(p.name for p in (registry / "m").iterdir()) == ["1", "3", "latest"]
 
 
 def test_verify_never_follows_or_prints_a_latest_that_is_not_a_version(tmp_path, bundles):
     registry = tmp_path / "registry"
-    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
     big = tmp_path / "big.txt"
     big.write_text("SECRET-CONTENT " * 10000)
     (registry / "m" / "latest").unlink()
@@ -172,7 +175,7 @@ def test_verify_never_follows_or_prints_a_latest_that_is_not_a_version(tmp_path,
 
 def test_a_malformed_index_or_manifest_is_one_line_not_a_traceback(tmp_path, bundles):
     registry = tmp_path / "registry"
-    local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+    local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
     index = read_json(registry / "index.json")
     index["models"]["m"]["versions"]["1"]["bundle_digest"] = 12345
     write_json(registry / "index.json", index)
@@ -189,7 +192,7 @@ def test_a_malformed_index_or_manifest_is_one_line_not_a_traceback(tmp_path, bun
 def test_a_registry_inside_the_bundle_is_refused_before_any_copy(bundles):
     registry = bundles[0] / "model" / "registry"
     with pytest.raises(PipelineError, match="is inside the bundle"):
-        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)})
+        local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
     assert not registry.exists()
 
 
@@ -199,13 +202,13 @@ def test_a_registry_inside_the_bundle_is_refused_before_any_copy(bundles):
 def test_hostile_names_write_nothing(tmp_path, bundles, name):
     registry = tmp_path / "deep" / "registry"
     with pytest.raises(PipelineError, match="name"):
-        local.publish(bundles[0], name, "1", {}, {"registry_dir": str(registry)})
+        local.publish(bundles[0], name, "1", {}, publish_settings(registry_dir=str(registry)))
     assert not (tmp_path / "deep").exists() and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("backend", ["mlflow", "hf"])
 def test_remote_backends_check_names_before_anything(tmp_path, bundles, backend):
-    cfg = {"mlflow": {"tracking_uri": f"http://127.0.0.1:{free_port()}"}, "hf": {"namespace": "acme"}}
+    cfg = publish_settings(mlflow={"tracking_uri": f"http://127.0.0.1:{free_port()}"}, hf={"namespace": "acme"})
     with pytest.raises(PipelineError, match="invalid model name '../x'"):
         get_backend(backend).publish(bundles[0], "../x", "1", {}, cfg)
 
@@ -267,7 +270,7 @@ def test_edited_digest_is_refused_and_never_published(tmp_path, bundles):
     with pytest.raises(PipelineError, match="bundle_digest in MANIFEST.json does not match its files"):
         verify(bundles[0])
     with pytest.raises(PipelineError, match="does not match"):
-        local.publish(bundles[0], "m", "ffffffffffff", {}, {"registry_dir": str(tmp_path / "registry")})
+        local.publish(bundles[0], "m", "ffffffffffff", {}, publish_settings(registry_dir=str(tmp_path / "registry")))
     assert not (tmp_path / "registry").exists()
 
 
@@ -300,7 +303,7 @@ def tamper(path: Path) -> None:
 
 
 def test_tampered_stored_version_is_refused_and_latest_stays(tmp_path, bundles):
-    cfg = {"registry_dir": str(tmp_path / "registry")}
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
     local.publish(bundles[0], "m", "1", {}, cfg)
     local.publish(bundles[1], "m", "2", {}, cfg)
     tamper(tmp_path / "registry/m/1/README.md")
@@ -309,18 +312,18 @@ def test_tampered_stored_version_is_refused_and_latest_stays(tmp_path, bundles):
     assert (tmp_path / "registry/m/latest").read_text() == "2\n"
     assert read_json(tmp_path / "registry/index.json")["models"]["m"]["latest"] == "2"
     with pytest.raises(PipelineError, match="fails verification"):
-        local.resolve(cfg["registry_dir"], "m", "1")
+        local.resolve(cfg.registry_dir, "m", "1")
 
 
 def test_remanifested_stored_version_is_caught_by_the_index_digest(tmp_path, bundles):
-    cfg = {"registry_dir": str(tmp_path / "registry")}
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
     local.publish(bundles[0], "m", "1", {}, cfg)
     stored = tmp_path / "registry/m/1"
     tamper(stored / "README.md")
     (stored / MANIFEST).chmod(0o644)
     write_manifest(stored, {})  # self-consistent again, but not what was published
     with pytest.raises(PipelineError, match="fails verification: its digest differs from the one the index"):
-        local.resolve(cfg["registry_dir"], "m")
+        local.resolve(cfg.registry_dir, "m")
 
 
 def test_published_files_are_team_readable_whatever_the_umask(tmp_path, bundles):
@@ -328,7 +331,7 @@ def test_published_files_are_team_readable_whatever_the_umask(tmp_path, bundles)
         path.chmod(0o700 if path.is_dir() else 0o600)
     old = os.umask(0o077)
     try:
-        local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(tmp_path / "registry")})
+        local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(tmp_path / "registry")))
     finally:
         os.umask(old)
     registry = tmp_path / "registry"
@@ -344,7 +347,7 @@ def test_corrupt_index_is_one_line_naming_it(tmp_path, bundles, text):
     registry = tmp_path / "registry"
     registry.mkdir()
     (registry / "index.json").write_text(text)
-    for action in (lambda: local.publish(bundles[0], "m", "1", {}, {"registry_dir": str(registry)}),
+    for action in (lambda: local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry))),
                    lambda: local.resolve(registry, "m")):
         with pytest.raises(PipelineError, match=f"registry index {registry / 'index.json'} is corrupt") as e:
             action()
@@ -367,7 +370,7 @@ def test_failing_copy_is_one_line_and_leaves_no_partial_version(tmp_path):
 
 @pytest.fixture
 def registry_with_two(tmp_path, bundles):
-    cfg = {"registry_dir": str(tmp_path / "registry")}
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
     local.publish(bundles[0], "m", "1.0", {}, cfg)
     local.publish(bundles[1], "m", "2.0", {}, cfg)
     return tmp_path / "registry"
@@ -409,7 +412,7 @@ def test_references_to_tampered_versions_are_one_line(tmp_path, registry_with_tw
 def test_mlflow_errors_never_show_the_tracking_password(bundles):
     uri = f"http://alice:s3cret-pw@127.0.0.1:{free_port()}"
     with pytest.raises(PipelineError, match="unreachable") as e:
-        get_backend("mlflow").publish(bundles[0], "m", "1", {}, {"mlflow": {"tracking_uri": uri}})
+        get_backend("mlflow").publish(bundles[0], "m", "1", {}, publish_settings(mlflow={"tracking_uri": uri}))
     assert "s3cret" not in str(e.value) and "alice" not in str(e.value)
     assert "http://***@127.0.0.1" in str(e.value)
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bundle_helpers import run_stage, stage_workspace
-from eval_helpers import eval_summaries, eval_summary
+from eval_helpers import eval_summaries, eval_summary, gate_report
 from tiny_project import ROOT, run, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
@@ -81,7 +81,7 @@ def test_failed_requests_are_never_averaged_into_a_speedup():
 
 
 def gate(params, variant_metrics, serve):
-    return gates.run(params, eval_summaries(variant_metrics), serve_by_variant=serve)
+    return gate_report(params, eval_summaries(variant_metrics), serve_by_variant=serve)
 
 
 def test_serving_checks_apply_to_the_config_that_ships_and_compare_with_bf16():
@@ -218,7 +218,7 @@ def test_a_draft_that_does_not_pay_is_not_shipped(workspace):
     """The gate turns speculation off; the bundle then has no draft, no speculative-config, and says why."""
     p = yaml.safe_load((workspace / "params.yaml").read_text())
     summary = EvalSummary.load(workspace / f"artifacts/eval/{INT4}/summary.json")
-    report = gates.run(p, {INT4: replace(summary, speculation=replace(summary.speculation, expected_speedup=0.89))})
+    report = gate_report(p, {INT4: replace(summary, speculation=replace(summary.speculation, expected_speedup=0.89))})
     records.write(workspace / "artifacts/gate/verdict.json", report)
     r = run_stage(workspace, "stages.bundle", INT4)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -7,14 +7,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_project import tiny_params
+from tiny_project import tiny_params, tiny_serving
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
-from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env, server_env
+from pipeline.drafts.settings import DraftParams
+from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env
 from pipeline.quantize.recipes import parse_variant
 from pipeline.release.speculation_choice import config_name, config_of, decide, k_at, k_schedule
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
-from pipeline.serving.config import engine_args, serve_yaml
+from pipeline.serving.config import engine_args, serve_yaml, server_env, speculative_config_for
+from pipeline.serving.settings import ServingParams
 from stages.serve_bench import kernels_in_log, kernels_to_compare, schedule_to_measure
 
 
@@ -93,7 +95,9 @@ def test_a_schedule_renders_into_serve_yaml_with_k_its_largest():
     p = tiny_params()
     spec = parse_variant("bf16", p["quantize"]["variants"]["bf16"])
     speculation = methods.Speculation("eagle3", 4, ((1, 16, 4), (17, 64, 0)))
-    text = serve_yaml(engine_args(spec, p["serving"], methods.speculative_config_for(speculation, p), None))
+    serving = ServingParams.parse(p["serving"])
+    config = speculative_config_for(speculation, DraftParams.parse(p["draft"]), serving)
+    text = serve_yaml(engine_args(spec, serving, config, None))
     config = yaml.safe_load(text)["speculative-config"]
     assert config["num_speculative_tokens"] == 4
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 16, 4], [17, 64, 0]]
@@ -189,14 +193,14 @@ def test_kernel_choices_are_the_ones_vllm_offers_on_hopper_only():
 
 def test_the_measured_kernel_ships_and_the_users_setting_wins():
     w4 = spec_of("gptq-w4a16")
-    assert server_env(w4, {"gpu": "h100"}, dict(MACHETE_OFF)) == MACHETE_OFF
-    assert server_env(w4, {"gpu": "h100"}, {}) == {}  # measured: Machete was faster
+    assert server_env(w4, tiny_serving(gpu="h100"), dict(MACHETE_OFF)) == MACHETE_OFF
+    assert server_env(w4, tiny_serving(gpu="h100"), {}) == {}  # measured: Machete was faster
     mine = {"VLLM_DISABLED_KERNELS": "MarlinLinearKernel"}
-    assert server_env(w4, {"gpu": "h100", "env": mine}, dict(MACHETE_OFF)) == mine
-    choices, why = kernels_to_compare(w4, 9.0, {"env": mine})
+    assert server_env(w4, tiny_serving(gpu="h100", env=mine), dict(MACHETE_OFF)) == mine
+    choices, why = kernels_to_compare(w4, 9.0, tiny_serving(env=mine))
     assert choices == [] and "serving.env sets VLLM_DISABLED_KERNELS" in why
-    assert [c.name for c in kernels_to_compare(w4, 9.0, {"env": {}})[0]] == ["machete", "marlin"]
-    assert kernels_to_compare(spec_of("bf16"), 9.0, {}) == ([], None)
+    assert [c.name for c in kernels_to_compare(w4, 9.0, tiny_serving(env={}))[0]] == ["machete", "marlin"]
+    assert kernels_to_compare(spec_of("bf16"), 9.0, tiny_serving()) == ([], None)
     assert DEEPGEMM_OFF == {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
 
 

@@ -15,9 +15,12 @@ from tiny_project import tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
+from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import vllm_spec
 from pipeline.params.check import validate
 from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.config import speculative_config_for
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import parse_tiers
 from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
 
@@ -59,7 +62,7 @@ def test_bad_tensor_parallel_params_are_one_line(serving, message, tmp_path):
 def test_tiers_inherit_serving_tensor_parallelism_and_request_its_gpus(tmp_path):
     p = tiny_params(serving=TP2)
     validate(p, tmp_path / "params.yaml")  # a tier that does not speculate may shard differently from the draft
-    tiers = {t.name: t for t in parse_tiers(p["serving"])}
+    tiers = {t.name: t for t in parse_tiers(ServingParams.parse(p["serving"]))}
     assert {n: (t.tensor_parallel_size, t.gpus) for n, t in tiers.items()} == {
         "default": (2, 2), "latency": (2, 2), "throughput": (2, 2), "wide": (2, 4), "tp4": (4, 4)}
     assert tiers["wide"].engine == {} and tiers["tp4"].engine == {"tensor_parallel_size": 4}
@@ -76,8 +79,10 @@ def test_draft_tensor_parallelism_goes_to_the_draft_model_only():
     ngram = {"prompt_lookup_min": 2, "prompt_lookup_max": 5}
     assert "draft_tensor_parallel_size" not in methods.speculative_config(methods.Speculation("ngram", 4), ngram, 2)
     p = tiny_params(serving=TP2)
-    assert methods.speculative_config_for(methods.Speculation("draft_model", 3), p)["draft_tensor_parallel_size"] == 2
-    assert methods.speculative_config_for(methods.NONE, p) is None
+    draft, serving = DraftParams.parse(p["draft"]), ServingParams.parse(p["serving"])
+    assert speculative_config_for(methods.Speculation("draft_model", 3), draft, serving)[
+        "draft_tensor_parallel_size"] == 2
+    assert speculative_config_for(methods.NONE, draft, serving) is None
 
 
 # ---- the bundle
@@ -124,10 +129,10 @@ def test_manifests_request_each_tiers_gpus(tp2_bundle):
 
 def test_evaluation_engines_are_sharded_as_served():
     from pipeline.evaluate import lmeval
-    from stages.evaluate import lm_eval_engine
+    from stages.evaluate import Settings, lm_eval_engine
 
     p = tiny_params(serving=TP2)
-    args = lmeval.vllm_model_args("/m", lm_eval_engine(p))
+    args = lmeval.vllm_model_args("/m", lm_eval_engine(Settings.of(p)))
     assert args["tensor_parallel_size"] == 2 and args["pretrained"] == "/m"
     assert args["max_model_len"] == p["serving"]["max_model_len"]
     assert lmeval.vllm_model_args("/m")["tensor_parallel_size"] == 1
@@ -196,7 +201,8 @@ def test_vllm_engines_elsewhere_need_serving_gpus_too(one_gpu_host, tmp_path):
 
     reason = "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
     p = tiny_params(serving={"tensor_parallel_size": 2})
-    assert evaluate.gpu_measurement(tmp_path, [[1, 2, 3]], 2, p) == vllm_spec.VllmMeasurement(skipped=reason)
+    assert evaluate.gpu_measurement(tmp_path, [[1, 2, 3]], 2, evaluate.Settings.of(p)) == \
+        vllm_spec.VllmMeasurement(skipped=reason)
     assert lmeval.backend(1) == "vllm"
     with pytest.raises(PipelineError, match=f"evaluate.lm_eval runs through vLLM sharded as served, but {reason}"):
         lmeval.backend(2)

@@ -45,6 +45,20 @@ def tiny_params(**overrides) -> dict:
     return merge(merge(params, TINY_OVERRIDES), overrides)
 
 
+def tiny_serving(**overrides):
+    """tiny_params' serving section, typed (ServingParams), with overrides merged into it as written."""
+    from pipeline.serving.settings import ServingParams
+
+    return ServingParams.parse(tiny_params(serving=overrides)["serving"])
+
+
+def publish_settings(**section):
+    """A publish section, typed (PublishParams): the local backend, unless section says otherwise."""
+    from pipeline.release.settings import PublishParams
+
+    return PublishParams.parse({"backend": "local", "registry_dir": "registry", "version": "auto", **section})
+
+
 def copy_project(dest: Path, params: dict | None = None) -> Path:
     """A git+DVC checkout of the project's pipeline files in dest, with its own params."""
     for name in ("dvc.yaml", "pyproject.toml", ".dvcignore"):

@@ -161,9 +161,3 @@ def speculative_config(spec: Speculation, ngram: dict | None = None,
         config["draft_tensor_parallel_size"] = draft_tensor_parallel_size
     return config
 
-
-def speculative_config_for(spec: Speculation, p: dict) -> dict | None:
-    """speculative_config with params.yaml's settings (draft.ngram, serving.speculation.draft_tensor_parallel_size):
-    the one call the bundle and serve_bench render through, so both write the same file."""
-    return speculative_config(spec, p["draft"].get("ngram"),
-                              p["serving"]["speculation"].get("draft_tensor_parallel_size"))

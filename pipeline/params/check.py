@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError, one_of
@@ -19,6 +20,9 @@ from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import check_sources
 from pipeline.params.load import PARAMS_FILE, SECTIONS, read_yaml_mapping
 from pipeline.quantize.settings import Distributed
+
+if TYPE_CHECKING:
+    from pipeline.serving.settings import ServingParams
 
 
 def load_checked(path: str | Path = PARAMS_FILE, check_recipes: bool = True, checked: Path | None = None) -> dict:
@@ -401,17 +405,19 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
                                                 and ref.match(v) for k, v in secrets.items()):
         raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
                             "<kubernetes-secret-name>/<key> references")
+    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import serving_slo
 
     try:
         serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff
+        typed = ServingParams.parse(serving)  # what the tiers are parsed from, as the stages parse them
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
-    check_serve_bench(_section(params, "serve_bench", path), serving, path)
-    check_handoff(params, serving, path)
+    check_serve_bench(_section(params, "serve_bench", path), typed, path)
+    check_handoff(params, typed, path)
 
 
-def check_handoff(params: dict, serving: dict, path: Path) -> None:
+def check_handoff(params: dict, serving: ServingParams, path: Path) -> None:
     """Serving tiers, deployment manifests and monitoring: the bundle stage's inputs, checked up front."""
     from pipeline.serving.tiers import parse_tiers, select
 
@@ -482,13 +488,13 @@ def check_monitoring(cfg: dict) -> None:
             raise PipelineError(f"monitoring.{key} must be a number in ({lo}, {hi}], got {v!r}")
 
 
-def check_serve_bench(cfg: dict, serving: dict, path: Path) -> None:
+def check_serve_bench(cfg: dict, serving: ServingParams, path: Path) -> None:
     levels = cfg.get("concurrency")
     if not isinstance(levels, list) or not levels or not all(is_positive_int(c) for c in levels) \
             or len(set(levels)) != len(levels):
         raise PipelineError(f"{path}: serve_bench.concurrency must be a non-empty list of distinct positive integers, "
                             f"got {levels!r}")
-    target = serving.get("target_concurrency")
+    target = serving.target_concurrency
     if target not in levels:
         raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
                             f"{levels}: the speculative setting is chosen from a measurement at it")

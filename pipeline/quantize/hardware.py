@@ -123,18 +123,6 @@ def kernel_env(spec: VariantSpec, gpu: str | None) -> dict[str, str]:
     return dict(choices[0].env) if choices else {}
 
 
-def server_env(spec: VariantSpec, serving: dict, measured_kernel_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment for this variant, as serve_bench measures it and the bundle ships it
-    (serve.env, the manifests): the kernel choice serve_bench measured faster (measured_kernel_env; None: not
-    measured, kernel_env's default), with serving.env over it (the user's setting wins)."""
-    kernel = kernel_env(spec, serving.get("gpu")) if measured_kernel_env is None else measured_kernel_env
-    return {**kernel, **user_env(serving)}
-
-
-def user_env(serving: dict) -> dict[str, str]:
-    return {k: str(v) for k, v in (serving.get("env") or {}).items()}
-
-
 @contextmanager
 def scoped_env(env: dict[str, str]):
     """os.environ with env over it for the block, then restored: the evaluate stage's in-process vLLM

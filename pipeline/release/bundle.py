@@ -5,6 +5,7 @@ import dataclasses
 import importlib.metadata
 import shutil
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 import jinja2
@@ -17,9 +18,11 @@ from pipeline.quantize.recipes import VariantSpec
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.manifest import write_manifest
 from pipeline.release.publish import EVAL, GATE, eval_record
+from pipeline.release.settings import DeployParams
 from pipeline.release.thresholds import SPECULATION
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import serve_env, serve_yaml
+from pipeline.serving.settings import ServingParams
 
 CARD_TEMPLATE = "model_card.md.j2"  # pipeline/release/templates/
 PROVENANCE = "PROVENANCE.json"
@@ -31,9 +34,10 @@ SPEC_METRICS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_token
                 "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"]
 
 
-def provenance(spec: VariantSpec, serving: dict, sources: dict) -> dict:
+def provenance(spec: VariantSpec, serving: Mapping, sources: dict) -> dict:
     """How the bundle was built, from what the bundle stage declares to DVC (so it is never stale):
-    the recipe, the serving params (credentials removed) and the model sources' content hashes.
+    the recipe, the serving params as params.yaml writes them (credentials removed) and the model sources' content
+    hashes.
     No absolute paths of the machine that built it."""
     from pipeline.core.redact import redact_params
 
@@ -123,25 +127,24 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
 
 
 def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: SpeculativeEstimate, verdict: VariantVerdict,
-               quant: dict, serving: dict, gpu: VllmMeasurement, serve: ServeBenchRecord, tiers: list | None = None,
-               alerts=None, deploy: dict | None = None, bundle_path: str | None = None,
+               quant: dict, serving: ServingParams, gpu: VllmMeasurement, serve: ServeBenchRecord,
+               tiers: list | None = None, alerts=None, deploy: DeployParams | None = None, bundle_path: str | None = None,
                server_env: dict[str, str] | None = None, pareto: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2. tiers, alerts: the handoff
     kit's TierPlans and AlertLevels (pipeline/release/handoff.py), when the bundle carries one; server_env: serve.env's
     variables (the card says to load it when there are any); pareto: the capacity chart's file in the bundle, where
     there is one."""
     from pipeline.quantize.hardware import requirements
-    from pipeline.serving.tiers import serving_slo
 
     return _template().render(
         variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
-        deploy=deploy or {}, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
+        deploy=deploy, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
         lm_eval=list(summary.lm_eval.items()),
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
         method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
-        **dict(zip(("slo", "arrival"), serving_slo(serving) if "slo" in serving else (None, None))), pareto=pareto)
+        slo=serving.slo, arrival=serving.arrival, pareto=pareto)
 
 
 METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",

@@ -15,6 +15,8 @@ import re
 
 import yaml
 
+from pipeline.release.settings import DeployParams
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
 WARM_MARKER = "/tmp/modelprep-warm"
@@ -34,11 +36,11 @@ def object_name(serving_name: str, variant: str, tier: str, limit: int = 63) -> 
     return f"{base[: limit - len(digest) - 1].rstrip('-')}-{digest}"
 
 
-def startup_budget_s(measured_startup_s: float | None, deploy: dict) -> int:
+def startup_budget_s(measured_startup_s: float | None, deploy: DeployParams) -> int:
     """How long the startup probe lets the engine load: the measured start times the margin, else the default."""
     if measured_startup_s is None:
-        return int(deploy["startup_seconds_default"])
-    return max(60, int(math.ceil(measured_startup_s * deploy["startup_margin"])))
+        return int(deploy.startup_seconds_default)
+    return max(60, int(math.ceil(measured_startup_s * deploy.startup_margin)))
 
 
 # The per-pod metric the autoscaler reads: vLLM's gauge of requests in the running batch, as a custom-metrics adapter
@@ -47,32 +49,32 @@ RUNNING = "vllm:num_requests_running"
 RUNNING_METRIC = "vllm_num_requests_running"
 
 
-def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path: str, startup_s: int,
+def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployParams, bundle_path: str, startup_s: int,
               annotations: dict[str, str], env: dict[str, str], running_target: int | None = None) -> str:
     """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream; with running_target (requests running
     per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too. bundle_path: where the
     bundle lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
-    environment (hardware.server_env, as serve.env has it)."""
-    name = object_name(serving["name"], variant, tier.name)
+    environment (serving.config.server_env, as serve.env has it)."""
+    name = object_name(serving.name, variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
               "modelprep/variant": variant, "modelprep/tier": tier.name}
-    port = deploy["port"]
+    port = deploy.port
     env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
     # serving.secret_env: values stay in the cluster's Secret, never in the bundle
     env_vars += [{"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
-                 for k, ref in sorted((serving.get("secret_env") or {}).items())]
+                 for k, ref in sorted(serving.secret_env.items())]
     warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
                              "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
     container = {
         "name": "vllm",
-        "image": deploy["image"],
+        "image": deploy.image,
         "workingDir": bundle_path,  # serve.yaml's paths (./model, ./draft) are relative to the bundle
         "command": ["vllm", "serve"],
         "args": ["--config", tier.serve_file, "--host", "0.0.0.0", "--port", str(port)],
         "env": env_vars + [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "ports": [{"name": "http", "containerPort": port}],
-        "resources": {"requests": {"cpu": deploy["cpu"], "memory": deploy["memory"], "nvidia.com/gpu": tier.gpus},
-                      "limits": {"memory": deploy["memory"], "nvidia.com/gpu": tier.gpus}},
+        "resources": {"requests": {"cpu": deploy.cpu, "memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
+                      "limits": {"memory": deploy.memory, "nvidia.com/gpu": tier.gpus}},
         "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
                          "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
         "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
@@ -80,15 +82,15 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
         "readinessProbe": {"exec": {"command": warm}, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
         "lifecycle": {"postStart": {"exec": {"command": [
             "/bin/sh", "-c",
-            f"nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model {serving['name']} "
+            f"nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model {serving.name} "
             # its output goes to the container's own log (kubectl logs), not a file nobody reads
             f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &"]}}},
-        "volumeMounts": [{"name": "models", "mountPath": deploy["bundle_root"], "readOnly": True},
+        "volumeMounts": [{"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
                          {"name": "shm", "mountPath": "/dev/shm"}],
     }
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
         "spec": {
             "replicas": 1,
             # A rollout waits for the engine to load and warm up; the default 600 s deadline is often shorter.
@@ -102,15 +104,15 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
                                                                "prometheus.io/path": "/metrics", **annotations}},
                 "spec": {"containers": [container], "terminationGracePeriodSeconds": 60,
                          "automountServiceAccountToken": False,  # the server never talks to the Kubernetes API
-                         "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": deploy["models_claim"],
+                         "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": deploy.models_claim,
                                                                                   "readOnly": True}},
-                                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy["shm_size"]}}]},
+                                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy.shm_size}}]},
             },
         },
     }
     service = {
         "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
         "spec": {"selector": {"app.kubernetes.io/name": name},
                  "ports": [{"name": "http", "port": port, "targetPort": "http"}]},
     }
@@ -121,18 +123,18 @@ def manifests(tier: Tier, serving: dict, variant: str, deploy: dict, bundle_path
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def autoscaler(name: str, deploy: dict, labels: dict, running_target: int) -> dict:
+def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: int) -> dict:
     """autoscaling/v2 HorizontalPodAutoscaler on the pods' mean running requests (a Pods metric). Not KEDA: a
     core API object needs no operator besides a custom-metrics adapter, and the same schemas validate it as the
     Deployment. Scaling in waits 5 minutes: a replica takes minutes to load and warm up, so one given back on a
     dip is dearly bought back."""
-    cfg = deploy["autoscale"]
+    cfg = deploy.autoscale
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": deploy["namespace"], "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": cfg["min_replicas"], "maxReplicas": cfg["max_replicas"],
+            "minReplicas": cfg.min_replicas, "maxReplicas": cfg.max_replicas,
             "metrics": [{"type": "Pods", "pods": {"metric": {"name": RUNNING_METRIC},
                                                   "target": {"type": "AverageValue",
                                                              "averageValue": str(running_target)}}}],

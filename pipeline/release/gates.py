@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from pipeline.drafts.methods import METHODS, NGRAM, NONE, Speculation
 from pipeline.evaluate.summary import PREDICTED, EvalSummary
 from pipeline.release import speculation_choice
 from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
-from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for, gate_thresholds
+from pipeline.release.settings import GatesParams
+from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Slo
 
 
@@ -395,24 +398,21 @@ def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str
             if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
 
 
-def run(params: dict, summaries: dict[str, EvalSummary], allow_fail: list[str] | None = None,
-        serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
+def run(cfg: GatesParams, serving: ServingParams, variants: Iterable[str], summaries: dict[str, EvalSummary],
+        allow_fail: list[str] | None = None, serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
     """Gate every variant (summaries: evaluate's, by variant) with params.yaml's thresholds (checked by
-    pipeline/params/check.py); allow_fail adds to gates.allow_fail. serve_by_variant: serving benchmark records,
-    where they exist."""
-    allowed = list(params["gates"].get("allow_fail") or []) + list(allow_fail or [])
-    known = set(summaries) | set(params["quantize"]["variants"])
+    pipeline/params/check.py); variants: quantize.variants' names; allow_fail adds to gates.allow_fail.
+    serve_by_variant: serving benchmark records, where they exist."""
+    allowed = list(cfg.allow_fail) + list(allow_fail or [])
+    known = set(summaries) | set(variants)
     unknown = [v for v in allowed if v not in known]
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
     serve_by_variant = serve_by_variant or {}
-    serving = params["serving"]
-    ctx = ServingContext(target_concurrency=serving["target_concurrency"],
-                         min_gain=serving["speculation"]["min_gain"],
-                         baseline=serve_by_variant.get(serving["baseline_variant"]),
-                         max_num_seqs=serving["max_num_seqs"], baseline_variant=serving["baseline_variant"],
-                         gpu_hour_cost=serving.get("gpu_hour_cost"))
-    return evaluate_gates(summaries, lambda v: gate_thresholds(params, v), allowed, serve_by_variant, ctx)
+    ctx = ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
+                         baseline=serve_by_variant.get(serving.baseline_variant), max_num_seqs=serving.max_num_seqs,
+                         baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)
+    return evaluate_gates(summaries, cfg.for_variant, allowed, serve_by_variant, ctx)
 
 
 def _short(v):

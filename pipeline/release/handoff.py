@@ -11,15 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.io import atomic_write_text
-from pipeline.drafts.methods import Speculation, speculative_config_for
+from pipeline.drafts.methods import Speculation
+from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, monitoring
 from pipeline.release.gates import VariantVerdict
+from pipeline.release.settings import DeployParams, MonitoringParams
 from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.capacity import CONCURRENCY, users_meeting
-from pipeline.serving.config import engine_args, serve_yaml
+from pipeline.serving.config import engine_args, serve_yaml, speculative_config_for
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import DEFAULT, Tier, parse_tiers, select
 
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
@@ -41,8 +44,8 @@ GENERIC_PROMPTS = [
 ]
 
 
-def bundle_location(deploy_cfg: dict, served_name: str, variant: str) -> str:
-    return f"{deploy_cfg['bundle_root'].rstrip('/')}/{served_name}-{variant}"
+def bundle_location(deploy_cfg: DeployParams, served_name: str, variant: str) -> str:
+    return f"{deploy_cfg.bundle_root.rstrip('/')}/{served_name}-{variant}"
 
 
 @dataclass
@@ -57,7 +60,7 @@ class TierSizing:
     running_target: int | None = None
 
 
-def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: dict, utilization: float,
+def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: ServingParams, utilization: float,
               resizable: bool, own: ServeBenchRecord | None = None) -> TierSizing:
     """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
     its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
@@ -80,15 +83,15 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     if users < 1:
         return TierSizing(f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
                           "configured, no autoscaler", users, at_least)
-    configured = tier.engine.get("max_num_seqs", serving["max_num_seqs"])
+    configured = tier.engine.get("max_num_seqs", serving.max_num_seqs)
     closed = config.capacity.arrival == CONCURRENCY
-    size = min(configured, math.floor(users), serving["max_num_seqs"]) if closed and resizable else None
+    size = min(configured, math.floor(users), serving.max_num_seqs) if closed and resizable else None
     target = max(1, math.floor(min(size or configured, users) * utilization))
     bound = "at least " if at_least else ""
     searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
     how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
            f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
-                                f"serving.max_num_seqs {serving['max_num_seqs']})" if size is not None else
+                                f"serving.max_num_seqs {serving.max_num_seqs})" if size is not None else
                                 "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
            + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
     return TierSizing(how, users, at_least, size, target)
@@ -115,13 +118,13 @@ class TierPlan:
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
-                 target_concurrency: int, cfg: dict) -> monitoring.AlertLevels:
+                 target_concurrency: int, cfg: MonitoringParams) -> monitoring.AlertLevels:
     shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
     k = shipped.k
     acceptance = verdict.applied("min_accepted_per_draft_token")
     config = config_of(serve, shipped) if not serve.skipped else None
     level = config.at(target_concurrency) if config else None
-    margin = cfg["latency_margin"]
+    margin = cfg.latency_margin
     if level is not None:
         ttft, itl = level.ttft_ms["p99"] * margin / 1000, level.itl_ms["p99"] * margin / 1000
         source = (f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}")
@@ -133,38 +136,39 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
         acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
         ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
-        kv_cache_usage_max=cfg["kv_cache_usage_max"], warning_fraction=cfg["acceptance_warning_fraction"])
+        kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction)
 
 
-def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verdict: VariantVerdict, cost_ratio: float,
-                  serve: ServeBenchRecord, quantization: str | None, warmup_prompts: list[tuple[str, bool]],
-                  env: dict[str, str]) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingParams, draft: DraftParams,
+                  deploy_cfg: DeployParams, monitoring_cfg: MonitoringParams, verdict: VariantVerdict,
+                  cost_ratio: float, serve: ServeBenchRecord, quantization: str | None,
+                  warmup_prompts: list[tuple[str, bool]], env: dict[str, str]
+                  ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
     """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
-    environment (hardware.server_env, as serve.env has it), the same for every tier's manifest."""
-    serving, deploy_cfg = params["serving"], params["deploy"]
+    environment (serving.config.server_env, as serve.env has it), the same for every tier's manifest."""
     shipped = verdict.speculation
     tiers = parse_tiers(serving)
-    deployed = {t.name for t in select(tiers, deploy_cfg["tiers"])}
-    scaling = deploy_cfg["autoscale"]
-    autoscaled = ({t.name for t in select(tiers, scaling["tiers"], "deploy.autoscale.tiers")} if scaling["tiers"]
+    deployed = {t.name for t in select(tiers, deploy_cfg.tiers)}
+    scaling = deploy_cfg.autoscale
+    autoscaled = ({t.name for t in select(tiers, scaling.tiers, "deploy.autoscale.tiers")} if scaling.tiers
                   else set())
-    bundle_path = bundle_location(deploy_cfg, serving["name"], variant)
+    bundle_path = bundle_location(deploy_cfg, serving.name, variant)
     startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
     startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
     plans = []
     (out / "deploy").mkdir(exist_ok=True)
     for tier in tiers:
-        chosen, why = tier_speculation(tier, shipped.speculation, serving["target_concurrency"], serve,
-                                       serving["speculation"]["min_gain"], shipped.predicted,
-                                       tier.engine.get("max_num_seqs", serving["max_num_seqs"]))
-        sizing = (size_tier(tier, chosen, serve, serving, scaling["target_utilization"],
+        chosen, why = tier_speculation(tier, shipped.speculation, serving.target_concurrency, serve,
+                                       serving.speculation.min_gain, shipped.predicted,
+                                       tier.engine.get("max_num_seqs", serving.max_num_seqs))
+        sizing = (size_tier(tier, chosen, serve, serving, scaling.target_utilization,
                             resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
                             own=serve.tier(tier.name) if tier.name != DEFAULT else None)
                   if tier.name in autoscaled else None)
         engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
         if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
             atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-                spec, serving, speculative_config_for(chosen, params), quantization, engine)))
+                spec, serving, speculative_config_for(chosen, draft, serving), quantization, engine)))
         manifest = None
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
@@ -180,19 +184,18 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, params: dict, verd
                               manifest, level.output_throughput if level is not None else None, chosen.schedule,
                               sizing))
     if any(p.sizing and p.sizing.running_target for p in plans):
-        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving["name"]))
+        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving.name))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
-        for text, special in warmup_prompts[: deploy_cfg["warmup_prompts"]]))
+        for text, special in warmup_prompts[: deploy_cfg.warmup_prompts]))
 
-    levels = alert_levels(serving["name"], verdict, cost_ratio, serve, serving["target_concurrency"],
-                          params["monitoring"])
+    levels = alert_levels(serving.name, verdict, cost_ratio, serve, serving.target_concurrency, monitoring_cfg)
     (out / "monitoring").mkdir(exist_ok=True)
-    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving['name']}-{variant}"))
+    atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving.name}-{variant}"))
     test = monitoring.rules_unit_test(levels, Path(RULES).name)
     if test:
         atomic_write_text(out / RULES_TEST, test)
-    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving['name']} {variant}",
-                                                                 deploy.object_name(serving["name"], variant, "dash", 40)))
+    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving.name} {variant}",
+                                                                 deploy.object_name(serving.name, variant, "dash", 40)))
     return plans, levels

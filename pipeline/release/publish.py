@@ -112,14 +112,14 @@ def accepted_per_draft_token(verdict: VariantVerdict, summary: EvalSummary) -> s
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def release_tags(bundle: Path, variant: str, pub: dict, allow_fail: list[str], current: GateReport,
+def release_tags(bundle: Path, variant: str, version_setting: str, allow_fail: list[str], current: GateReport,
                  thresholds: dict | None = None) -> tuple[str, dict]:
     """(version, tags) of a bundle that may be published; verified and its verdict re-checked (against the
-    thresholds now in force, when given)."""
+    thresholds now in force, when given). version_setting: publish.version (auto: the bundle's content hash)."""
     manifest = verify(bundle)
     verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
     summary = summary_of(read_json(bundle / EVAL), str(bundle / EVAL))
-    version = manifest["bundle_digest"][:12] if pub["version"] == "auto" else pub["version"]
+    version = manifest["bundle_digest"][:12] if version_setting == "auto" else version_setting
     tags = {"variant": variant, "bundle_digest": manifest["bundle_digest"],
             "gates": "passed" if verdict.passed else "failed-allowed",
             "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),

@@ -59,8 +59,3 @@ def verify(bundle: Path, public_key: str | Path) -> None:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PipelineError(f"{bundle}: its signature does not verify with {key}: {first[:160]}") from None
 
-
-def configured(publish: dict) -> tuple[str | None, str | None]:
-    """(private_key, public_key) paths of publish.signing; None where unset."""
-    cfg = publish.get("signing") or {}
-    return cfg.get("private_key"), cfg.get("public_key")

@@ -90,7 +90,3 @@ def check_thresholds(thresholds: dict, where: str) -> None:
         raise PipelineError(f"{where}: {endless[0]} is {thresholds[endless[0]]}: a gate threshold must be finite "
                             "(delete the key to drop an optional check; required ones can't be dropped)")
 
-
-def gate_thresholds(params: dict, variant: str) -> dict:
-    gates = params["gates"]
-    return {**gates["thresholds"], **(gates.get("overrides") or {}).get(variant, {})}

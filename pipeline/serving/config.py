@@ -2,12 +2,17 @@
 serving benchmark, so that what was measured is byte for byte what ships."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import yaml
 
 from pipeline.core.io import read_json
+from pipeline.drafts.methods import Speculation, speculative_config
+from pipeline.drafts.settings import DraftParams
+from pipeline.quantize.hardware import kernel_env
 from pipeline.quantize.recipes import VariantSpec
+from pipeline.serving.settings import ServingParams
 
 
 def checkpoint_quantization(model_dir: Path) -> str | None:
@@ -16,15 +21,15 @@ def checkpoint_quantization(model_dir: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
-def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: dict | None,
+def engine_args(variant_spec: VariantSpec, serving: ServingParams, speculative_config: dict | None,
                 quantization: str | None = None, tier_engine: dict | None = None) -> dict:
     """Arguments for vllm.LLM(...) relative to the bundle directory; speculative_config from
-    methods.speculative_config (None: no speculative decoding). tier_engine: a serving tier's engine
+    speculative_config_for (None: no speculative decoding). tier_engine: a serving tier's engine
     overrides (pipeline/serving/tiers.py ENGINE_KEYS)."""
-    args = {"model": "./model", "served_model_name": serving["name"], "max_model_len": serving["max_model_len"],
-            "gpu_memory_utilization": serving["gpu_memory_utilization"], "max_num_seqs": serving["max_num_seqs"],
+    args = {"model": "./model", "served_model_name": serving.name, "max_model_len": serving.max_model_len,
+            "gpu_memory_utilization": serving.gpu_memory_utilization, "max_num_seqs": serving.max_num_seqs,
             # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
-            "tensor_parallel_size": serving["tensor_parallel_size"]}
+            "tensor_parallel_size": serving.tensor_parallel_size}
     args.update(tier_engine or {})
     if quantization:
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
@@ -33,6 +38,14 @@ def engine_args(variant_spec: VariantSpec, serving: dict, speculative_config: di
     if speculative_config:
         args["speculative_config"] = speculative_config
     return args
+
+
+def speculative_config_for(spec: Speculation, draft: DraftParams, serving: ServingParams) -> dict | None:
+    """methods.speculative_config with params.yaml's settings (draft.ngram,
+    serving.speculation.draft_tensor_parallel_size): the one call the bundle and serve_bench render through, so both
+    write the same file."""
+    ngram = dataclasses.asdict(draft.ngram) if draft.ngram is not None else None
+    return speculative_config(spec, ngram, serving.speculation.draft_tensor_parallel_size)
 
 
 def serve_config(args: dict) -> dict:
@@ -53,6 +66,19 @@ def serve_config(args: dict) -> dict:
 
 def serve_yaml(args: dict) -> str:
     return yaml.safe_dump(serve_config(args), sort_keys=False)
+
+
+def server_env(spec: VariantSpec, serving: ServingParams, measured_kernel_env: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """The server's environment for this variant, as serve_bench measures it and the bundle ships it
+    (serve.env, the manifests): the kernel choice serve_bench measured faster (measured_kernel_env; None: not
+    measured, kernel_env's default), with serving.env over it (the user's setting wins)."""
+    kernel = kernel_env(spec, serving.gpu) if measured_kernel_env is None else measured_kernel_env
+    return {**kernel, **user_env(serving)}
+
+
+def user_env(serving: ServingParams) -> dict[str, str]:
+    return {k: str(v) for k, v in serving.env.items()}
 
 
 def serve_env(env: dict) -> str:

@@ -23,13 +23,18 @@ from pipeline.drafts.methods import METHODS
 from pipeline.serving import bench_worker
 from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
 from pipeline.serving.settings import ServeBenchParams
-from pipeline.serving.vllm_server import failure, vllm_command
+from pipeline.serving.vllm_server import VLLM_MODULE, failure, vllm_command
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 # Counters and gauges read from /metrics (names as vLLM 0.26 exports them, vllm/v1/metrics/loggers.py).
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 BENCH_TIMEOUT_S = 1800
+
+
+def timed_out(log: Path) -> PipelineError:
+    """A `vllm bench serve` run past BENCH_TIMEOUT_S, in the worker or as its own process."""
+    return PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}")
 
 
 def num_prompts(cfg: ServeBenchParams, concurrency: int) -> int:
@@ -147,7 +152,6 @@ class MetricsSampler:
 
 
 WORKER = Path(bench_worker.__file__)  # run by path with the Python that has vLLM
-VLLM_MODULE = "vllm.entrypoints.cli.main"  # vllm_server.vllm_command's `python -m` module
 
 
 class BenchWorker:
@@ -185,7 +189,7 @@ class BenchWorker:
         answer = self._answer(BENCH_TIMEOUT_S)
         if answer == "":
             self.close()
-            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}")
+            raise timed_out(log)
         if answer is None:
             raise failure(f"the `vllm bench serve` worker exited (status {self.proc.wait()})", log)
         return int(json.loads(answer)["rc"])
@@ -226,7 +230,7 @@ def _run_client(command: list[str], log: Path) -> int:
             return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   timeout=BENCH_TIMEOUT_S).returncode
         except subprocess.TimeoutExpired:
-            raise PipelineError(f"`vllm bench serve` did not finish within {BENCH_TIMEOUT_S} s; log: {log}") from None
+            raise timed_out(log) from None
 
 
 def run_level(command: list[str], base_url: str, result: Path, log: Path) -> LoadLevel:

@@ -65,7 +65,7 @@ ARRIVALS = ("concurrency", "poisson")  # serving.slo.arrival
 def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
     """serving.slo (base None: the arrival key may be there too) or a tier's slo overriding base; one error line
     naming the key. TTFT is required, and at least one token latency."""
-    if not isinstance(raw, dict):
+    if not isinstance(raw, Mapping):
         raise PipelineError(f"{where} must be a mapping of latency objectives ({', '.join(SLO_KEYS)})")
     allowed = set(SLO_KEYS) | ({"arrival"} if base is None else set())
     unknown = sorted(set(raw) - allowed)
@@ -89,6 +89,13 @@ def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
 def _tensor_parallel_size(raw: object) -> int:
     if not is_positive_int(raw):
         raise PipelineError(f"serving.tensor_parallel_size must be a positive integer, got {raw!r}")
+    return raw
+
+
+def _draft_tensor_parallel_size(raw: object) -> int | None:
+    if raw is not None and not is_positive_int(raw):
+        raise PipelineError(f"serving.speculation.draft_tensor_parallel_size must be null or a positive integer, "
+                            f"got {raw!r}")
     return raw
 
 
@@ -117,7 +124,7 @@ class ServingParams:
     gpu_hour_cost: float | None = None
     env: Mapping[str, str | int] = field(default_factory=empty_mapping)
     secret_env: Mapping[str, str] = field(default_factory=empty_mapping)  # VAR: <kubernetes-secret>/<key>
-    tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)  # name -> its settings as written (tiers.parse_tiers reads them)
+    tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)  # name -> settings as written: tiers.parse_tiers
 
     @classmethod
     def parse(cls, section: dict) -> ServingParams:
@@ -134,7 +141,7 @@ class ServingParams:
             target_concurrency=s.int("target_concurrency", minimum=1), baseline_variant=s.str("baseline_variant"),
             slo=parse_slo(dict(slo.raw), "serving.slo"), arrival=slo.choice("arrival", ARRIVALS, ARRIVALS[0]),
             speculation=SpeculationBar(gain, sp.str("cost_profile", "auto"),
-                                       sp.int_or_none("draft_tensor_parallel_size", minimum=1)),
+                                       _draft_tensor_parallel_size(sp.value("draft_tensor_parallel_size", None))),
             gpu=s.str_or_none("gpu"), gpu_hour_cost=s.number_or_none("gpu_hour_cost"),
             env=s.mapping("env"), secret_env=s.mapping("secret_env"), tiers=s.mapping("tiers"))
 

@@ -10,11 +10,12 @@ speculation where nothing says it pays there.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.values import is_positive_int
-from pipeline.serving.settings import ARRIVALS, Slo, parse_slo
+from pipeline.serving.settings import ARRIVALS, ServingParams, Slo, parse_slo
 
 DEFAULT = "default"
 # Engine settings a tier may override (vLLM engine args of the same names).
@@ -24,8 +25,9 @@ SPECULATION = ("auto", "off")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # part of Kubernetes object names
 
 
-def serving_slo(serving: dict) -> tuple[Slo, str]:
-    """(serving.slo's objective, its arrival: concurrency or poisson)."""
+def serving_slo(serving: Mapping) -> tuple[Slo, str]:
+    """(serving.slo's objective, its arrival: concurrency or poisson), from the section as written (the whole-file
+    check reads it so before the section is typed)."""
     raw = serving.get("slo")
     return parse_slo(raw, "serving.slo"), raw.get("arrival", ARRIVALS[0])
 
@@ -45,30 +47,18 @@ class Tier:
         return "serve.yaml" if self.name == DEFAULT else f"serve-{self.name}.yaml"
 
 
-def serving_tensor_parallel_size(serving: dict) -> int:
-    """serving.tensor_parallel_size: the default tier's, and every tier's that sets none."""
-    tp = serving.get("tensor_parallel_size")
-    if not is_positive_int(tp):
-        raise PipelineError(f"serving.tensor_parallel_size must be a positive integer, got {tp!r}")
-    return tp
-
-
-def parse_tiers(serving: dict) -> list[Tier]:
+def parse_tiers(serving: ServingParams) -> list[Tier]:
     """The default tier and serving.tiers, validated; one error line naming the bad key."""
-    default_tp = serving_tensor_parallel_size(serving)
-    slo, _ = serving_slo(serving)
+    default_tp = serving.tensor_parallel_size
     # The default tier requests exactly the GPUs it shards over: a replica can't use more.
-    tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving["target_concurrency"],
-                  tensor_parallel_size=default_tp, slo=slo)]
-    raw = serving.get("tiers") or {}
-    if not isinstance(raw, dict):
-        raise PipelineError("serving.tiers must map tier names to settings")
-    for name, spec in raw.items():
+    tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving.target_concurrency,
+                  tensor_parallel_size=default_tp, slo=serving.slo)]
+    for name, spec in serving.tiers.items():
         where = f"serving.tiers.{name}"
         if not isinstance(name, str) or not NAME.match(name) or name == DEFAULT:
             raise PipelineError(f"serving.tiers: invalid tier name {name!r} (lowercase letters, digits and '-', "
                                 f"at most 32; {DEFAULT!r} is the serving section itself)")
-        if not isinstance(spec, dict):
+        if not isinstance(spec, Mapping):
             raise PipelineError(f"{where} must be a mapping of settings")
         unknown = sorted(set(spec) - TIER_KEYS)
         if unknown:
@@ -89,24 +79,20 @@ def parse_tiers(serving: dict) -> list[Tier]:
             inherited = "" if "tensor_parallel_size" in engine else " (serving.tensor_parallel_size)"
             raise PipelineError(f"{where}: tensor_parallel_size {tp}{inherited} exceeds the {gpus} GPUs the tier "
                                 "declares (gpus)")
-        concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving["max_num_seqs"]))
-        own_slo = parse_slo(spec["slo"], f"{where}.slo", slo) if "slo" in spec else slo
+        concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving.max_num_seqs))
+        own_slo = parse_slo(spec["slo"], f"{where}.slo", serving.slo) if "slo" in spec else serving.slo
         tiers.append(Tier(name, engine, gpus, concurrency, speculation, tp, own_slo))
-    check_draft_tensor_parallel_size(serving, tiers)
+    check_draft_tensor_parallel_size(serving.speculation.draft_tensor_parallel_size, tiers)
     return tiers
 
 
-def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
+def check_draft_tensor_parallel_size(draft_tp: int | None, tiers: list[Tier]) -> None:
     """serving.speculation.draft_tensor_parallel_size: null, or the tensor parallelism of every tier that may ship
     the draft model. vLLM 0.26's SpeculativeConfig takes 1 as well, but its draft-model proposer
     (vllm/v1/spec_decode/draft_model.py, _raise_if_draft_tp_mismatch) refuses any other than the target's when
     the engine starts, so 1 under a sharded target would only fail on the GPU."""
-    draft_tp = (serving.get("speculation") or {}).get("draft_tensor_parallel_size")
     if draft_tp is None:
         return
-    if not is_positive_int(draft_tp):
-        raise PipelineError(f"serving.speculation.draft_tensor_parallel_size must be null or a positive integer, "
-                            f"got {draft_tp!r}")
     for tier in tiers:
         if tier.speculation != "off" and tier.tensor_parallel_size != draft_tp:
             raise PipelineError(f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
@@ -114,12 +100,17 @@ def check_draft_tensor_parallel_size(serving: dict, tiers: list[Tier]) -> None:
                                 "draft model only at its target's (null follows each tier's)")
 
 
+def is_names(wanted) -> bool:
+    """A list or tuple of tier names, as written or as typed params hold it (a string is a sequence of letters)."""
+    return isinstance(wanted, Sequence) and not isinstance(wanted, str)
+
+
 def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]:
-    """deploy.tiers: `all`, or a list of tier names (an unknown one is an error)."""
+    """deploy.tiers: `all`, or a sequence of tier names (an unknown one is an error)."""
     if wanted == "all":
         return tiers
     known = {t.name for t in tiers}
-    if not isinstance(wanted, list) or not wanted:
+    if not is_names(wanted) or not wanted:
         raise PipelineError(f"{param} must be `all` or a non-empty list of tiers, got {wanted!r}")
     unknown = [w for w in wanted if w not in known]
     if unknown:
@@ -127,9 +118,9 @@ def select(tiers: list[Tier], wanted, param: str = "deploy.tiers") -> list[Tier]
     return [t for t in tiers if t.name in wanted]
 
 
-def benchmarked(serving: dict, wanted) -> list[Tier]:
+def benchmarked(serving: ServingParams, wanted) -> list[Tier]:
     """serve_bench.tiers: the tiers serve_bench also measures at their own settings and concurrency, besides the
     default sweep (the serving section itself): `all`, a list of serving.tiers names, or [] for none."""
-    if wanted == []:
+    if is_names(wanted) and not wanted:
         return []
     return select([t for t in parse_tiers(serving) if t.name != DEFAULT], wanted, "serve_bench.tiers")

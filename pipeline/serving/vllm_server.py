@@ -27,11 +27,12 @@ HOST = "127.0.0.1"  # the benchmark's traffic never leaves this machine
 LOG_TAIL_LINES = 15
 PORT_ATTEMPTS = 3
 ADDRESS_IN_USE = "address already in use"
+VLLM_MODULE = "vllm.entrypoints.cli.main"  # `vllm` as `python -m`: its CLI's entry point
 
 
 def vllm_command() -> list[str]:
     """`vllm` without relying on a console script (offline installs into a --target dir have none)."""
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+    return [sys.executable, "-m", VLLM_MODULE]
 
 
 def port_is_free(port: int, host: str = HOST) -> bool:

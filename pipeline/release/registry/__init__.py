@@ -1,7 +1,7 @@
 """Registries that bundles are published to.
 
 Each backend exposes publish(bundle, name, version, tags, cfg) -> {name, version, uri, status}, where
-cfg is params.yaml's `publish` section. Every backend verifies the bundle first and keeps versions
+cfg is params.yaml's `publish` section (PublishParams). Every backend verifies the bundle first and keeps versions
 immutable: the same content again is "already published", different content is refused.
 """
 from __future__ import annotations

@@ -15,6 +15,7 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import MANIFEST, verify
 from pipeline.release.registry import already_published, check_name, check_version, first_line
+from pipeline.release.settings import PublishParams
 
 
 def _token() -> str:
@@ -29,12 +30,12 @@ def _token() -> str:
     return token
 
 
-def repo_id(name: str, cfg: dict) -> str:
-    namespace = (cfg.get("hf") or {}).get("namespace")
+def repo_id(name: str, cfg: PublishParams) -> str:
+    namespace = cfg.hf.namespace
     return f"{namespace}/{name}" if namespace else name
 
 
-def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dict:
+def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParams) -> dict:
     import httpx
     from huggingface_hub import HfApi, errors
 
@@ -44,7 +45,7 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     api = HfApi(token=_token())
     repo = repo_id(name, cfg)
     try:
-        repo = api.create_repo(repo, private=bool((cfg.get("hf") or {}).get("private", True)),
+        repo = api.create_repo(repo, private=cfg.hf.private,
                                exist_ok=True).repo_id
         if already_published(name, version, _tagged_digest(api, repo, version), manifest["bundle_digest"],
                              f"Hub repo {repo}"):

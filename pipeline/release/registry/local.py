@@ -26,6 +26,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
 from pipeline.release.manifest import verify
 from pipeline.release.registry import already_published, check_name, check_version
+from pipeline.release.settings import PublishParams
 
 INDEX = "index.json"
 LATEST = "latest"
@@ -59,12 +60,12 @@ def _well_formed(index) -> bool:
         for e in models.values())
 
 
-def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dict:
+def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParams) -> dict:
     check_name(name)
     check_version(version)
     if name == INDEX:
         raise PipelineError(f"model name {INDEX!r} is taken by the local registry's index; choose another")
-    root = Path(cfg["registry_dir"])
+    root = Path(cfg.registry_dir)
     if root.resolve() == Path(bundle).resolve() or Path(bundle).resolve() in root.resolve().parents:
         raise PipelineError(f"publish.registry_dir {root} is inside the bundle {bundle}: publishing would copy the "
                             "registry into itself; put the registry elsewhere")

@@ -18,13 +18,14 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.redact import redact_uri
 from pipeline.release.manifest import verify
 from pipeline.release.registry import already_published, check_name, check_version, first_line
+from pipeline.release.settings import PublishParams
 
 ARTIFACT_PATH = "bundle"
 HEALTH_TIMEOUT_S = 10
 
 
-def tracking_uri(cfg: dict) -> str:
-    uri = (cfg.get("mlflow") or {}).get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
+def tracking_uri(cfg: PublishParams) -> str:
+    uri = cfg.mlflow.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         raise PipelineError("publish.backend mlflow needs publish.mlflow.tracking_uri in params.yaml "
                             "or MLFLOW_TRACKING_URI in the environment")
@@ -53,7 +54,7 @@ def _label_filter(name: str, version: str) -> str:
     return f"name = '{name}' and tags.version_label = '{version}'"
 
 
-def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dict:
+def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParams) -> dict:
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
@@ -87,9 +88,9 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: dict) -> dic
     return {"name": name, "version": version, "uri": f"models:/{name}/{mv.version}", "status": "published"}
 
 
-def _log_bundle(client, bundle: Path, name: str, version: str, tags: dict, manifest: dict, cfg: dict) -> str:
+def _log_bundle(client, bundle: Path, name: str, version: str, tags: dict, manifest: dict, cfg: PublishParams) -> str:
     """A run holding the whole bundle directory as artifacts; FAILED if the upload breaks."""
-    experiment = (cfg.get("mlflow") or {}).get("experiment") or "modelprep"
+    experiment = cfg.mlflow.experiment or "modelprep"
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     run_tags = {**{k: str(v) for k, v in tags.items()}, "version_label": version,
