@@ -290,6 +290,9 @@ def test_gptq_and_awq_show_per_layer_progress_in_short_lines(variant, demo_pair,
     log = (project / "artifacts" / "logs" / f"quantize@{variant}.log").read_text()
     assert "\r" not in log and max(map(len, log.splitlines())) < 1000
     assert result.stdout.startswith(f"quantize {variant}: ")
+    if algorithm == "awq":  # this host has no GPU: the CPU grid ran, and the metrics say so
+        metrics = json.loads((project / "metrics" / f"quantize-{variant}.json").read_text())
+        assert metrics["awq_n_grid"] == params["quantize"]["calibration"]["cpu_awq_n_grid"]
 
 
 def shaped_target(demo_target: Path, dest: Path, hidden: int, intermediate: int, heads: int) -> Path:
@@ -370,3 +373,30 @@ def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, 
     assert why.startswith("group size 64 does not divide the input width 80 of layer ")
     assert why.endswith("divides every quantized layer's input width: one scale per output "
                                                  "channel (vLLM's group size -1)")
+
+
+def test_awq_on_a_cpu_searches_the_cpu_grid_unless_the_variant_sets_one():
+    """Issue #32 item 5: AWQ's default grid (20 ratios per mapping) was most of a CPU quantize stage; a CPU host
+    searches quantize.calibration.cpu_awq_n_grid where the variant sets no n_grid, a GPU llm-compressor's default,
+    and a variant's own n_grid wins on both. The metrics say which grid ran and where it came from."""
+    from pipeline.quantize.oneshot import AWQ_DEFAULT_N_GRID, awq_grid
+    from pipeline.quantize.recipes import parse_variant
+    from pipeline.quantize.settings import Calibration
+
+    cfg = Calibration.parse(PARAMS["quantize"]["calibration"])
+    assert cfg.cpu_awq_n_grid == 4
+    unset = parse_variant("awq-w4a16", PARAMS["quantize"]["variants"]["awq-w4a16"])
+    spec, grid = awq_grid(unset, cfg, "cpu")
+    assert spec.knobs["n_grid"] == 4 and grid == {"awq_n_grid": 4, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"}
+    spec, grid = awq_grid(unset, cfg, "cuda")
+    assert "n_grid" not in spec.knobs and grid["awq_n_grid"] == AWQ_DEFAULT_N_GRID
+    own = parse_variant("awq-w4a16", {**PARAMS["quantize"]["variants"]["awq-w4a16"], "n_grid": 8})
+    for device in ("cpu", "cuda"):
+        spec, grid = awq_grid(own, cfg, device)
+        assert spec.knobs["n_grid"] == 8 and grid["awq_n_grid_from"] == "quantize.variants.awq-w4a16.n_grid"
+    gptq = parse_variant("gptq-w4a16", PARAMS["quantize"]["variants"]["gptq-w4a16"])
+    assert awq_grid(gptq, cfg, "cpu") == (gptq, {})
+    off = Calibration.parse({**PARAMS["quantize"]["calibration"], "cpu_awq_n_grid": None})
+    assert "n_grid" not in awq_grid(unset, off, "cpu")[0].knobs
+    with pytest.raises(PipelineError, match="cpu_awq_n_grid"):
+        Calibration.parse({**PARAMS["quantize"]["calibration"], "cpu_awq_n_grid": 0})

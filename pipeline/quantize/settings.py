@@ -25,6 +25,7 @@ class Calibration:
     pipeline: str | None = None
     offload: bool = False
     sequential_targets: str | tuple[str, ...] | None = None  # layer class names; None: llm-compressor infers them
+    cpu_awq_n_grid: int | None = None  # AWQ's scale-search grid on a host without a GPU, where a variant sets none
 
     @classmethod
     def parse(cls, s: Section | Mapping) -> Calibration:
@@ -38,7 +39,7 @@ class Calibration:
             raise s.fail("pipeline", f"one of {list(PIPELINES)} or null", pipeline)
         return cls(num_samples=s.int("num_samples", minimum=1), max_seq_length=s.int("max_seq_length", minimum=1),
                    ignore=s.strs("ignore", ["lm_head"]), pipeline=pipeline, offload=s.bool("offload", False),
-                   sequential_targets=targets)
+                   sequential_targets=targets, cpu_awq_n_grid=s.int_or_none("cpu_awq_n_grid", minimum=1))
 
     def with_overrides(self, num_samples: int | None, max_seq_length: int | None) -> Calibration:
         """A variant's own num_samples / max_seq_length over these (None: the section's)."""
