@@ -87,7 +87,8 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     params = load_params(PARAMS_FILE)
     tokenizer = load_tokenizer(target)
     texts = [full_text(tokenizer, m) for m in read_split(calibration)]
-    cfg = Calibration.parse({**params["quantize"]["calibration"], "offload": offload})
+    # a run's n_grid is its settings' (None: llm-compressor's 20), never the pipeline's CPU default
+    cfg = Calibration.parse({**params["quantize"]["calibration"], "offload": offload, "cpu_awq_n_grid": None})
     cpu0 = time.process_time()
     with tempfile.TemporaryDirectory() as out:
         metrics = quantize_model(target, Path(out) / variant, enabled_variant(params, variant), texts, cfg)
@@ -361,9 +362,11 @@ def smollm2_advice(runs: list[dict]) -> list[str]:
         + (" (the highest of all runs)" if awq4["quality"]["top1_agreement"] == best_top1 else "")
         + f" and a perplexity increase of {awq4['quality']['perplexity_increase_pct']:.1f}%.",
         "- A CPU host should therefore take params.yaml's calibration size (every row the split has), AWQ's "
-        "`n_grid: 4` (as profiles/smollm2.yaml sets) and one thread per process when the host is shared. Not made "
-        "the pipeline's default here: either would change what the demo's committed lock and metrics record, and "
-        "the thread count is the caller's environment (`OMP_NUM_THREADS`), not a param.",
+        "`n_grid: 4` and one thread per process when the host is shared. The grid is the pipeline's default on a "
+        "host without a GPU: `quantize.calibration.cpu_awq_n_grid: 4` applies to every AWQ variant that sets no "
+        "`n_grid` of its own (a GPU keeps llm-compressor's 20), and `metrics/quantize-<variant>.json` records the "
+        "grid that ran (`awq_n_grid`, `awq_n_grid_from`). The thread count stays the caller's environment "
+        "(`OMP_NUM_THREADS`), not a param.",
     ]
 
 
