@@ -102,27 +102,27 @@ def render() -> str:
         "GPU, the GPU demo profile (`benchmarks/gpu/RESULTS.md`; `bash benchmarks/gpu/session.sh gpu-profile` on an "
         f"H100 with vLLM {pr['vllm']}): `dvc repro` with a {pr['models']['target']['params'] / 1e9:.2f}B target and a "
         f"{pr['models']['draft']['params'] / 1e6:.0f}M draft trained from scratch on the GPU ran through `serve_bench` for "
-        f"{', '.join(pr['variants'])} (the run stopped before `gate`). As served (`vllm serve`, `vllm bench serve`), output "
+        f"{', '.join(pr['variants'])} (`gate` and the stages after it were not run). As served (`vllm serve`, `vllm bench serve`), output "
         "tokens/s against BF16: " + "; ".join(
             f"c={c[1:]} " + ", ".join(f"{v} {x:.2f}x" for v, x in pr["vs_bf16"][c].items() if v != "bf16")
             for c in ("c1", "c32")) + ". The draft model at "
         f"k={pr['k']} is accepted at {pr['estimate_vs_vllm']['bf16']['vllm_c1']:.3f} (the CPU estimate is within "
         f"{pr['estimate_max_abs_diff']:.3f}) yet slows decoding to {_range(pr['speculative_gain']['c1'].values(), 2)}x at "
         f"c=1: each drafted token costs {_range(pr['implied_draft_cost'].values(), 1)} target steps as served. The gate on "
-        "those metrics ships no speculation and fails FP8 (slower than BF16 at c=1). Issue #15's targets met: "
+        "those metrics ships no speculation and fails FP8 (slower than BF16 at c=1). Targets (`benchmarks/gpu/RESULTS.md`) met: "
         + ", ".join(k for k, t in pr["targets"].items() if t["met"]) + "; missed: "
         + ", ".join(f"{k} ({t['measured']:.2f} vs {t['target']})" for k, t in pr["targets"].items() if not t["met"])
         + ". At Llama-3-8B shapes, batch 1 (random weights): " + ", ".join(
             f"{m} {x:.2f}x" for m, x in g["bench8b_speedup_bs1"].items()) + " of BF16 decode speed.",
         "",
-        "GPU, speculative methods (issue #16; `benchmarks/gpu/RESULTS.md`, `gpu-profile ... gpu-methods`): the same 1B "
-        "profile, BF16 only, one `dvc repro` through `publish` in one lease. Output tokens/s against plain decoding as "
+        "GPU, speculative methods (`benchmarks/gpu/RESULTS.md`, `gpu-profile ... gpu-methods`): the same 1B "
+        "profile, BF16 only, one `dvc repro` through `publish`. Output tokens/s against plain decoding as "
         "served: " + "; ".join(f"{m} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
                                for m, r in g["methods"]["methods"].items())
         + f". The gate shipped {g['methods']['shipped']['method']} k={g['methods']['shipped']['k']} "
         f"({g['methods']['shipped']['basis']}); the CPU estimate alone would have picked {g['methods']['estimate_best']}.",
         "",
-        "GPU, EAGLE-3 on a quantized target (issue #16, second run; `gpu-profile ... gpu-eagle3-variants`): the head "
+        "GPU, EAGLE-3 on a quantized target (`gpu-profile ... gpu-eagle3-variants`): the head "
         "trained on the BF16 target, served on " + "; ".join(
             f"{v} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
             + f", vLLM accepted/drafted {r['served_accepted']['c1']:.3f} at c=1 vs CPU estimate {r['estimate_accepted']:.3f}"
