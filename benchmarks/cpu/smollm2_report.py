@@ -52,7 +52,11 @@ def stage_section(build: dict) -> list[str]:
              + (f"{over:.0f} s ({over / 60:.1f} min) over" if over > 0 else f"{-over:.0f} s under")
              + f" the 30-minute target (exit status {build['dvc_repro_rc']}). Load average (1, 5, 15 min) "
              f"{' / '.join(build['load_start'])} at the start and {' / '.join(build['load_end'])} at the end, on "
-             f"{build['cpus']} cores: other jobs shared the CPU, so every time here is longer than on an idle machine.",
+             f"{build['cpus']} cores: " + (
+                 "other jobs shared the CPU, so every time here is longer than on an idle machine."
+                 # the 1-minute average before the build started: the build's own load is not another job's
+                 if float(build["load_start"][0]) >= 1.0 else
+                 "nothing else ran before the build started (the load at the end is the build's own)."),
              "", "Per stage (from the first output line of each stage to the next's, DVC's lock update included):", ""]
     lines += _table(["stage", "s", "share"], [[f"`{s['stage']}`", f"{s['s']:.1f}", f"{100 * s['s'] / total:.0f}%"]
                                               for s in stages])
@@ -67,9 +71,11 @@ def stage_section(build: dict) -> list[str]:
     passes = fidelity_passes()
     if passes:
         lo, hi = min(passes.values()), max(passes.values())
-        lines += ["", "The same work took very different times as the other jobs' load came and went: the teacher-forced "
+        spread = hi / lo
+        lines += ["", ("The same work took very different times as the other jobs' load came and went: " if spread >= 1.5
+                       else "The same work took about the same time in each variant: ") + "the teacher-forced "
                   "pass of `evaluate` (24 held-out rows through BF16 and the variant, the weights decompressed at load) "
-                  + ", ".join(f"{v} {t} s" for v, t in passes.items()) + f", {hi / lo:.0f}x between the fastest and "
+                  + ", ".join(f"{v} {t} s" for v, t in passes.items()) + f", {spread:.1f}x between the fastest and "
                   "the slowest."]
     return lines
 
@@ -194,7 +200,7 @@ def reduction_costs_section() -> list[str]:
     return ["", "## What the reductions cost", "",
             "Each cut set back to its default alone in the built workspace (`python benchmarks/cpu/smollm2_reductions.py "
             f"WORKSPACE`, {r['date']}), the stages it feeds re-run, the metric read beside the profile's; the "
-            "seconds are those stages' in the build and in the re-run (1-minute load average at each re-run's start "
+            "seconds are those stages' in the build the reductions ran in (not this page's) and in the re-run (1-minute load average at each re-run's start "
             f"and end: {loads}).", "",
             *_table(["reduction", "metric", "profile", "set back", "profile s", "set back s"], rows), "",
             "Not measured here: AWQ's `n_grid` (the default 20 would repeat the scale search five times over), "
