@@ -12,12 +12,9 @@ prefix=${1:-s}; mib=${PIECE_MIB:-45}; req=benchmarks/gpu/requirements
 kit_req=${REQ:-../shared/offline-gpu/requirements-vllm-0.26.0.txt}
 py=${PY312:-python3.12}   # the host's Python: load_wheels.py builds sdist-only packages with it
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-plat="--only-binary=:all: --python-version 3.12 --implementation cp"
-for p in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2_27 manylinux_2_26 manylinux_2_24 manylinux_2_17 manylinux2014 manylinux1; do plat="$plat --platform ${p}_x86_64"; done
-norm() { tr 'A-Z_.' 'a-z--'; }
 # Packages present on the host: its image's, then the kit's (its site is on every step's path), except
 # compressed-tensors: the kit's 0.17 is vLLM's pin, the quantize site needs its own 0.19.
-{ grep -v '^#' "$req/host-image.txt"; sed 's/==.*//' "$kit_req"; } | norm | grep -v -x compressed-tensors | sort -u > "$work/present"
+{ grep -v '^#' "$req/host-image.txt"; sed 's/==.*//' "$kit_req"; } | grep -v -i -x -E 'compressed[-_.]tensors' > "$work/present"
 
 # The kit is built once per list (.gpu/kit-<list>, reused: xz of vLLM's site takes minutes on two cores).
 kit=.gpu/kit-$(basename "$kit_req" .txt)
@@ -29,7 +26,8 @@ cat "$kit"/part* > "$work/load/kit.tar.xz"
 site() { "$py" benchmarks/gpu/load_wheels.py "$work/present" "$work/load/.gpu/$1" "${@:2}" > "$work/$1.txt"
          echo "$1: $(wc -l < "$work/$1.txt") wheels, $(du -sh "$work/load/.gpu/$1" | cut -f1)"; }
 site dvcwheels "$req/dvc.txt"
-"$py" -m pip download -q --no-deps $plat -d "$work/load/.gpu/dvcwheels" speculators==0.9.0  # its deps: none needed
+site speculators --no-deps speculators==0.9.0  # its model code needs none of its declared deps
+mv "$work/load/.gpu/speculators"/*.whl "$work/load/.gpu/dvcwheels/" && rmdir "$work/load/.gpu/speculators"
 site qwheels "$req/quantize.txt"
 site lmwheels "$req/lmeval.txt"
 if [ -n "${SMOLLM2_GGUF:-}" ]; then mkdir -p "$work/load/.gpu/smollm2" && cp "$SMOLLM2_GGUF" "$work/load/.gpu/smollm2/"; fi

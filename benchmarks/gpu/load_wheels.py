@@ -6,7 +6,10 @@ downloaded alone (`pip download --no-deps` for CPython 3.12 on manylinux x86_64)
 does not enter a package the host's image or the vLLM kit already holds (their names, in PRESENT). A package with
 no wheel (pure-Python sdists such as antlr4-python3-runtime) is built into one with `pip wheel`.
 
-    python load_wheels.py PRESENT OUT_DIR REQUIREMENT_FILE [REQUIREMENT ...]
+    python load_wheels.py PRESENT OUT_DIR [--no-deps] REQUIREMENT_FILE [REQUIREMENT ...]
+
+PRESENT: the names present on the host, one per line, in any spelling (normalized here). --no-deps: the roots'
+wheels alone, their requirements not walked.
 """
 from __future__ import annotations
 
@@ -66,7 +69,9 @@ def requires(wheel: Path, extras: set[str]) -> list[Requirement]:
 
 
 def main(present_file: str, out_dir: str, *roots: str) -> int:
-    present = set(Path(present_file).read_text().split())
+    walk = roots[:1] != ("--no-deps",)
+    roots = roots if walk else roots[1:]
+    present = {canon(name) for name in Path(present_file).read_text().split()}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     todo: list[Requirement] = []
@@ -84,7 +89,8 @@ def main(present_file: str, out_dir: str, *roots: str) -> int:
             todo = []
             for (name, r), wheel in zip(level.items(), pool.map(lambda r: fetch(r, out), level.values())):
                 seen[name] = wheel
-                todo += requires(wheel, set(r.extras))
+                if walk:
+                    todo += requires(wheel, set(r.extras))
     for name, wheel in sorted(seen.items()):
         print(wheel.name)
     return 0
