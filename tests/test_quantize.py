@@ -379,7 +379,7 @@ def test_awq_on_a_cpu_searches_the_cpu_grid_unless_the_variant_sets_one():
     """Issue #32 item 5: AWQ's default grid (20 ratios per mapping) was most of a CPU quantize stage; a CPU host
     searches quantize.calibration.cpu_awq_n_grid where the variant sets no n_grid, a GPU llm-compressor's default,
     and a variant's own n_grid wins on both. The metrics say which grid ran and where it came from."""
-    from pipeline.quantize.oneshot import AWQ_DEFAULT_N_GRID, awq_grid
+    from pipeline.quantize.oneshot import awq_grid
     from pipeline.quantize.recipes import parse_variant
     from pipeline.quantize.settings import Calibration
 
@@ -389,7 +389,7 @@ def test_awq_on_a_cpu_searches_the_cpu_grid_unless_the_variant_sets_one():
     spec, grid = awq_grid(unset, cfg, "cpu")
     assert spec.knobs["n_grid"] == 4 and grid == {"awq_n_grid": 4, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"}
     spec, grid = awq_grid(unset, cfg, "cuda")
-    assert "n_grid" not in spec.knobs and grid["awq_n_grid"] == AWQ_DEFAULT_N_GRID
+    assert "n_grid" not in spec.knobs and grid["awq_n_grid"] == 20  # llm-compressor 0.14's default
     own = parse_variant("awq-w4a16", {**PARAMS["quantize"]["variants"]["awq-w4a16"], "n_grid": 8})
     for device in ("cpu", "cuda"):
         spec, grid = awq_grid(own, cfg, device)

@@ -19,7 +19,6 @@ from pipeline.quantize.settings import Calibration
 
 # quantize_metrics' keys that differ between two runs of the same recipe on the same inputs: the stage keeps them out
 # of its DVC metrics (pipeline/core/stage.py: record_timings).
-AWQ_DEFAULT_N_GRID = 20  # llm-compressor 0.14's AWQModifier.n_grid
 RUN_DEPENDENT = ("wall_time_s", "oneshot_time_s", "peak_memory_mb", "peak_gpu_memory_mb")
 
 
@@ -129,7 +128,9 @@ def awq_grid(spec: VariantSpec, cfg: Calibration, device: str) -> tuple[VariantS
     if device == "cpu" and cfg.cpu_awq_n_grid is not None:
         return (replace(spec, knobs={**spec.knobs, "n_grid": cfg.cpu_awq_n_grid}),
                 {"awq_n_grid": cfg.cpu_awq_n_grid, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"})
-    return spec, {"awq_n_grid": AWQ_DEFAULT_N_GRID, "awq_n_grid_from": "llm-compressor's default"}
+    from llmcompressor.modifiers.transform.awq import AWQModifier  # as recipes.build_recipe: only where AWQ runs
+
+    return spec, {"awq_n_grid": AWQModifier.model_fields["n_grid"].default, "awq_n_grid_from": "llm-compressor's default"}
 
 
 def sequential_targets(cfg: Calibration) -> str | list[str] | None:
