@@ -22,9 +22,11 @@ import yaml  # noqa: E402
 from render import Table, Text, facts  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
-RUN = RAW / "smollm2-gpu"
+RUN = RAW / "smollm2-gpu-3"  # the third lease: serve_bench@bf16 whole (its record), evaluate@gptq-w4a16
+RUN1 = RAW / "smollm2-gpu"  # the first lease: serve_bench@bf16's sweep without its record
 RUN2 = RAW / "smollm2-gpu-2"  # a second lease of the same profile: through evaluate@bf16 and every quantize stage
-RUNS = ("smollm2-gpu", "smollm2-gpu-2")
+RUNS = ("smollm2-gpu", "smollm2-gpu-2", "smollm2-gpu-3")
+LEASES = (("smollm2-gpu", RUN1), ("smollm2-gpu-2", RUN2), ("smollm2-gpu-3", RUN))
 CPU_QUANTIZE = ROOT / "benchmarks/raw/quantize-smollm2.json"  # quantize_bench.py on the 2-core CPU
 METHODS = ("draft_model", "eagle3", "ngram")
 CONFIGS = ("plain", *METHODS)
@@ -86,10 +88,10 @@ def stage_summary_line(lines, stage: str) -> str | None:
     return None
 
 
-def bench_runs(variant: str = "bf16") -> dict:
+def bench_runs(variant: str = "bf16", run: Path = RUN) -> dict:
     """config -> {concurrency: result, ('capacity', c): result} from `vllm bench serve`'s raw JSON."""
     runs: dict = {}
-    for f in sorted((RUN / "serve" / variant / "raw").glob("*.json.gz")):
+    for f in sorted((run / "serve" / variant / "raw").glob("*.json.gz")):
         m = re.match(r"^(.+?)-(capacity-)?c(\d+)\.json\.gz$", f.name)
         config, capacity, c = m.group(1), bool(m.group(2)), int(m.group(3))
         runs.setdefault(config, {})[("capacity", c) if capacity else c] = load(f)
@@ -120,10 +122,10 @@ def eagle3_record() -> dict:
     return rec
 
 
-def server_starts(variant: str = "bf16") -> list[tuple[str, int | None, str]]:
+def server_starts(variant: str = "bf16", run: Path = RUN) -> list[tuple[str, int | None, str]]:
     """(config, seconds from the server log's first line to vLLM's 'Available routes' line, its engine-init line)."""
     out = []
-    for f in sorted((RUN / "logs").glob(f"serve_bench@{variant}.*-server.log")):
+    for f in sorted((run / "logs").glob(f"serve_bench@{variant}.*-server.log")):
         config = f.name[len(f"serve_bench@{variant}."):-len("-server.log")]
         text = f.read_text()
         stamps = re.findall(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d)", text)
@@ -137,6 +139,21 @@ def server_starts(variant: str = "bf16") -> list[tuple[str, int | None, str]]:
         secs = int((parse(ready.group(1)) - parse(stamps[0])).total_seconds()) if ready and stamps else None
         out.append((config, secs, "; ".join(init)))
     return out
+
+
+def server_moments(config: str, run: Path, variant: str = "bf16") -> tuple[datetime, datetime | None, datetime | None]:
+    """The server log's first line, its 'Available routes' line and the API server's shutdown line."""
+    text = (run / "logs" / f"serve_bench@{variant}.{config}-server.log").read_text()
+
+    def stamp(pattern: str) -> datetime | None:
+        m = re.search(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) " + pattern, text)
+        return datetime.strptime(m.group(1), "%m-%d %H:%M:%S") if m else None
+
+    return stamp(""), stamp(r"\[[^]]+\] Available routes"), stamp(r"\[[^]]+\] \[shutdown\] API server: shutdown triggered")
+
+
+def serve_record(variant: str = "bf16") -> dict:
+    return load(RUN / "serve" / variant / "record.json")
 
 
 def within_slo(r: dict, slo: dict) -> bool:
@@ -383,14 +400,11 @@ def training() -> Table:
 
 def not_measured() -> Table:
     ev = evals()
-    runs = bench_runs()
-    levels = params()["serve_bench"]["concurrency"]
     secs = [s for _, s, _ in server_starts() if s is not None]
     return facts([
         ("variants without quality numbers", ", ".join(f"`{v}`" for v in variants() if v not in ev)),
-        ("variants never served", ", ".join(f"`{v}`" for v in variants()
-                                            if not (RUN / "serve" / v / "raw").is_dir())),
-        ("`ngram` on BF16 not run at concurrency", ", ".join(str(c) for c in levels if c not in runs.get("ngram", {}))),
+        ("variants without a served result", ", ".join(f"`{v}`" for v in variants()
+                                                       if not (RUN / "serve" / v / "raw").is_dir())),
         ("one `vllm serve` start, s", f"{min(secs)}-{max(secs)}"),
     ])
 
@@ -418,8 +432,35 @@ def second_quantize() -> Table:
                   "size, MB", "2-core CPU wall, s (1 thread)", "CPU / H100"), tuple(rows))
 
 
-def second_bf16() -> Table:
-    """The BF16 numbers both leases measured, each from its own run folder."""
+def step_time() -> Table:
+    """Served time per engine step at concurrency 1, from `vllm bench serve`'s counters: a step emits one token plus
+    the drafted tokens it accepted, so steps = output tokens - accepted tokens, and a step's time is the mean TPOT
+    times the tokens per step; beside the step time the cost profile holds for the config at batch 1 (plain, or the
+    method at the nearest k it was measured at)."""
+    runs = bench_runs()
+    profile = json.loads((ROOT / "pipeline/evaluate/cost_profiles" / f"{evals()['bf16']['cost_profile']}.json").read_text())
+    rows = []
+    for cfg in CONFIGS:
+        r = runs.get(cfg, {}).get(1)
+        if r is None:
+            continue
+        accepted = r.get("spec_decode_accepted_tokens") or 0
+        per_step = r["total_output_tokens"] / (r["total_output_tokens"] - accepted)
+        k = served_k(cfg)
+        if cfg == "plain":
+            prof, prof_k = profile["plain_step_ms"]["1"], "-"
+        else:
+            measured = profile["methods"][cfg]["step_ms"]
+            prof_k = min(measured, key=lambda x: abs(int(x) - k))
+            prof = measured[prof_k]["1"]
+        rows.append((f"`{cfg}`", str(k or "-"), f"{r['mean_tpot_ms']:.2f}", f"{per_step:.2f}",
+                     f"{r['mean_tpot_ms'] * per_step:.2f}", f"{prof:.2f} (k={prof_k})" if cfg != "plain" else f"{prof:.2f}"))
+    return Table(("config", "k served", "mean TPOT ms", "tokens per step", "step ms, served",
+                  f"step ms at batch 1, cost profile `{profile['name']}`"), tuple(rows))
+
+
+def bf16_leases() -> Table:
+    """The BF16 numbers every lease measured, each from its own run folder."""
     def numbers(run: Path) -> dict[str, str]:
         e = json.loads((run / "metrics" / "eval-bf16.json").read_text())
         d = json.loads((run / "metrics" / "draft_training.json").read_text())
@@ -432,12 +473,68 @@ def second_bf16() -> Table:
             out[f"{est['method']} accepted per drafted token at k={est['num_speculative_tokens']} (CPU estimate)"] = \
                 fmt(est["accepted_per_draft_token"], 4)
         return out
-    first, second = numbers(RUN), numbers(RUN2)
-    return Table(("quantity", "`smollm2-gpu`", "`smollm2-gpu-2`"),
-                 tuple((k, first.get(k, "-"), second[k]) for k in second))
+    cols = [(name, numbers(run)) for name, run in LEASES]
+    keys = list(cols[-1][1])
+    return Table(("quantity", *(f"`{name}`" for name, _ in cols)),
+                 tuple((k, *(c.get(k, "-") for _, c in cols)) for k in keys))
+
+
+def speed_leases() -> Table:
+    """BF16's served tokens/s per config and concurrency in the first and the third lease (same params), each with
+    its ratio to that lease's own plain decoding."""
+    levels = params()["serve_bench"]["concurrency"]
+    first, third = bench_runs(run=RUN1), bench_runs(run=RUN)
+    rows = []
+    for cfg in CONFIGS:
+        for c in levels:
+            cells = []
+            for runs in (first, third):
+                r, p = runs.get(cfg, {}).get(c), runs.get("plain", {}).get(c)
+                cells += (["not run", "-"] if r is None else
+                          [f"{r['output_throughput']:.0f}", f"{r['output_throughput'] / p['output_throughput']:.2f}x"])
+            rows.append((f"`{cfg}`", str(c), *cells))
+    return Table(("config", "concurrency", "`smollm2-gpu` tok/s", "vs its plain", "`smollm2-gpu-3` tok/s",
+                  "vs its plain"), tuple(rows))
+
+
+def capacity() -> Table:
+    """serve_bench@bf16's capacity search per config (its record): the largest closed-loop load whose p99 latencies
+    met serving.slo, and what it carried there, against plain decoding in the same run."""
+    rec = serve_record()
+    plain = rec["configs"]["plain"]["capacity"]
+    rows = []
+    for cfg, result in rec["configs"].items():
+        cap = result["capacity"]
+        rows.append((f"`{cfg}`", str(result["num_speculative_tokens"] or "-"), cap["status"],
+                     f"{cap['users_per_gpu']:.0f}", f"{cap['users_per_gpu'] / plain['users_per_gpu']:.2f}x",
+                     f"{cap['output_tokens_per_s_per_gpu']:.0f}",
+                     f"{cap['output_tokens_per_s_per_gpu'] / plain['output_tokens_per_s_per_gpu']:.2f}x",
+                     f"{cap['request_goodput']:.1f}"))
+    return Table(("config", "k", "search ended", "users per GPU at the SLO", "vs plain", "output tok/s per GPU there",
+                  "vs plain", "request goodput, req/s"), tuple(rows))
+
+
+def bench_time() -> Table:
+    """Per config of serve_bench@bf16 in the first lease (each sweep level and capacity probe its own `vllm bench
+    serve` process) and the third (one kept bench worker per stage, pipeline/serving/bench_worker.py): from the server
+    log's first line to ready, and from ready to the API server's shutdown (the sweep and the capacity probes)."""
+    rows = []
+    for cfg in CONFIGS:
+        cells = []
+        for run in (RUN1, RUN):
+            first, ready, down = server_moments(cfg, run)
+            n = len(bench_runs(run=run).get(cfg, {}))
+            cells += ["-" if ready is None else str(int((ready - first).total_seconds())),
+                      "did not end (lease over)" if down is None or ready is None
+                      else str(int((down - ready).total_seconds())), str(n)]
+        rows.append((f"`{cfg}`", *cells))
+    return Table(("config", "`smollm2-gpu`: start to ready s", "ready to shutdown s", "bench runs",
+                  "`smollm2-gpu-3`: start to ready s", "ready to shutdown s", "bench runs"), tuple(rows))
+
 
 BLOCKS = {"setup": setup, "progress": progress, "sweep-progress": sweep_progress, "stages": stages,
           "quality": quality, "thresholds": thresholds, "gate": gate, "drafts-per-step": drafts_per_step,
           "acceptance": acceptance, "eagle3-head": eagle3_head, "speed": speed, "predicted": predicted,
           "every-run": every_run, "starts": starts, "training": training, "not-measured": not_measured,
-          "second-quantize": second_quantize, "second-bf16": second_bf16}
+          "second-quantize": second_quantize, "bf16-leases": bf16_leases, "speed-leases": speed_leases,
+          "capacity": capacity, "bench-time": bench_time, "step-time": step_time}
