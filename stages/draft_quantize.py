@@ -8,7 +8,6 @@ from pipeline.core.sizes import dir_size, megabytes
 from pipeline.core.stage import say, stage_main
 from pipeline.data.traffic import read_split
 from pipeline.drafts import methods
-from pipeline.drafts.draft_model import quantize_draft
 from pipeline.drafts.served import ServedDraft
 from pipeline.drafts.settings import DraftParams, DraftQuantizeParams
 from pipeline.params.load import load_params, parse_section
@@ -30,6 +29,8 @@ def main(argv: list[str]) -> None:
         if name is None:
             shutil.copytree(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name)
         else:
+            from pipeline.drafts.draft_model import quantize_draft  # torch, transformers: only to quantize
+
             quantize = parse_section(p, QuantizeParams)
             quantize_draft(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name, variant_spec(quantize.variants, name),
                            read_split(paths.CALIBRATION), quantize.calibration)

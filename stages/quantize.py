@@ -8,7 +8,7 @@ from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import RUN_DEPENDENT
-from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.recipes import is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 
 
@@ -17,9 +17,12 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
     settings = parse_section(load_params(), QuantizeParams)
     spec = variant_spec(settings.variants, variant)
-    tokenizer = load_tokenizer(paths.TARGET)
-    # Calibrate on the domain's own traffic, formatted as the served model sees it.
-    texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
+    texts = []
+    # The unquantized baseline is a copy that calibrates on nothing: no tokenizer (transformers, torch: seconds).
+    if not is_unquantized(spec):
+        tokenizer = load_tokenizer(paths.TARGET)
+        # Calibrate on the domain's own traffic, formatted as the served model sees it.
+        texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
     with atomic_dir(paths.QUANTIZED / variant) as tmp:
         # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
         metrics = quantize(paths.TARGET, tmp, spec, texts, settings.calibration, settings.distributed)

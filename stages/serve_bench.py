@@ -35,12 +35,10 @@ from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import vllm_spec
-from pipeline.evaluate.acceptance import SpeculativeEstimate
 from pipeline.evaluate.settings import EvaluateParams
-from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices
-from pipeline.quantize.recipes import VariantSpec, variant_spec
+from pipeline.quantize.recipes import VariantSpec, check_known, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.speculation_choice import config_name, k_schedule
 from pipeline.serving import capacity, serve_bench
@@ -69,6 +67,8 @@ class Settings:
 def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) -> ServeBenchRecord:
     """candidates: method -> k; plain decoding is always measured first."""
     import torch
+
+    from pipeline.models.loading import load_tokenizer
 
     cfg, serving = run.bench, run.serving
     model_dir = paths.QUANTIZED / variant
@@ -315,6 +315,8 @@ def kernels_in_log(path: Path) -> list[str]:
 
 def candidates(run: Settings, variant: str) -> dict[str, int]:
     """Each requested method at the k its CPU estimate found best on this variant (or the fixed k)."""
+    from pipeline.evaluate.acceptance import SpeculativeEstimate  # torch: only where vLLM serves
+
     fixed = run.bench.num_speculative_tokens
     return {m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json")
             .num_speculative_tokens if fixed == "auto" else fixed for m in run.draft.method}
@@ -350,16 +352,20 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "serve_bench")
     p = load_params()
-    serving = parse_section(p, ServingParams)
-    run = Settings(bench=parse_section(p, ServeBenchParams), serving=serving, draft=parse_section(p, DraftParams),
-                   temperature=parse_section(p, EvaluateParams).acceptance.temperature,
-                   spec=variant_spec(parse_section(p, QuantizeParams).variants, variant))
-    cfg = run.bench
-    # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all
+    serving, cfg = parse_section(p, ServingParams), parse_section(p, ServeBenchParams)
+    variants = parse_section(p, QuantizeParams).variants
+    # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all. Decided
+    # before the recipe is parsed (compressed-tensors, torch: seconds) that a skipped record never needs.
     reason = vllm_spec.skip_reason(cfg.enabled, "serve_bench.enabled", serving.tensor_parallel_size)
     with atomic_dir(paths.SERVE / variant) as tmp:
-        record = (ServeBenchRecord(variant=variant, skipped=reason) if reason
-                  else measure(tmp, variant, candidates(run, variant), run))
+        if reason:
+            check_known(variants, variant)
+            record = ServeBenchRecord(variant=variant, skipped=reason)
+        else:
+            run = Settings(bench=cfg, serving=serving, draft=parse_section(p, DraftParams),
+                           temperature=parse_section(p, EvaluateParams).acceptance.temperature,
+                           spec=variant_spec(variants, variant))
+            record = measure(tmp, variant, candidates(run, variant), run)
         records.write(tmp / "record.json", record)
     records.write(f"metrics/serve-{variant}.json", record)
     for directory, (column, value) in serve_bench.PLOTS.items():

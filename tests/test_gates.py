@@ -288,6 +288,7 @@ def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
     p["evaluate"]["vllm"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     with pytest.raises(PipelineError, match="no CUDA device"):
         gpu_measurement(ROOT, [[1, 2, 3]], 2, Settings.of(p))
+    monkeypatch.setattr(vllm_spec, "GPU_DEVICE_FILES", ("/dev/null",))  # a device file torch would look behind
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     find_spec = importlib.util.find_spec

@@ -50,9 +50,17 @@ def too_few_gpus(tensor_parallel_size: int, gpus: int, what: str = "serving.tens
     return f"{what} {tensor_parallel_size} needs more GPUs than the {gpus} here"
 
 
+# Device files without which torch sees no GPU: NVIDIA's control device, ROCm's kernel driver, WSL's GPU bridge.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
 def unavailable_reason(tensor_parallel_size: int = 1) -> str | None:
     """Why vLLM can't run here at serving's tensor parallelism (None: it can). GPUs are counted as torch sees
     them, so CUDA_VISIBLE_DEVICES limits them as it limits vLLM."""
+    # Without any GPU device file torch sees no device: the answer, without importing torch (seconds on the CPU
+    # demo, where serve_bench's five stages do nothing else).
+    if not any(os.path.exists(f) for f in GPU_DEVICE_FILES):
+        return "no CUDA device"
     import torch
 
     if not torch.cuda.is_available():

@@ -3,15 +3,21 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a model is (seconds): a stage that only tokenizes may not need it
+    import torch
 
 
 def eval_device() -> torch.device:
+    import torch
+
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def eval_dtype(device: torch.device) -> torch.dtype:
+    import torch
+
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
@@ -63,6 +69,7 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     random model; checked from the file headers and a meta-device model, without reading any weights."""
     import json
 
+    import torch
     from safetensors import safe_open
     from transformers import AutoConfig, AutoModelForCausalLM
 

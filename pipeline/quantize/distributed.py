@@ -37,8 +37,6 @@ import time
 import traceback
 from pathlib import Path
 
-import torch
-
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json, write_json
 from pipeline.quantize.oneshot import calibration_settings, quantize_model
@@ -99,6 +97,8 @@ def check_devices(gpus: int, spec: VariantSpec) -> None:
     - SmoothQuant has every rank apply the same smoothing (smoothquant/base.py:358-378, weight * scales). GPU ranks
       each scale their own onloaded copy; CPU ranks' "onloaded" weights are the one shared copy (compressed_tensors
       offload/cache/cpu.py:27, copy=False), so it is applied once per rank (measured: INT8 W8A8 KL x3)."""
+    import torch  # here, not at the top: the unquantized baseline, a file copy, needs no torch
+
     if torch.accelerator.is_available():
         count, kind = torch.accelerator.device_count(), torch.accelerator.current_accelerator().type
         if count < gpus:
@@ -114,6 +114,7 @@ def init_process_group(timeout_s: float) -> None:
     """compressed-tensors' init_dist (distributed/utils.py), which the guide calls, plus a timeout, so a rank stuck
     in a collective fails instead of waiting forever; and CPU ranks, where init_dist raises AttributeError:
     it reads torch.accelerator.current_accelerator().type, and current_accelerator() is None without one."""
+    import torch
     import torch.distributed as dist
 
     kwargs: dict = dict(backend="gloo")
@@ -135,6 +136,8 @@ def cpu_ranks_wait_for_quantized_weights():
     weights another rank is still quantizing. Checkpoints then differed run to run (GPTQ KL 0.00120-0.00138 on the
     tiny target). A barrier after that step (GPTQ's compress_modules, RTN's weight observation) closes the race.
     GPU ranks broadcast, which makes each rank wait for the owners; they run unpatched."""
+    import torch
+
     if torch.accelerator.is_available():
         yield
         return

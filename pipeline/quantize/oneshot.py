@@ -4,18 +4,21 @@ from __future__ import annotations
 import contextlib
 import resource
 import shutil
+import sys
 import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.sizes import dir_size, megabytes
 from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths,
                                       is_unquantized, with_group_size)
 from pipeline.quantize.settings import Calibration
+
+if TYPE_CHECKING:  # imported where a model is quantized: the unquantized baseline, a file copy, needs no torch
+    import torch
 
 # quantize_metrics' keys that differ between two runs of the same recipe on the same inputs: the stage keeps them out
 # of its DVC metrics (pipeline/core/stage.py: record_timings).
@@ -24,6 +27,8 @@ RUN_DEPENDENT = ("wall_time_s", "oneshot_time_s", "peak_memory_mb", "peak_gpu_me
 
 def compute_setup() -> tuple[str, torch.dtype]:
     """bf16 on GPU; float32 on CPU, where bf16 matmuls are slow (AWQ on a 21M model took 629 s)."""
+    import torch
+
     return ("cuda", torch.bfloat16) if torch.cuda.is_available() else ("cpu", torch.float32)
 
 
@@ -36,6 +41,8 @@ def awq_pinning_off_without_accelerator():
     accelerator exists ("Cannot access accelerator device when none is available"), so AWQ
     crashes on a CPU-only host. With nothing to copy to, pinning buys nothing: make it a no-op
     there, for the duration of the run only. Hosts with an accelerator keep the real pinning."""
+    import torch
+
     if torch.accelerator.is_available():
         yield
         return
@@ -161,6 +168,8 @@ def to_saved_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
     initialize.py), so a GPU run saves them in float32, and compression divides by them. They sit out
     the cast: re-assigning an existing parameter of a compressed-tensors dispatched module copies into
     its storage (offload/cache/base.py, OffloadCache.__setitem__), which would keep the cast dtype."""
+    import torch
+
     keep = {(module, name): param.detach().clone() for module in model.modules()
             for name, param in module.named_parameters(recurse=False) if name.endswith("_global_scale")}
     for module, name in keep:
@@ -183,7 +192,8 @@ def peak_memory() -> dict:
     """Peak host RSS of this process (so run one variant per process to compare them; rank 0's in a
     distributed run), and GPU, in MB (10^6 bytes)."""
     peak = {"peak_memory_mb": megabytes(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, 1)}  # Linux: KiB
-    if torch.cuda.is_available():
+    torch = sys.modules.get("torch")  # never imported: nothing ran on a GPU (the unquantized baseline's copy)
+    if torch is not None and torch.cuda.is_available():
         peak["peak_gpu_memory_mb"] = megabytes(torch.cuda.max_memory_allocated(), 1)
     return peak
 
@@ -212,6 +222,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     """
     if is_unquantized(spec):
         return copy_unquantized(model_dir, out_dir, spec)
+    import torch
     from llmcompressor import oneshot
     from transformers import AutoConfig, AutoTokenizer
 

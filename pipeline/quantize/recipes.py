@@ -11,9 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from compressed_tensors.quantization import QuantizationArgs
-from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES, preset_name_to_scheme
-
 from pipeline.core.errors import PipelineError
 from pipeline.core.names import check_variant_name
 from pipeline.core.sections import thawed
@@ -104,6 +101,9 @@ def validate_spec(name: str, spec: dict) -> None:
         if extra:
             raise PipelineError(f"variant {name!r}: algorithm 'none' is the unquantized target; {extra} do not apply")
         return
+    # compressed-tensors (torch, transformers: seconds) only for a quantized variant: `none` stages skip it
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+
     if spec.get("scheme") not in PRESET_SCHEMES:
         raise PipelineError(f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
                             f"(compressed-tensors presets: {', '.join(sorted(PRESET_SCHEMES))})")
@@ -130,6 +130,9 @@ def validate_spec(name: str, spec: dict) -> None:
 def scheme_for(spec: VariantSpec):
     """The compressed-tensors scheme: the preset with the spec's overrides applied (group_size CHANNELWISE, which only
     choose_group_size sets: one scale per output channel)."""
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
+
     scheme = preset_name_to_scheme(spec.scheme, ["Linear"])
     if spec.group_size is not None:
         if scheme.weights is None or scheme.weights.strategy != "group":
@@ -241,6 +244,7 @@ def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
     from llmcompressor.modifiers.quantization import QuantizationModifier
     from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
+    from compressed_tensors.quantization import QuantizationArgs
 
     quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.ignore)))
     if spec.kv_cache:
@@ -267,9 +271,14 @@ def needs_calibration(spec: VariantSpec) -> bool:
 def variant_spec(variants: Mapping[str, Mapping], name: str) -> VariantSpec:
     """The parsed VariantSpec of a variant in quantize.variants (QuantizeParams.variants), or a one-line error naming
     the known ones."""
+    check_known(variants, name)
+    return parse_variant(name, thawed(variants[name]))
+
+
+def check_known(variants: Mapping[str, Mapping], name: str) -> None:
+    """variant_spec's one-line error for a name not in quantize.variants, without parsing the recipe."""
     if name not in variants:
         raise PipelineError(f"unknown variant {name!r}; known variants: {', '.join(sorted(variants))}")
-    return parse_variant(name, thawed(variants[name]))
 
 
 def enabled_variant(params: dict, name: str) -> VariantSpec:
