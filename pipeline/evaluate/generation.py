@@ -10,6 +10,8 @@ check that the tokens are the same as one prompt at a time.
 """
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 # Rows per batch: bounds the padded KV cache (batch x (longest prompt + new tokens)) on a large target.
@@ -28,7 +30,10 @@ def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, over
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each prompt's own positions, as unbatched
     device = model.device
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+    # the prefill's last position only: a batch's [rows, width, vocab] logits would be rows times the unbatched run's
+    # (GBs for a large vocabulary); the same values as the full logits' last row (checked on the demo models)
+    last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **last)
     tokens: list[list[int]] = [[] for _ in prompts]
     ends: list[int | None] = [None] * rows
     while True:
