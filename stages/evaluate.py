@@ -6,11 +6,11 @@ from pathlib import Path
 from pipeline.core import paths, records
 from pipeline.core.io import atomic_dir, write_csv, write_json
 from pipeline.core.stage import say, stage_main
-from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, split_prompt_response
+from pipeline.data.formatting import prompt_and_response_ids
 from pipeline.data.traffic import read_split
 from pipeline.drafts import eagle3, methods, ngram
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate import acceptance, generation, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.settings import EvaluateParams
 from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm, PredictedSpeedup, Quality,
                                        SpeculativeSummary)
@@ -39,15 +39,32 @@ class Settings:
                    parse_section(params, ServingParams), parse_section(params, ServeBenchParams))
 
 
-def method_estimates(run: Settings, model, variant_dir: Path, prompts: list[list[int]]
-                     ) -> dict[str, acceptance.SpeculativeEstimate]:
+def continuations(run: Settings, model, prompts: list[list[int]]) -> list[tuple[list[int], int]]:
+    """The variant's own continuations of the acceptance prompts (acceptance.target_continuations): the same for
+    every method, so written once per stage (the stage's largest cost per method before: one greedy generation per
+    prompt and method), and at temperature 0 also the variant's side of the greedy-match check."""
+    cfg = run.evaluate.acceptance
+    return acceptance.target_continuations(model, prompts[: cfg.prompts], cfg.continuation_tokens, cfg.temperature,
+                                           cfg.max_k)
+
+
+def known_greedy(run: Settings, written: list[tuple[list[int], int]], eos_token_id: int | None
+                 ) -> list[list[int] | None]:
+    """The variant's greedy-match tokens per prompt, read off its greedy continuations where they reach far enough
+    (None: generate them); nothing at a sampling temperature, whose continuations are not greedy."""
+    cfg = run.evaluate
+    if cfg.acceptance.temperature != 0:
+        return []
+    return [generation.greedy_prefix(tokens, cfg.greedy_tokens, eos_token_id) for tokens, _ in written]
+
+
+def method_estimates(run: Settings, model, variant_dir: Path, prompts: list[list[int]],
+                     written: list[tuple[list[int], int]]) -> dict[str, acceptance.SpeculativeEstimate]:
     """The CPU estimate of every requested method against this variant as the target (an EAGLE-3 head
-    trained on the unquantized target reads the quantized one's hidden states here, as it would served)."""
+    trained on the unquantized target reads the quantized one's hidden states here, as it would served), each
+    scored on the same continuations `written`."""
     cfg = run.evaluate.acceptance
     args = (prompts[: cfg.prompts], cfg.continuation_tokens, cfg.temperature, cfg.max_k)
-    # The target's continuations are the same for every method: written once (the stage's largest cost per method
-    # before: one greedy generation per prompt and method).
-    written = acceptance.target_continuations(model, *args)
     out = {}
     for method in run.draft.method:
         if method == methods.DRAFT_MODEL:
@@ -154,17 +171,25 @@ def main(argv: list[str]) -> None:
     target_params = baseline.num_parameters()  # the unquantized count: packed INT4 weights would undercount
 
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
-    prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in heldout]
+    prompts = [prompt for prompt, _ in examples]  # prompt_and_response_ids tokenized them already
     fidelity = quality.fidelity(baseline, model, examples)
+    written = continuations(run, model, prompts)
     fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg.greedy_prompts],
-                                                    cfg.greedy_tokens, tokenizer.eos_token_id)
-    estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts), target_params)
+                                                    cfg.greedy_tokens, tokenizer.eos_token_id,
+                                                    variant_tokens=known_greedy(run, written, tokenizer.eos_token_id))
+    estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts, written),
+                                          target_params)
     best = best_method(estimates)
     spec = estimates[best]
-    del baseline, model  # free memory before lm-eval and vLLM load their own copies
+    # free memory before lm-eval and vLLM load their own copies; on CPU lm-eval scores the model loaded here, exactly
+    # what a second load_causal_lm would give (float32 on CPU, decompressed), without loading it again
+    del baseline
+    if model.device.type != "cpu":
+        model = None
     with scoped_env(server_env(recipe, run.serving)):  # vLLM's engines measure the kernels it ships with
         lm_eval = lmeval.run_tasks(variant_dir, list(cfg.lm_eval.tasks), cfg.lm_eval.limit,
-                                   vllm_args=lm_eval_engine(run))
+                                   vllm_args=lm_eval_engine(run), loaded=model)
+        model = None
         draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
         gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, run) if draft
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))

@@ -83,6 +83,23 @@ def test_custom_task_runs_on_the_demo_model(model, request, demo_pair, task_dir,
     assert scores["byte_perplexity"] == pytest.approx(math.exp(-sum(lls) / n_bytes), rel=1e-3)
 
 
+def test_the_stage_loaded_model_and_the_evals_only_index_score_the_same(demo_pair, task_dir, monkeypatch):
+    """The evaluate stage hands lm-eval the model it already loaded (CPU) and indexes evals/ alone when it defines
+    every task: the same scores as a fresh load through lm-eval's whole task index."""
+    import torch
+
+    from pipeline.models.loading import load_causal_lm
+
+    monkeypatch.chdir(task_dir)
+    assert lmeval.manager_for(["domain_heldout"]) is lmeval.task_manager(include_defaults=False)
+    assert lmeval.manager_for(["domain_heldout", "arc_easy"]) is lmeval.task_manager()
+    fresh = lmeval.run_tasks(demo_pair[0], ["domain_heldout"], limit=N_DOCS)
+    monkeypatch.setattr(lmeval, "manager_for", lambda tasks: lmeval.task_manager())  # the whole index, as before
+    full_index = lmeval.run_tasks(demo_pair[0], ["domain_heldout"], limit=N_DOCS,
+                                  loaded=load_causal_lm(demo_pair[0], torch.device("cpu")))
+    assert fresh == full_index
+
+
 def test_unknown_task_is_named(demo_pair, task_dir, monkeypatch):
     monkeypatch.chdir(task_dir)
     with pytest.raises(PipelineError, match="'no_such_task' is not defined") as err:

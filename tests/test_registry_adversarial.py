@@ -498,6 +498,44 @@ def test_a_stage_whose_log_fills_the_disk_finishes_instead_of_hanging(tmp_path):
     assert (tmp_path / "artifacts/logs/full.log").stat().st_size <= 16384
 
 
+STAGE_WITH_A_SPAWNED_PROCESS = """
+import multiprocessing, time
+from pipeline.core.stage import say, stage_main
+
+def child():
+    print("from the spawned child", flush=True)
+
+@stage_main("spawned")
+def main(argv):
+    # a spawn-context process starts multiprocessing's resource tracker, which keeps a copy of fd 2 (the log's pipe)
+    # until the stage exits, as vLLM's engine does in the evaluate stage
+    p = multiprocessing.get_context("spawn").Process(target=child)
+    p.start()
+    p.join()
+    print("partial line without a newline", end="", flush=True)
+    say("spawned: done")
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    try:
+        main()
+    finally:
+        print(f"took {time.perf_counter() - t0:.2f}")
+"""
+
+
+def test_a_process_holding_the_log_pipe_does_not_delay_the_stage_end(tmp_path):
+    """The log copier stops once the stage is done and the pipe is drained, not at EOF: the resource tracker holds
+    the pipe open until the stage exits, which cost every evaluate stage on a GPU 10 s after its summary line."""
+    (tmp_path / "spawned_stage.py").write_text(STAGE_WITH_A_SPAWNED_PROCESS)
+    r = subprocess.run([sys.executable, "spawned_stage.py"], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and "spawned: done" in r.stdout, r.stderr[-2000:]
+    assert float(r.stdout.split("took ")[-1]) < 5.0  # was 10 s (the copier's join timeout) and more
+    log = (tmp_path / "artifacts/logs/spawned.log").read_text()
+    assert "from the spawned child\n" in log and log.endswith("partial line without a newline"), log
+
+
 @pytest.mark.parametrize("where, value", [
     (("publish", "mlflow", "tracking_uri"), "http://bob:pw@mlflow.internal:5000"),
     (("publish", "mlflow", "tracking_uri"), "https://mlflow.internal/?token=abc"),

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import logging
 import os
+import select
 import sys
 import threading
 import traceback
@@ -122,20 +123,45 @@ def collapse_redraws(line: str) -> str:
     return (states[-1] if states else "") + end
 
 
-def _redacting_copy(read_fd: int, log: IO[bytes]) -> None:
+# How long the copier waits for more output once the stage is done before it stops (see _redacting_copy).
+DRAIN_S = 0.2
+
+
+def _redacting_copy(read_fd: int, log: IO[bytes], done: threading.Event) -> None:
     """Every line written to fds 1 and 2 (this process's, its libraries', its children's) reaches the log with
     credentials in URLs replaced (MLflow prints `View run ... at: http://user:password@host/...`), and a line redrawn
-    with carriage returns as its last state (collapse_redraws)."""
-    writable = True
-    with os.fdopen(read_fd, "rb") as pipe:
-        for raw in pipe:  # always drained: a copier that stopped reading would block the stage on its next print
-            if not writable:
+    with carriage returns as its last state (collapse_redraws).
+
+    It reads to EOF, or, once `done` is set, until the pipe has been quiet for DRAIN_S: a process that outlives the
+    stage's work can hold the pipe's write end open for the rest of the stage's life, e.g. multiprocessing's
+    resource tracker, started with a copy of fd 2 by any spawn-context process (vLLM's engine), which exits only with
+    the stage. Waiting for EOF then cost the stage the whole join timeout (10 s) after its summary line."""
+    writable, pending = True, b""
+
+    def write(raw: bytes) -> None:
+        nonlocal writable
+        if not writable:
+            return
+        try:
+            log.write(redact_uri(collapse_redraws(raw.decode("utf-8", "replace"))).encode())
+            log.flush()
+        except OSError:  # a full disk: the log stops, the stage goes on (and fails on its own writes)
+            writable = False
+
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        while True:  # always drained: a copier that stopped reading would block the stage on its next print
+            if not select.select([pipe], [], [], DRAIN_S)[0]:
+                if done.is_set():
+                    break
                 continue
-            try:
-                log.write(redact_uri(collapse_redraws(raw.decode("utf-8", "replace"))).encode())
-                log.flush()
-            except OSError:  # a full disk: the log stops, the stage goes on (and fails on its own writes)
-                writable = False
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            *lines, pending = (pending + chunk).split(b"\n")
+            for line in lines:
+                write(line + b"\n")
+        if pending:
+            write(pending)
 
 
 @contextlib.contextmanager
@@ -150,7 +176,8 @@ def output_to_log(log_path: Path) -> Iterator[None]:
     _console_out, _console_err = os.fdopen(os.dup(1), "w", buffering=1), os.fdopen(os.dup(2), "w", buffering=1)
     with open(log_path, "ab", buffering=0) as log:
         read_fd, write_fd = os.pipe()
-        copier = threading.Thread(target=_redacting_copy, args=(read_fd, log), daemon=True)
+        done = threading.Event()
+        copier = threading.Thread(target=_redacting_copy, args=(read_fd, log, done), daemon=True)
         copier.start()
         os.dup2(write_fd, 1)
         os.dup2(write_fd, 2)
@@ -163,7 +190,8 @@ def output_to_log(log_path: Path) -> Iterator[None]:
             sys.stderr.flush()
             os.dup2(saved[0], 1)  # the pipe's last write ends close here (children have exited)...
             os.dup2(saved[1], 2)
-            copier.join(timeout=10)  # ...so the copier reads to EOF and stops
+            done.set()
+            copier.join(timeout=10)  # ...so the copier reads to EOF, or drains what is left (_redacting_copy), and stops
             for fd in saved:
                 os.close(fd)
             _console_out.close()

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
+from pipeline.evaluate import generation
 from pipeline.evaluate.serving_costs import ServedPrediction
 
 COST_RATIO_CHOICES = ("weight_bytes", "measured")
@@ -271,8 +272,10 @@ def target_continuations(target, prompts: list[list[int]], continuation_tokens: 
     for every method, so the evaluate stage writes them once per variant and each method is scored on the same
     text (a paired comparison; at temperature 0 exactly what each method's own run would write)."""
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
-    torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible
     stop_ids = stop_token_ids(target)
+    if temperature == 0:  # all prompts in one batch, the same tokens as target_continuation's (generation.py)
+        return generation.greedy_continuations(target, prompts, continuation_tokens, stop_ids, overrun=max_k - 1)
+    torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible: one prompt at a time, in order
     return [target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
             for prompt in progress(prompts, desc="target continuations")]
 

@@ -48,12 +48,23 @@ def vllm_model_args(model_dir: str | Path, vllm_args: dict | None = None) -> dic
             "tensor_parallel_size": 1, **(vllm_args or {})}
 
 
-@functools.lru_cache(maxsize=1)
-def task_manager():
-    """lm-eval's task index plus evals/; building it scans thousands of YAMLs, so once per process."""
+@functools.lru_cache(maxsize=2)
+def task_manager(include_defaults: bool = True):
+    """lm-eval's task index plus evals/ (evals/ alone without include_defaults); building lm-eval's scans thousands of
+    YAMLs, so once per process."""
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=str(EVALS_DIR))
+    return TaskManager(include_path=str(EVALS_DIR), include_defaults=include_defaults)
+
+
+def manager_for(tasks: list[str]):
+    """The index of evals/ alone when it defines every task (the demo's domain_heldout), else lm-eval's too: indexing
+    lm-eval's thousands of task YAMLs took ~7-11 s of each evaluate stage, for tasks it did not run. The tasks are
+    built from the same YAMLs either way."""
+    own = task_manager(include_defaults=False)
+    if tasks and all(isinstance(t, str) and t in own.all_tasks for t in tasks):
+        return own
+    return task_manager()
 
 
 def check_tasks(manager, tasks: list[str]) -> None:
@@ -76,14 +87,15 @@ def check_tasks(manager, tasks: list[str]) -> None:
 
 
 def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8,
-              vllm_args: dict | None = None) -> dict:
+              vllm_args: dict | None = None, loaded=None) -> dict:
     """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
     (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...) apply only to the vllm backend, which
-    runs only where the host has tensor_parallel_size GPUs."""
+    runs only where the host has tensor_parallel_size GPUs. loaded: model_dir's model as load_causal_lm(model_dir,
+    cpu) loads it, already in memory (the evaluate stage's), for the hf backend instead of a second load."""
     import lm_eval
     import torch
 
-    manager = task_manager()
+    manager = manager_for(tasks)
     check_tasks(manager, tasks)
     name = backend((vllm_args or {}).get("tensor_parallel_size", 1))
     if name == "vllm":
@@ -96,7 +108,8 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
         # lm-eval's own from_pretrained would leave an NVFP4 checkpoint's weights in bfloat16).
         from pipeline.models.loading import load_causal_lm, load_tokenizer
 
-        model_args = {"pretrained": load_causal_lm(model_dir, torch.device("cpu")),
+        usable = loaded is not None and loaded.device.type == "cpu"
+        model_args = {"pretrained": loaded if usable else load_causal_lm(model_dir, torch.device("cpu")),
                       "tokenizer": load_tokenizer(model_dir)}
     out = lm_eval.simple_evaluate(model=name, model_args=model_args, tasks=tasks, limit=limit,
                                   batch_size=batch_size, device="cuda" if name == "vllm" else "cpu",

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
+from pipeline.evaluate import generation
 
 
 @torch.no_grad()
@@ -54,10 +55,21 @@ def greedy_tokens(model, prompt: list[int], n_tokens: int, eos_token_id: int | N
     return out[0, len(prompt):].tolist()
 
 
-def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos_token_id: int | None) -> float:
-    """Fraction of prompts whose first n generated tokens are identical to the baseline's."""
+def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos_token_id: int | None,
+                 variant_tokens: list[list[int] | None] | None = None) -> float:
+    """Fraction of prompts whose first n generated tokens are identical to the baseline's. variant_tokens[i]: the
+    variant's greedy tokens for prompts[i] where already known (generation.greedy_prefix of its continuations, which
+    the evaluate stage writes anyway); None entries, or all without it, are generated here. Each model generates
+    for all its prompts in one batch (generation.py): the same tokens as one prompt at a time with generate()."""
     if not prompts:
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
-    same = sum(greedy_tokens(baseline, p, n_tokens, eos_token_id) == greedy_tokens(variant, p, n_tokens, eos_token_id)
-               for p in progress(prompts, desc="greedy match"))
-    return same / len(prompts)
+    stop = frozenset() if eos_token_id is None else {eos_token_id}
+
+    def written(model, todo: list[int]) -> dict[int, list[int]]:
+        runs = generation.greedy_continuations(model, [prompts[i] for i in todo], n_tokens, stop) if todo else []
+        return {i: tokens for i, (tokens, _) in zip(todo, runs)}
+
+    base = written(baseline, list(range(len(prompts))))
+    var = {i: t for i, t in enumerate((variant_tokens or [])[: len(prompts)]) if t is not None}
+    var |= written(variant, [i for i in range(len(prompts)) if i not in var])
+    return sum(base[i] == var[i] for i in range(len(prompts))) / len(prompts)
