@@ -171,6 +171,7 @@ def one_gpu_host(monkeypatch):
     import torch
 
     find_spec = importlib.util.find_spec
+    monkeypatch.setattr(vllm_spec, "GPU_DEVICE_FILES", ("/dev/null",))  # a device file torch would look behind
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
