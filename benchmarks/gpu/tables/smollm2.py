@@ -127,16 +127,10 @@ def server_starts(variant: str = "bf16", run: Path = RUN) -> list[tuple[str, int
     out = []
     for f in sorted((run / "logs").glob(f"serve_bench@{variant}.*-server.log")):
         config = f.name[len(f"serve_bench@{variant}."):-len("-server.log")]
-        text = f.read_text()
-        stamps = re.findall(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d)", text)
-        ready = re.search(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) \[[^]]+\] Available routes", text)
+        first, ready, _ = server_moments(config, run, variant)
         init = re.findall(r"init engine \(profile, create kv cache, warmup model\) took "
-                          r"([0-9.]+ s \(compilation: [0-9.]+ s\))", text)
-
-        def parse(t: str) -> datetime:
-            return datetime.strptime(t, "%m-%d %H:%M:%S")
-
-        secs = int((parse(ready.group(1)) - parse(stamps[0])).total_seconds()) if ready and stamps else None
+                          r"([0-9.]+ s \(compilation: [0-9.]+ s\))", f.read_text())
+        secs = int((ready - first).total_seconds()) if ready and first else None
         out.append((config, secs, "; ".join(init)))
     return out
 
