@@ -3,6 +3,7 @@ tiny demo target: prompts of different lengths share a left-padded batch."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tiny_project import demo_prompts
 from pipeline.evaluate import acceptance, generation, quality
@@ -30,10 +31,18 @@ def test_batched_continuations_equal_one_prompt_at_a_time(demo_target, prompts):
     assert early[0][1] <= 3 and len(early[0][0]) == early[0][1] + OVERRUN
 
 
+@torch.no_grad()
+def generate_greedy(model, prompt: list[int], n_tokens: int, eos_token_id: int | None) -> list[int]:
+    """transformers' generate(), one prompt at a time: what greedy_match ran before it batched."""
+    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n_tokens, do_sample=False,
+                         eos_token_id=eos_token_id, pad_token_id=eos_token_id)
+    return out[0, len(prompt):].tolist()
+
+
 def test_batched_greedy_equals_generate_and_prefixes_of_longer_runs(demo_target, prompts):
     eos = demo_target.config.eos_token_id
     runs = generation.greedy_continuations(demo_target, prompts, 8, {eos})
-    assert [tokens for tokens, _ in runs] == [quality.greedy_tokens(demo_target, p, 8, eos) for p in prompts]
+    assert [tokens for tokens, _ in runs] == [generate_greedy(demo_target, p, 8, eos) for p in prompts]
     longer = generation.greedy_continuations(demo_target, prompts, N_TOKENS, set(), OVERRUN)
     assert [generation.greedy_prefix(tokens, 8, eos) for tokens, _ in longer] == [tokens for tokens, _ in runs]
     # too short a run to tell where an 8-token greedy run ends: None, generated instead

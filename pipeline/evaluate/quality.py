@@ -48,13 +48,6 @@ def fidelity(baseline, variant, examples: list[tuple[list[int], list[int]]]) -> 
     }
 
 
-@torch.no_grad()
-def greedy_tokens(model, prompt: list[int], n_tokens: int, eos_token_id: int | None) -> list[int]:
-    out = model.generate(torch.tensor([prompt], device=model.device), max_new_tokens=n_tokens, do_sample=False,
-                         eos_token_id=eos_token_id, pad_token_id=eos_token_id)
-    return out[0, len(prompt):].tolist()
-
-
 def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos_token_id: int | None,
                  variant_tokens: list[list[int] | None] | None = None) -> float:
     """Fraction of prompts whose first n generated tokens are identical to the baseline's. variant_tokens[i]: the
