@@ -7,10 +7,14 @@ python3 -m venv .venv
 python -m pip install -q --upgrade pip
 # 2.13.0 is the CPU build on local disk; installing it first keeps pip from pulling CUDA wheels.
 python -m pip install -q torch==2.13.0
-python -m pip install -q -e ".[dev]"
+# The rest through uv (same resolution, same versions as pip; 27 s cold against pip's 61 s warm on 2 cores:
+# benchmarks/cpu/raw/setup-install.json). pip keeps torch: only pip reads this machine's pip config (the local
+# CPU wheel, the torch cap), and uv leaves the installed torch alone since it satisfies every requirement.
+python -m pip install -q uv==0.13.9
+uv pip install -q --compile-bytecode -e ".[dev]"
 # EAGLE-3 heads (pipeline/drafts/eagle3.py): speculators' model and loss. --no-deps: its metadata pulls torchaudio and
 # torchvision, whose resolution replaces the CPU torch above with a CUDA build; pyproject lists what it imports.
-python -m pip install -q --no-deps speculators==0.9.0
+uv pip install -q --no-deps speculators==0.9.0
 python -c "import speculators.models.eagle3"
 # promtool checks and unit-tests the bundles' Prometheus rules (tests/test_handoff.py). Debian's package, where
 # this runs as root with apt (CI does); elsewhere those tests skip and say why.

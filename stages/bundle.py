@@ -6,14 +6,12 @@ from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json
 from pipeline.core.stage import say, stage_main
-from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.estimate import SpeculativeEstimate
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
-from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
@@ -23,6 +21,7 @@ from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.release.settings import DeployParams, MonitoringParams, PublishParams
 from pipeline.release.speculation_choice import config_name, config_of
+from pipeline.release.warmup import rendered_prompts
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
                                      speculative_config_for)
@@ -77,12 +76,11 @@ def main(argv: list[str]) -> None:
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     # PROVENANCE.json records the serving section as params.yaml writes it
     record = provenance(spec, p[ServingParams.SECTION], read_json("metrics/models.json"))
-    tokenizer = load_tokenizer(model_dir)
     n = deploy.warmup_prompts
     prompts = (heldout_prompts(paths.HELDOUT, n)
                if deploy.warmup_from_traffic else
                [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
-    warm = [prompt_text(tokenizer, messages) for messages in prompts]
+    warm = rendered_prompts(model_dir, prompts, paths.CACHE)  # one tokenizer load per build, not per bundle
     with atomic_dir(paths.BUNDLES / variant) as tmp:
         drafter = ((methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
                    if shipped.method in methods.ARTIFACT_DIRS else None)

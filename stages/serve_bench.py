@@ -315,7 +315,7 @@ def kernels_in_log(path: Path) -> list[str]:
 
 def candidates(run: Settings, variant: str) -> dict[str, int]:
     """Each requested method at the k its CPU estimate found best on this variant (or the fixed k)."""
-    from pipeline.evaluate.acceptance import SpeculativeEstimate  # torch: only where vLLM serves
+    from pipeline.evaluate.estimate import SpeculativeEstimate
 
     fixed = run.bench.num_speculative_tokens
     return {m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json")

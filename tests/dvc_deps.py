@@ -1,8 +1,8 @@
-"""dvc.yaml's code deps from each stage's import closure: what tests/test_dvc_graph.py checks, and the tool that
-writes them.
+"""The pipeline files' code deps from each stage's import closure: what tests/test_dvc_graph.py checks, and the
+tool that writes them. The pipeline files: dvc.yaml and stages/dvc.yaml (the always-run `sources` stage).
 
     python tests/dvc_deps.py           # exit 1 and name the stages whose code deps differ from their closure
-    python tests/dvc_deps.py --write   # rewrite those deps lists in dvc.yaml (everything else is kept as written)
+    python tests/dvc_deps.py --write   # rewrite those deps lists in place (everything else is kept as written)
 
 A stage's code deps are the project files its entry point imports, transitively (lazy imports inside functions
 too), with a package folder listed as the folder where the stage imports every module in it. Its other deps
@@ -20,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages")
+PIPELINE_FILES = ("dvc.yaml", "stages/dvc.yaml")  # every dvc.yaml of the project; a stage name is unique across them
 WIDTH = 119  # a rewritten flow list wraps after the item that passes this column (PyYAML's rule)
 
 
@@ -64,9 +65,20 @@ def closure(entry: Path, root: Path = ROOT) -> set[Path]:
     return {p.relative_to(root) for p in seen}
 
 
+def pipeline_stages(root: Path = ROOT) -> dict[str, dict]:
+    """stage name -> its definition, from every pipeline file the project has (a copy may hold only dvc.yaml)."""
+    out: dict[str, dict] = {}
+    for name in PIPELINE_FILES:
+        if (root / name).is_file():
+            stages = yaml.safe_load((root / name).read_text())["stages"]
+            assert not set(stages) & set(out), f"{name} repeats stage names: {sorted(set(stages) & set(out))}"
+            out.update(stages)
+    return out
+
+
 def stage_entries(root: Path = ROOT) -> dict[str, tuple[Path, list[str]]]:
-    """stage name -> (entry file, declared deps) from dvc.yaml."""
-    stages = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]
+    """stage name -> (entry file, declared deps) from the pipeline files."""
+    stages = pipeline_stages(root)
     out = {}
     for name, stage in stages.items():
         body = stage.get("do", stage)
@@ -168,23 +180,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", action="store_true", help="rewrite dvc.yaml's deps from the import closures")
     ap.add_argument("--root", type=Path, default=ROOT, help="the project (default: this checkout)")
     args = ap.parse_args(argv)
-    path = args.root / "dvc.yaml"
-    text = path.read_text()
     wanted = wanted_deps(args.root)
     declared = {name: deps for name, (_, deps) in stage_entries(args.root).items()}
     stale = [name for name in wanted if wanted[name] != declared[name]]
-    new = rewrite(text, {name: wanted[name] for name in stale})
-    before = yaml.safe_load(text)
-    if yaml.safe_load(new) != {**before, "stages": {name: _with_deps(stage, wanted[name])
-                                                    for name, stage in before["stages"].items()}}:
-        raise SystemExit("dvc_deps: rewriting dvc.yaml would change more than its deps lists")
-    if args.write:
-        if new != text:
+    for name in PIPELINE_FILES:
+        path = args.root / name
+        if not path.is_file():
+            continue
+        text = path.read_text()
+        before = yaml.safe_load(text)
+        mine = [stage for stage in stale if stage in before["stages"]]
+        new = rewrite(text, {stage: wanted[stage] for stage in mine})
+        if yaml.safe_load(new) != {**before, "stages": {stage: _with_deps(body, wanted[stage])
+                                                        for stage, body in before["stages"].items()}}:
+            raise SystemExit(f"dvc_deps: rewriting {name} would change more than its deps lists")
+        if args.write and new != text:
             path.write_text(new)
-        print(f"dvc.yaml: deps rewritten for {', '.join(stale)}" if stale else "dvc.yaml: deps already match")
+    if args.write:
+        print(f"deps rewritten for {', '.join(stale)}" if stale else "deps already match")
         return 0
     if stale:
-        print(f"dvc.yaml: code deps differ from the import closure for {', '.join(stale)} "
+        print(f"code deps differ from the import closure for {', '.join(stale)} "
               "(python tests/dvc_deps.py --write)", file=sys.stderr)
         return 1
     return 0

@@ -16,7 +16,7 @@ def choose_k(per_position: list[float], cost_ratio: float) -> tuple[int, dict[in
 
 def speculative_estimate():
     """A SpeculativeEstimate whose k is chosen by the pipeline's own best_k."""
-    from pipeline.evaluate.acceptance import SpeculativeEstimate
+    from pipeline.evaluate.estimate import SpeculativeEstimate
 
     k, speedups = choose_k(PER_POSITION, COST_RATIO)
     return SpeculativeEstimate(

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from tiny_project import ROOT
-from dvc_deps import closure, covered, is_code_dep, stage_entries  # `python tests/dvc_deps.py --write` writes them
+from dvc_deps import (PIPELINE_FILES, closure, covered, is_code_dep,  # `python tests/dvc_deps.py --write` writes them
+                      pipeline_stages, stage_entries)
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))
@@ -82,7 +83,7 @@ def test_the_artifact_layout_is_dvc_yamls():
     named = {v for v in vars(paths).values() if isinstance(v, Path)}
     untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING, paths.TIMINGS}
     outs, mentioned = set(), set()
-    for stage in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"].values():
+    for stage in pipeline_stages().values():
         body = stage.get("do", stage)
         for kind in ("outs", "deps"):
             for entry in body.get(kind, []):
@@ -123,11 +124,13 @@ def test_dvc_lock_matches_the_code_in_the_tree():
 def test_dvc_lock_holds_only_stages_that_exist():
     """A stage removed from dvc.yaml leaves no entry in the committed lock (benchmarks/cpu/demo_build.sh --lock
     builds it without the old lock); the lock's names are dvc.yaml's, foreach stages expanded as name@item."""
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    locked = yaml.safe_load((ROOT / "dvc.lock").read_text())["stages"]
-    gone = sorted(name for name in locked if name.split("@")[0] not in stages
-                  or ("@" in name) != ("foreach" in stages[name.split("@")[0]]))
-    assert not gone, f"dvc.lock holds stages dvc.yaml no longer has: {gone}"
+    for pipeline_file in PIPELINE_FILES:  # each dvc.yaml has its lock beside it
+        lock_file = Path(pipeline_file).with_suffix(".lock")
+        stages = yaml.safe_load((ROOT / pipeline_file).read_text())["stages"]
+        locked = yaml.safe_load((ROOT / lock_file).read_text())["stages"]
+        gone = sorted(name for name in locked if name.split("@")[0] not in stages
+                      or ("@" in name) != ("foreach" in stages[name.split("@")[0]]))
+        assert not gone, f"{lock_file} holds stages {pipeline_file} no longer has: {gone}"
 
 
 def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):

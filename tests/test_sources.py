@@ -122,7 +122,7 @@ def test_editing_a_local_source_in_place_makes_models_stale(tmp_path, demo_pair)
     assert recorded["target"]["kind"] == "local" and str(tmp_path) not in json.dumps(recorded)  # hashes, no paths
 
     def models_stale() -> bool:
-        assert run(["dvc", "repro", "--single-item", "sources"], proj).returncode == 0
+        assert run(["dvc", "repro", "--single-item", "stages/dvc.yaml:sources"], proj).returncode == 0
         r = run(["dvc", "status", "--json", "models"], proj)
         return "models" in json.loads(r.stdout or "{}")
 

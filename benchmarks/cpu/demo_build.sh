@@ -4,7 +4,7 @@
 # benchmarks/cpu/repro_nochange.py in the same clone.
 #
 #   bash benchmarks/cpu/demo_build.sh          # writes benchmarks/cpu/raw/demo-build.json
-#   bash benchmarks/cpu/demo_build.sh --lock   # also copies the clone's dvc.lock, metrics/ and plots/
+#   bash benchmarks/cpu/demo_build.sh --lock   # also copies the clone's locks, metrics/ and plots/
 #                                              # back: the lock of a `dvc repro` of the committed code
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -14,9 +14,10 @@ trap 'rm -rf "$work"' EXIT
 git clone -q "$root" "$work/clone"
 cd "$work/clone"
 first=$(sed -n '/^```bash$/{n;p;q}' README.md)   # the README's first command, as a user copies it
-# --lock: the lock DVC writes holds only the stages dvc.yaml has (a lock carried over keeps a removed stage's entry
-# for ever); with no DVC cache in a fresh clone every stage runs either way, so the timing is the same.
-[ "${1:-}" = "--lock" ] && rm -f dvc.lock
+# --lock: the locks DVC writes (dvc.lock, stages/dvc.lock) hold only the stages their dvc.yaml has (a lock carried
+# over keeps a removed stage's entry for ever); with no DVC cache in a fresh clone every stage runs either way, so the
+# timing is the same.
+[ "${1:-}" = "--lock" ] && rm -f dvc.lock stages/dvc.lock
 t0=$(date +%s.%N)
 # each output line prefixed with the seconds since the start: where the time goes, stage by stage
 set +e
@@ -40,10 +41,10 @@ record = {
     "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
     "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
     "first_command": first, "first_command_s": round(t1 - t0, 1), "second_repro_s": round(t2 - t1, 1),
-    "second_repro_ran": re.findall(r"^Running stage '([^']+)'", open(second_log).read(), re.M),
+    "second_repro_ran": re.findall(r"^Running stage '(?:[^':]+:)?([^']+)'", open(second_log).read(), re.M),
 }
 # Seconds from each stage's start to the next one's (the last: to the end of the command); setup before the first.
-starts = [(float(m[1]), m[2]) for m in re.finditer(r"^([0-9.]+) Running stage '([^']+)'", open(first_log).read(), re.M)]
+starts = [(float(m[1]), m[2]) for m in re.finditer(r"^([0-9.]+) Running stage '(?:[^':]+:)?([^']+)'", open(first_log).read(), re.M)]
 if starts:
     record["setup_s"] = round(starts[0][0], 1)
     ends = [t for t, _ in starts[1:]] + [t1 - t0]
@@ -56,6 +57,7 @@ python benchmarks/cpu/repro_nochange.py --out "$root/benchmarks/cpu/raw/repro-no
   || { tail -20 "$work/nochange.log"; echo "benchmarks/cpu/repro_nochange.py failed (the build's record stands)" >&2; }
 if [ "${1:-}" = "--lock" ]; then
   cp dvc.lock "$root/dvc.lock"
+  cp stages/dvc.lock "$root/stages/dvc.lock"
   rm -rf "$root/metrics" "$root/plots"
   cp -r metrics plots "$root/"
 fi

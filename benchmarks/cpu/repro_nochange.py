@@ -93,7 +93,7 @@ def repro_runs(workspace: Path, runs: int, env: dict) -> dict:
     for _ in range(runs):
         wall, cpu, out = timed(["dvc", "repro"], workspace, env)
         samples.append((wall, cpu))
-        ran.append(re.findall(r"^Running stage '([^']+)'", out, re.M))
+        ran.append(re.findall(r"^Running stage '(?:[^':]+:)?([^']+)'", out, re.M))
     return {**summary(samples), "stages_run": sorted({s for r in ran for s in r})}
 
 

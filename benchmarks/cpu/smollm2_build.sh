@@ -62,7 +62,7 @@ import torch, yaml
 out, t0, t1, rc, load_start, load_end, defaults_path, log = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), \
     int(sys.argv[4]), sys.argv[5], sys.argv[6], sys.argv[7], sys.argv[8]
 starts = [(float(m.group(1)), m.group(2)) for m in
-          re.finditer(r"^([0-9.]+) Running stage '([^']+)'", open(log).read(), re.M)]
+          re.finditer(r"^([0-9.]+) Running stage '(?:[^':]+:)?([^']+)'", open(log).read(), re.M)]
 stages = [{"stage": name, "s": round((starts[i + 1][0] if i + 1 < len(starts) else t1) - start, 1)}
           for i, (start, name) in enumerate(starts)]
 

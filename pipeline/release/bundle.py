@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 
 from pipeline.core.io import atomic_write_text, write_json
-from pipeline.evaluate.acceptance import SpeculativeEstimate
+from pipeline.evaluate.estimate import SpeculativeEstimate
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import VariantSpec
