@@ -207,7 +207,8 @@ def test_an_edit_goes_stale_only_where_it_is_imported(tmp_path, edited):
         f.write("\n# an edit\n")
     r = subprocess.run(["dvc", "status", "--json"], cwd=clone, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    stale = {stage.split("@")[0] for stage, changes in json.loads(r.stdout or "{}").items()
+    stale = {stage.split("@")[0].rsplit(":", 1)[-1]  # stages/dvc.yaml:sources -> sources
+             for stage, changes in json.loads(r.stdout or "{}").items()
              for change in (changes if isinstance(changes, list) else []) if isinstance(change, dict)
              and any(state == "modified" and (dep == edited or Path(dep) in Path(edited).parents)  # a folder dep
                      for dep, state in (change.get("changed deps") or {}).items())}
