@@ -640,7 +640,11 @@ def step_time() -> Table:
     the drafted tokens it accepted, so steps = output tokens - accepted tokens, and a step's time is the mean TPOT
     times the tokens per step; beside the step time the cost profile holds for the config at batch 1 (plain, or the
     method at the nearest k it was measured at)."""
-    rows = step_rows(BASELINE, RUN3, CONFIGS)
+    return step_table(step_rows(BASELINE, RUN3, CONFIGS))
+
+
+def step_table(rows) -> Table:
+    """step_rows as a table: served step time beside the cost profile's at batch 1."""
     return Table(("config", "k served", "mean TPOT ms", "tokens per step", "step ms, served",
                   f"step ms at batch 1, cost profile `{rows[0][7]}`"),
                  tuple((f"`{c}`", str(k or "-"), f"{tpot:.2f}", f"{per:.2f}", f"{step:.2f}",
@@ -826,12 +830,7 @@ def gptq_predicted() -> Table:
 
 
 def gptq_step_time() -> Table:
-    rows = step_rows(GPTQ, RUN, kernel_configs(GPTQ, RUN))
-    return Table(("config", "k served", "mean TPOT ms", "tokens per step", "step ms, served",
-                  f"step ms at batch 1, cost profile `{rows[0][7]}`"),
-                 tuple((f"`{c}`", str(k or "-"), f"{tpot:.2f}", f"{per:.2f}", f"{step:.2f}",
-                        f"{prof:.2f}" if pk is None else f"{prof:.2f} (k={pk})")
-                       for c, k, tpot, per, step, prof, pk, _ in rows))
+    return step_table(step_rows(GPTQ, RUN, kernel_configs(GPTQ, RUN)))
 
 
 def gptq_every_run() -> Table:
