@@ -48,12 +48,15 @@ def continuations(run: Settings, model, prompts: list[list[int]]) -> list[tuple[
                                            cfg.max_k)
 
 
-def known_greedy(run: Settings, written: list[tuple[list[int], int]], eos_token_id: int | None
+def known_greedy(run: Settings, model, written: list[tuple[list[int], int]], eos_token_id: int | None
                  ) -> list[list[int] | None]:
     """The variant's greedy-match tokens per prompt, read off its greedy continuations where they reach far enough
-    (None: generate them); nothing at a sampling temperature, whose continuations are not greedy."""
+    (None: generate them); nothing at a sampling temperature, whose continuations are not greedy, nor on a GPU. On
+    the CPU float32 greedy tokens do not depend on the batch they are generated in (tests/test_generation.py); on a
+    GPU bf16 kernels change with the batch's shape, and BF16 read that way matched itself at 0.9375
+    (benchmarks/gpu/raw/smollm2-gpu-4), so there the variant generates in the baseline's batch."""
     cfg = run.evaluate
-    if cfg.acceptance.temperature != 0:
+    if cfg.acceptance.temperature != 0 or model.device.type != "cpu":
         return []
     return [generation.greedy_prefix(tokens, cfg.greedy_tokens, eos_token_id) for tokens, _ in written]
 
@@ -174,12 +177,9 @@ def main(argv: list[str]) -> None:
     prompts = [prompt for prompt, _ in examples]  # prompt_and_response_ids tokenized them already
     fidelity = quality.fidelity(baseline, model, examples)
     written = continuations(run, model, prompts)
-    # On the CPU float32 greedy tokens do not depend on the batch they are generated in (tests/test_generation.py),
-    # so the variant's are read off its continuations. On a GPU bf16 kernels change with the batch's shape: BF16
-    # matched itself at 0.9375 that way (benchmarks/gpu/raw/smollm2-gpu-4), so there both sides generate alike.
-    known = known_greedy(run, written, tokenizer.eos_token_id) if model.device.type == "cpu" else None
-    fidelity["greedy_match"] = quality.greedy_match(baseline, model, prompts[: cfg.greedy_prompts],
-                                                    cfg.greedy_tokens, tokenizer.eos_token_id, variant_tokens=known)
+    fidelity["greedy_match"] = quality.greedy_match(
+        baseline, model, prompts[: cfg.greedy_prompts], cfg.greedy_tokens, tokenizer.eos_token_id,
+        variant_tokens=known_greedy(run, model, written, tokenizer.eos_token_id))
     estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts, written),
                                           target_params)
     best = best_method(estimates)

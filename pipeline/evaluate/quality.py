@@ -53,7 +53,8 @@ def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos
     """Fraction of prompts whose first n generated tokens are identical to the baseline's. variant_tokens[i]: the
     variant's greedy tokens for prompts[i] where already known (generation.greedy_prefix of its continuations, which
     the evaluate stage writes anyway); None entries, or all without it, are generated here. Each model generates
-    for all its prompts in one batch (generation.py): the same tokens as one prompt at a time with generate()."""
+    for all its prompts in one batch (generation.py): on the CPU the same tokens as one prompt at a time with
+    generate() (tested); on a GPU bf16 tokens can change with the batch's shape, so both sides share one."""
     if not prompts:
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     stop = frozenset() if eos_token_id is None else {eos_token_id}

@@ -1,5 +1,6 @@
 """Prompts rendered through a checkpoint's chat template, remembered by content. Every bundle@<variant> renders the
-same warm-up prompts with a byte-identical copy of the target's tokenizer, and loading a tokenizer costs the stage
+same warm-up prompts with its copy of the target's tokenizer (bf16's byte for byte; llm-compressor re-saves a
+quantized variant's with other bytes, so each of those renders once), and loading a tokenizer costs the stage
 seconds (transformers and torch) where it has nothing else heavy to do. The memory is keyed by the sha256 of every
 tokenizer file, the transformers version and the conversations, so what it returns is what a render gives; a
 missing, damaged or edited memory file is rendered again."""
@@ -11,7 +12,7 @@ from fnmatch import fnmatch
 from importlib import metadata
 from pathlib import Path
 
-from pipeline.core.io import read_sealed_json, write_sealed_json
+from pipeline.core.io import file_sha256, read_sealed_json, write_sealed_json
 from pipeline.data.formatting import prompt_text
 
 # What a chat template's rendering reads: the tokenizer's files (special tokens, the template), not the weights or
@@ -25,7 +26,7 @@ def render_key(model_dir: str | Path, conversations: list[list[dict]]) -> str:
     files = sorted(p for p in Path(model_dir).iterdir()
                    if p.is_file() and any(fnmatch(p.name, pattern) for pattern in TOKENIZER_PATTERNS))
     for path in files:
-        digest.update(json.dumps([path.name, hashlib.sha256(path.read_bytes()).hexdigest()]).encode())
+        digest.update(json.dumps([path.name, file_sha256(path)]).encode())
     digest.update(json.dumps([metadata.version("transformers"), conversations], sort_keys=True).encode())
     return digest.hexdigest()
 
