@@ -10,7 +10,7 @@ from pipeline.data.formatting import prompt_and_response_ids
 from pipeline.data.traffic import read_split
 from pipeline.drafts import eagle3, methods, ngram
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate import acceptance, generation, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.settings import EvaluateParams
 from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm, PredictedSpeedup, Quality,
                                        SpeculativeSummary)
@@ -42,23 +42,10 @@ class Settings:
 def continuations(run: Settings, model, prompts: list[list[int]]) -> list[tuple[list[int], int]]:
     """The variant's own continuations of the acceptance prompts (acceptance.target_continuations): the same for
     every method, so written once per stage (the stage's largest cost per method before: one greedy generation per
-    prompt and method), and at temperature 0 also the variant's side of the greedy-match check."""
+    prompt and method)."""
     cfg = run.evaluate.acceptance
     return acceptance.target_continuations(model, prompts[: cfg.prompts], cfg.continuation_tokens, cfg.temperature,
                                            cfg.max_k)
-
-
-def known_greedy(run: Settings, model, written: list[tuple[list[int], int]], eos_token_id: int | None
-                 ) -> list[list[int] | None]:
-    """The variant's greedy-match tokens per prompt, read off its greedy continuations where they reach far enough
-    (None: generate them); nothing at a sampling temperature, whose continuations are not greedy, nor on a GPU. On
-    the CPU float32 greedy tokens do not depend on the batch they are generated in (tests/test_generation.py); on a
-    GPU bf16 kernels change with the batch's shape, and BF16 read that way matched itself at 0.9375
-    (benchmarks/gpu/raw/smollm2-gpu-4), so there the variant generates in the baseline's batch."""
-    cfg = run.evaluate
-    if cfg.acceptance.temperature != 0 or model.device.type != "cpu":
-        return []
-    return [generation.greedy_prefix(tokens, cfg.greedy_tokens, eos_token_id) for tokens, _ in written]
 
 
 def method_estimates(run: Settings, model, variant_dir: Path, prompts: list[list[int]],
@@ -178,8 +165,7 @@ def main(argv: list[str]) -> None:
     fidelity = quality.fidelity(baseline, model, examples)
     written = continuations(run, model, prompts)
     fidelity["greedy_match"] = quality.greedy_match(
-        baseline, model, prompts[: cfg.greedy_prompts], cfg.greedy_tokens, tokenizer.eos_token_id,
-        variant_tokens=known_greedy(run, model, written, tokenizer.eos_token_id))
+        baseline, model, prompts[: cfg.greedy_prompts], cfg.greedy_tokens, tokenizer.eos_token_id)
     estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts, written),
                                           target_params)
     best = best_method(estimates)

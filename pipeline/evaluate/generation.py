@@ -62,13 +62,3 @@ def greedy_continuations(model, prompts: list[list[int]], n_tokens: int, stop_id
     for start in range(0, len(prompts), batch_size):
         out += _greedy_batch(model, prompts[start:start + batch_size], n_tokens, stop_ids, overrun, pad_id)
     return out
-
-
-def greedy_prefix(tokens: list[int], n_tokens: int, eos_token_id: int | None) -> list[int] | None:
-    """What greedy generation of n_tokens stopping at eos_token_id gives, read off a longer greedy run of the same
-    model and prompt (greedy tokens do not depend on where generation stops); None when `tokens` is too short to
-    tell."""
-    for i, token in enumerate(tokens[:n_tokens]):
-        if token == eos_token_id:
-            return tokens[: i + 1]
-    return tokens[:n_tokens] if len(tokens) >= n_tokens else None
