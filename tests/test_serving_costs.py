@@ -272,8 +272,13 @@ def test_committed_profiles_are_the_assembly_of_committed_raw_output():
         try:
             os.chdir(root)  # the profile names its runs relative to the project root, as costs.sh runs
             again = serving_costs.assemble(runs, shape, prof.name, prof.gpu)
+            for served, estimate in dict.fromkeys((m.served_run, m.served_estimate) for m in prof.methods.values()
+                                                  if m.served_run and m.served_estimate):
+                again = serving_costs.calibrate(again, json.loads(Path(served).read_text()), served,
+                                                json.loads(Path(estimate).read_text()), estimate)
             for served in dict.fromkeys(m.served_run for m in prof.methods.values() if m.served_run):
-                again = serving_costs.calibrate(again, json.loads(Path(served).read_text()), served)
+                if not any(m.served_estimate for m in prof.methods.values() if m.served_run == served):
+                    again = serving_costs.calibrate(again, json.loads(Path(served).read_text()), served)
         finally:
             os.chdir(cwd)
         assert again == prof, prof.name
@@ -361,3 +366,32 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
     assert uncalibrated.speedup(1, k) == pytest.approx(2 * pred.speedup(1, k), rel=1e-9)
     assert "not calibrated" in uncalibrated.basis
     assert calibrated.uncalibrated() == prof  # the served calibration removed: the step timings alone
+
+
+def test_ngram_is_calibrated_with_the_cpu_estimates_tokens_per_step(profile):
+    """n-gram drafts on some steps only, so the served record alone does not give its tokens per step: with the
+    variant's CPU estimate (tokens and drafted tokens per step at the served k) the calibrated profile predicts the
+    served n-gram speedup exactly where it was served (slower than plain decoding here); a level whose requests failed is not a measurement."""
+    k = 4
+    estimate = {"tokens_per_step_by_k": {"2": 1.4, "4": 1.6}, "drafted_per_step_by_k": {"2": 0.6, "4": 1.0}}
+    levels = {"plain": {}, "ngram": {}}
+    for c in (1, 8, 32):
+        plain_tps = 1000 * c / plain_ms(c)
+        levels["plain"][f"c{c}"] = served_level(c, plain_tps)
+        levels["ngram"][f"c{c}"] = served_level(c, plain_tps * 0.6, 3.4, 0.6)
+    levels["ngram"]["c32"]["failed"] = 1
+    record = {"configs": {name: {"num_speculative_tokens": 0 if name == "plain" else k, "levels": lv}
+                          for name, lv in levels.items()}}
+    prof = profile.__class__(**{**profile.__dict__, "methods": {**profile.methods, "ngram": profile.methods["eagle3"]}})
+    bare = serving_costs.predict(serving_costs.Choice(prof, "test", 1.0), "ngram", estimate["tokens_per_step_by_k"],
+                                 estimate["drafted_per_step_by_k"], [1])
+    assert bare.speedup(1, k) != pytest.approx(0.6, rel=0.05)  # the step timings alone predict something else
+    calibrated = serving_costs.calibrate(prof, record, "raw/record.json", estimate, "raw/speculative-ngram.json")
+    ngram = calibrated.methods["ngram"]
+    assert sorted(ngram.served_scale) == ["1", "8"] and ngram.served_estimate == "raw/speculative-ngram.json"
+    pred = serving_costs.predict(serving_costs.Choice(calibrated, "test", 1.0), "ngram",
+                                 estimate["tokens_per_step_by_k"], estimate["drafted_per_step_by_k"], [1, 8])
+    for c in (1, 8):
+        assert pred.speedup(c, k) == pytest.approx(0.6, rel=1e-9)
+    assert serving_costs.calibrate(prof, record, "raw/record.json").methods["ngram"].served_scale == {}
+    assert calibrated.uncalibrated() == prof

@@ -23,9 +23,12 @@ for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
   python -m pipeline.evaluate.serving_costs assemble "$gpu-vllm$vllm-$shape" "$gpu" "$raw/shapes/$shape" \
     "pipeline/evaluate/cost_profiles/$gpu-vllm$vllm-$shape.json" "${runs[@]}"
 done
-# Served calibration: the model drafters' step costs scaled to what `vllm serve` served with trained drafters
-# (serve_bench's record on the same shape; pipeline/evaluate/serving_costs.py calibrate).
+# Served calibration: each method's step costs scaled to what `vllm serve` served with trained drafters
+# (serve_bench's record on the same shape, and for n-gram the CPU estimate of the same variant, whose tokens per
+# step the record lacks; pipeline/evaluate/serving_costs.py calibrate).
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-demo.json" \
-  benchmarks/gpu/raw/demo-serve-bf16/record.json
+  benchmarks/gpu/raw/demo-serve-bf16/record.json benchmarks/gpu/raw/demo-serve-bf16/cpu-estimate/speculative-ngram.json
+python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-smollm2-135m.json" \
+  benchmarks/gpu/raw/smollm2-gpu-3/serve/bf16/record.json benchmarks/gpu/raw/smollm2-gpu-3/eval/bf16/speculative-ngram.json
 python benchmarks/render.py benchmarks/gpu/COSTS.md
 

@@ -55,6 +55,7 @@ class MethodCost:
     # scaled by it (interpolated over concurrency). Empty: not calibrated.
     served_scale: dict[str, float] = field(default_factory=dict)
     served_run: str | None = None  # the serve_bench record the scale was measured from
+    served_estimate: str | None = None  # n-gram: the CPU estimate whose tokens per step the served run is read with
 
     def spec_ms(self, concurrency: float, drafted: float) -> float:
         """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c)), times the served
@@ -66,7 +67,7 @@ class MethodCost:
 
     def uncalibrated(self) -> MethodCost:
         """These costs as the step timings measured them, without a served run's scale."""
-        return replace(self, served_scale={}, served_run=None)
+        return replace(self, served_scale={}, served_run=None, served_estimate=None)
 
 
 @dataclass(frozen=True)
@@ -339,21 +340,32 @@ def served_step_ratio(level: dict, plain: dict) -> tuple[float, float] | None:
     return mal * plain["output_throughput"] / level["output_throughput"], (mal - 1) / rate
 
 
-def calibrate(profile: CostProfile, record: dict, run: str) -> CostProfile:
-    """The profile with each model drafter the serve_bench record served scaled to what was served (served_scale):
-    at each concurrency measured, served S/T over this profile's S/T at the drafted tokens per step served.
-    n-gram is left as measured: it drafts only on steps whose context repeats, and vLLM's mean acceptance length
-    counts those steps alone, so the served tokens per step (all steps) are not known from the record."""
+def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict | None = None,
+              estimate_run: str | None = None) -> CostProfile:
+    """The profile with each method the serve_bench record served scaled to what was served (served_scale): at
+    each concurrency measured, served S/T over this profile's S/T at the drafted tokens per step served.
+
+    Model drafters draft k tokens on every step, so vLLM's mean acceptance length is the served tokens per step.
+    n-gram drafts only on steps whose context repeats and vLLM's counters cover those steps alone, so its served
+    tokens per step come from the CPU estimate of the same variant (`ngram_estimate`, its speculative-ngram.json,
+    at the served k); without one n-gram stays as measured. Its calibration matters: vLLM 0.26 serves n-gram (and
+    the draft model) with asynchronous scheduling off while plain decoding keeps it, a cost random-weight step
+    timings do not see (SmolLM2 on the H100: an n-gram step cost 1.8-2.5 plain steps served)."""
     configs = record.get("configs") or {}
     plain = (configs.get("plain") or {}).get("levels") or {}
     methods = dict(profile.methods)
     for method, config in configs.items():
-        if method not in methods or method not in DRAFT_EVERY_STEP:
+        if method not in methods or (method not in DRAFT_EVERY_STEP and not (method == "ngram" and ngram_estimate)):
             continue
         cost = methods[method].uncalibrated()
+        per_step = None
+        if method == "ngram":
+            k = str(config["num_speculative_tokens"])
+            per_step = (ngram_estimate["tokens_per_step_by_k"][k], ngram_estimate["drafted_per_step_by_k"][k])
         scale = {}
         for key, level in config["levels"].items():
-            measured = served_step_ratio(level, plain.get(key) or {})
+            measured = (served_step_ratio(level, plain.get(key) or {}) if per_step is None
+                        else _served_ratio_at(level, plain.get(key) or {}, *per_step))
             if measured is None:
                 continue
             c = level["concurrency"]
@@ -361,8 +373,16 @@ def calibrate(profile: CostProfile, record: dict, run: str) -> CostProfile:
             scale[str(c)] = ratio / (cost.spec_ms(c, drafted) / interpolate(cost.plain_step_ms, c))
         if scale:
             methods[method] = replace(cost, served_scale=dict(sorted(scale.items(), key=lambda kv: float(kv[0]))),
-                                      served_run=run)
+                                      served_run=run, served_estimate=estimate_run if per_step else None)
     return replace(profile, methods=methods)
+
+
+def _served_ratio_at(level: dict, plain: dict, tokens_per_step: float, drafted: float) -> tuple[float, float] | None:
+    """(S/T, drafted per step) of a served level whose tokens per step are known from elsewhere (n-gram's CPU
+    estimate): S/T = tokens per step x plain tokens/s / speculative tokens/s."""
+    if level.get("failed") or plain.get("failed") or not level["output_throughput"] or not plain.get("output_throughput"):
+        return None
+    return tokens_per_step * plain["output_throughput"] / level["output_throughput"], drafted
 
 
 def write(profile: CostProfile, path: Path) -> None:
@@ -371,15 +391,18 @@ def write(profile: CostProfile, path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """python -m pipeline.evaluate.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]
-       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json SERVE_RECORD.json"""
-    if len(argv) == 3 and argv[0] == "calibrate":
+       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json SERVE_RECORD.json [NGRAM_ESTIMATE.json]"""
+    if len(argv) in (3, 4) and argv[0] == "calibrate":
         path, record = Path(argv[1]), Path(argv[2])
+        estimate = Path(argv[3]) if len(argv) == 4 else None
         try:
             served = json.loads(record.read_text())
+            ngram = json.loads(estimate.read_text()) if estimate else None
         except (OSError, ValueError) as e:
-            print(f"calibrate: {record}: not a readable serve_bench record ({e})", file=sys.stderr)
+            print(f"calibrate: {e.filename if isinstance(e, OSError) else record}: not readable JSON ({e})",
+                  file=sys.stderr)
             return 2
-        calibrated = calibrate(load(path), served, record.as_posix())
+        calibrated = calibrate(load(path), served, record.as_posix(), ngram, estimate.as_posix() if estimate else None)
         write(calibrated, path)
         for m, cost in calibrated.methods.items():
             print(f"{m}: served scale {({c: round(v, 3) for c, v in cost.served_scale.items()}) or 'none'}")

@@ -138,10 +138,11 @@ def spread(rows: list[dict]) -> tuple[int, str]:
 
 
 def calibration() -> Table:
-    demo = demo_profile()
-    return Table(("method", "served run it is calibrated by", "scale at concurrency"),
-                 tuple((name, f"`{m.served_run}`", ", ".join(f"c={c} x{v:.2f}" for c, v in m.served_scale.items()))
-                       for name, m in demo.methods.items() if m.served_scale))
+    return Table(("profile", "method", "served run it is calibrated by", "tokens per step from (n-gram)",
+                  "scale at concurrency"),
+                 tuple((prof.name, name, f"`{m.served_run}`", f"`{m.served_estimate}`" if m.served_estimate else "-",
+                        ", ".join(f"c={c} x{v:.2f}" for c, v in m.served_scale.items()))
+                       for prof in profiles() for name, m in prof.methods.items() if m.served_scale))
 
 
 def served_summary() -> Table:
