@@ -1,12 +1,16 @@
 """Tables of benchmarks/gpu/SMOLLM2-GPU.md: SmolLM2-135M-Instruct through the pipeline on the GPU, lease by lease.
 
-Reads the four leases' folders under raw/: the newest, smollm2-gpu-4 (every evaluate stage, serve_bench@gptq-w4a16
-whole with its record, serve_bench@fp8-dynamic in part), for the run's progress, quality, gate and the served
-GPTQ W4A16 tables; smollm2-gpu-3 for serve_bench@bf16 (the one lease that served BF16 whole, its record) and its
-gate; the first two where leases are compared. Each folder holds the run's params.yaml, its timestamped repro.log,
-metrics/ and eval/<variant>/ of the stages that finished, the stage records, `vllm bench serve`'s results
-(serve/<variant>/raw/*.json.gz) and the stage and server logs. Every number in the report is computed here from
-those files; the decisions are the pipeline's own (serve_bench.choose_kernel) over the records.
+Reads the six leases' folders under raw/: smollm2-gpu-4 (every evaluate stage, serve_bench@gptq-w4a16 whole with its
+record, serve_bench@fp8-dynamic in part) for the run's progress, quality, gate and the served GPTQ W4A16 tables;
+smollm2-gpu-3 for serve_bench@bf16 (the one lease that served BF16 whole, its record) and its gate; smollm2-gpu-5
+(serve_bench@fp8-static and @awq-w4a16 whole) and smollm2-gpu-6 (serve_bench@fp8-dynamic whole) beside those two
+where every variant as served is compared, each against its own plain decoding; the first two where leases are
+compared; raw/greedy-determinism for the repeatability of batched greedy generation on the H100; costs/lease-3's
+logs (the runs of the cost profile the estimates used) for how vLLM scheduled each method there. Each lease's folder
+holds the run's params.yaml, its timestamped repro.log, metrics/ and eval/<variant>/ of the stages that finished, the
+stage records, `vllm bench serve`'s results (serve/<variant>/raw/*.json.gz) and the stage and server logs. Every
+number in the report is computed here from those files; the decisions are the pipeline's own
+(serve_bench.choose_kernel) over the records.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import math
 import re
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -34,17 +39,26 @@ RUN = RAW / "smollm2-gpu-4"  # the fourth lease: every evaluate stage, serve_ben
 RUN1 = RAW / "smollm2-gpu"  # the first lease: serve_bench@bf16's sweep without its record
 RUN2 = RAW / "smollm2-gpu-2"  # a second lease of the same profile: through evaluate@bf16 and every quantize stage
 RUN3 = RAW / "smollm2-gpu-3"  # the third lease: serve_bench@bf16 whole (its record), evaluate@gptq-w4a16
-RUNS = ("smollm2-gpu", "smollm2-gpu-2", "smollm2-gpu-3", "smollm2-gpu-4")
-LEASES = (("smollm2-gpu", RUN1), ("smollm2-gpu-2", RUN2), ("smollm2-gpu-3", RUN3), ("smollm2-gpu-4", RUN))
+RUN5 = RAW / "smollm2-gpu-5"  # the fifth: serve_bench@fp8-static and @awq-w4a16 whole, @fp8-dynamic in part
+RUN6 = RAW / "smollm2-gpu-6"  # the sixth: serve_bench@fp8-dynamic whole
+GREEDY = RAW / "greedy-determinism"  # benchmarks/gpu/greedy_determinism.py on the H100
+RUNS = ("smollm2-gpu", "smollm2-gpu-2", "smollm2-gpu-3", "smollm2-gpu-4", "smollm2-gpu-5", "smollm2-gpu-6",
+        "greedy-determinism", "costs/lease-3")  # costs/lease-3: the runs of the cost profile the estimates used
+LEASES = (("smollm2-gpu", RUN1), ("smollm2-gpu-2", RUN2), ("smollm2-gpu-3", RUN3), ("smollm2-gpu-4", RUN),
+          ("smollm2-gpu-5", RUN5), ("smollm2-gpu-6", RUN6))
+BEFORE = LEASES[:3]  # the leases before the fourth, whose folder (RUN) the run sections read
 CPU_QUANTIZE = ROOT / "benchmarks/raw/quantize-smollm2.json"  # quantize_bench.py on the 2-core CPU
 METHODS = ("draft_model", "eagle3", "ngram")
 CONFIGS = ("plain", *METHODS)
 BASELINE = "bf16"
 GPTQ = "gptq-w4a16"
+AWQ = "awq-w4a16"
 FP8_PART = "fp8-dynamic-unfinished"  # serve_bench@fp8-dynamic's temporary folder when the lease ended
 # Published vLLM runs of EAGLE-3 on Llama-3.1-8B-Instruct over MT-Bench accept about this share of drafted tokens
 # (mean accepted length 2.4-3.5 at k = 2-7): quoted, not measured here; the prose cites the source's words.
 PUBLISHED_EAGLE3_RATIO = (0.5, 0.7)
+PREDICTION_TOLERANCE = 0.20  # CAPACITY.md's target for a predicted served speedup: within 20% of the served one
+SOURCES_STAGE = "stages/dvc.yaml:sources"  # DVC's name for the sources stage since it moved to its own file
 
 
 def load(path: Path):
@@ -86,11 +100,14 @@ def repro_lines(run: Path = RUN) -> list[tuple[int, str]]:
 
 def stage_times(lines) -> list[tuple[str, int, int, bool]]:
     """(stage, start s, end s, finished): a stage runs from its 'Running stage' line to the next one's (DVC's lock
-    update included); the last one to the log's last line."""
-    starts = [(t, re.search(r"Running stage '([^']+)'", s).group(1)) for t, s in lines if "Running stage '" in s]
+    update included); the last one to the log's last line, finished if DVC updated its lock after it. The sources
+    stage keeps its old name (`sources`) after its move to stages/dvc.yaml."""
+    starts = [(i, t, re.search(r"Running stage '([^']+)'", s).group(1).replace(SOURCES_STAGE, "sources"))
+              for i, (t, s) in enumerate(lines) if "Running stage '" in s]
     last = lines[-1][0]
-    return [(name, t, starts[i + 1][0] if i + 1 < len(starts) else last, i + 1 < len(starts))
-            for i, (t, name) in enumerate(starts)]
+    locked_at_end = any("Updating lock file" in s for _, s in lines[starts[-1][0]:])
+    return [(name, t, starts[n + 1][1] if n + 1 < len(starts) else last, n + 1 < len(starts) or locked_at_end)
+            for n, (_, t, name) in enumerate(starts)]
 
 
 def stage_seconds(run: Path) -> dict[str, tuple[int, bool]]:
@@ -187,6 +204,17 @@ def typed_record(variant: str, run: Path) -> ServeBenchRecord:
     return records.read(ServeBenchRecord, run / "serve" / variant / "record.json")
 
 
+def served_variants() -> list[tuple[str, str, Path]]:
+    """(variant, lease, folder) for each variant whose serve_bench stage ran to its record on the H100, in
+    quantize.enabled order (the newest such lease where several did)."""
+    out = []
+    for v in variants():
+        whole = [(name, run) for name, run in LEASES if (run / "serve" / v / "record.json").is_file()]
+        if whole:
+            out.append((v, *whole[-1]))
+    return out
+
+
 def within_slo(r: dict, slo: dict) -> bool:
     return r["p99_ttft_ms"] <= slo["p99_ttft_ms"] and r["p99_itl_ms"] <= slo["p99_itl_ms"] and not r["failed"]
 
@@ -254,15 +282,15 @@ def setup() -> Table:
                                                   f"{p['serving']['slo']['p99_itl_ms']}"),
         ("serving.target_concurrency / serve_bench.kernel_tie", f"{p['serving']['target_concurrency']} / "
                                                                 f"{sb['kernel_tie']}"),
-        ("params.yaml as in `raw/smollm2-gpu-3/`", "yes" if params(RUN3) == p else "no"),
+        ("the same params.yaml in", ", ".join(f"`{name}`" for name, run in LEASES if run != RUN and params(run) == p)),
         ("first `vllm bench serve` run (UTC)", f"{first[:4]}-{first[4:6]}-{first[6:8]} {first[9:11]}:{first[11:13]}"),
     ], header=("setting (the run's params.yaml, gpu.txt, results)", "value"))
 
 
-def ran_whole_before(stage: str) -> str | None:
-    """The earlier lease where the stage ran to its end, if one did."""
-    for name, run in reversed(LEASES[:-1]):
-        if stage_seconds(run).get(stage, (0, False))[1]:
+def ran_whole_elsewhere(stage: str) -> str | None:
+    """Another lease where the stage ran to its end (the newest), if one did."""
+    for name, run in reversed(LEASES):
+        if run != RUN and stage_seconds(run).get(stage, (0, False))[1]:
             return name
     return None
 
@@ -277,8 +305,8 @@ def progress() -> Table:
     never += [s for s in ("evaluate_draft", "gate", "bundle", "publish") if s not in ran]
 
     def name(stage: str) -> str:
-        before = ran_whole_before(stage)
-        return f"`{stage}`" + (f" (ran whole in `{before}`)" if before else "")
+        other = ran_whole_elsewhere(stage)
+        return f"`{stage}`" + (f" (ran whole in `{other}`)" if other else "")
 
     return facts([
         ("stage running when the run ended", f"`{last_name}`"),
@@ -322,8 +350,7 @@ def stages() -> Table:
 def stage_leases() -> Table:
     """Each stage's seconds (its first run in the lease) in every lease that started it."""
     per = [(name, stage_seconds(run)) for name, run in LEASES]
-    order = list(per[-1][1]) + [s for _, secs in per for s in secs if s not in per[-1][1]]
-    order = list(dict.fromkeys(order))
+    order = list(dict.fromkeys([*stage_seconds(RUN), *(s for _, secs in per for s in secs)]))
 
     def cell(secs, stage):
         if stage not in secs:
@@ -338,7 +365,7 @@ def stage_leases() -> Table:
 def stage_note() -> Text:
     secs = stage_seconds(RUN)
     now = {v: secs[f"evaluate@{v}"][0] for v in variants() if f"evaluate@{v}" in secs}
-    before = [sec for name, run in LEASES[:-1] for stage, (sec, done) in stage_seconds(run).items()
+    before = [sec for name, run in BEFORE for stage, (sec, done) in stage_seconds(run).items()
               if stage.startswith("evaluate@") and done]
     serve = secs[f"serve_bench@{GPTQ}"][0]
     n = len(server_configs(GPTQ, RUN))
@@ -536,41 +563,81 @@ def eagle3_head() -> Table:
     return facts(rows, header=("EAGLE-3 head (`metrics/eagle3.json`, the estimate, the served counters)", "value"))
 
 
+def speed_cells(variant: str, run: Path, cfg: str, against: dict | None = None) -> list[str]:
+    """A config's output tokens/s at each sweep level and its ratio to the variant's own plain decoding in the same run
+    (the chosen kernel's, where the stage compared kernels); given another run's plain results (`against`), the ratio
+    to those too."""
+    runs = bench_runs(variant, run)
+    cells = []
+    for c in params(run)["serve_bench"]["concurrency"]:
+        t = runs[cfg][c]["output_throughput"]
+        cells += [f"{t:.0f}", f"{t / runs['plain'][c]['output_throughput']:.2f}x"]
+        if against is not None:
+            cells.append(f"{t / against[c]['output_throughput']:.2f}x")
+    return cells
+
+
+def speed_table(variant: str, run: Path, against: tuple[str, dict] | None = None) -> Table:
+    """The variant's output tokens/s per config and sweep level against its own plain decoding; `against`: (a label,
+    another run's plain results) for a ratio across runs."""
+    levels = params(run)["serve_bench"]["concurrency"]
+    label, plain = against or (None, None)
+    rows = tuple((f"`{cfg}`", str(served_k(cfg, variant, run) or "-"), *speed_cells(variant, run, cfg, plain))
+                 for cfg in kernel_configs(variant, run))
+    header = tuple(h for c in levels for h in (f"c={c} tok/s", "vs its plain", *((label,) if label else ())))
+    return Table(("config", "k", *header), rows)
+
+
 def speed() -> Table:
-    runs = bench_runs(BASELINE, RUN3)
-    levels = params(RUN3)["serve_bench"]["concurrency"]
-    plain = runs.get("plain", {})
+    return speed_table(BASELINE, RUN3)
+
+
+def predicted_rows(variant: str, run: Path) -> list[dict]:
+    """Per method: the evaluate stage's predicted served speedup over plain decoding at the k served, at c=1 (the eval
+    summary's `expected_speedup`, the same number as speculative-<method>.json's at c=1) and c=32
+    (speculative-<method>.json; the summary holds other concurrencies for its chosen method only), beside the
+    served ratio to the variant's own plain decoding."""
+    runs = bench_runs(variant, run)
+    summary = {m["method"]: m for m in load(run / "eval" / variant / "summary.json")["speculation"]["methods"]}
     rows = []
-    for cfg in CONFIGS:
-        if cfg not in runs:
-            continue
-        cells = []
-        for c in levels:
-            r = runs[cfg].get(c)
-            if r is None:
-                cells += ["not run", ""]
-                continue
-            p = plain.get(c)
-            cells += [f"{r['output_throughput']:.0f}",
-                      f"{r['output_throughput'] / p['output_throughput']:.2f}x" if p else "-"]
-        rows.append((f"`{cfg}`", str(served_k(cfg, BASELINE, RUN3) or "-"), *cells))
-    header = tuple(h for c in levels for h in (f"c={c} tok/s", "vs plain"))
-    return Table(("config", "k", *header), tuple(rows))
+    for m in METHODS:
+        est = load(run / "eval" / variant / f"speculative-{m}.json")
+        k = served_k(m, variant, run)
+        by_c = est["served"]["speedup_by_k"]
+        assert summary[m]["num_speculative_tokens"] == k and summary[m]["expected_speedup"] == by_c["1"][str(k)]
+        rows.append({"method": m, "k": k, "profile": est["served"]["profile"],
+                     **{c: (by_c[str(c)][str(k)],
+                            runs[m][c]["output_throughput"] / runs["plain"][c]["output_throughput"]) for c in (1, 32)}})
+    return rows
+
+
+def predicted_cells(row: dict, tie: float) -> list[str]:
+    """predicted, served (each with its side of 1.0: a served ratio within serve_bench.kernel_tie is a tie),
+    predicted / served and the 20% test, at c=1 and at c=32."""
+    def side(x: float) -> str:
+        return "within the tie" if abs(x - 1) <= tie else "faster" if x > 1 else "slower"
+
+    cells = []
+    for c in (1, 32):
+        pred, served = row[c]
+        cells += [f"x{pred:.2f} ({side(pred)})", f"x{served:.2f} ({side(served)})", f"{pred / served:.2f}",
+                  "yes" if abs(pred / served - 1) <= PREDICTION_TOLERANCE else "no"]
+    return cells
+
+
+PREDICTED_COLUMNS = tuple(h for c in (1, 32) for h in (f"predicted c={c}", f"served c={c}", "predicted / served",
+                                                         f"within {PREDICTION_TOLERANCE:.0%}"))
+
+
+def predicted_table(variant: str, run: Path) -> Table:
+    tie = params(run)["serve_bench"]["kernel_tie"]
+    rows = tuple((f"`{r['method']}`", str(r["k"]), *predicted_cells(r, tie), f"`{r['profile']}`")
+                 for r in predicted_rows(variant, run))
+    return Table(("method", "k", *PREDICTED_COLUMNS, "cost profile"), rows)
 
 
 def predicted() -> Table:
-    runs = bench_runs(BASELINE, RUN3)
-    plain = runs.get("plain", {})
-    e = evals(RUN3)[BASELINE]
-    rows = []
-    for p in e["methods"]:
-        m = p["method"]
-        measured = (runs[m][1]["output_throughput"] / plain[1]["output_throughput"]
-                    if 1 in runs.get(m, {}) and 1 in plain else None)
-        rows.append((f"`{m}`", str(p["num_speculative_tokens"]), f"x{p['expected_speedup']:.2f}",
-                     "-" if measured is None else f"x{measured:.2f}", f"`{e['cost_profile']}`"))
-    return Table(("method", "k", "predicted speedup at c=1 (`metrics/eval-bf16.json`)", "measured at c=1",
-                  "cost profile"), tuple(rows))
+    return predicted_table(BASELINE, RUN3)
 
 
 def predicted_note() -> Text:
@@ -670,10 +737,10 @@ def geometric_mean(values) -> float:
     return math.prod(values) ** (1 / len(values))
 
 
-def gptq_kernel() -> Table:
-    """Plain decoding of gptq-w4a16 on each GEMM kernel the stage compared (its record's `kernels`)."""
-    rec = serve_record(GPTQ, RUN)
-    levels = params()["serve_bench"]["concurrency"]
+def kernel_table(variant: str, run: Path) -> Table:
+    """Plain decoding of a W4A16 variant on each GEMM kernel the stage compared (its record's `kernels`)."""
+    rec = serve_record(variant, run)
+    levels = params(run)["serve_bench"]["concurrency"]
     rows = []
     for name, config in rec["kernels"].items():
         tok = [config["levels"][f"c{c}"]["output_throughput"] for c in levels]
@@ -687,9 +754,10 @@ def gptq_kernel() -> Table:
                   "`vllm serve` start s (record)", "GEMM kernels in vLLM's log"), tuple(rows))
 
 
-def gptq_kernel_choice() -> Table:
-    rec = typed_record(GPTQ, RUN)
-    p = params()
+def kernel_choice(variant: str, run: Path) -> Table:
+    """The stage's kernel choice over its record: the first kernel compared against the second, and the rule."""
+    rec = typed_record(variant, run)
+    p = params(run)
     target, tie = p["serving"]["target_concurrency"], p["serve_bench"]["kernel_tie"]
     levels = p["serve_bench"]["concurrency"]
     names = list(rec.kernels)
@@ -709,25 +777,33 @@ def gptq_kernel_choice() -> Table:
               >= max(a.at(target).output_throughput, b.at(target).output_throughput) * (1 - tie) else "no"),
              ("the stage's pick (the record's `kernel`), every other config served on it", f"`{rec.kernel}`"),
              ("`choose_kernel` over the record now", f"`{choose_kernel(rec.kernels, target, tie)}`")]
-    return facts(rows, header=("kernel choice (`serve/gptq-w4a16/record.json`)", "value"))
+    return facts(rows, header=(f"kernel choice (`serve/{variant}/record.json`)", "value"))
 
 
 def gptq_speed() -> Table:
     """gptq-w4a16's output tokens/s per config and concurrency, against its own plain decoding (this lease) and
     against BF16's plain decoding served in the third lease (same params, same GPU model, another machine)."""
-    runs = bench_runs(GPTQ, RUN)
-    bf16 = bench_runs(BASELINE, RUN3)["plain"]
-    levels = params()["serve_bench"]["concurrency"]
-    plain = runs["plain"]
+    return speed_table(GPTQ, RUN, ("vs BF16 plain (`smollm2-gpu-3`)", bench_runs(BASELINE, RUN3)["plain"]))
+
+
+def capacity_rows(variant: str, run: Path) -> list[tuple[str, ...]]:
+    """The variant's capacity search per config (its record) against its own plain decoding (at_bound: the search
+    met the SLO at its largest load, so the capacity is at least that)."""
+    rec = serve_record(variant, run)
+    plain = rec["configs"]["plain"]["capacity"]
     rows = []
-    for cfg in kernel_configs(GPTQ, RUN):
-        cells = []
-        for c in levels:
-            t = runs[cfg][c]["output_throughput"]
-            cells += [f"{t:.0f}", f"{t / plain[c]['output_throughput']:.2f}x", f"{t / bf16[c]['output_throughput']:.2f}x"]
-        rows.append((f"`{cfg}`", str(served_k(cfg, GPTQ, RUN) or "-"), *cells))
-    header = tuple(h for c in levels for h in (f"c={c} tok/s", "vs its plain", "vs BF16 plain (`smollm2-gpu-3`)"))
-    return Table(("config", "k", *header), tuple(rows))
+    for cfg, result in rec["configs"].items():
+        cap = result["capacity"]
+        name = f"plain-{rec['kernel']}" if cfg == "plain" and rec.get("kernel") else cfg
+        u, t = cap["users_per_gpu"], cap["output_tokens_per_s_per_gpu"]
+        rows.append((f"`{name}`", str(result["num_speculative_tokens"] or "-"), cap["status"], capacity_cell(cap),
+                     ratio_cell(u / plain["users_per_gpu"], cap, plain), f"{t:.0f}",
+                     f"{t / plain['output_tokens_per_s_per_gpu']:.2f}x", f"{cap['request_goodput']:.1f}"))
+    return rows
+
+
+CAPACITY_COLUMNS = ("config", "k", "search ended", "users per GPU at the SLO", "vs its plain",
+                    "output tok/s per GPU there", "vs its plain", "request goodput, req/s")
 
 
 def gptq_acceptance() -> Table:
@@ -753,42 +829,24 @@ def ratio_cell(x: float, cap: dict, base: dict) -> str:
 
 
 def capacity(variant: str = BASELINE, run: Path = RUN3) -> Table:
-    """serve_bench@bf16's capacity search per config (its record): the largest closed-loop load whose p99 latencies
-    met serving.slo, and what it carried there, against plain decoding in the same run."""
-    rec = serve_record(variant, run)
-    plain = rec["configs"]["plain"]["capacity"]
-    rows = []
-    for cfg, result in rec["configs"].items():
-        cap = result["capacity"]
-        rows.append((f"`{cfg}`", str(result["num_speculative_tokens"] or "-"), cap["status"],
-                     f"{cap['users_per_gpu']:.0f}", f"{cap['users_per_gpu'] / plain['users_per_gpu']:.2f}x",
-                     f"{cap['output_tokens_per_s_per_gpu']:.0f}",
-                     f"{cap['output_tokens_per_s_per_gpu'] / plain['output_tokens_per_s_per_gpu']:.2f}x",
-                     f"{cap['request_goodput']:.1f}"))
-    return Table(("config", "k", "search ended", "users per GPU at the SLO", "vs plain", "output tok/s per GPU there",
-                  "vs plain", "request goodput, req/s"), tuple(rows))
+    """A variant's capacity search per config (its record; BF16's by default): the largest closed-loop load whose p99
+    latencies met serving.slo, and what it carried there, against plain decoding in the same run."""
+    return Table(CAPACITY_COLUMNS, tuple(capacity_rows(variant, run)))
 
 
 def gptq_capacity() -> Table:
-    """gptq-w4a16's capacity search per config (its record), against its own plain decoding and BF16's plain
-    decoding in the third lease's record (at_bound: the search met the SLO at its largest load, so the capacity is
-    at least that)."""
+    """gptq-w4a16's capacity per config against its own plain decoding and BF16's plain decoding in the third lease's
+    record (a ratio across leases)."""
     rec = serve_record(GPTQ, RUN)
     bf16 = serve_record(BASELINE, RUN3)["configs"]["plain"]["capacity"]
-    plain = rec["configs"]["plain"]["capacity"]
     rows = []
-    for cfg, result in rec["configs"].items():
+    for row, result in zip(capacity_rows(GPTQ, RUN), rec["configs"].values()):
         cap = result["capacity"]
-        name = f"plain-{rec['kernel']}" if cfg == "plain" else cfg
-        u, t = cap["users_per_gpu"], cap["output_tokens_per_s_per_gpu"]
-        rows.append((f"`{name}`", str(result["num_speculative_tokens"] or "-"), cap["status"], capacity_cell(cap),
-                     ratio_cell(u / plain["users_per_gpu"], cap, plain), ratio_cell(u / bf16["users_per_gpu"], cap, bf16),
-                     f"{t:.0f}", f"{t / plain['output_tokens_per_s_per_gpu']:.2f}x",
-                     f"{t / bf16['output_tokens_per_s_per_gpu']:.2f}x", f"{cap['request_goodput']:.1f}"))
-    rows.append(("`bf16` plain (`smollm2-gpu-3`)", "-", bf16["status"], capacity_cell(bf16), "-", "1.00x",
-                 f"{bf16['output_tokens_per_s_per_gpu']:.0f}", "-", "1.00x", f"{bf16['request_goodput']:.1f}"))
-    return Table(("config", "k", "search ended", "users per GPU at the SLO", "vs its plain", "vs BF16 plain",
-                  "output tok/s per GPU there", "vs its plain", "vs BF16 plain", "request goodput, req/s"), tuple(rows))
+        rows.append((*row, ratio_cell(cap["users_per_gpu"] / bf16["users_per_gpu"], cap, bf16),
+                     f"{cap['output_tokens_per_s_per_gpu'] / bf16['output_tokens_per_s_per_gpu']:.2f}x"))
+    rows.append(("`bf16` plain (`smollm2-gpu-3`)", "-", bf16["status"], capacity_cell(bf16), "-",
+                 f"{bf16['output_tokens_per_s_per_gpu']:.0f}", "-", f"{bf16['request_goodput']:.1f}", "1.00x", "1.00x"))
+    return Table((*CAPACITY_COLUMNS, "users vs BF16 plain", "tok/s vs BF16 plain"), tuple(rows))
 
 
 def gptq_capacity_note() -> Text:
@@ -806,31 +864,13 @@ def gptq_capacity_note() -> Text:
 
 
 def gptq_predicted() -> Table:
-    """The CPU estimate's predicted speedup over plain decoding (eval/gptq-w4a16/speculative-<method>.json at the k
-    served, the H100 cost profile) against the served ratio to gptq-w4a16's own plain decoding."""
-    runs = bench_runs(GPTQ, RUN)
-    plain = runs["plain"]
-    tie = params()["serve_bench"]["kernel_tie"]
-
-    def side(x: float) -> str:
-        return "within the tie" if abs(x - 1) <= tie else "faster" if x > 1 else "slower"
-
-    rows = []
-    for m in METHODS:
-        est = load(RUN / "eval" / GPTQ / f"speculative-{m}.json")
-        k = served_k(m, GPTQ, RUN)
-        cells = []
-        for c in (1, 32):
-            pred = est["served"]["speedup_by_k"][str(c)][str(k)]
-            meas = runs[m][c]["output_throughput"] / plain[c]["output_throughput"]
-            cells += [f"x{pred:.2f} ({side(pred)})", f"x{meas:.2f} ({side(meas)})"]
-        rows.append((f"`{m}`", str(k), *cells, f"`{est['served']['profile']}`"))
-    return Table(("method", "k", "predicted c=1", "served c=1", "predicted c=32", "served c=32", "cost profile"),
-                 tuple(rows))
+    """The evaluate stage's predicted speedup over plain decoding (the H100 cost profile) against the served ratio to
+    gptq-w4a16's own plain decoding."""
+    return predicted_table(GPTQ, RUN)
 
 
 def gptq_step_time() -> Table:
-    return step_table(step_rows(GPTQ, RUN, kernel_configs(GPTQ, RUN)))
+    return variant_step_table(GPTQ, RUN)
 
 
 def gptq_every_run() -> Table:
@@ -877,23 +917,166 @@ def fp8_partial() -> Table:
 
 
 def plain_variants() -> Table:
-    """Plain decoding of every variant served so far, per sweep level: output tokens/s divides the tokens the
-    responses had by the run's duration, and the variants stop at their own EOS, so it also compares response
-    lengths; the mean TPOT (time per output token after the first) does not."""
+    """Plain decoding of every variant in every lease that served it (whole, or cut short: its stage's temporary
+    folder), per sweep level: output tokens/s divides the tokens the responses had by the run's duration, and the
+    variants stop at their own EOS, so it also compares response lengths; the mean TPOT (time per output token after
+    the first) does not. Rows of different leases compare different machines."""
     levels = params()["serve_bench"]["concurrency"]
-    served = [(BASELINE, "smollm2-gpu", RUN1, "plain"), (BASELINE, "smollm2-gpu-3", RUN3, "plain"),
-              *((GPTQ, "smollm2-gpu-4", RUN, k) for k in kernel_configs(GPTQ, RUN) if k.startswith("plain")),
-              ("fp8-dynamic", "smollm2-gpu-4", RUN, "plain")]
+    served = [(d.name.removesuffix("-unfinished"), name, run, d.name)
+              for name, run in LEASES if (run / "serve").is_dir() for d in sorted((run / "serve").iterdir())
+              if "plain" in bench_runs(d.name, run)]
+    served.sort(key=lambda s: variants().index(s[0]))
     rows = []
-    for variant, lease, run, cfg in served:
-        folder = FP8_PART if variant == "fp8-dynamic" else variant
-        for c in levels:
-            r = bench_runs(folder, run)[cfg][c]
-            rows.append((f"`{variant}`", f"`{lease}`", f"`{cfg}`", str(c), str(r["completed"]),
-                         f"{r['total_output_tokens'] / r['completed']:.1f}", f"{r['output_throughput']:.0f}",
-                         f"{r['mean_tpot_ms']:.2f}", f"{r['mean_ttft_ms']:.1f}"))
+    for variant, lease, run, folder in served:
+        cut = "" if folder == variant else " (stage cut short)"
+        for cfg in (k for k in kernel_configs(folder, run) if k.startswith("plain")):
+            for c in levels:
+                r = bench_runs(folder, run)[cfg][c]
+                rows.append((f"`{variant}`", f"`{lease}`{cut}", f"`{cfg}`", str(c), str(r["completed"]),
+                             f"{r['total_output_tokens'] / r['completed']:.1f}", f"{r['output_throughput']:.0f}",
+                             f"{r['mean_tpot_ms']:.2f}", f"{r['mean_ttft_ms']:.1f}"))
     return Table(("variant", "lease", "config", "concurrency", "requests", "output tokens per request",
                   "output tok/s", "mean TPOT ms", "mean TTFT ms"), tuple(rows))
+
+
+# -- every variant as served (each in the lease whose serve_bench stage wrote its record) -------------------------
+
+
+def served_overview() -> Table:
+    """Where each variant was served whole, what its stage served, the kernel it kept and the gate over that lease's
+    metrics (the lease's gate.txt, CPU)."""
+    rows = []
+    for v, lease, run in served_variants():
+        rec = serve_record(v, run)
+        _, verdict = gate_sections(run)[v]
+        rows.append((f"`{v}`", f"`{lease}`", load(run / "run.json")["commit"][:7],
+                     ", ".join(f"`{c}`" for c in kernel_configs(v, run)),
+                     f"`{rec['kernel']}`" if rec.get("kernel") else "-", verdict))
+    return Table(("variant", "served whole in", "code at", "configs served", "kernel kept",
+                  "gate over that lease's metrics (`gate.txt`)"), tuple(rows))
+
+
+def per_variant(table) -> Table:
+    """One table over every variant served whole: each variant's rows of table(variant, folder) after its variant
+    and serving lease (the ratios inside stay within that lease's run)."""
+    tables = [(v, lease, table(v, run)) for v, lease, run in served_variants()]
+    assert len({t.columns for _, _, t in tables}) == 1
+    return Table(("variant", "lease", *tables[0][2].columns),
+                 tuple((f"`{v}`", f"`{lease}`", *row) for v, lease, t in tables for row in t.rows))
+
+
+def acceptance_totals(variant: str, run: Path) -> Table:
+    """vLLM's accepted/drafted and mean accepted length over the variant's sweep levels against the evaluate stage's
+    estimate at the k served (eval/<variant>/speculative-<method>.json, the same lease)."""
+    rows = []
+    for m, (drafted, accepted, drafts) in served_acceptance(variant, run).items():
+        k = served_k(m, variant, run)
+        est_ratio, est_len = estimate_at(load(run / "eval" / variant / f"speculative-{m}.json"), k)
+        served = accepted / drafted
+        rows.append((f"`{m}`", str(k), str(drafted), str(accepted), fmt(served), fmt(1 + accepted / drafts, 2),
+                     fmt(est_ratio), fmt(est_len, 2), f"{est_ratio - served:+.3f}"))
+    return Table(("method", "k served", "drafted", "accepted", "accepted/drafted", "mean accepted length",
+                  "estimate: accepted/drafted", "estimate: mean accepted length", "estimate - served"), tuple(rows))
+
+
+def served_note() -> Text:
+    """What beats its own plain decoding (beyond serve_bench.kernel_tie, the noise the stage allows between runs),
+    what carries more users, how many predictions pass the 20% test."""
+    levels = params()["serve_bench"]["concurrency"]
+    tie = params()["serve_bench"]["kernel_tie"]
+    faster, ties, more, fewer, n, within = [], [], [], [], 0, {1: 0, 32: 0}
+    for v, lease, run in served_variants():
+        runs = bench_runs(v, run)
+        for m in METHODS:
+            for c in levels:
+                x = runs[m][c]["output_throughput"] / runs["plain"][c]["output_throughput"]
+                if abs(x - 1) <= tie or x > 1:
+                    (ties if abs(x - 1) <= tie else faster).append(f"`{v}` `{m}` at c={c} ({x:.2f}x)")
+        rec = serve_record(v, run)["configs"]
+        plain = rec["plain"]["capacity"]["users_per_gpu"]
+        for m in METHODS:
+            u = rec[m]["capacity"]["users_per_gpu"]
+            if u != plain:
+                (more if u > plain else fewer).append(f"`{v}` `{m}` ({u:.0f} against {plain:.0f})")
+        for r in predicted_rows(v, run):
+            n += 1
+            for c in within:
+                pred, served = r[c]
+                within[c] += abs(pred / served - 1) <= PREDICTION_TOLERANCE
+    return Text(f"Faster than its own plain decoding by more than {tie:.0%}: {', '.join(faster) or 'none'}; within "
+                f"{tie:.0%} of it: {', '.join(ties) or 'none'}; every other method at every concurrency is slower. "
+                f"More users at the SLO than its plain decoding: {', '.join(more) or 'none'}; fewer: "
+                f"{', '.join(fewer) or 'none'}; the others as many. Of the {n} predictions (variant and method), "
+                f"{within[1]} are within {PREDICTION_TOLERANCE:.0%} of the served ratio at c=1 and {within[32]} at "
+                "c=32.")
+
+
+def scheduling() -> Table:
+    """What each server log of the variants' serving leases says about asynchronous scheduling and the model runner,
+    per config (plain counted once per kernel), beside what the logs of the cost profile's runs say (the profile
+    the evaluate stage predicted from: its `runs`, one vLLM engine per method and k, random weights)."""
+    profiles = {load(run / "eval" / v / "summary.json")["speculation"]["cost_profile"]
+                for v, _, run in served_variants()}
+    assert len(profiles) == 1
+    profile = load(ROOT / "pipeline/evaluate/cost_profiles" / f"{profiles.pop()}.json")
+    per: dict[str, dict[str, set]] = {}
+
+    def note(kind: str, text: str, key: str) -> dict[str, set]:
+        d = per.setdefault(kind, {"logs": set(), "async": set(), "runner": set(), "why": set(), "profile": set()})
+        d["async" if key == "served" else "profile"] |= set(re.findall(r"Asynchronous scheduling is (enabled|disabled)",
+                                                                      text))
+        return d
+
+    for v, lease, run in served_variants():
+        for cfg in server_configs(v, run):
+            text = (run / "logs" / f"serve_bench@{v}.{cfg}-server.log").read_text()
+            d = note("plain" if cfg.startswith("plain") else cfg, text, "served")
+            d["logs"].add(f"{v}.{cfg}")
+            d["runner"] |= {f"V1 ({m})" for m in re.findall(r"Model Runner V2 does not yet support ([^;]+);", text)}
+            d["runner"] |= {"V2"} if "Using V2 Model Runner" in text else set()
+            d["why"] |= set(re.findall(r"(Async scheduling not supported with [^.]*?) and will be disabled", text))
+    for folder in profile["runs"]:
+        for log in sorted((ROOT / folder).glob("*-k*.log")):
+            note(log.name.split("-k")[0], log.read_text(), "profile")
+    return Table(("config", "server logs", "asynchronous scheduling, served", "why (vLLM's warning)", "model runner",
+                  f"asynchronous scheduling in the runs of the cost profile `{profile['name']}`"),
+                 tuple((f"`{k}`", str(len(d["logs"])), ", ".join(sorted(d["async"])),
+                        "; ".join(sorted(d["why"])) or "-", "; ".join(sorted(d["runner"])) or "-",
+                        ", ".join(sorted(d["profile"])) or "-") for k, d in per.items() if d["logs"]))
+
+
+def variant_step_table(variant: str, run: Path) -> Table:
+    """step_table over each config the variant's stage served (plain on each kernel compared, then the methods)."""
+    return step_table(step_rows(variant, run, kernel_configs(variant, run)))
+
+
+def lease_ends() -> Table:
+    """Every lease's `dvc repro` from its timestamped repro.log: how long the log runs, the stage it ended in, and
+    the serve_bench stages with results: a record, or results in a folder without one (cut short)."""
+    rows = []
+    for name, run in LEASES:
+        last, _, end, done = stage_times(repro_lines(run))[-1]
+        folders = sorted((run / "serve").iterdir()) if (run / "serve").is_dir() else []
+        records = [f"`{d.name}`" for d in folders if (d / "record.json").is_file()]
+        part = [f"`{d.name.removesuffix('-unfinished')}`" for d in folders
+                if not (d / "record.json").is_file() and any(bench_runs(d.name, run).values())]
+        rows.append((f"`{name}`", str(end), f"`{last}`", "yes" if done else "no (the lease ended)",
+                     ", ".join(records) or "none", ", ".join(part) or "-"))
+    return Table(("lease", "the log's last line, s", "last stage started", "it finished",
+                  "serve records written", "serve_bench cut short, with results"), tuple(rows))
+
+
+def greedy_determinism() -> Table:
+    """benchmarks/gpu/greedy_determinism.py's RESULT lines: batched greedy generation (the evaluate stage's) on a
+    model of SmolLM2-135M's shape with random weights, two identical copies and one model twice."""
+    rows = []
+    for line in (GREEDY / "greedy-determinism.txt").read_text().splitlines():
+        if line.startswith("RESULT "):
+            r = json.loads(line[len("RESULT "):])
+            rows.append((f"`{r['mode']}`", fmt(r["copy_vs_copy"], 4), fmt(r["same_model_twice"], 4), str(r["prompts"]),
+                         str(r["tokens"]), r["torch"]))
+    return Table(("mode", "copy against copy (share of prompts with identical tokens)", "one model twice", "prompts",
+                  "tokens each", "torch"), tuple(rows))
 
 
 # -- leases compared ------------------------------------------------------------------------------------------
@@ -917,17 +1100,16 @@ def training() -> Table:
 def not_measured() -> Table:
     ev = evals()
     served_whole = [v for v in variants() if (RUN / "serve" / v / "record.json").is_file()]
-    before = [f"`{v}` (`{name}`)" for v in variants() if v not in served_whole
-              for name, run in LEASES[:-1] if (run / "serve" / v / "record.json").is_file()]
+    elsewhere = [f"`{v}` (`{name}`)" for v, name, run in served_variants() if run != RUN]
     part = [f"`{d.name[:-len('-unfinished')]}` ({', '.join(f'`{c}`' for c in bench_runs(d.name, RUN))})"
             for d in sorted((RUN / "serve").glob("*-unfinished"))]
     touched = {*served_whole, *(d.name[:-len("-unfinished")] for d in (RUN / "serve").glob("*-unfinished")),
-               *(v for v in variants() for _, run in LEASES[:-1] if (run / "serve" / v / "record.json").is_file())}
+               *(v for v, _, _ in served_variants())}
     secs = [s for v in (GPTQ, "fp8-dynamic") for _, s, _ in server_starts(v, RUN) if s is not None]
     return facts([
         ("variants without quality numbers", ", ".join(f"`{v}`" for v in variants() if v not in ev) or "none"),
         ("variants served whole in this lease (a record)", ", ".join(f"`{v}`" for v in served_whole)),
-        ("served whole in an earlier lease only", ", ".join(before) or "none"),
+        ("served whole in another lease (a record)", ", ".join(elsewhere) or "none"),
         ("served in part (configs with results)", ", ".join(part) or "none"),
         ("never served", ", ".join(f"`{v}`" for v in variants() if v not in touched) or "none"),
         ("one `vllm serve` start in this lease, s", f"{min(secs)}-{max(secs)}"),
@@ -984,7 +1166,8 @@ def bf16_leases() -> Table:
         out["EAGLE-3 head final loss / step-1 accuracy"] = f"{h['final_loss']:.3f} / {h['accuracy_by_step'][0]:.3f}"
         out["EAGLE-3 head training s"] = f"{h['train_s']:.0f}"
         return out
-    return lease_table([(name, numbers(run)) for name, run in LEASES])
+    return lease_table([(name, numbers(run)) for name, run in LEASES
+                        if (run / "metrics" / f"eval-{BASELINE}.json").is_file()])
 
 
 def speed_leases() -> Table:
@@ -1063,11 +1246,19 @@ BLOCKS = {"setup": setup, "progress": progress, "sweep-progress": sweep_progress
           "eagle3-head": eagle3_head, "speed": speed, "predicted": predicted, "predicted-note": predicted_note,
           "every-run": every_run, "starts": starts, "capacity": capacity, "step-time": step_time,
           "step-note": step_note,
-          "gptq-kernel": gptq_kernel, "gptq-kernel-choice": gptq_kernel_choice, "gptq-speed": gptq_speed,
+          "gptq-kernel": partial(kernel_table, GPTQ, RUN),
+          "gptq-kernel-choice": partial(kernel_choice, GPTQ, RUN), "gptq-speed": gptq_speed,
           "gptq-acceptance": gptq_acceptance, "gptq-acceptance-note": gptq_acceptance_note,
           "gptq-capacity": gptq_capacity, "gptq-capacity-note": gptq_capacity_note, "gptq-predicted": gptq_predicted,
           "gptq-step-time": gptq_step_time, "gptq-every-run": gptq_every_run, "gptq-bench-time": gptq_bench_time,
           "fp8-partial": fp8_partial, "plain-variants": plain_variants,
+          "served-overview": served_overview, "served-speed": partial(per_variant, speed_table),
+          "served-capacity": partial(per_variant, capacity), "awq-kernel": partial(kernel_table, AWQ, RUN5),
+          "awq-kernel-choice": partial(kernel_choice, AWQ, RUN5),
+          "served-acceptance": partial(per_variant, acceptance_totals),
+          "served-predicted": partial(per_variant, predicted_table), "served-note": served_note,
+          "served-step-time": partial(per_variant, variant_step_table),
+          "scheduling": scheduling, "lease-ends": lease_ends, "greedy-determinism": greedy_determinism,
           "training": training, "not-measured": not_measured, "second-quantize": second_quantize,
           "bf16-leases": bf16_leases, "speed-leases": speed_leases, "speed-leases-note": speed_leases_note,
           "bench-time": bench_time, "bench-time-note": bench_time_note}
