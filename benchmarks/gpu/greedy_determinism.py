@@ -1,11 +1,12 @@
 """Is batched greedy generation (pipeline/evaluate/generation.py) repeatable on a GPU in bf16?
 
-The evaluate stage's greedy-match check compares the baseline's greedy tokens with the variant's, both generated in
-one batch of the same prompts; on the H100 BF16 matched itself at 0.9375 with identical weights and identical
-logits over the held-out text (benchmarks/gpu/raw/smollm2-gpu-5). This runs the same generation on a model of
-SmolLM2-135M's shape (random weights, so near-ties everywhere: the strictest case), as two identical copies and the
-same copy twice, under torch's default kernels and under MODE=deterministic (torch.use_deterministic_algorithms
-with CUBLAS_WORKSPACE_CONFIG) and MODE=eager-attention. Prints one RESULT line of JSON per mode.
+The evaluate stage's greedy-match check compared the baseline's greedy tokens with the variant's, both generated
+in one batch of the same prompts (until 7b0df47); on the H100 BF16 matched itself at 0.9375 with identical weights
+and identical logits over the held-out text (benchmarks/gpu/raw/smollm2-gpu-5). This runs the same generation on a
+model of SmolLM2-135M's shape (random weights: a weak test, as random tied embeddings give argmaxes with wide
+margins, not near-ties), as two identical copies and the same copy twice, under torch's default kernels and under
+MODE=deterministic (torch.use_deterministic_algorithms with CUBLAS_WORKSPACE_CONFIG) and MODE=eager-attention.
+Prints one RESULT line of JSON per mode.
 """
 from __future__ import annotations
 
