@@ -348,9 +348,9 @@ def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict
     Model drafters draft k tokens on every step, so vLLM's mean acceptance length is the served tokens per step.
     n-gram drafts only on steps whose context repeats and vLLM's counters cover those steps alone, so its served
     tokens per step come from the CPU estimate of the same variant (`ngram_estimate`, its speculative-ngram.json,
-    at the served k); without one n-gram stays as measured. Its calibration matters: vLLM 0.26 serves n-gram (and
-    the draft model) with asynchronous scheduling off while plain decoding keeps it, a cost random-weight step
-    timings do not see (SmolLM2 on the H100: an n-gram step cost 1.8-2.5 plain steps served)."""
+    at the served k); without one n-gram stays as measured. Its calibration matters: SmolLM2's n-gram step cost
+    1.8-2.5 plain steps served on the H100, well above the offline engine's random-weight timing (the cause is not
+    measured: both ran n-gram with vLLM's asynchronous scheduling off and plain decoding with it on)."""
     configs = record.get("configs") or {}
     plain = (configs.get("plain") or {}).get("levels") or {}
     methods = dict(profile.methods)
