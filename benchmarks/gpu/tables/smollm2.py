@@ -1238,6 +1238,55 @@ def bench_time_note() -> Text:
                 "leases) and the process launch before the server's first log line.")
 
 
+def calibrated_rows() -> list[dict]:
+    """Each served variant but the one the committed SmolLM2 profile is calibrated by (serving_costs.calibrate, run
+    by costs.sh), predicted again by that profile from its own CPU estimate at the k served: out of sample."""
+    from pipeline.evaluate import serving_costs
+
+    prof = next(p for p in serving_costs.available() if p.name.endswith("smollm2-135m"))
+    own = {m.served_run for m in prof.methods.values() if m.served_run}
+    rows = []
+    for variant, lease, run in served_variants():
+        if any(f"{run.name}/serve/{variant}/" in r for r in own):
+            continue
+        runs = bench_runs(variant, run)
+        for m in METHODS:
+            est = load(run / "eval" / variant / f"speculative-{m}.json")
+            k = served_k(m, variant, run)
+            pred = serving_costs.predict(serving_costs.Choice(prof, "committed", 1.0), m, est["tokens_per_step_by_k"],
+                                         est["drafted_per_step_by_k"], [1, 8, 32], est.get("steps_per_response_by_k"))
+            rows.append({"variant": variant, "lease": lease, "method": m, "k": k,
+                         **{c: (pred.speedup(c, k), runs[m][c]["output_throughput"]
+                                / runs["plain"][c]["output_throughput"]) for c in (1, 8, 32)}})
+    return rows
+
+
+def calibrated_predicted() -> Table:
+    rows = []
+    for r in calibrated_rows():
+        cells = []
+        for c in (1, 8, 32):
+            pred, served = r[c]
+            cells += [f"x{pred:.2f} / x{served:.2f}", "yes" if abs(pred / served - 1) <= PREDICTION_TOLERANCE else "no"]
+        rows.append((f"`{r['variant']}`", r["lease"], f"`{r['method']}`", str(r["k"]), *cells))
+    return Table(("variant", "lease", "method", "k", *(h for c in (1, 8, 32) for h in (
+        f"c={c} predicted / served", f"within {PREDICTION_TOLERANCE:.0%}"))), tuple(rows))
+
+
+def calibrated_note() -> Text:
+    rows = calibrated_rows()
+    parts = []
+    for c in (1, 8, 32):
+        ok = sum(abs(r[c][0] / r[c][1] - 1) <= PREDICTION_TOLERANCE for r in rows)
+        side = sum((r[c][0] >= 1) == (r[c][1] >= 1) for r in rows)
+        parts.append(f"c={c}: {ok} of {len(rows)} within {PREDICTION_TOLERANCE:.0%}, {side} on the served side of 1.0")
+    ngram = [r for r in rows if r["method"] == "ngram"]
+    worst = max(abs(r[c][0] / r[c][1] - 1) for r in ngram for c in (1, 8, 32))
+    return Text("; ".join(parts) + f". n-gram is predicted slower than plain decoding for every variant now "
+                f"({sum(r[c][0] < 1 for r in ngram for c in (1, 8, 32))} of {3 * len(ngram)} cells), its largest "
+                f"miss {100 * worst:.0f}%.")
+
+
 BLOCKS = {"setup": setup, "progress": progress, "sweep-progress": sweep_progress, "stages": stages,
           "stage-leases": stage_leases, "stage-note": stage_note, "time-note": time_note,
           "quality": quality, "thresholds": thresholds, "quality-gate": quality_gate, "gate": gate,
@@ -1261,4 +1310,5 @@ BLOCKS = {"setup": setup, "progress": progress, "sweep-progress": sweep_progress
           "scheduling": scheduling, "lease-ends": lease_ends, "greedy-determinism": greedy_determinism,
           "training": training, "not-measured": not_measured, "second-quantize": second_quantize,
           "bf16-leases": bf16_leases, "speed-leases": speed_leases, "speed-leases-note": speed_leases_note,
-          "bench-time": bench_time, "bench-time-note": bench_time_note}
+          "bench-time": bench_time, "bench-time-note": bench_time_note,
+          "calibrated-predicted": calibrated_predicted, "calibrated-note": calibrated_note}
