@@ -62,13 +62,7 @@ def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     stop = frozenset() if eos_token_id is None else {eos_token_id}
     paths = generation.greedy_continuations(baseline, prompts, n_tokens, stop)
-    matched = sum(torch.equal(_argmax_along(baseline, prompt, path), _argmax_along(variant, prompt, path))
+    matched = sum(torch.equal(response_logprobs(baseline, prompt, path).argmax(-1).cpu(),
+                              response_logprobs(variant, prompt, path).argmax(-1).cpu())
                   for prompt, (path, _) in zip(prompts, paths))
     return matched / len(prompts)
-
-
-@torch.no_grad()
-def _argmax_along(model, prompt: list[int], path: list[int]) -> torch.Tensor:
-    """The model's greedy choice at each position of `path` given prompt + the path before it (on the CPU)."""
-    ids = torch.tensor([prompt + path], device=model.device)
-    return model(input_ids=ids).logits[0, len(prompt) - 1: -1].argmax(-1).cpu()

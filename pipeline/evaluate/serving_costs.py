@@ -329,15 +329,24 @@ def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> Cost
                        runs=[d.as_posix() for d in raw_dirs], plain_step_ms_measured=measured)
 
 
-def served_step_ratio(level: dict, plain: dict) -> tuple[float, float] | None:
+def served_step_ratio(level: dict, plain: dict, known: tuple[float, float] | None = None
+                      ) -> tuple[float, float] | None:
     """(S/T, drafted tokens per request per step) of one served load level against plain decoding's at the same
-    load, from `vllm bench serve`'s output tokens/s and vLLM's acceptance counters: a step makes the mean
-    acceptance length L tokens, so S/T = L x plain tokens/s / speculative tokens/s; it drafts (L - 1) / accepted
-    per drafted token. None where either run failed requests or the acceptance was not measured."""
-    mal, rate = level.get("mean_acceptance_length"), level.get("accepted_per_draft_token")
-    if level.get("failed") or plain.get("failed") or not mal or not rate or not level["output_throughput"]:
+    load, from `vllm bench serve`'s output tokens/s: S/T = tokens per step x plain tokens/s / speculative tokens/s.
+    Tokens and drafted tokens per step come from vLLM's acceptance counters (a step makes the mean acceptance
+    length L tokens and drafts (L - 1) / accepted per drafted token), or are `known` from elsewhere where those
+    counters do not give them (n-gram: its CPU estimate). None where either run failed requests or measured no
+    throughput, or the acceptance was not measured."""
+    if level.get("failed") or plain.get("failed") or not level["output_throughput"] \
+            or not plain.get("output_throughput"):
         return None
-    return mal * plain["output_throughput"] / level["output_throughput"], (mal - 1) / rate
+    if known is None:
+        mal, rate = level.get("mean_acceptance_length"), level.get("accepted_per_draft_token")
+        if not mal or not rate:
+            return None
+        known = (mal, (mal - 1) / rate)
+    tokens, drafted = known
+    return tokens * plain["output_throughput"] / level["output_throughput"], drafted
 
 
 def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict | None = None,
@@ -355,17 +364,16 @@ def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict
     plain = (configs.get("plain") or {}).get("levels") or {}
     methods = dict(profile.methods)
     for method, config in configs.items():
-        if method not in methods or (method not in DRAFT_EVERY_STEP and not (method == "ngram" and ngram_estimate)):
+        known = None  # n-gram's tokens and drafted tokens per step, from its CPU estimate at the served k
+        if method == "ngram" and ngram_estimate:
+            k = str(config["num_speculative_tokens"])
+            known = (ngram_estimate["tokens_per_step_by_k"][k], ngram_estimate["drafted_per_step_by_k"][k])
+        if method not in methods or (method not in DRAFT_EVERY_STEP and known is None):
             continue
         cost = methods[method].uncalibrated()
-        per_step = None
-        if method == "ngram":
-            k = str(config["num_speculative_tokens"])
-            per_step = (ngram_estimate["tokens_per_step_by_k"][k], ngram_estimate["drafted_per_step_by_k"][k])
         scale = {}
         for key, level in config["levels"].items():
-            measured = (served_step_ratio(level, plain.get(key) or {}) if per_step is None
-                        else _served_ratio_at(level, plain.get(key) or {}, *per_step))
+            measured = served_step_ratio(level, plain.get(key) or {}, known)
             if measured is None:
                 continue
             c = level["concurrency"]
@@ -373,16 +381,8 @@ def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict
             scale[str(c)] = ratio / (cost.spec_ms(c, drafted) / interpolate(cost.plain_step_ms, c))
         if scale:
             methods[method] = replace(cost, served_scale=dict(sorted(scale.items(), key=lambda kv: float(kv[0]))),
-                                      served_run=run, served_estimate=estimate_run if per_step else None)
+                                      served_run=run, served_estimate=estimate_run if known else None)
     return replace(profile, methods=methods)
-
-
-def _served_ratio_at(level: dict, plain: dict, tokens_per_step: float, drafted: float) -> tuple[float, float] | None:
-    """(S/T, drafted per step) of a served level whose tokens per step are known from elsewhere (n-gram's CPU
-    estimate): S/T = tokens per step x plain tokens/s / speculative tokens/s."""
-    if level.get("failed") or plain.get("failed") or not level["output_throughput"] or not plain.get("output_throughput"):
-        return None
-    return tokens_per_step * plain["output_throughput"] / level["output_throughput"], drafted
 
 
 def write(profile: CostProfile, path: Path) -> None:
@@ -395,13 +395,14 @@ def main(argv: list[str]) -> int:
     if len(argv) in (3, 4) and argv[0] == "calibrate":
         path, record = Path(argv[1]), Path(argv[2])
         estimate = Path(argv[3]) if len(argv) == 4 else None
-        try:
-            served = json.loads(record.read_text())
-            ngram = json.loads(estimate.read_text()) if estimate else None
-        except (OSError, ValueError) as e:
-            print(f"calibrate: {e.filename if isinstance(e, OSError) else record}: not readable JSON ({e})",
-                  file=sys.stderr)
-            return 2
+        loaded = []
+        for p, what in ((record, "serve_bench record"), (estimate, "CPU estimate")):
+            try:
+                loaded.append(json.loads(p.read_text()) if p else None)
+            except (OSError, ValueError) as e:
+                print(f"calibrate: {p}: not a readable {what} ({e})", file=sys.stderr)
+                return 2
+        served, ngram = loaded
         calibrated = calibrate(load(path), served, record.as_posix(), ngram, estimate.as_posix() if estimate else None)
         write(calibrated, path)
         for m, cost in calibrated.methods.items():
