@@ -355,7 +355,7 @@ def main(argv: list[str]) -> None:
     serving, cfg = parse_section(p, ServingParams), parse_section(p, ServeBenchParams)
     variants = parse_section(p, QuantizeParams).variants
     # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all. Decided
-    # before the recipe is parsed (compressed-tensors, torch: seconds) that a skipped record never needs.
+    # before the recipe is parsed, which a skipped record never needs.
     reason = vllm_spec.skip_reason(cfg.enabled, "serve_bench.enabled", serving.tensor_parallel_size)
     with atomic_dir(paths.SERVE / variant) as tmp:
         if reason:

@@ -53,7 +53,29 @@ def bundled_workspace(bundle_spec: BundleSpec, demo_pair, tmp_path_factory, requ
     return bundle_workspace(tmp_path_factory.mktemp(request.module.__name__), demo_pair, bundle_spec)
 
 
+# After the slow files, the longest of the rest on 2 cores (measured on the suite of 2026-11): test_vllm_server.py
+# (20 s, nearly all of it waiting on its servers: last, it left both cores idle), then the heaviest (20-90 s of CPU
+# each). Handed out early, so the run ends on small files instead of one worker finishing a long one alone.
+LONG_FILES = ("test_vllm_server.py", "test_quantize_dist.py", "test_handoff.py", "test_quantize.py", "test_bundle.py",
+              "test_lmeval.py", "test_sources.py", "test_real_text.py", "test_registry.py", "test_signing.py",
+              "test_mlflow_registry.py", "test_dvc_graph.py", "test_gguf_source.py", "test_sources_cache.py")
+
+
+def pytest_configure(config):
+    """pytest-xdist (3.6 on) hands `--dist loadfile`'s files out largest first by number of tests unless told not to,
+    which ran the whole-pipeline builds (10 tests, the longest file by far) after files of 70 quick tests, last and
+    alone: keep pytest_collection_modifyitems' order instead."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
 def pytest_collection_modifyitems(config, items):
-    """Slow tests (whole `dvc repro` builds) first: with `-n auto --dist loadfile` their file starts on one worker
-    while the rest of the suite fills the other, instead of starting last and running alone."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Files with slow tests (whole `dvc repro` builds) first, then LONG_FILES: with `-n auto --dist loadfile` the
+    builds start on one worker while the rest of the suite fills the other, instead of starting last and running
+    alone."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+
+    def order(item):
+        name = item.path.name
+        return item.path not in slow, LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+    items.sort(key=order)

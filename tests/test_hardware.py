@@ -7,7 +7,9 @@ from tiny_project import tiny_params, tiny_serving
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env
-from pipeline.quantize.recipes import build_recipe, needs_calibration, parse_variant
+from pipeline.quantize.presets import PRESETS, Quant, Scheme
+from pipeline.quantize.recipes import (CHANNELWISE, VariantSpec, build_recipe, needs_calibration, parse_variant,
+                                       scheme_for, scheme_of)
 from pipeline.serving.config import server_env
 
 VARIANTS = tiny_params()["quantize"]["variants"]
@@ -39,6 +41,29 @@ def test_nvfp4a16_is_data_free_round_to_nearest():
 def test_bad_smoothing_is_one_line(raw, message):
     with pytest.raises(PipelineError, match=message):
         parse_variant("x", raw)
+
+
+def test_presets_are_compressed_tensors_presets():
+    """presets.PRESETS, which the bundle and serve_bench stages read instead of importing compressed-tensors, states
+    the installed compressed-tensors' presets: the same names, and scheme_of gives each one's weights and input
+    activations as scheme_for builds them, with a group size and channel-wise too, or refuses as it does."""
+    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
+
+    def quant(args):
+        return None if args is None else Quant(args.type, args.num_bits, args.strategy)
+
+    assert sorted(PRESETS) == sorted(PRESET_SCHEMES)
+    for name in PRESETS:
+        for group_size in (None, 64, CHANNELWISE):
+            spec = VariantSpec(name="v", algorithm="rtn", scheme=name, group_size=group_size)
+            try:
+                real = scheme_for(spec)
+            except PipelineError as e:
+                with pytest.raises(PipelineError) as err:
+                    scheme_of(spec)
+                assert str(err.value) == str(e)
+                continue
+            assert scheme_of(spec) == Scheme(quant(real.weights), quant(real.input_activations)), (name, group_size)
 
 
 def test_requirements_by_scheme():

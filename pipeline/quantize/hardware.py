@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 
 from pipeline.core.errors import PipelineError
-from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_for
+from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of
 
 # Compute capability of the GPUs `serving.gpu` may name.
 GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
@@ -40,7 +40,7 @@ class Hardware:
 def requirements(spec: VariantSpec) -> Hardware:
     if is_unquantized(spec):
         return Hardware(8.0, 8.0, "BF16 GEMMs (bfloat16 needs compute capability 8.0)")
-    scheme = scheme_for(spec)
+    scheme = scheme_of(spec)
     w, a = scheme.weights, scheme.input_activations
     if w.type == "float" and w.num_bits == 4:
         if a is not None:
@@ -107,7 +107,7 @@ def kernel_choices(spec: VariantSpec, compute_capability: float | None) -> list[
     unmeasured default assumes Hopper, the fleet the project's measurements come from)."""
     if is_unquantized(spec) or (compute_capability is not None and compute_capability != 9.0):
         return []
-    scheme = scheme_for(spec)
+    scheme = scheme_of(spec)
     w, a = scheme.weights, scheme.input_activations
     if w is not None and w.type == "float" and w.strategy == "block":
         return [KernelChoice("cutlass", dict(DEEPGEMM_OFF)), KernelChoice("deepgemm", {})]

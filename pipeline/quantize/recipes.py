@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from pipeline.core.errors import PipelineError
 from pipeline.core.names import check_variant_name
 from pipeline.core.sections import thawed
+from pipeline.quantize.presets import PRESETS, Scheme
 
 # Knobs each algorithm's modifier takes (GPTQModifier / AWQModifier fields); rtn is plain
 # QuantizationModifier: round-to-nearest weights plus observed activation scales.
@@ -75,9 +76,9 @@ def parse_variant(name: str, raw) -> VariantSpec:
                        ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
                        smoothing_strength=raw.get("smoothing_strength"),
                        num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
-    if spec.group_size is not None and is_wna16(scheme_for(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
+    if spec.group_size is not None and is_wna16(scheme_of(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
         raise PipelineError(f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
-                            f"{scheme_for(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
+                            f"{scheme_of(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
                             f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does not divide a "
                             "layer's input width, the largest that divides them all is used)")
     return spec
@@ -101,12 +102,9 @@ def validate_spec(name: str, spec: dict) -> None:
         if extra:
             raise PipelineError(f"variant {name!r}: algorithm 'none' is the unquantized target; {extra} do not apply")
         return
-    # compressed-tensors (torch, transformers: seconds) only for a quantized variant: `none` stages skip it
-    from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
-
-    if spec.get("scheme") not in PRESET_SCHEMES:
+    if spec.get("scheme") not in PRESETS:
         raise PipelineError(f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
-                            f"(compressed-tensors presets: {', '.join(sorted(PRESET_SCHEMES))})")
+                            f"(compressed-tensors presets: {', '.join(sorted(PRESETS))})")
     if spec.get("kv_cache") not in (None, *KV_CACHE_SCHEMES):
         raise PipelineError(f"variant {name!r}: kv_cache must be one of {list(KV_CACHE_SCHEMES)} or absent")
     strength = spec.get("smoothing_strength")
@@ -127,17 +125,28 @@ def validate_spec(name: str, spec: dict) -> None:
         raise PipelineError(f"variant {name!r}: ignore must be a list of module names or patterns")
 
 
+def scheme_of(spec: VariantSpec) -> Scheme:
+    """scheme_for's weights and input activations (type, bits, strategy) from presets.PRESETS, without importing
+    compressed-tensors: what the stages that only read a variant's scheme (bundle, serve_bench) need of it."""
+    scheme = PRESETS[spec.scheme]
+    if spec.group_size is not None:
+        if scheme.weights is None or scheme.weights.strategy != "group":
+            raise PipelineError(f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), "
+                                f"not {spec.scheme}")
+        if spec.group_size == CHANNELWISE:
+            return replace(scheme, weights=replace(scheme.weights, strategy="channel"))
+    return scheme
+
+
 def scheme_for(spec: VariantSpec):
     """The compressed-tensors scheme: the preset with the spec's overrides applied (group_size CHANNELWISE, which only
     choose_group_size sets: one scale per output channel)."""
     from compressed_tensors.quantization import QuantizationArgs
     from compressed_tensors.quantization.quant_scheme import preset_name_to_scheme
 
+    scheme_of(spec)  # refuses a group_size the preset has no groups for
     scheme = preset_name_to_scheme(spec.scheme, ["Linear"])
     if spec.group_size is not None:
-        if scheme.weights is None or scheme.weights.strategy != "group":
-            raise PipelineError(f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), "
-                                f"not {spec.scheme}")
         if spec.group_size == CHANNELWISE:
             scheme.weights = QuantizationArgs(**{**scheme.weights.model_dump(), "strategy": "channel",
                                                  "group_size": None})
@@ -147,7 +156,8 @@ def scheme_for(spec: VariantSpec):
 
 
 def is_wna16(scheme) -> bool:
-    """Integer weights in groups with 16-bit activations: what vLLM serves with Marlin or Machete."""
+    """Integer weights in groups with 16-bit activations: what vLLM serves with Marlin or Machete (of scheme_for's
+    scheme or scheme_of's)."""
     w = scheme.weights
     return w is not None and w.type == "int" and w.strategy == "group" and scheme.input_activations is None
 
