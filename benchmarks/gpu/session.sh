@@ -18,7 +18,8 @@
 #   session.sh bench8b OUT M...     vLLM decode tokens/s at batch 1 and 32 of those checkpoints (M: bf16 or a V)
 #   session.sh gpu-profile OUT S [P]  the whole `dvc repro` with the GPU demo profile (profiles/gpu.yaml, or GP_BASE's,
 #                                 then the overlay profiles/P.yaml if given, e.g. gpu-methods) in /tmp/gp, started in
-#                                 the background (it outlives this call; GP_REPRO: another command), then gpu-watch
+#                                 the background (it outlives this call; GP_REPRO: another command; GP_PARAMS: YAML
+#                                 over both), then gpu-watch
 #   session.sh gpu-calib OUT S [V]  calibration sample count vs quality on the GPU profile's target (V: variants,
 #                                 quoted, default "gptq-w4a16 int8-w8a8"), in the background, then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
@@ -100,6 +101,11 @@ SH
    PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "${GP_BASE:-gpu}"
    if [ -n "${1:-}" ]; then
      PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile "$1"
+   fi
+   # GP_PARAMS: YAML written over both (e.g. '{quantize: {enabled: [bf16, gptq-w4a16]}}': one lease's variants)
+   if [ -n "${GP_PARAMS:-}" ]; then
+     printf '%s\n' "$GP_PARAMS" > /tmp/gp-params.yaml
+     PYTHONPATH=$DVC_PATH python3 -c "import sys; from pipeline.cli import main; sys.exit(main())" profile /tmp/gp-params.yaml
    fi)
   gpu_line > /tmp/gp-gpu.txt
   run_spec /tmp/gp "profiles/${GP_BASE:-gpu}.yaml${1:+ + profiles/$1.yaml}" "${1:-${GP_BASE:-gpu}-profile}"

@@ -63,6 +63,8 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
 
     rt = YAML()
     rt.width = 120
+    # a value an earlier profile quoted ("off") must stay quoted when a later profile rewrites the file
+    rt.preserve_quotes = True
     rt.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
     doc = rt.load(params_path.read_text(encoding="utf-8"))
     for dotted in changed:
