@@ -30,5 +30,7 @@ python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_prof
   benchmarks/gpu/raw/demo-serve-bf16/record.json benchmarks/gpu/raw/demo-serve-bf16/cpu-estimate/speculative-ngram.json
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-smollm2-135m.json" \
   benchmarks/gpu/raw/smollm2-gpu-3/serve/bf16/record.json benchmarks/gpu/raw/smollm2-gpu-3/eval/bf16/speculative-ngram.json
+python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-gpu-profile-1b.json" \
+  benchmarks/gpu/raw/gpu-served/serve/bf16/record.json benchmarks/gpu/raw/gpu-served/eval/bf16/speculative-ngram.json
 python benchmarks/render.py benchmarks/gpu/COSTS.md
 

@@ -4,8 +4,8 @@ each variant served plain and with every method beside BF16 in the same lease (i
 Reads raw/gpu-served/ (one lease, two `dvc repro` in one workspace: BF16 through publish, then FP8 dynamic added)
 and raw/gpu-served-2/ (the second lease, BF16 and GPTQ W4A16: its archive ended at the start of `serve_bench`).
 Predictions are the pipeline's own (pipeline/evaluate/serving_costs.py) over the committed gpu-profile-1b profile,
-and the same profile calibrated in memory by this run's BF16 record (serving_costs.calibrate), which for FP8 is out
-of sample.
+which benchmarks/gpu/costs.sh calibrates by this run's BF16 record (out of sample for FP8), and over its random-weight
+costs alone (the profile before that calibration).
 """
 from __future__ import annotations
 
@@ -147,9 +147,10 @@ def against_bf16() -> Table:
 
 
 def prediction_rows() -> list[dict]:
-    committed = serving_costs.load(PROFILE)
-    calibrated = serving_costs.calibrate(committed, record_dict(BASELINE), "benchmarks/gpu/raw/gpu-served/serve/bf16",
-                                         estimate(BASELINE, "ngram"), "benchmarks/gpu/raw/gpu-served/eval/bf16")
+    calibrated = serving_costs.load(PROFILE)  # committed: calibrated by this run's BF16 record (costs.sh)
+    if not any(m.served_run and "gpu-served/serve/bf16" in m.served_run for m in calibrated.methods.values()):
+        raise SystemExit(f"{PROFILE.name} is not calibrated by raw/gpu-served's BF16 record: run benchmarks/gpu/costs.sh")
+    assembled = calibrated.uncalibrated()  # the random-weight costs alone, what the profile predicted before
     rows = []
     for variant in VARIANTS:
         rec = record(variant)
@@ -159,11 +160,11 @@ def prediction_rows() -> list[dict]:
             preds = {label: serving_costs.predict(serving_costs.Choice(prof, label, 1.0), name,
                                                   est["tokens_per_step_by_k"], est["drafted_per_step_by_k"], conc,
                                                   est.get("steps_per_response_by_k"))
-                     for label, prof in (("committed", committed), ("calibrated", calibrated))}
+                     for label, prof in (("assembled", assembled), ("calibrated", calibrated))}
             for c in conc:
                 rows.append({"variant": variant, "method": name, "k": k, "c": c,
                              "served": config.at(c).output_throughput / plain.at(c).output_throughput,
-                             "committed": preds["committed"].speedup(c, k),
+                             "assembled": preds["assembled"].speedup(c, k),
                              "calibrated": preds["calibrated"].speedup(c, k),
                              "cpu": est["accepted_per_draft_token"], "vllm": config.at(c).accepted_per_draft_token})
     return rows
@@ -178,24 +179,25 @@ def prediction() -> Table:
     for r in prediction_rows():
         sample = "in sample" if r["variant"] == BASELINE else "out of sample"
         rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
-                     times(r["committed"]), within(r["committed"], r["served"]),
+                     times(r["assembled"]), within(r["assembled"], r["served"]),
                      f"{times(r['calibrated'])} ({sample})", within(r["calibrated"], r["served"]),
                      num(r["cpu"], 3), num(r["vllm"], 3)))
-    return Table(("variant", "method", "k", "concurrency", "served", "predicted, committed profile",
-                  f"within {TOLERANCE:.0%}", "predicted, calibrated by this run's BF16", f"within {TOLERANCE:.0%}",
+    return Table(("variant", "method", "k", "concurrency", "served", "predicted, random-weight costs",
+                  f"within {TOLERANCE:.0%}", "predicted, calibrated by this run's BF16 (committed)",
+                  f"within {TOLERANCE:.0%}",
                   "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
 
 
 def prediction_note() -> Text:
     rows = prediction_rows()
     parts = []
-    for label in ("committed", "calibrated"):
-        cells = [r for r in rows if label == "committed" or r["variant"] != BASELINE]
+    for label in ("assembled", "calibrated"):
+        cells = [r for r in rows if label == "assembled" or r["variant"] != BASELINE]
         ok = sum(abs(r[label] / r["served"] - 1) <= TOLERANCE for r in cells)
         side = sum((r[label] >= 1) == (r["served"] >= 1) for r in cells)
         by_c = ", ".join(f"c={c} {sum(abs(r[label] / r['served'] - 1) <= TOLERANCE for r in cells if r['c'] == c)}"
                          f"/{sum(r['c'] == c for r in cells)}" for c in sorted({r["c"] for r in cells}))
-        what = ("the committed profile (every variant)" if label == "committed"
+        what = ("random-weight costs (every variant)" if label == "assembled"
                 else "calibrated by BF16, out of sample (FP8 dynamic)")
         parts.append(f"{what}: {ok} of {len(cells)} cells within {TOLERANCE:.0%} ({by_c}), {side} on the served "
                      "side of 1.0")
