@@ -134,7 +134,11 @@ def stage_conditions() -> Table:
 
 
 def stage() -> Table:
-    rec = stage_record()
+    return served_table(stage_record())
+
+
+def served_table(rec: ServeBenchRecord) -> Table:
+    """Each config of a serve_bench record: tok/s per concurrency (x plain), acceptance, capacity at the SLO."""
     plain, conc = rec.configs[PLAIN], concurrencies(rec)
     rows = []
     for name, config in rec.configs.items():
@@ -172,13 +176,18 @@ def capacity_vs_plain() -> Table:
 
 
 def prediction_rows() -> list[dict]:
-    rec = stage_record()
-    calibrated = serving_costs.load(PROFILE)
+    return predicted_against_served(stage_record(), STAGE / "cpu-estimate", serving_costs.load(PROFILE))
+
+
+def predicted_against_served(rec: ServeBenchRecord, estimates: Path, calibrated) -> list[dict]:
+    """Each served method and concurrency of a serve_bench record: served speedup over plain, and the pipeline's
+    prediction from the CPU estimate (estimates/speculative-<method>.json) at the served k with the profile's
+    random-weight costs (before) and calibrated (after)."""
     assembled = calibrated.uncalibrated()
     plain, conc = rec.configs[PLAIN], concurrencies(rec)
     rows = []
     for name, config in rec.speculative().items():
-        est = json.loads((STAGE / "cpu-estimate" / f"speculative-{name}.json").read_text())
+        est = json.loads((estimates / f"speculative-{name}.json").read_text())
         k = config.num_speculative_tokens
         preds = {label: serving_costs.predict(serving_costs.Choice(prof, label, 1.0), name, est["tokens_per_step_by_k"],
                                               est["drafted_per_step_by_k"], conc, est.get("steps_per_response_by_k"))

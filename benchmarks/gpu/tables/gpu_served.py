@@ -1,4 +1,4 @@
-"""Tables of benchmarks/gpu/GPU-SERVED.md: the GPU demo profile (1.08B target) through the whole pipeline on the H100,
+"""Tables of benchmarks/gpu/GPU-SERVED.md: the GPU demo profile (1.07B target) through the whole pipeline on the H100,
 each variant served plain and with every method beside BF16 in the same lease (issues #28 and #33, item 6).
 
 Reads raw/gpu-served/ (one lease, two `dvc repro` in one workspace: BF16 through publish, then FP8 dynamic added)
@@ -25,6 +25,10 @@ from pipeline.evaluate import serving_costs  # noqa: E402
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
 from render import Table, Text, facts, num, times  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parent))
+from capacity import concurrencies, predicted_against_served, served_table  # noqa: E402
+from smollm2 import repro_lines, stage_times as timed_stages  # noqa: E402
+
 RAW = ROOT / "benchmarks/gpu/raw"
 RUN = RAW / "gpu-served"
 RUN2 = RAW / "gpu-served-2"
@@ -40,46 +44,19 @@ def record(variant: str) -> ServeBenchRecord:
     return records.read(ServeBenchRecord, RUN / "serve" / variant / "record.json")
 
 
-def record_dict(variant: str) -> dict:
-    return json.loads((RUN / "serve" / variant / "record.json").read_text())
-
-
-def estimate(variant: str, method: str, run: Path = RUN) -> dict:
-    return json.loads((run / "eval" / variant / f"speculative-{method}.json").read_text())
-
-
-def concurrencies(rec: ServeBenchRecord) -> list[int]:
-    return sorted(lvl.concurrency for lvl in rec.configs[PLAIN].levels.values())
-
-
-def thousands(x: float | None) -> str:
-    return num(x, 0, thousands=True)
-
-
-def capacity_cell(cap) -> str:
-    if cap.status == "found":
-        return f"{cap.users_per_gpu:g} ({cap.ceiling:g} missed)"
-    return f">= {cap.users_per_gpu:g}" if cap.lower_bound else f"{cap.users_per_gpu:g} ({cap.status})"
-
-
-def repro_stages(log: Path) -> list[tuple[str, int, str]]:
-    """(stage, seconds into `dvc repro` it started, how it ended) for each stage the log shows running; the last one
-    ends at the log's last line."""
-    lines = [(int(m.group(1)), m.group(2)) for m in (re.match(r"(\d+) (.*)", line)
-                                                     for line in log.read_text().splitlines()) if m]
-    starts = [(t, text.split("'")[1]) for t, text in lines if text.startswith("Running stage '")]
-    failed = {m.group(1) for _, text in lines if (m := re.match(r"ERROR: failed to reproduce '([^']+)'", text))}
-    out = []
-    for i, (t, stage) in enumerate(starts):
-        end = starts[i + 1][0] if i + 1 < len(starts) else lines[-1][0]
-        out.append((stage.removeprefix("stages/dvc.yaml:"), end - t, "failed" if stage in failed else "ran"))
-    return out
+def repro_stages(run: Path, log: str) -> list[tuple[str, int, str]]:
+    """(stage, seconds, how it ended) for each stage the `dvc repro` log shows running: ran (DVC locked it), failed
+    (DVC's 'failed to reproduce' line names it) or cut off (the log ends in it)."""
+    lines = repro_lines(run, log)
+    failed = {m.group(1).removeprefix("stages/dvc.yaml:") for _, text in lines
+              if (m := re.match(r"ERROR: failed to reproduce '([^']+)'", text))}
+    return [(name, end - start, "ran" if done else "failed" if name in failed else "cut off")
+            for name, start, end, done in timed_stages(lines)]
 
 
 def conditions() -> Table:
-    rec, bench = record(BASELINE), yaml.safe_load((RUN / "params.yaml").read_text())["serve_bench"]
-    plain = rec.configs[PLAIN]
-    demo = yaml.safe_load((RUN / "params.yaml").read_text())["demo"]["target"]
+    rec, params = record(BASELINE), yaml.safe_load((RUN / "params.yaml").read_text())
+    plain, bench, demo = rec.configs[PLAIN], params["serve_bench"], params["demo"]["target"]
     return facts([("GPU", rec.gpu), ("vLLM", rec.vllm_version),
                   ("target", f"{demo['num_hidden_layers']} layers, hidden {demo['hidden_size']} "
                              f"({models_params()}, `metrics/models.json`)"),
@@ -99,7 +76,7 @@ def models_params() -> str:
 def repros() -> Table:
     rows = []
     for label, log, params in REPROS:
-        stages = repro_stages(RUN / log)
+        stages = repro_stages(RUN, log)
         enabled = yaml.safe_load((RUN / params).read_text())["quantize"]["enabled"]
         total = sum(s for _, s, _ in stages)
         failed = [name for name, _, how in stages if how == "failed"]
@@ -111,22 +88,8 @@ def repros() -> Table:
 def stage_times() -> Table:
     rows = []
     for label, log, _ in REPROS:
-        rows += [(label, f"`{name}`", str(secs), how) for name, secs, how in repro_stages(RUN / log)]
+        rows += [(label, f"`{name}`", str(secs), how) for name, secs, how in repro_stages(RUN, log)]
     return Table(("dvc repro", "stage", "seconds", "end"), tuple(rows))
-
-
-def served(variant: str) -> Table:
-    rec = record(variant)
-    plain, conc = rec.configs[PLAIN], concurrencies(rec)
-    rows = []
-    for name, config in rec.configs.items():
-        cells = [f"{thousands(config.at(c).output_throughput)} "
-                 f"({times(config.at(c).output_throughput / plain.at(c).output_throughput)})" for c in conc]
-        first = config.at(conc[0])
-        rows.append((name, str(config.num_speculative_tokens or "-"), *cells, num(first.accepted_per_draft_token, 3),
-                     capacity_cell(config.capacity), thousands(config.capacity.output_tokens_per_s_per_gpu)))
-    return Table(("config", "k", *(f"c={c} tok/s (x plain)" for c in conc), "vLLM accepted/drafted (c=1)",
-                  "users per GPU at the SLO", "output tok/s per GPU there"), tuple(rows))
 
 
 def against_bf16() -> Table:
@@ -147,27 +110,13 @@ def against_bf16() -> Table:
 
 
 def prediction_rows() -> list[dict]:
-    calibrated = serving_costs.load(PROFILE)  # committed: calibrated by this run's BF16 record (costs.sh)
+    """capacity.predicted_against_served for each variant of the run (before: the profile's random-weight costs,
+    after: the committed profile, calibrated by this run's BF16 record)."""
+    calibrated = serving_costs.load(PROFILE)
     if not any(m.served_run and "gpu-served/serve/bf16" in m.served_run for m in calibrated.methods.values()):
         raise SystemExit(f"{PROFILE.name} is not calibrated by raw/gpu-served's BF16 record: run benchmarks/gpu/costs.sh")
-    assembled = calibrated.uncalibrated()  # the random-weight costs alone, what the profile predicted before
-    rows = []
-    for variant in VARIANTS:
-        rec = record(variant)
-        plain, conc = rec.configs[PLAIN], concurrencies(rec)
-        for name, config in rec.speculative().items():
-            est, k = estimate(variant, name), config.num_speculative_tokens
-            preds = {label: serving_costs.predict(serving_costs.Choice(prof, label, 1.0), name,
-                                                  est["tokens_per_step_by_k"], est["drafted_per_step_by_k"], conc,
-                                                  est.get("steps_per_response_by_k"))
-                     for label, prof in (("assembled", assembled), ("calibrated", calibrated))}
-            for c in conc:
-                rows.append({"variant": variant, "method": name, "k": k, "c": c,
-                             "served": config.at(c).output_throughput / plain.at(c).output_throughput,
-                             "assembled": preds["assembled"].speedup(c, k),
-                             "calibrated": preds["calibrated"].speedup(c, k),
-                             "cpu": est["accepted_per_draft_token"], "vllm": config.at(c).accepted_per_draft_token})
-    return rows
+    return [{"variant": variant, **row} for variant in VARIANTS
+            for row in predicted_against_served(record(variant), RUN / "eval" / variant, calibrated)]
 
 
 def within(pred: float, served: float) -> str:
@@ -179,8 +128,8 @@ def prediction() -> Table:
     for r in prediction_rows():
         sample = "in sample" if r["variant"] == BASELINE else "out of sample"
         rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
-                     times(r["assembled"]), within(r["assembled"], r["served"]),
-                     f"{times(r['calibrated'])} ({sample})", within(r["calibrated"], r["served"]),
+                     times(r["before"]), within(r["before"], r["served"]),
+                     f"{times(r['after'])} ({sample})", within(r["after"], r["served"]),
                      num(r["cpu"], 3), num(r["vllm"], 3)))
     return Table(("variant", "method", "k", "concurrency", "served", "predicted, random-weight costs",
                   f"within {TOLERANCE:.0%}", "predicted, calibrated by this run's BF16 (committed)",
@@ -191,13 +140,13 @@ def prediction() -> Table:
 def prediction_note() -> Text:
     rows = prediction_rows()
     parts = []
-    for label in ("assembled", "calibrated"):
-        cells = [r for r in rows if label == "assembled" or r["variant"] != BASELINE]
+    for label in ("before", "after"):
+        cells = [r for r in rows if label == "before" or r["variant"] != BASELINE]
         ok = sum(abs(r[label] / r["served"] - 1) <= TOLERANCE for r in cells)
         side = sum((r[label] >= 1) == (r["served"] >= 1) for r in cells)
         by_c = ", ".join(f"c={c} {sum(abs(r[label] / r['served'] - 1) <= TOLERANCE for r in cells if r['c'] == c)}"
                          f"/{sum(r['c'] == c for r in cells)}" for c in sorted({r["c"] for r in cells}))
-        what = ("random-weight costs (every variant)" if label == "assembled"
+        what = ("random-weight costs (every variant)" if label == "before"
                 else "calibrated by BF16, out of sample (FP8 dynamic)")
         parts.append(f"{what}: {ok} of {len(cells)} cells within {TOLERANCE:.0%} ({by_c}), {side} on the served "
                      "side of 1.0")
@@ -225,12 +174,12 @@ def second_lease() -> Table:
 
 
 def second_lease_stages() -> Table:
-    return Table(("stage", "seconds", "end"), tuple((f"`{n}`", str(s), "cut off" if i == len(st) - 1 else how)
-                                                     for st in [repro_stages(RUN2 / "repro.log")]
-                                                     for i, (n, s, how) in enumerate(st)))
+    return Table(("stage", "seconds", "end"), tuple((f"`{n}`", str(s), how)
+                                                     for n, s, how in repro_stages(RUN2, "repro.log")))
 
 
 BLOCKS = {"conditions": conditions, "repros": repros, "stage-times": stage_times,
-          "served-bf16": lambda: served("bf16"), "served-fp8-dynamic": lambda: served("fp8-dynamic"),
+          "served-bf16": lambda: served_table(record("bf16")),
+          "served-fp8-dynamic": lambda: served_table(record("fp8-dynamic")),
           "against-bf16": against_bf16, "prediction": prediction, "prediction-note": prediction_note, "gate": gate,
           "second-lease": second_lease, "second-lease-stages": second_lease_stages}

@@ -88,10 +88,10 @@ def variants(run: Path = RUN) -> list[str]:
     return list(params(run)["quantize"]["enabled"])
 
 
-def repro_lines(run: Path = RUN) -> list[tuple[int, str]]:
-    """repro.log's lines as (seconds into `dvc repro`, text); the run timestamped each line."""
+def repro_lines(run: Path = RUN, log: str = "repro.log") -> list[tuple[int, str]]:
+    """The run's `dvc repro` log lines as (seconds into `dvc repro`, text); the run timestamped each line."""
     out = []
-    for line in (run / "repro.log").read_text().splitlines():
+    for line in (run / log).read_text().splitlines():
         m = re.match(r"^(\d+) (.*)$", line)
         if m:
             out.append((int(m.group(1)), m.group(2)))
