@@ -323,8 +323,12 @@ PY
     packed=$(ls -d run.json dvc.lock metrics plots artifacts/timings artifacts/logs artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/distill artifacts/eagle3/record.json \
         artifacts/eagle3/model/config.json 2>/dev/null || true)
-    find $packed -type f -size +4095k -printf '%s %p\n' > /tmp/gp-left-out.txt 2>/dev/null || true
-    { find $packed $small -type f -size -4096k 2>/dev/null || true; } > /tmp/gp-pack.list
+    : > /tmp/gp-left-out.txt; : > /tmp/gp-pack.list
+    # find with no path would walk the whole workspace (early in a run none of them exists yet)
+    if [ -n "$packed$small" ]; then
+      find $packed -type f -size +4095k -printf '%s %p\n' > /tmp/gp-left-out.txt 2>/dev/null || true
+      { find $packed $small -type f -size -4096k 2>/dev/null || true; } > /tmp/gp-pack.list
+    fi
     [ -s /tmp/gp-left-out.txt ] && { echo "left out (bytes, path):"; cat /tmp/gp-left-out.txt; }
     tar czf "$out/gpu-profile.tgz" --ignore-failed-read -C /tmp gp-repro.log gp-gpu.txt gp-left-out.txt \
       $(cd /tmp && ls gp-repro.rc gp-calib.json 2>/dev/null) -C /tmp/gp params.yaml -T /tmp/gp-pack.list 2>/dev/null || true
