@@ -272,10 +272,17 @@ def test_committed_profiles_are_the_assembly_of_committed_raw_output():
         try:
             os.chdir(root)  # the profile names its runs relative to the project root, as costs.sh runs
             again = serving_costs.assemble(runs, shape, prof.name, prof.gpu)
-            for served, estimate in dict.fromkeys((m.served_run, m.served_estimate) for m in prof.methods.values()
-                                                  if m.served_run):
-                again = serving_costs.calibrate(again, json.loads(Path(served).read_text()), served,
-                                                json.loads(Path(estimate).read_text()) if estimate else None, estimate)
+            # the records its methods name, in order, each with the n-gram estimate read beside it (costs.sh's order)
+            runs = list(dict.fromkeys(r for m in prof.methods.values() for r in m.served_runs))
+            estimates = {r: e for m in prof.methods.values() for r, e in m.served_estimates.items()}
+            served = []
+            for r in runs:
+                estimate = estimates.get(r)
+                served.append(serving_costs.ServedRun(json.loads(Path(r).read_text()), r,
+                                                      json.loads(Path(estimate).read_text()) if estimate else None,
+                                                      estimate))
+            if served:
+                again = serving_costs.calibrate(again, served)
         finally:
             os.chdir(cwd)
         assert again == prof, prof.name
@@ -347,9 +354,9 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
     record = {"configs": {name: {"num_speculative_tokens": 0 if name == "plain" else k, "levels": lv}
                           for name, lv in levels.items()}}
     prof = profile.__class__(**{**profile.__dict__, "methods": {**profile.methods, "ngram": profile.methods["eagle3"]}})
-    calibrated = serving_costs.calibrate(prof, record, "raw/record.json")
+    calibrated = serving_costs.calibrate(prof, [serving_costs.ServedRun(record, "raw/record.json")])
     eagle, draft = calibrated.methods["eagle3"], calibrated.methods["draft_model"]
-    assert eagle.served_run == "raw/record.json" and eagle.served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 2.0})
+    assert eagle.served_runs == ["raw/record.json"] and eagle.served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 2.0})
     assert draft.served_scale == pytest.approx({"1": 0.8, "8": 0.8})  # c=32 failed requests: not a measurement
     assert calibrated.methods["ngram"].served_scale == {}
     choice = serving_costs.Choice(calibrated, "test", 1.0)
@@ -383,12 +390,71 @@ def test_ngram_is_calibrated_with_the_cpu_estimates_tokens_per_step(profile):
     bare = serving_costs.predict(serving_costs.Choice(prof, "test", 1.0), "ngram", estimate["tokens_per_step_by_k"],
                                  estimate["drafted_per_step_by_k"], [1])
     assert bare.speedup(1, k) != pytest.approx(0.6, rel=0.05)  # the step timings alone predict something else
-    calibrated = serving_costs.calibrate(prof, record, "raw/record.json", estimate, "raw/speculative-ngram.json")
+    calibrated = serving_costs.calibrate(prof, [serving_costs.ServedRun(record, "raw/record.json", estimate,
+                                                                        "raw/speculative-ngram.json")])
     ngram = calibrated.methods["ngram"]
-    assert sorted(ngram.served_scale) == ["1", "8"] and ngram.served_estimate == "raw/speculative-ngram.json"
+    assert sorted(ngram.served_scale) == ["1", "8"] and ngram.served_estimates == {"raw/record.json": "raw/speculative-ngram.json"}
     pred = serving_costs.predict(serving_costs.Choice(calibrated, "test", 1.0), "ngram",
                                  estimate["tokens_per_step_by_k"], estimate["drafted_per_step_by_k"], [1, 8])
     for c in (1, 8):
         assert pred.speedup(c, k) == pytest.approx(0.6, rel=1e-9)
-    assert serving_costs.calibrate(prof, record, "raw/record.json").methods["ngram"].served_scale == {}
+    assert serving_costs.calibrate(prof, [serving_costs.ServedRun(record, "raw/record.json")]
+                                   ).methods["ngram"].served_scale == {}
     assert calibrated.uncalibrated() == prof
+
+
+def eagle_record(factor_by_c: dict[int, float], k: int = 8, acc: float = 0.75, failed_at: int | None = None) -> dict:
+    """A served record whose EAGLE-3 step costs factor x the profile's S at each concurrency."""
+    mal = 1 + acc * k
+    plain = {f"c{c}": served_level(c, 1000 * c / plain_ms(c)) for c in factor_by_c}
+    eagle = {f"c{c}": served_level(c, 1000 * c * mal / (spec_ms(c, k) * f), mal, acc) for c, f in factor_by_c.items()}
+    if failed_at:
+        eagle[f"c{failed_at}"]["failed"] = 2
+    return {"configs": {"plain": {"num_speculative_tokens": 0, "levels": plain},
+                        "eagle3": {"num_speculative_tokens": k, "levels": eagle}}}
+
+
+def test_several_served_runs_pool_by_the_geometric_mean_at_each_concurrency(profile):
+    """Two leases of one shape served EAGLE-3 at 2x and 0.5x the profile's step cost at c=1 and 8: pooled, the
+    scale is their geometric mean (1.0); at c=32 the second run's requests failed, so the first run's 3.0 stands
+    alone. Both runs are named; an earlier calibration does not leak into a new one."""
+    first = serving_costs.ServedRun(eagle_record({1: 2.0, 8: 2.0, 32: 3.0}), "a/record.json")
+    second = serving_costs.ServedRun(eagle_record({1: 0.5, 8: 0.5, 32: 0.5}, failed_at=32), "b/record.json")
+    pooled = serving_costs.calibrate(profile, [first, second])
+    eagle = pooled.methods["eagle3"]
+    assert eagle.served_scale == pytest.approx({"1": 1.0, "8": 1.0, "32": 3.0})
+    assert eagle.served_runs == ["a/record.json", "b/record.json"]
+    assert pooled.methods["draft_model"] == profile.methods["draft_model"]  # neither run served it
+    again = serving_costs.calibrate(serving_costs.calibrate(profile, [second]), [first])
+    assert again.methods["eagle3"].served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 3.0})
+    pred = serving_costs.predict(serving_costs.Choice(pooled, "test", 1.0), "eagle3", {"8": 7.0}, {"8": 8.0}, [1])
+    assert "scaled by served runs (a/record.json, b/record.json)" in pred.basis
+
+
+def test_calibrate_pairs_each_ngram_estimate_with_the_record_before_it(tmp_path, profile, capsys):
+    """The command line reads records and n-gram estimates by their content: each estimate belongs to the record
+    before it; an estimate with no record before it is refused with one line naming it, and the profile is left
+    as it was."""
+    path = tmp_path / "profile.json"
+    prof = profile.__class__(**{**profile.__dict__, "methods": {**profile.methods, "ngram": profile.methods["eagle3"]}})
+    serving_costs.write(prof, path)
+    estimate = {"tokens_per_step_by_k": {"8": 1.6}, "drafted_per_step_by_k": {"8": 1.0}}
+    files = {}
+    for name, data in (("a.json", eagle_record({1: 2.0})), ("est.json", estimate), ("b.json", eagle_record({1: 0.5}))):
+        files[name] = tmp_path / name
+        files[name].write_text(json.dumps(data))
+    rec = json.loads(files["a.json"].read_text())
+    rec["configs"]["ngram"] = {"num_speculative_tokens": 8, "levels": {"c1": served_level(1, 0.6 * 1000 / plain_ms(1), 3.0, 0.3)}}
+    files["a.json"].write_text(json.dumps(rec))
+    before = path.read_text()
+    assert serving_costs.main(["calibrate", str(path), str(files["est.json"]), str(files["a.json"])]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(files["est.json"]) in err[0]
+    assert path.read_text() == before
+    assert serving_costs.main(["calibrate", str(path), str(files["a.json"]), str(files["est.json"]),
+                               str(files["b.json"])]) == 0
+    out = serving_costs.load(path)
+    assert out.methods["eagle3"].served_runs == [files["a.json"].as_posix(), files["b.json"].as_posix()]
+    assert out.methods["eagle3"].served_scale == pytest.approx({"1": 1.0})
+    assert out.methods["ngram"].served_runs == [files["a.json"].as_posix()]
+    assert out.methods["ngram"].served_estimates == {files["a.json"].as_posix(): files["est.json"].as_posix()}

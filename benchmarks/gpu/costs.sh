@@ -25,12 +25,14 @@ for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
 done
 # Served calibration: each method's step costs scaled to what `vllm serve` served with trained drafters
 # (serve_bench's record on the same shape, and for n-gram the CPU estimate of the same variant, whose tokens per
-# step the record lacks; pipeline/evaluate/serving_costs.py calibrate).
+# step the record lacks; pipeline/evaluate/serving_costs.py calibrate; several records pool).
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-demo.json" \
   benchmarks/gpu/raw/demo-serve-bf16/record.json benchmarks/gpu/raw/demo-serve-bf16/cpu-estimate/speculative-ngram.json
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-smollm2-135m.json" \
   benchmarks/gpu/raw/smollm2-gpu-3/serve/bf16/record.json benchmarks/gpu/raw/smollm2-gpu-3/eval/bf16/speculative-ngram.json
+# the GPU profile's target: both leases' BF16 (each record followed by its n-gram estimate; the runs pool)
 python -m pipeline.evaluate.serving_costs calibrate "pipeline/evaluate/cost_profiles/$gpu-vllm0.26.0-gpu-profile-1b.json" \
-  benchmarks/gpu/raw/gpu-served/serve/bf16/record.json benchmarks/gpu/raw/gpu-served/eval/bf16/speculative-ngram.json
+  benchmarks/gpu/raw/gpu-served/serve/bf16/record.json benchmarks/gpu/raw/gpu-served/eval/bf16/speculative-ngram.json \
+  benchmarks/gpu/raw/gpu-served-3/serve/bf16/record.json benchmarks/gpu/raw/gpu-served-3/eval/bf16/speculative-ngram.json
 python benchmarks/render.py benchmarks/gpu/COSTS.md
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 
-SCHEMA = 2
+SCHEMA = 3  # 3: a method's served calibration names every run it pools (served_runs, served_estimates)
 PROFILE_DIR = Path(__file__).parent / "cost_profiles"
 VLLM_VERSION = "0.26.0"  # the vLLM the bundles are served with (deploy.image, the GPU evidence)
 DEFAULT_GPU = "h100"  # serving.gpu null: the GPU the committed profiles were measured on
@@ -52,10 +52,12 @@ class MethodCost:
     # `vllm serve` + `vllm bench serve` measured it with a trained drafter (S/T = tokens per step x plain tokens/s
     # / speculative tokens/s), over the same ratio from these step times. Random weights draft as much but accept
     # nothing, and an engine step is not all a served token costs; where a served run measured the method, S is
-    # scaled by it (interpolated over concurrency). Empty: not calibrated.
+    # scaled by it (interpolated over concurrency). Empty: not calibrated. Several served runs pool: at each
+    # concurrency the geometric mean of the runs that measured it (one short level per concurrency and run is noisy:
+    # the GPU profile's draft model served x0.88 and x0.73 of plain at c=1 in two leases).
     served_scale: dict[str, float] = field(default_factory=dict)
-    served_run: str | None = None  # the serve_bench record the scale was measured from
-    served_estimate: str | None = None  # n-gram: the CPU estimate whose tokens per step the served run is read with
+    served_runs: list[str] = field(default_factory=list)  # the serve_bench records the scale was measured from
+    served_estimates: dict[str, str] = field(default_factory=dict)  # n-gram: run -> the CPU estimate it is read with
 
     def spec_ms(self, concurrency: float, drafted: float) -> float:
         """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c)), times the served
@@ -67,7 +69,7 @@ class MethodCost:
 
     def uncalibrated(self) -> MethodCost:
         """These costs as the step timings measured them, without a served run's scale."""
-        return replace(self, served_scale={}, served_run=None, served_estimate=None)
+        return replace(self, served_scale={}, served_runs=[], served_estimates={})
 
 
 @dataclass(frozen=True)
@@ -213,7 +215,9 @@ def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], draf
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
         best[str(c)] = int(max(by_k, key=by_k.get))
     cost = profile.methods[method]
-    basis = choice.reason + (f"; {method}'s step costs scaled by a served run ({cost.served_run})"
+    runs = ", ".join(cost.served_runs)
+    basis = choice.reason + (f"; {method}'s step costs scaled by served runs ({runs})" if len(cost.served_runs) > 1
+                             else f"; {method}'s step costs scaled by a served run ({runs})"
                              if cost.served_scale else f"; {method}'s step costs not calibrated by a served run")
     return ServedPrediction(profile=profile.name, basis=basis, method=method, plain_tokens_per_s=plain,
                             speedup_by_k=speedups, best_k=best, target_params_ratio=choice.target_params_ratio)
@@ -349,39 +353,70 @@ def served_step_ratio(level: dict, plain: dict, known: tuple[float, float] | Non
     return tokens * plain["output_throughput"] / level["output_throughput"], drafted
 
 
-def calibrate(profile: CostProfile, record: dict, run: str, ngram_estimate: dict | None = None,
-              estimate_run: str | None = None) -> CostProfile:
-    """The profile with each method the serve_bench record served scaled to what was served (served_scale): at
-    each concurrency measured, served S/T over this profile's S/T at the drafted tokens per step served.
+@dataclass(frozen=True)
+class ServedRun:
+    """One serve_bench record to calibrate by, with its variant's CPU n-gram estimate (None: n-gram stays as
+    measured); `run` and `estimate_run` are the paths the profile names them by."""
+    record: dict
+    run: str
+    ngram_estimate: dict | None = None
+    estimate_run: str | None = None
+
+
+def served_scales(profile: CostProfile, served: ServedRun) -> dict[str, tuple[dict[str, float], bool]]:
+    """method -> (concurrency -> served S/T over this profile's step-time S/T at the drafted tokens per step served,
+    whether the n-gram estimate read it), for each method the record served that can be read.
 
     Model drafters draft k tokens on every step, so vLLM's mean acceptance length is the served tokens per step.
     n-gram drafts only on steps whose context repeats and vLLM's counters cover those steps alone, so its served
-    tokens per step come from the CPU estimate of the same variant (`ngram_estimate`, its speculative-ngram.json,
-    at the served k); without one n-gram stays as measured. Its calibration matters: SmolLM2's n-gram step cost
-    1.8-2.5 plain steps served on the H100, well above the offline engine's random-weight timing (the cause is not
-    measured: both ran n-gram with vLLM's asynchronous scheduling off and plain decoding with it on)."""
-    configs = record.get("configs") or {}
+    tokens per step come from the CPU estimate of the same variant (its speculative-ngram.json, at the served k);
+    without one n-gram is not read. Its calibration matters: SmolLM2's n-gram step cost 1.8-2.5 plain steps served
+    on the H100, well above the offline engine's random-weight timing (the cause is not measured: both ran n-gram
+    with vLLM's asynchronous scheduling off and plain decoding with it on)."""
+    configs = served.record.get("configs") or {}
     plain = (configs.get("plain") or {}).get("levels") or {}
-    methods = dict(profile.methods)
+    out = {}
     for method, config in configs.items():
         known = None  # n-gram's tokens and drafted tokens per step, from its CPU estimate at the served k
-        if method == "ngram" and ngram_estimate:
+        if method == "ngram" and served.ngram_estimate:
             k = str(config["num_speculative_tokens"])
-            known = (ngram_estimate["tokens_per_step_by_k"][k], ngram_estimate["drafted_per_step_by_k"][k])
-        if method not in methods or (method not in DRAFT_EVERY_STEP and known is None):
+            known = (served.ngram_estimate["tokens_per_step_by_k"][k], served.ngram_estimate["drafted_per_step_by_k"][k])
+        if method not in profile.methods or (method not in DRAFT_EVERY_STEP and known is None):
             continue
-        cost = methods[method].uncalibrated()
+        cost = profile.methods[method].uncalibrated()
         scale = {}
         for key, level in config["levels"].items():
             measured = served_step_ratio(level, plain.get(key) or {}, known)
             if measured is None:
                 continue
-            c = level["concurrency"]
             ratio, drafted = measured
+            c = level["concurrency"]
             scale[str(c)] = ratio / (cost.spec_ms(c, drafted) / interpolate(cost.plain_step_ms, c))
         if scale:
-            methods[method] = replace(cost, served_scale=dict(sorted(scale.items(), key=lambda kv: float(kv[0]))),
-                                      served_run=run, served_estimate=estimate_run if known else None)
+            out[method] = (scale, known is not None)
+    return out
+
+
+def calibrate(profile: CostProfile, served: list[ServedRun]) -> CostProfile:
+    """The profile with each method the served runs measured scaled to what was served (served_scale): at each
+    concurrency, the geometric mean over the runs that measured it of served S/T over this profile's S/T
+    (`served_scales`). A method no run could read stays as it was; a method read loses any earlier calibration."""
+    per_run = [(s, served_scales(profile, s)) for s in served]
+    methods = dict(profile.methods)
+    for method in profile.methods:
+        read = [(s, scales[method]) for s, scales in per_run if method in scales]
+        if not read:
+            continue
+        by_c: dict[str, list[float]] = {}
+        for _, (scale, _) in read:
+            for c, v in scale.items():
+                by_c.setdefault(c, []).append(v)
+        pooled = {c: math.exp(statistics.fmean(math.log(v) for v in vs))
+                  for c, vs in sorted(by_c.items(), key=lambda kv: float(kv[0]))}
+        methods[method] = replace(profile.methods[method].uncalibrated(), served_scale=pooled,
+                                  served_runs=[s.run for s, _ in read],
+                                  served_estimates={s.run: s.estimate_run for s, (_, by_estimate) in read
+                                                    if by_estimate and s.estimate_run})
     return replace(profile, methods=methods)
 
 
@@ -391,19 +426,25 @@ def write(profile: CostProfile, path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """python -m pipeline.evaluate.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]
-       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json SERVE_RECORD.json [NGRAM_ESTIMATE.json]"""
-    if len(argv) in (3, 4) and argv[0] == "calibrate":
-        path, record = Path(argv[1]), Path(argv[2])
-        estimate = Path(argv[3]) if len(argv) == 4 else None
-        loaded = []
-        for p, what in ((record, "serve_bench record"), (estimate, "CPU estimate")):
+       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json RECORD.json [NGRAM_ESTIMATE.json] [RECORD.json ...]
+         (each serve_bench record, optionally followed by its variant's speculative-ngram.json; the runs pool)"""
+    if len(argv) >= 3 and argv[0] == "calibrate":
+        path, served = Path(argv[1]), []
+        for arg in map(Path, argv[2:]):
             try:
-                loaded.append(json.loads(p.read_text()) if p else None)
+                data = json.loads(arg.read_text())
             except (OSError, ValueError) as e:
-                print(f"calibrate: {p}: not a readable {what} ({e})", file=sys.stderr)
+                print(f"calibrate: {arg}: not readable JSON ({e})", file=sys.stderr)
                 return 2
-        served, ngram = loaded
-        calibrated = calibrate(load(path), served, record.as_posix(), ngram, estimate.as_posix() if estimate else None)
+            if isinstance(data, dict) and "configs" in data:
+                served.append(ServedRun(data, arg.as_posix()))
+            elif isinstance(data, dict) and "tokens_per_step_by_k" in data and served and served[-1].ngram_estimate is None:
+                served[-1] = replace(served[-1], ngram_estimate=data, estimate_run=arg.as_posix())
+            else:
+                print(f"calibrate: {arg}: neither a serve_bench record (configs) nor a CPU n-gram estimate "
+                      "(tokens_per_step_by_k) following one", file=sys.stderr)
+                return 2
+        calibrated = calibrate(load(path), served)
         write(calibrated, path)
         for m, cost in calibrated.methods.items():
             print(f"{m}: served scale {({c: round(v, 3) for c, v in cost.served_scale.items()}) or 'none'}")

@@ -138,9 +138,10 @@ def spread(rows: list[dict]) -> tuple[int, str]:
 
 
 def calibration() -> Table:
-    return Table(("profile", "method", "served run it is calibrated by", "tokens per step from (n-gram)",
+    return Table(("profile", "method", "served runs it is calibrated by (pooled)", "tokens per step from (n-gram)",
                   "scale at concurrency"),
-                 tuple((prof.name, name, f"`{m.served_run}`", f"`{m.served_estimate}`" if m.served_estimate else "-",
+                 tuple((prof.name, name, ", ".join(f"`{r}`" for r in m.served_runs),
+                        ", ".join(f"`{e}`" for e in m.served_estimates.values()) or "-",
                         ", ".join(f"c={c} x{v:.2f}" for c, v in m.served_scale.items()))
                        for prof in profiles() for name, m in prof.methods.items() if m.served_scale))
 

@@ -1,11 +1,13 @@
 """Tables of benchmarks/gpu/GPU-SERVED.md: the GPU demo profile (1.07B target) through the whole pipeline on the H100,
 each variant served plain and with every method beside BF16 in the same lease (issues #28 and #33, item 6).
 
-Reads raw/gpu-served/ (one lease, two `dvc repro` in one workspace: BF16 through publish, then FP8 dynamic added)
-and raw/gpu-served-2/ (the second lease, BF16 and GPTQ W4A16: its archive ended at the start of `serve_bench`).
-Predictions are the pipeline's own (pipeline/evaluate/serving_costs.py) over the committed gpu-profile-1b profile,
-which benchmarks/gpu/costs.sh calibrates by this run's BF16 record (out of sample for FP8), and over its random-weight
-costs alone (the profile before that calibration).
+Reads raw/gpu-served/ (one lease, two `dvc repro` in one workspace: BF16 through publish, then FP8 dynamic added),
+raw/gpu-served-2/ (the second lease, BF16 and GPTQ W4A16: its archive ended at the start of `serve_bench`) and
+raw/gpu-served-3/ (the third lease, GPTQ W4A16 served first, then BF16, to the gate). Predictions are the pipeline's
+own (pipeline/evaluate/serving_costs.py): over the committed gpu-profile-1b profile, which benchmarks/gpu/costs.sh
+calibrates by the BF16 records of the first and third leases pooled (out of sample for FP8 and GPTQ), over its
+random-weight costs alone, and, for the third lease, what its own `evaluate` stage predicted (the profile then
+calibrated by the first lease's BF16 alone).
 """
 from __future__ import annotations
 
@@ -26,22 +28,24 @@ from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
 from render import Table, Text, facts, num, times  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from capacity import concurrencies, predicted_against_served, served_table  # noqa: E402
+from capacity import capacity_cell, concurrencies, predicted_against_served, served_table  # noqa: E402
 from smollm2 import repro_lines, stage_times as timed_stages  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 RUN = RAW / "gpu-served"
 RUN2 = RAW / "gpu-served-2"
-RUNS = ("gpu-served", "gpu-served-2")
+RUN3 = RAW / "gpu-served-3"
+RUNS = ("gpu-served", "gpu-served-2", "gpu-served-3")
 PROFILE = ROOT / "pipeline/evaluate/cost_profiles/h100-vllm0.26.0-gpu-profile-1b.json"
 BASELINE = "bf16"
 VARIANTS = ("bf16", "fp8-dynamic")  # served in RUN, in the order `dvc repro` served them
+VARIANTS3 = ("gptq-w4a16", "bf16")  # served in RUN3, in that order (GP_REPRO: serve_bench@gptq-w4a16 first)
 TOLERANCE = 0.20  # #28's target: predicted within 20% of served
 REPROS = (("1", "repro-1.log", "params-1.yaml"), ("2", "repro-2.log", "params.yaml"))
 
 
-def record(variant: str) -> ServeBenchRecord:
-    return records.read(ServeBenchRecord, RUN / "serve" / variant / "record.json")
+def record(variant: str, run: Path = RUN) -> ServeBenchRecord:
+    return records.read(ServeBenchRecord, run / "serve" / variant / "record.json")
 
 
 def repro_stages(run: Path, log: str) -> list[tuple[str, int, str]]:
@@ -54,13 +58,13 @@ def repro_stages(run: Path, log: str) -> list[tuple[str, int, str]]:
             for name, start, end, done in timed_stages(lines)]
 
 
-def conditions() -> Table:
-    rec, params = record(BASELINE), yaml.safe_load((RUN / "params.yaml").read_text())
+def conditions(run: Path = RUN, variants: tuple[str, ...] = VARIANTS) -> Table:
+    rec, params = record(BASELINE, run), yaml.safe_load((run / "params.yaml").read_text())
     plain, bench, demo = rec.configs[PLAIN], params["serve_bench"], params["demo"]["target"]
     return facts([("GPU", rec.gpu), ("vLLM", rec.vllm_version),
                   ("target", f"{demo['num_hidden_layers']} layers, hidden {demo['hidden_size']} "
-                             f"({models_params()}, `metrics/models.json`)"),
-                  ("variants, in the order served", ", ".join(f"`{v}`" for v in VARIANTS)),
+                             f"({models_params(run)}, `metrics/models.json`)"),
+                  ("variants, in the order served", ", ".join(f"`{v}`" for v in variants)),
                   ("concurrency", ", ".join(map(str, concurrencies(rec)))),
                   ("prompts per level (at least)", f"{bench['prompts_per_concurrency']} per user ({bench['min_prompts']})"),
                   ("capacity search: probes at most, ceiling", f"{bench['capacity']['max_probes']}, "
@@ -68,8 +72,8 @@ def conditions() -> Table:
                   ("SLO", plain.capacity.slo.label()), ("k schedule", bench["k_schedule"])], ("condition", "value"))
 
 
-def models_params() -> str:
-    m = json.loads((RUN / "metrics" / "models.json").read_text())
+def models_params(run: Path = RUN) -> str:
+    m = json.loads((run / "metrics" / "models.json").read_text())
     return f"{m['target']['params'] / 1e9:.2f}B parameters; draft {m['draft']['params'] / 1e6:.1f}M"
 
 
@@ -92,11 +96,11 @@ def stage_times() -> Table:
     return Table(("dvc repro", "stage", "seconds", "end"), tuple(rows))
 
 
-def against_bf16() -> Table:
-    base = record(BASELINE)
+def against_bf16(run: Path = RUN, variants: tuple[str, ...] = VARIANTS) -> Table:
+    base = record(BASELINE, run)
     rows = []
-    for variant in VARIANTS[1:]:
-        rec = record(variant)
+    for variant in (v for v in variants if v != BASELINE):
+        rec = record(variant, run)
         for name, config in rec.configs.items():
             ref = base.configs[PLAIN]
             cells = [times(config.at(c).output_throughput / ref.at(c).output_throughput) for c in concurrencies(rec)]
@@ -109,14 +113,33 @@ def against_bf16() -> Table:
                   "users at the SLO x BF16 plain"), tuple(rows))
 
 
-def prediction_rows() -> list[dict]:
-    """capacity.predicted_against_served for each variant of the run (before: the profile's random-weight costs,
-    after: the committed profile, calibrated by this run's BF16 record)."""
+CALIBRATED_BY = ("gpu-served/serve/bf16/record.json", "gpu-served-3/serve/bf16/record.json")
+
+
+def committed_profile():
     calibrated = serving_costs.load(PROFILE)
-    if not any(m.served_run and "gpu-served/serve/bf16" in m.served_run for m in calibrated.methods.values()):
-        raise SystemExit(f"{PROFILE.name} is not calibrated by raw/gpu-served's BF16 record: run benchmarks/gpu/costs.sh")
-    return [{"variant": variant, **row} for variant in VARIANTS
-            for row in predicted_against_served(record(variant), RUN / "eval" / variant, calibrated)]
+    for m, cost in calibrated.methods.items():
+        if not all(any(r.endswith(want) for r in cost.served_runs) for want in CALIBRATED_BY):
+            raise SystemExit(f"{PROFILE.name}: {m} is not calibrated by {', '.join(CALIBRATED_BY)} pooled: "
+                             "run benchmarks/gpu/costs.sh")
+    return calibrated
+
+
+def in_sample(run: Path, variant: str) -> bool:
+    return variant == BASELINE and any(f"{run.name}/serve/{variant}/" in c for c in CALIBRATED_BY)
+
+
+def prediction_rows(run: Path = RUN, variants: tuple[str, ...] = VARIANTS) -> list[dict]:
+    """capacity.predicted_against_served for each variant of the run (before: the profile's random-weight costs,
+    after: the committed profile, calibrated by both BF16 records pooled), with what the run's own `evaluate`
+    predicted at the served k (at_run: the profile as it was committed when the run was sent)."""
+    rows = []
+    for variant in variants:
+        for row in predicted_against_served(record(variant, run), run / "eval" / variant, committed_profile()):
+            est = json.loads((run / "eval" / variant / f"speculative-{row['method']}.json").read_text())
+            at_run = est["served"]["speedup_by_k"][str(row["c"])][str(row["k"])]
+            rows.append({"variant": variant, **row, "at_run": at_run})
+    return rows
 
 
 def within(pred: float, served: float) -> str:
@@ -126,40 +149,89 @@ def within(pred: float, served: float) -> str:
 def prediction() -> Table:
     rows = []
     for r in prediction_rows():
-        sample = "in sample" if r["variant"] == BASELINE else "out of sample"
+        sample = "in sample" if in_sample(RUN, r["variant"]) else "out of sample"
         rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
                      times(r["before"]), within(r["before"], r["served"]),
                      f"{times(r['after'])} ({sample})", within(r["after"], r["served"]),
                      num(r["cpu"], 3), num(r["vllm"], 3)))
     return Table(("variant", "method", "k", "concurrency", "served", "predicted, random-weight costs",
-                  f"within {TOLERANCE:.0%}", "predicted, calibrated by this run's BF16 (committed)",
+                  f"within {TOLERANCE:.0%}", "predicted, calibrated by both leases' BF16 (committed)",
                   f"within {TOLERANCE:.0%}",
                   "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
 
 
+def prediction3() -> Table:
+    rows = []
+    for r in prediction_rows(RUN3, VARIANTS3):
+        sample = "in sample" if in_sample(RUN3, r["variant"]) else "out of sample"
+        rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
+                     times(r["at_run"]), within(r["at_run"], r["served"]),
+                     f"{times(r['after'])} ({sample})", within(r["after"], r["served"]),
+                     num(r["cpu"], 3), num(r["vllm"], 3)))
+    return Table(("variant", "method", "k", "concurrency", "served", "predicted by the run's `evaluate` "
+                  "(calibrated by the first lease's BF16)", f"within {TOLERANCE:.0%}",
+                  "predicted, calibrated by both leases' BF16 (committed)", f"within {TOLERANCE:.0%}",
+                  "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
+
+
+def tally(cells: list[dict], label: str) -> str:
+    ok = sum(abs(r[label] / r["served"] - 1) <= TOLERANCE for r in cells)
+    side = sum((r[label] >= 1) == (r["served"] >= 1) for r in cells)
+    by_c = ", ".join(f"c={c} {sum(abs(r[label] / r['served'] - 1) <= TOLERANCE for r in cells if r['c'] == c)}"
+                     f"/{sum(r['c'] == c for r in cells)}" for c in sorted({r["c"] for r in cells}))
+    return f"{ok} of {len(cells)} cells within {TOLERANCE:.0%} ({by_c}), {side} on the served side of 1.0"
+
+
 def prediction_note() -> Text:
     rows = prediction_rows()
-    parts = []
-    for label in ("before", "after"):
-        cells = [r for r in rows if label == "before" or r["variant"] != BASELINE]
-        ok = sum(abs(r[label] / r["served"] - 1) <= TOLERANCE for r in cells)
-        side = sum((r[label] >= 1) == (r["served"] >= 1) for r in cells)
-        by_c = ", ".join(f"c={c} {sum(abs(r[label] / r['served'] - 1) <= TOLERANCE for r in cells if r['c'] == c)}"
-                         f"/{sum(r['c'] == c for r in cells)}" for c in sorted({r["c"] for r in cells}))
-        what = ("random-weight costs (every variant)" if label == "before"
-                else "calibrated by BF16, out of sample (FP8 dynamic)")
-        parts.append(f"{what}: {ok} of {len(cells)} cells within {TOLERANCE:.0%} ({by_c}), {side} on the served "
-                     "side of 1.0")
-    return Text("; ".join(parts) + ".")
+    out = [f"random-weight costs (every variant): {tally(rows, 'before')}",
+           "calibrated by both leases' BF16, out of sample (FP8 dynamic): "
+           + tally([r for r in rows if not in_sample(RUN, r["variant"])], "after")]
+    return Text("; ".join(out) + ".")
+
+
+def prediction_note3() -> Text:
+    rows = prediction_rows(RUN3, VARIANTS3)
+    gptq = [r for r in rows if r["variant"] == "gptq-w4a16"]
+    bf16 = [r for r in rows if r["variant"] == BASELINE]
+    worst = max(gptq, key=lambda r: abs(r["at_run"] / r["served"] - 1))
+    return Text(f"As the run predicted (calibrated by the first lease's BF16): GPTQ W4A16 {tally(gptq, 'at_run')}; "
+                f"this run's BF16 {tally(bf16, 'at_run')}. The farthest cell: GPTQ's {worst['method']} at "
+                f"c={worst['c']}, predicted {times(worst['at_run'])} against {times(worst['served'])} served "
+                f"({worst['at_run'] / worst['served'] - 1:+.0%}). Calibrated by both leases' BF16 (committed): "
+                f"GPTQ W4A16, out of sample, {tally(gptq, 'after')}.")
+
+
+def gate_lines(log: Path) -> str:
+    return "\n".join(re.sub(r"^\d+ ", "", line) for line in log.read_text().splitlines()
+                     if re.match(r"\d+ (gate |error: gate|bundle |publish )", line))
 
 
 def gate() -> Text:
-    out = []
-    for label, log, _ in REPROS:
-        lines = [re.sub(r"^\d+ ", "", line) for line in (RUN / log).read_text().splitlines()
-                 if re.match(r"\d+ (gate |error: gate|bundle |publish )", line)]
-        out.append(f"dvc repro {label}:\n" + "\n".join(lines))
+    out = [f"dvc repro {label}:\n" + gate_lines(RUN / log) for label, log, _ in REPROS]
     return Text("```\n" + "\n\n".join(out) + "\n```")
+
+
+def gate3() -> Text:
+    return Text("```\n" + gate_lines(RUN3 / "repro.log") + "\n```")
+
+
+def kernels3() -> Table:
+    """Plain decoding of GPTQ W4A16 on each W4A16 kernel the stage compared, and which it chose."""
+    rec = record("gptq-w4a16", RUN3)
+    conc = concurrencies(rec)
+    rows = []
+    for name, config in rec.kernels.items():
+        cap = config.capacity
+        rows.append((f"`{name}`" + (" (chosen)" if name == rec.kernel else ""),
+                     *(num(config.at(c).output_throughput, 0, thousands=True) for c in conc),
+                     capacity_cell(cap.users_per_gpu, cap.status, cap.ceiling)))
+    return Table(("kernel", *(f"c={c} tok/s" for c in conc), "users per GPU at the SLO"), tuple(rows))
+
+
+def stage_times3() -> Table:
+    return Table(("stage", "seconds", "end"), tuple((f"`{n}`", str(s), how)
+                                                     for n, s, how in repro_stages(RUN3, "repro.log")))
 
 
 def second_lease() -> Table:
@@ -182,4 +254,9 @@ BLOCKS = {"conditions": conditions, "repros": repros, "stage-times": stage_times
           "served-bf16": lambda: served_table(record("bf16")),
           "served-fp8-dynamic": lambda: served_table(record("fp8-dynamic")),
           "against-bf16": against_bf16, "prediction": prediction, "prediction-note": prediction_note, "gate": gate,
-          "second-lease": second_lease, "second-lease-stages": second_lease_stages}
+          "second-lease": second_lease, "second-lease-stages": second_lease_stages,
+          "conditions-3": lambda: conditions(RUN3, VARIANTS3), "stage-times-3": stage_times3,
+          "served-gptq-w4a16-3": lambda: served_table(record("gptq-w4a16", RUN3)),
+          "served-bf16-3": lambda: served_table(record("bf16", RUN3)), "kernels-3": kernels3,
+          "against-bf16-3": lambda: against_bf16(RUN3, VARIANTS3), "prediction-3": prediction3,
+          "prediction-note-3": prediction_note3, "gate-3": gate3}

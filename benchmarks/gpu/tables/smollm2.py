@@ -1244,7 +1244,7 @@ def calibrated_rows() -> list[dict]:
     from pipeline.evaluate import serving_costs
 
     prof = next(p for p in serving_costs.available() if p.name.endswith("smollm2-135m"))
-    own = {m.served_run for m in prof.methods.values() if m.served_run}
+    own = {r for m in prof.methods.values() for r in m.served_runs}
     rows = []
     for variant, lease, run in served_variants():
         if any(f"{run.name}/serve/{variant}/" in r for r in own):
