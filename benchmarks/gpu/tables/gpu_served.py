@@ -174,6 +174,27 @@ def prediction3() -> Table:
                   "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
 
 
+def bf16_calibration(run: Path):
+    """The committed profile's step timings calibrated by one lease's BF16 record alone (costs.sh's call with that
+    record only)."""
+    served = serving_costs.ServedRun(json.loads((run / "serve/bf16/record.json").read_text()),
+                                     f"{run.name}/serve/bf16/record.json",
+                                     json.loads((run / "eval/bf16/speculative-ngram.json").read_text()))
+    return serving_costs.calibrate(committed_profile().uncalibrated(), [served])
+
+
+def cross_lease() -> Table:
+    """Each quantized variant predicted with the step costs calibrated by the other lease's BF16 alone: no number
+    of the variant's own lease in the calibration."""
+    rows = []
+    for run, variant, other in ((RUN, "fp8-dynamic", RUN3), (RUN3, "gptq-w4a16", RUN)):
+        for r in predicted_against_served(record(variant, run), run / "eval" / variant, bf16_calibration(other)):
+            rows.append((f"`{variant}` ({run.name})", f"`{other.name}`", r["method"], str(r["c"]), times(r["served"]),
+                         times(r["after"]), f"{r['after'] / r['served'] - 1:+.0%}", within(r["after"], r["served"])))
+    return Table(("variant (lease)", "calibrated by BF16 of", "method", "concurrency", "served", "predicted",
+                  "predicted / served - 1", f"within {TOLERANCE:.0%}"), tuple(rows))
+
+
 def tally(cells: list[dict], label: str) -> str:
     ok = sum(abs(r[label] / r["served"] - 1) <= TOLERANCE for r in cells)
     side = sum((r[label] >= 1) == (r["served"] >= 1) for r in cells)
@@ -259,4 +280,4 @@ BLOCKS = {"conditions": conditions, "repros": repros, "stage-times": stage_times
           "served-gptq-w4a16-3": lambda: served_table(record("gptq-w4a16", RUN3)),
           "served-bf16-3": lambda: served_table(record("bf16", RUN3)), "kernels-3": kernels3,
           "against-bf16-3": lambda: against_bf16(RUN3, VARIANTS3), "prediction-3": prediction3,
-          "prediction-note-3": prediction_note3, "gate-3": gate3}
+          "prediction-note-3": prediction_note3, "gate-3": gate3, "cross-lease": cross_lease}
