@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -28,8 +29,8 @@ from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
 from render import Table, Text, facts, num, times  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
-from capacity import capacity_cell, concurrencies, predicted_against_served, served_table  # noqa: E402
-from smollm2 import repro_lines, stage_times as timed_stages  # noqa: E402
+from capacity import concurrencies, predicted_against_served, served_table  # noqa: E402
+from smollm2 import kernel_choice, kernel_table, repro_lines, stage_times as timed_stages  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 RUN = RAW / "gpu-served"
@@ -133,9 +134,9 @@ def prediction_rows(run: Path = RUN, variants: tuple[str, ...] = VARIANTS) -> li
     """capacity.predicted_against_served for each variant of the run (before: the profile's random-weight costs,
     after: the committed profile, calibrated by both BF16 records pooled), with what the run's own `evaluate`
     predicted at the served k (at_run: the profile as it was committed when the run was sent)."""
-    rows = []
+    profile, rows = committed_profile(), []
     for variant in variants:
-        for row in predicted_against_served(record(variant, run), run / "eval" / variant, committed_profile()):
+        for row in predicted_against_served(record(variant, run), run / "eval" / variant, profile):
             est = json.loads((run / "eval" / variant / f"speculative-{row['method']}.json").read_text())
             at_run = est["served"]["speedup_by_k"][str(row["c"])][str(row["k"])]
             rows.append({"variant": variant, **row, "at_run": at_run})
@@ -146,30 +147,18 @@ def within(pred: float, served: float) -> str:
     return "yes" if abs(pred / served - 1) <= TOLERANCE else "no"
 
 
-def prediction() -> Table:
+def prediction(run: Path = RUN, variants: tuple[str, ...] = VARIANTS, first: str = "before",
+               first_header: str = "predicted, random-weight costs") -> Table:
+    """Predicted against served per variant, method and concurrency: `first` (before: random-weight costs; at_run:
+    what the run's `evaluate` predicted), then the committed profile's prediction."""
     rows = []
-    for r in prediction_rows():
-        sample = "in sample" if in_sample(RUN, r["variant"]) else "out of sample"
+    for r in prediction_rows(run, variants):
+        sample = "in sample" if in_sample(run, r["variant"]) else "out of sample"
         rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
-                     times(r["before"]), within(r["before"], r["served"]),
+                     times(r[first]), within(r[first], r["served"]),
                      f"{times(r['after'])} ({sample})", within(r["after"], r["served"]),
                      num(r["cpu"], 3), num(r["vllm"], 3)))
-    return Table(("variant", "method", "k", "concurrency", "served", "predicted, random-weight costs",
-                  f"within {TOLERANCE:.0%}", "predicted, calibrated by both leases' BF16 (committed)",
-                  f"within {TOLERANCE:.0%}",
-                  "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
-
-
-def prediction3() -> Table:
-    rows = []
-    for r in prediction_rows(RUN3, VARIANTS3):
-        sample = "in sample" if in_sample(RUN3, r["variant"]) else "out of sample"
-        rows.append((f"`{r['variant']}`", r["method"], str(r["k"]), str(r["c"]), times(r["served"]),
-                     times(r["at_run"]), within(r["at_run"], r["served"]),
-                     f"{times(r['after'])} ({sample})", within(r["after"], r["served"]),
-                     num(r["cpu"], 3), num(r["vllm"], 3)))
-    return Table(("variant", "method", "k", "concurrency", "served", "predicted by the run's `evaluate` "
-                  "(calibrated by the first lease's BF16)", f"within {TOLERANCE:.0%}",
+    return Table(("variant", "method", "k", "concurrency", "served", first_header, f"within {TOLERANCE:.0%}",
                   "predicted, calibrated by both leases' BF16 (committed)", f"within {TOLERANCE:.0%}",
                   "CPU accepted/drafted", "vLLM accepted/drafted"), tuple(rows))
 
@@ -237,24 +226,6 @@ def gate3() -> Text:
     return Text("```\n" + gate_lines(RUN3 / "repro.log") + "\n```")
 
 
-def kernels3() -> Table:
-    """Plain decoding of GPTQ W4A16 on each W4A16 kernel the stage compared, and which it chose."""
-    rec = record("gptq-w4a16", RUN3)
-    conc = concurrencies(rec)
-    rows = []
-    for name, config in rec.kernels.items():
-        cap = config.capacity
-        rows.append((f"`{name}`" + (" (chosen)" if name == rec.kernel else ""),
-                     *(num(config.at(c).output_throughput, 0, thousands=True) for c in conc),
-                     capacity_cell(cap.users_per_gpu, cap.status, cap.ceiling)))
-    return Table(("kernel", *(f"c={c} tok/s" for c in conc), "users per GPU at the SLO"), tuple(rows))
-
-
-def stage_times3() -> Table:
-    return Table(("stage", "seconds", "end"), tuple((f"`{n}`", str(s), how)
-                                                     for n, s, how in repro_stages(RUN3, "repro.log")))
-
-
 def second_lease() -> Table:
     rows = []
     for variant in ("bf16", "gptq-w4a16"):
@@ -266,18 +237,21 @@ def second_lease() -> Table:
                   "accepted/drafted"), tuple(rows))
 
 
-def second_lease_stages() -> Table:
+def lease_stages(run: Path) -> Table:
+    """Each stage of a lease's one `dvc repro` log (repro.log) with its seconds and how it ended."""
     return Table(("stage", "seconds", "end"), tuple((f"`{n}`", str(s), how)
-                                                     for n, s, how in repro_stages(RUN2, "repro.log")))
+                                                     for n, s, how in repro_stages(run, "repro.log")))
 
 
 BLOCKS = {"conditions": conditions, "repros": repros, "stage-times": stage_times,
           "served-bf16": lambda: served_table(record("bf16")),
           "served-fp8-dynamic": lambda: served_table(record("fp8-dynamic")),
           "against-bf16": against_bf16, "prediction": prediction, "prediction-note": prediction_note, "gate": gate,
-          "second-lease": second_lease, "second-lease-stages": second_lease_stages,
-          "conditions-3": lambda: conditions(RUN3, VARIANTS3), "stage-times-3": stage_times3,
+          "second-lease": second_lease, "second-lease-stages": partial(lease_stages, RUN2),
+          "conditions-3": lambda: conditions(RUN3, VARIANTS3), "stage-times-3": partial(lease_stages, RUN3),
           "served-gptq-w4a16-3": lambda: served_table(record("gptq-w4a16", RUN3)),
-          "served-bf16-3": lambda: served_table(record("bf16", RUN3)), "kernels-3": kernels3,
-          "against-bf16-3": lambda: against_bf16(RUN3, VARIANTS3), "prediction-3": prediction3,
+          "served-bf16-3": lambda: served_table(record("bf16", RUN3)),
+          "kernels-3": partial(kernel_table, "gptq-w4a16", RUN3), "kernel-choice-3": partial(kernel_choice, "gptq-w4a16", RUN3),
+          "against-bf16-3": lambda: against_bf16(RUN3, VARIANTS3), "prediction-3": partial(prediction, RUN3, VARIANTS3, "at_run",
+                                   "predicted by the run's `evaluate` (calibrated by the first lease's BF16)"),
           "prediction-note-3": prediction_note3, "gate-3": gate3, "cross-lease": cross_lease}
