@@ -4,8 +4,10 @@
     python benchmarks/readme_measured.py --write   # replace it in README.md (between the markers)
 
 Sources: benchmarks/cpu/raw/demo-build.json (benchmarks/cpu/demo_build.sh: the README's first command on a
-fresh clone), metrics/*.json (the committed `dvc repro` of the demo, see dvc.lock), and the GPU and quantize
-summaries of benchmarks/summary.py. tests/test_benchmark_docs.py checks the README matches this render.
+fresh clone), benchmarks/cpu/raw/demo-metrics/*.json (the same build's metrics/, copied there by `demo_build.sh
+--lock` beside the dvc.lock it commits), and the GPU and quantize summaries of benchmarks/summary.py. It never reads
+the workspace's metrics/: a user's own `dvc repro` rewrites those (on another CPU with other last digits), and the
+README quotes the committed build. tests/test_benchmark_docs.py checks the README matches this render.
 """
 from __future__ import annotations
 
@@ -15,11 +17,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from summary import gpu_summary, quantize_summary  # noqa: E402
+from summary import quantize_summary, served_summary  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 from pipeline.evaluate.summary import load_metrics  # noqa: E402  (metrics/eval-<v>.json as the typed summary)
 
+METRICS = ROOT / "benchmarks/cpu/raw/demo-metrics"  # the committed build's metrics/, not the workspace's
 BEGIN, END = "<!-- measured:begin (benchmarks/readme_measured.py) -->", "<!-- measured:end -->"
 
 
@@ -57,21 +60,47 @@ def gate_speculation(gates: dict) -> list[tuple[str, dict]]:
     return [(g["variant"], g["speculation"]) for g in gate_variants(gates)]
 
 
+def _x(ratios: dict, concurrencies=(1, 32)) -> str:
+    return ", ".join(f"c={c} x{ratios[f'c{c}']:.2f}" for c in concurrencies)
+
+
+def gpu_paragraph(g: dict) -> str:
+    """The GPU demo profile's vLLM 0.26.0 runs (GPU-SERVED.md): quantized plain decoding against BF16 in the same
+    run, each method against its variant's plain decoding, the gate's verdict."""
+    runs = list(g.values())
+    gpus, vllms = {r["gpu"] for r in runs}, {r["vllm"] for r in runs}
+    variants = {v: (run_name, e) for run_name, r in g.items() for v, e in r["variants"].items()}
+    quantized = [(v, run_name, e) for v, (run_name, e) in variants.items() if v != "bf16"]
+    first = g[next(iter(g))]
+    bf16, params = first["variants"]["bf16"], first["params"]
+    return (
+        f"GPU ({', '.join(sorted(gpus))}, vLLM {', '.join(sorted(vllms))}; `benchmarks/gpu/GPU-SERVED.md`): the GPU "
+        f"demo profile (a {params['target'] / 1e9:.2f}B target, a {params['draft'] / 1e6:.0f}M draft) through `dvc repro` to the gate, each quantized variant served "
+        "beside BF16 in the same run (`vllm serve`, `vllm bench serve`). Plain decoding, output tokens/s against BF16's: "
+        + "; ".join(f"{v} {_x(e['vs_bf16_plain'])} (`raw/{run_name}`)" for v, run_name, e in quantized)
+        + ". Speculative methods against plain decoding of the same variant, BF16: "
+        + "; ".join(f"{m} (k={r['k']}) {_x(r['vs_plain'])}" for m, r in bf16["methods"].items())
+        + ". The gate: " + ", ".join(f"{v} {e['gate']}" for v, (_, e) in variants.items())
+        + " (a quantized variant must not be slower than BF16 at c=1, `gates.min_speedup_vs_bf16`); every passing "
+        "variant ships plain decoding (no method beat it by `serving.speculation.min_gain`). At 1B on one GPU neither "
+        "quantization nor speculation pays."
+    )
+
+
 def render() -> str:
     build = _json(ROOT / "benchmarks/cpu/raw/demo-build.json")
-    params_enabled = sorted(p.stem.removeprefix("eval-") for p in (ROOT / "metrics").glob("eval-*.json"))
-    evals = {v: load_metrics(ROOT / f"metrics/eval-{v}.json") for v in params_enabled}
-    draft = _json(ROOT / "metrics/draft.json")
-    gates = _json(ROOT / "metrics/gates.json")
+    params_enabled = sorted(p.stem.removeprefix("eval-") for p in METRICS.glob("eval-*.json"))
+    evals = {v: load_metrics(METRICS / f"eval-{v}.json") for v in params_enabled}
+    draft = _json(METRICS / "draft.json")
+    gates = _json(METRICS / "gates.json")
     q = quantize_summary()
-    g = gpu_summary()
-    pr = g["profile"]
+    g = served_summary()
     second = ", ".join(f"`{s}`" for s in build["second_repro_ran"]) or "no stage"
     lines = [
         f"CPU: on the {build['cpus']}-core, {build['memory_gib']:.0f} GiB dev machine (no GPU), the first command above on a "
         f"fresh clone of {build['commit'][:7]} took {build['first_command_s'] / 60:.1f} min (install plus the whole "
         f"`dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran only {second} "
-        "(`benchmarks/cpu/raw/demo-build.json`). The demo build (`metrics/`, from the `dvc repro` recorded in `dvc.lock`):",
+        "(`benchmarks/cpu/raw/demo-build.json`). The demo build (its `metrics/`, kept in `benchmarks/cpu/raw/demo-metrics/`; the `dvc repro` recorded in `dvc.lock`):",
         "",
         "- quantize (`benchmarks/quantize.md`): " + ", ".join(
             f"{v} {r['wall_time_s']:.1f} s" for v, r in q["variants"].items()) + "; " + ", ".join(
@@ -99,34 +128,7 @@ def render() -> str:
             gate_speculation(gates)) + " (each card says why); the "
         "serving benchmark (`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
         "",
-        "GPU, the GPU demo profile (`benchmarks/gpu/RESULTS.md`; `bash benchmarks/gpu/session.sh gpu-profile` on an "
-        f"H100 with vLLM {pr['vllm']}): `dvc repro` with a {pr['models']['target']['params'] / 1e9:.2f}B target and a "
-        f"{pr['models']['draft']['params'] / 1e6:.0f}M draft trained from scratch on the GPU ran through `serve_bench` for "
-        f"{', '.join(pr['variants'])} (`gate` and the stages after it were not run). As served (`vllm serve`, `vllm bench serve`), output "
-        "tokens/s against BF16: " + "; ".join(
-            f"c={c[1:]} " + ", ".join(f"{v} {x:.2f}x" for v, x in pr["vs_bf16"][c].items() if v != "bf16")
-            for c in ("c1", "c32")) + ". The draft model at "
-        f"k={pr['k']} is accepted at {pr['estimate_vs_vllm']['bf16']['vllm_c1']:.3f} (the CPU estimate is within "
-        f"{pr['estimate_max_abs_diff']:.3f}) yet slows decoding to {_range(pr['speculative_gain']['c1'].values(), 2)}x at "
-        f"c=1: each drafted token costs {_range(pr['implied_draft_cost'].values(), 1)} target steps as served. The gate on "
-        "those metrics ships no speculation and fails FP8 (slower than BF16 at c=1). Targets (`benchmarks/gpu/RESULTS.md`) met: "
-        + ", ".join(k for k, t in pr["targets"].items() if t["met"]) + "; missed: "
-        + ", ".join(f"{k} ({t['measured']:.2f} vs {t['target']})" for k, t in pr["targets"].items() if not t["met"])
-        + ". At Llama-3-8B shapes, batch 1 (random weights): " + ", ".join(
-            f"{m} {x:.2f}x" for m, x in g["bench8b_speedup_bs1"].items()) + " of BF16 decode speed.",
-        "",
-        "GPU, speculative methods (`benchmarks/gpu/RESULTS.md`, `gpu-profile ... gpu-methods`): the same 1B "
-        "profile, BF16 only, one `dvc repro` through `publish`. Output tokens/s against plain decoding as "
-        "served: " + "; ".join(f"{m} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
-                               for m, r in g["methods"]["methods"].items())
-        + f". The gate shipped {g['methods']['shipped']['method']} k={g['methods']['shipped']['k']} "
-        f"({g['methods']['shipped']['basis']}); the CPU estimate alone would have picked {g['methods']['estimate_best']}.",
-        "",
-        "GPU, EAGLE-3 on a quantized target (`gpu-profile ... gpu-eagle3-variants`): the head "
-        "trained on the BF16 target, served on " + "; ".join(
-            f"{v} (k={r['k']}) " + ", ".join(f"c={c[1:]} {x:.2f}x" for c, x in r["speedup"].items())
-            + f", vLLM accepted/drafted {r['served_accepted']['c1']:.3f} at c=1 vs CPU estimate {r['estimate_accepted']:.3f}"
-            for v, r in g["eagle3_variants"]["variants"].items()) + " (output tokens/s against plain decoding, same run).",
+        gpu_paragraph(g),
     ]
     return "\n".join(lines)
 

@@ -32,7 +32,7 @@ def test_every_report_is_its_rendering():
     render = load_module(BENCH / "render.py")
     found = render.reports()
     # the migrated reports are found by their header line
-    assert {p.name for p in found} >= {"RESULTS.md", "SERVING.md", "CAPACITY.md", "COSTS.md", "SMOLLM2-GPU.md"}
+    assert {p.name for p in found} >= {"vllm-0.25.md", "SERVING.md", "CAPACITY.md", "COSTS.md", "SMOLLM2-GPU.md"}
     for md in found:
         assert render.render(md) == md.read_text(), \
             f"{md.relative_to(ROOT)} differs from its rendering: run python benchmarks/render.py"
@@ -143,7 +143,7 @@ def test_every_raw_file_has_a_producer():
 
 def test_summaries_for_the_readme_are_plain_values():
     summary = load_module(BENCH / "summary.py")
-    values = {"gpu": summary.gpu_summary(), "quantize": summary.quantize_summary()}
+    values = {"gpu": summary.served_summary(), "quantize": summary.quantize_summary()}
     text = json.dumps(values, allow_nan=False)  # a NaN or an infinity in a README number raises here
 
     def plain(x):  # a (lo, hi) range is a pair either way
@@ -155,6 +155,23 @@ def test_summaries_for_the_readme_are_plain_values():
 
 
 def test_readme_measured_section_is_rendered_from_raw():
-    """The top-level README's numbers: benchmarks/readme_measured.py over committed raw files and metrics/."""
+    """The top-level README's numbers: benchmarks/readme_measured.py over committed raw files, the committed build's
+    metrics among them (benchmarks/cpu/raw/demo-metrics/), never the workspace's metrics/, which the user's own
+    `dvc repro` rewrites."""
     readme = load_module(BENCH / "readme_measured.py")
     assert readme.current() == readme.render(), "README's Measured section differs: python benchmarks/readme_measured.py --write"
+
+
+def test_the_readmes_metrics_are_those_of_the_committed_lock():
+    """benchmarks/cpu/raw/demo-metrics/ (what the README quotes) is the build dvc.lock records: each file's md5 and size
+    as the lock has them for metrics/<file>, and every metric the lock records is there."""
+    import hashlib
+
+    import yaml
+
+    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
+    recorded = {Path(out["path"]).name: (out["md5"], out["size"]) for stage in lock["stages"].values()
+                for out in stage.get("outs", []) if out["path"].startswith("metrics/")}
+    kept = {p.name: (hashlib.md5(p.read_bytes()).hexdigest(), p.stat().st_size)
+            for p in (BENCH / "cpu/raw/demo-metrics").glob("*.json")}
+    assert kept == recorded, "benchmarks/cpu/raw/demo-metrics differs from dvc.lock: benchmarks/cpu/demo_build.sh --lock"

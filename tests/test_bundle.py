@@ -300,3 +300,29 @@ def test_vllm_parses_serve_yaml(bundled_workspace, monkeypatch):
     args = json.loads((b / "engine_args.json").read_text())
     assert parsed.model == args["model"] and parsed.kv_cache_dtype == "fp8"
     assert parsed.speculative_config == args["speculative_config"]
+
+
+def test_provenance_git_dirty_means_edited_code_not_the_builds_own_outputs(tmp_path, monkeypatch):
+    """`dvc repro` rewrites dvc.lock, metrics/ and plots/, which git tracks: a fresh clone's build must not call its
+    bundles dirty for that; an edited source file still does."""
+    import subprocess
+
+    from pipeline.release.bundle import provenance
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    for rel in ("dvc.lock", "stages/dvc.lock", "metrics/eval-bf16.json", "plots/quality.csv", "pipeline/x.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.chdir(tmp_path)
+    spec = parse_variant("bf16", {"algorithm": "none"})
+    assert provenance(spec, {}, {})["git_dirty"] is False
+    for rel in ("dvc.lock", "stages/dvc.lock", "metrics/eval-bf16.json", "plots/quality.csv"):
+        (tmp_path / rel).write_text("2\n")
+    assert provenance(spec, {}, {})["git_dirty"] is False
+    (tmp_path / "pipeline/x.py").write_text("2\n")
+    assert provenance(spec, {}, {})["git_dirty"] is True

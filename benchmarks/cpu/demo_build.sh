@@ -5,7 +5,8 @@
 #
 #   bash benchmarks/cpu/demo_build.sh          # writes benchmarks/cpu/raw/demo-build.json
 #   bash benchmarks/cpu/demo_build.sh --lock   # also copies the clone's locks, metrics/ and plots/
-#                                              # back: the lock of a `dvc repro` of the committed code
+#                                              # back: the lock of a `dvc repro` of the committed code,
+#                                              # and metrics/ into benchmarks/cpu/raw/demo-metrics/ (README's source)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 [ -z "$(git -C "$root" status --porcelain --untracked-files=no)" ] || { echo "commit first: the clone builds HEAD" >&2; exit 2; }
@@ -58,6 +59,7 @@ python benchmarks/cpu/repro_nochange.py --out "$root/benchmarks/cpu/raw/repro-no
 if [ "${1:-}" = "--lock" ]; then
   cp dvc.lock "$root/dvc.lock"
   cp stages/dvc.lock "$root/stages/dvc.lock"
-  rm -rf "$root/metrics" "$root/plots"
+  rm -rf "$root/metrics" "$root/plots" "$root/benchmarks/cpu/raw/demo-metrics"
   cp -r metrics plots "$root/"
+  cp -r metrics "$root/benchmarks/cpu/raw/demo-metrics"
 fi

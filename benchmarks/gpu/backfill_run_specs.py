@@ -2,7 +2,7 @@
 
 The commands and commits are the producer table's in benchmarks/gpu/README.md and the profiles the ones those
 commands applied, transcribed below; the GPU, the versions and the date are read from what each run recorded
-(gpu.txt, versions*.txt, the serve_bench records, shipped.json, the header of the earlier RESULTS.md), and a value
+(gpu.txt, versions*.txt, the serve_bench records, shipped.json, the header of the earlier RESULTS.md, now history/vllm-0.25.md), and a value
 no file records is left null. `sources` in each spec says where each value came from.
 
     python benchmarks/gpu/backfill_run_specs.py           # (re)writes the specs

@@ -13,6 +13,9 @@ CACHE = ARTIFACTS / "cache"  # memories that spare repeated work (source hashes,
 DRAFT_CHECKPOINTS = ARTIFACTS / ".cache" / "draft"  # the draft's fine-tuning checkpoints, to resume from
 TIMINGS = ARTIFACTS / "timings"  # seconds and peak memory per stage (core/stage.py: record_timings)
 
+# DVC outputs git tracks (cache: false) and the locks: `dvc repro` rewrites them, so they are not "edited code".
+BUILD_OUTPUTS = ("dvc.lock", "stages/dvc.lock", "metrics", "plots")
+
 SOURCES = ARTIFACTS / "sources.json"  # stage sources
 TARGET = ARTIFACTS / "models" / "target"  # stage models
 DRAFT_BASE = ARTIFACTS / "models" / "draft-base"

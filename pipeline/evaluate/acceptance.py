@@ -19,7 +19,7 @@ serving.target_concurrency, or absent where no cost profile applies.
 
 Past EOS a model's continuation is off its training distribution and drafts stop matching: on
 an H100, vLLM's acceptance for the demo fell from 0.84 to 0.43 when generation was forced on
-through EOS (benchmarks/gpu/RESULTS.md). So both this estimator and the GPU path stop at EOS,
+through EOS (benchmarks/gpu/history/vllm-0.25.md). So both this estimator and the GPU path stop at EOS,
 and drafts start only within the response.
 """
 from __future__ import annotations

@@ -151,7 +151,7 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
 
     spawn_engine_if_cuda_initialized()
     # Stop at EOS as a server does: forced on past it (ignore_eos) the target writes off-distribution
-    # text the draft can't predict, and acceptance halved on the H100 run (benchmarks/gpu/RESULTS.md).
+    # text the draft can't predict, and acceptance halved on the H100 run (benchmarks/gpu/history/vllm-0.25.md).
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)
     prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
     result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature,

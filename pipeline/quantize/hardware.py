@@ -61,7 +61,7 @@ def requirements(spec: VariantSpec) -> Hardware:
                                   "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
                                   "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6",
                         source=f"{SUPPORT_MATRIX}; the DeepGEMM note from this project's H100 benchmark "
-                               "(benchmarks/gpu/RESULTS.md)")
+                               "(benchmarks/gpu/history/vllm-0.25.md)")
     if w.type == "float":
         return Hardware(8.0, 8.9, "FP8 W8A8 (CUTLASS) from 8.9; weight-only FP8 Marlin on 8.0-8.6")
     if a is None:
@@ -84,7 +84,7 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
 
 # vLLM (0.25 and 0.26) picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B
 # shape on an H100 (vLLM 0.25.0) it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM disabled, at x1.17
-# (benchmarks/gpu/RESULTS.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only for Hopper or no named GPU.
+# (benchmarks/gpu/history/vllm-0.25.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only for Hopper or no named GPU.
 DEEPGEMM_OFF = {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
 
 

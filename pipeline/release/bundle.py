@@ -11,6 +11,7 @@ from pathlib import Path
 import jinja2
 
 from pipeline.core.io import atomic_write_text, write_json
+from pipeline.core.paths import BUILD_OUTPUTS
 from pipeline.evaluate.estimate import SpeculativeEstimate
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
@@ -55,7 +56,10 @@ def provenance(spec: VariantSpec, serving: Mapping, sources: dict) -> dict:
             pass
     from pipeline.quantize.hardware import requirements
 
-    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(git("status", "--porcelain")),
+    # git_dirty: the code was edited. The build's own outputs that git tracks (dvc.lock, metrics/, plots/, which
+    # `dvc repro` rewrites as it goes) are left out, or every bundle of a fresh clone's build would say dirty.
+    edited = git("status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in BUILD_OUTPUTS))
+    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(edited) if edited is not None else None,
             "variant": spec.name, "recipe": dataclasses.asdict(spec), "hardware": requirements(spec).as_record(),
             "serving": redact_params(serving),
             "sources": redact_params(sources), "libraries": versions}

@@ -1,4 +1,4 @@
-"""Tables of benchmarks/gpu/RESULTS.md: the pipeline's outputs in real vLLM, from the run folders under
+"""Tables of benchmarks/gpu/history/vllm-0.25.md: the pipeline's outputs in real vLLM, from the run folders under
 benchmarks/gpu/raw/ (no GPU, no vLLM, no pipeline import).
 
 The summaries compute every measured number from the raw files, the claims' numbers included (ranges, largest
@@ -308,7 +308,7 @@ def gpu_summary() -> dict:
 
 REFACTOR_VARIANTS = ["fp8-dynamic", "gptq-w4a16"]
 
-# ---- blocks, in the order of RESULTS.md
+# ---- blocks, in the order of history/vllm-0.25.md
 
 
 def methods_table() -> Table:
