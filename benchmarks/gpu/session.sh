@@ -29,6 +29,10 @@
 #   session.sh draft-cost-versions OUT S  the draft model's step cost on vLLM 0.25.0 then 0.26.0 (measure_costs.py run
 #                                 gpu-profile-1b:draft_model demo:draft_model per vLLM), in the background
 #   session.sh costs-watch OUT S  wait up to S seconds for them; pack /tmp/costs/out into OUT/costs.tgz either way
+#   session.sh scale OUT S [PLAN] a Llama-3-70B-shape model (random weights) served per variant and TP on disjoint GPU
+#                                 sets (benchmarks/gpu/scale_serve.py run over .gpu/scale/models and PLAN, default
+#                                 benchmarks/gpu/plans/scale-70b.json) in the background; then scale-watch
+#   session.sh scale-watch OUT S  wait up to S seconds for it; pack /tmp/scale into OUT/scale.tgz either way
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's; then SB_PARAMS, YAML) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
@@ -301,6 +305,21 @@ PY
         PYTHONPATH=$site python measure_costs.py run shapes out/vllm-$v ${DCV_ITEMS:-gpu-profile-1b:draft_model demo:draft_model} \
           > run-$v.log 2>&1; cp run-$v.log run.log; done; echo 0 > rc' < /dev/null > /dev/null 2>&1 &)
     sleep "${3:-60}"; bash "$0" costs-watch "$2" 1 ;;
+  scale)
+    out=$2; mkdir -p "$out" /tmp/scale; gpu_line > /tmp/scale/gpu.txt; nvidia-smi topo -m > /tmp/scale/topo.txt 2>&1 || true
+    run_spec /tmp/scale "" scale
+    (PYTHONPATH=/tmp/vllm/site nohup python benchmarks/gpu/scale_serve.py run .gpu/scale/models /tmp/scale/out \
+       "${4:-benchmarks/gpu/plans/scale-70b.json}" > /tmp/scale/run.log 2>&1; echo $? > /tmp/scale/rc) &
+    exec bash "$0" scale-watch "$2" "$3" ;;
+  scale-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/scale/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    tail -n 30 /tmp/scale/run.log | cut -c1-300 || true
+    [ -f /tmp/scale/rc ] && echo "scale exit status: $(cat /tmp/scale/rc)" || echo "scale still running"
+    # server logs cut to their lines about memory, kernels and errors: a call brings back 16 MiB a file
+    (cd /tmp/scale && find out -name server.log | while read -r f; do
+       grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log"; done) || true
+    tar czf "$out/scale.tgz" -C /tmp/scale --exclude='server.log' . ;;
   costs-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     if [ -f .gpu/served/prompts.json ] && [ ! -e /tmp/served-input ]; then
