@@ -37,8 +37,10 @@ INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # random prompts; every answer runs to O
 PROMPTS_PER_USER = 2  # at least 4 prompts a level
 SERVER = {"max-model-len": 4096, "max-num-seqs": 64, "gpu-memory-utilization": 0.9}
 START_TIMEOUT_S = 1200
+LEVEL_TIMEOUT_S = 300  # a level's client that hangs (seen once: no request sent) fails its level, not the run
 ENV = {"NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-       "NVSHMEM_DISABLE_NVLS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1"}
+       "NVSHMEM_DISABLE_NVLS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1",
+       "TOKENIZERS_PARALLELISM": "false"}
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
@@ -138,7 +140,12 @@ def serve_one(models: Path, out: Path, config: dict, beside: list[str], barrier:
                    "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
                    "--save-result", "--result-dir", str(folder), "--result-filename", result.name, "--disable-tqdm"]
             t = time.time()
-            rc = subprocess.run(cmd, stdout=open(folder / f"c{c}.log", "w"), stderr=subprocess.STDOUT, env=env).returncode
+            with open(folder / f"c{c}.log", "w") as client_log:
+                try:
+                    rc = subprocess.run(cmd, stdout=client_log, stderr=subprocess.STDOUT, env=env,
+                                        timeout=LEVEL_TIMEOUT_S).returncode
+                except subprocess.TimeoutExpired:
+                    rc = "timeout"
             record["levels"][str(c)] = {"rc": rc, "start": round(t, 1), "wall_s": round(time.time() - t, 1)}
             print(f"{name}: c={c} rc={rc} in {time.time() - t:.0f} s", flush=True)
     except Exception as e:  # noqa: BLE001  (the error is the record; the wave goes on)
