@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
@@ -246,3 +247,30 @@ def test_serve_bench_places_each_config_at_the_tensor_parallelism_its_serve_yaml
         "one.plain": (("4",), ("plain", "ngram"))}
     assert batch(["0", "1", "2", "3"], parallel=False).serve(jobs) == {
         "plain": (("0", "1"), ()), "ngram": (("0", "1"), ()), "one.plain": (("0",), ())}
+
+
+def test_parallel_check_compares_each_config_beside_others_with_it_alone(tmp_path):
+    """benchmarks/gpu/parallel_check.py on two records of one variant (serve_bench.parallel off, then auto)."""
+    import subprocess
+
+    from latency_model import H100_RUN, Server, swept
+    from tiny_project import ROOT
+    from pipeline.core import records
+    from pipeline.serving.bench_record import ServeBenchRecord, ServeConfigResult
+
+    def record(path, plain_speed, ngram_speed, beside):
+        configs = {name: ServeConfigResult(0, 60.0, swept(Server(speed=speed)), gpus=[gpu], beside=beside(name))
+                   for name, speed, gpu in (("plain", plain_speed, "0"), ("ngram", ngram_speed, "1"))}
+        records.write(path, ServeBenchRecord("bf16", **H100_RUN, configs=configs))
+        return str(path)
+
+    alone = record(tmp_path / "alone.json", 100.0, 120.0, lambda name: [])
+    near = record(tmp_path / "near.json", 98.0, 121.0, lambda name: ["ngram" if name == "plain" else "plain"])
+    slow = record(tmp_path / "slow.json", 90.0, 120.0, lambda name: ["ngram" if name == "plain" else "plain"])
+    script = [sys.executable, str(ROOT / "benchmarks/gpu/parallel_check.py")]
+    ok = subprocess.run([*script, alone, near], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert "| plain | 1 | 100 | 98 | 0.980 | 0 | ngram |" in ok.stdout
+    assert re.search(r"\nlargest difference: plain at c=\d+, x0\.980 \(within 5%\)\n$", ok.stdout)
+    bad = subprocess.run([*script, alone, slow], capture_output=True, text=True)
+    assert bad.returncode == 1 and "x0.900 (outside 5%)" in bad.stdout
