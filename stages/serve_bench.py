@@ -273,9 +273,10 @@ class Batch:
         by_key = {job.key: job for job in jobs}
         waves = gpu_sets.pack([gpu_sets.ConfigRun(job.key, self.tensor_parallel_size(job)) for job in jobs],
                               self.host_gpus, self.parallel)
-        return gpu_sets.run_waves(waves, lambda placement: served_or_failed(
+        served = gpu_sets.run_waves(waves, lambda placement: served_or_failed(
             by_key[placement.label].where(self.out), self.variant, by_key[placement.label],
             lambda: serve_config(self, by_key[placement.label], placement)))
+        return {job.key: served[job.key] for job in jobs}  # in the order given (the record's), whatever the waves
 
 
 def served_or_failed(out: Path, variant: str, job: Job, attempt) -> ServeConfigResult | None:
@@ -313,11 +314,12 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
     out = job.where(batch.out)
     out.mkdir(parents=True, exist_ok=True)
     args = batch.engine(job)
-    config = out / f"serve-{job.name}.yaml"
-    config.write_text(serve_yaml(args))
-    # the server's own copy, named after its key: configs served at the same time never share one
+    text = serve_yaml(args)
+    (out / f"serve-{job.name}.yaml").write_text(text)
+    # The server's own file, named after its key and written from the text, not copied from the one above: plain
+    # decoding on two kernels at once writes that one twice.
     started = batch.serving_dir / f"serve-{job.key}.yaml"
-    shutil.copy(config, started)
+    started.write_text(text)
     # Logs outside the output directory, which is discarded when the stage fails.
     server_log = paths.LOGS / f"serve_bench@{batch.variant}.{job.key}-server.log"
     bench_log = paths.LOGS / f"serve_bench@{batch.variant}.{job.key}-bench.log"

@@ -247,6 +247,8 @@ def test_serve_bench_places_each_config_at_the_tensor_parallelism_its_serve_yaml
         "one.plain": (("4",), ("plain", "ngram"))}
     assert batch(["0", "1", "2", "3"], parallel=False).serve(jobs) == {
         "plain": (("0", "1"), ()), "ngram": (("0", "1"), ()), "one.plain": (("0",), ())}
+    # the results in the order asked for (the record's), though larger TP sizes are placed first
+    assert list(batch(["0", "1"]).serve(jobs[::-1])) == ["one.plain", "ngram", "plain"]
 
 
 def test_parallel_check_compares_each_config_beside_others_with_it_alone(tmp_path):
