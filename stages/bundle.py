@@ -54,7 +54,8 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "bundle")
     p = load_params()
     spec = variant_spec(parse_section(p, QuantizeParams).variants, variant)
-    verdict = records.read(GateReport, paths.VERDICT).variants.get(variant)
+    report = records.read(GateReport, paths.VERDICT)
+    verdict = report.variants.get(variant)
     if verdict is None or verdict.speculation is None:
         raise PipelineError(f"{paths.VERDICT} has no verdict for {variant}; run the gate stage")
     if not verdict.shippable:
@@ -98,7 +99,7 @@ def main(argv: list[str]) -> None:
                                       plan.name)
         card = model_card(variant, spec, summary, est, verdict, quant, serving, gpu, serve, tiers, alerts,
                           deploy, bundle_location(deploy, serving.name, variant), env,
-                          PARETO if chart.is_file() else None)
+                          PARETO if chart.is_file() else None, report)
         manifest = finish_bundle(tmp, variant, card)
         if signing_keys.private_key:  # over every file, the manifest and the card included
             signing.sign(tmp, signing_keys.private_key)

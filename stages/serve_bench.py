@@ -41,7 +41,7 @@ from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices
 from pipeline.quantize.recipes import VariantSpec, check_known, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.speculation_choice import config_name, k_schedule
-from pipeline.serving import capacity, serve_bench
+from pipeline.serving import capacity, gpu_sets, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
                                      speculative_config_for, user_env)
@@ -82,6 +82,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
     kernels, kernel_note = kernels_to_compare(spec, major + minor / 10, run.serving)
     configs, failed = {}, {}
     tier_configs, tier_failed, tier_skipped = {}, {}, {}
+    host_gpus = gpu_sets.visible_gpus()
     # The bundle's layout (./model, ./draft) with links to the artifacts: nothing is copied, and the
     # serve.yaml files are exactly what the bundle stage renders.
     with tempfile.TemporaryDirectory(prefix="modelprep-serve-") as tmp:
@@ -94,61 +95,58 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
         serve_bench.write_dataset(dataset, [text for text, _ in rendered])
         runs = [(PLAIN, methods.NONE)] + [(m, methods.Speculation(m, k)) for m, k in candidates.items()]
         scheduling = cfg.k_schedule == "auto" and len(cfg.concurrency) > 1 and candidates
-        bar = progress_bar(f"serve_bench {variant}", total=len(cfg.concurrency) * (
-            len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs))
+        bar = gpu_sets.Counter(progress_bar(f"serve_bench {variant}", total=len(cfg.concurrency) * (
+            len(runs) + max(len(kernels) - 1, 0) + bool(scheduling)) + len(tiers) * len(runs)))
         traffic = serve_bench.Traffic(dataset, serving_dir / "model", add_special)
-        args = [quantization, traffic, run, bar, server_env(spec, run.serving)]
-        # 1. Plain decoding on each kernel; the faster at target_concurrency serves everything after it.
+        batch = Batch(out, serving_dir, variant, quantization, traffic, run, bar, host_gpus, cfg.parallel == "auto")
+        env = server_env(spec, run.serving)
+        # 1. Plain decoding on each kernel at once; the faster at target_concurrency serves everything after it.
         kernel, by_kernel, kernel_failed = None, {}, {}
-        for choice in kernels:
-            args[-1] = {**choice.env, **user_env(run.serving)}
-            result = served_or_failed(out, serving_dir, variant, PLAIN, methods.NONE, args, kernel_failed,
-                                      label=f"{PLAIN}-{choice.name}", must=len(kernels) == 1)
-            if result is not None:
-                by_kernel[choice.name] = result
         if kernels:
+            served = batch.serve([Job(PLAIN, methods.NONE, {**c.env, **user_env(run.serving)}, kernel_failed,
+                                      label=f"{PLAIN}-{c.name}", must=len(kernels) == 1) for c in kernels])
+            by_kernel = {c.name: served[f"{PLAIN}-{c.name}"] for c in kernels if served[f"{PLAIN}-{c.name}"]}
             if not by_kernel:
                 raise PipelineError(f"serve_bench {variant}: plain decoding failed on every kernel "
                                     f"({'; '.join(f'{k}: {v[:150]}' for k, v in kernel_failed.items())})")
             kernel = choose_kernel(by_kernel, serving.target_concurrency, cfg.kernel_tie)
             env = {**next(c.env for c in kernels if c.name == kernel), **user_env(run.serving)}
-            args[-1] = env
             configs[PLAIN] = by_kernel[kernel]
             for name in kernel_failed:
                 say(f"serve_bench {variant}: kernel {name} failed; the others go on")
             keep_raw(out, f"{PLAIN}-{kernel}", PLAIN)
-        # 2. Each method at its k.
-        for name, speculation in (runs if not kernels else runs[1:]):
-            result = served_or_failed(out, serving_dir, variant, name, speculation, args, failed)
-            if result is not None:
-                configs[name] = result
+        # 2. Each method at its k, at once (with plain decoding where no kernel was compared).
+        served = batch.serve([Job(name, speculation, env, failed) for name, speculation in runs[1 if kernels else 0:]])
+        configs |= {name: result for name, result in served.items() if result is not None}
         # 3. The k schedule the sweep suggests.
         schedules = {}
         plan = (schedule_to_measure(configs, candidates, serving.speculation.min_gain, serving.max_num_seqs)
                 if scheduling and PLAIN in configs else None)
         if plan is not None:
             speculation = methods.Speculation(plan[0], candidates[plan[0]], plan[1])
-            result = served_or_failed(out, serving_dir, variant, config_name(speculation), speculation, args, failed)
+            result = batch.serve([Job(config_name(speculation), speculation, env, failed)])[config_name(speculation)]
             if result is not None:
                 schedules[plan[0]] = result
-        gpus = torch.cuda.device_count()
+        # 4. The tiers: every tier's plain decoding at once, then the methods of those it served.
+        measured = []
         for tier in tiers:
-            too_few = vllm_spec.too_few_gpus(tier.tensor_parallel_size, gpus, "tensor_parallel_size")
+            too_few = vllm_spec.too_few_gpus(tier.tensor_parallel_size, len(host_gpus), "tensor_parallel_size")
             if too_few:
                 tier_skipped[tier.name] = too_few
-                continue
-            where, failed_here = out / "tiers" / tier.name, {}
-            for name, speculation in runs if tier.speculation == "auto" else runs[:1]:
-                if name in failed:
-                    continue  # vLLM could not start it at the default settings either
-                result = served_or_failed(where, serving_dir, variant, name, speculation, args, failed_here,
-                                          tier=tier)
-                if result is not None:
-                    tier_configs.setdefault(tier.name, {})[name] = result
-                elif name == PLAIN:
-                    break  # nothing to weigh the tier's methods against
-            if failed_here:  # only tiers with a failed config appear in the record's tier_failed_configs
-                tier_failed[tier.name] = failed_here
+            else:
+                measured.append(tier)
+        tier_failed |= {tier.name: {} for tier in measured}
+        plains = batch.serve([Job(PLAIN, methods.NONE, env, tier_failed[t.name], tier=t) for t in measured])
+        more = [Job(name, speculation, env, tier_failed[t.name], tier=t)
+                for t in measured if t.speculation == "auto" and plains[f"{t.name}.{PLAIN}"] is not None
+                for name, speculation in runs[1:] if name not in failed]  # vLLM could not start it by default either
+        served = {**plains, **batch.serve(more)}
+        for t in measured:
+            for name, _ in runs:
+                if served.get(f"{t.name}.{name}") is not None:
+                    tier_configs.setdefault(t.name, {})[name] = served[f"{t.name}.{name}"]
+        # only tiers with a failed config appear in the record's tier_failed_configs
+        tier_failed = {name: why for name, why in tier_failed.items() if why}
         bar.close()
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
@@ -158,7 +156,7 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings) 
                             tier_skipped=tier_skipped, tier_failed_configs=tier_failed, schedules=schedules,
                             kernels=by_kernel, kernel=kernel,
                             kernel_env=next((c.env for c in kernels if c.name == kernel), {}),
-                            tensor_parallel_size=serving.tensor_parallel_size,
+                            tensor_parallel_size=batch.tensor_parallel_size(Job(PLAIN, methods.NONE, env, failed)),
                             kernel_note=kernel_note or "".join(
                                 f"{name} failed: {why[:200]}; " for name, why in kernel_failed.items()) or None)
 
@@ -222,22 +220,78 @@ def keep_raw(out: Path, measured_as: str, name: str) -> None:
         shutil.copy(raw, raw.with_name(raw.name.replace(f"{measured_as}-", f"{name}-", 1)))
 
 
-def served_or_failed(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation,
-                     args: list, failed: dict[str, str], tier: Tier | None = None, label: str | None = None,
-                     must: bool | None = None) -> ServeConfigResult | None:
-    """serve_config(out, ...) for one config (args: serve_config's from spec on), or None when it failed: then
-    why is in failed[label or name], its files are discarded and a line says so, and the caller goes on. Plain
-    decoding at the default settings is every comparison's baseline: its failure fails the stage (must: unless
-    another kernel may still serve it)."""
-    label = label or name
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One config to serve: name (plain or a method's config name), env its server's environment (the kernel's and
+    serving.env), failed where its failure is recorded, tier the tier it is served at, label its raw files' and logs'
+    name where it differs from name (plain decoding on one kernel: plain-<kernel>), must whether its failure fails
+    the stage (None: plain decoding at the default settings)."""
+    name: str
+    speculation: methods.Speculation
+    env: dict[str, str]
+    failed: dict[str, str]
+    tier: Tier | None = None
+    label: str | None = None
+    must: bool | None = None
+
+    @property
+    def key(self) -> str:
+        """Unique among a variant's configs: its logs' name."""
+        label = self.label or self.name
+        return f"{self.tier.name}.{label}" if self.tier else label
+
+    def where(self, out: Path) -> Path:
+        """Its serve.yaml's and raw files' directory under the stage's output: a tier's own."""
+        return out / "tiers" / self.tier.name if self.tier else out
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """What every config of a variant is served with, and the host's GPUs they are spread over."""
+    out: Path
+    serving_dir: Path
+    variant: str
+    quantization: str | None
+    traffic: serve_bench.Traffic
+    run: Settings
+    bar: gpu_sets.Counter
+    host_gpus: list[str]
+    parallel: bool  # serve_bench.parallel: auto
+
+    def engine(self, job: Job) -> dict:
+        """The config's engine arguments, as its serve.yaml renders them."""
+        return engine_args(self.run.spec, self.run.serving, self.run.speculative_config(job.speculation),
+                           self.quantization, job.tier.engine if job.tier else None)
+
+    def tensor_parallel_size(self, job: Job) -> int:
+        """GPUs one server of the config shards over: its own engine argument, not a global setting."""
+        return int(self.engine(job).get("tensor_parallel_size", 1))
+
+    def serve(self, jobs: list[Job]) -> dict[str, ServeConfigResult | None]:
+        """Each job's result by key (None: it failed, recorded in its job.failed), the independent jobs at once on
+        disjoint GPU sets (pipeline/serving/gpu_sets.py)."""
+        by_key = {job.key: job for job in jobs}
+        waves = gpu_sets.pack([gpu_sets.ConfigRun(job.key, self.tensor_parallel_size(job)) for job in jobs],
+                              self.host_gpus, self.parallel)
+        served = gpu_sets.run_waves(waves, lambda placement: served_or_failed(
+            by_key[placement.label].where(self.out), self.variant, by_key[placement.label],
+            lambda: serve_config(self, by_key[placement.label], placement)))
+        return {job.key: served[job.key] for job in jobs}  # in the order given (the record's), whatever the waves
+
+
+def served_or_failed(out: Path, variant: str, job: Job, attempt) -> ServeConfigResult | None:
+    """attempt() (serve_config of the job), or None when it failed: then why is in job.failed[label], its files in
+    out are discarded and a line says so, and the caller goes on. Plain decoding at the default settings is every
+    comparison's baseline: its failure fails the stage (job.must: unless another kernel may still serve it)."""
+    label, tier = job.label or job.name, job.tier
     try:
-        return serve_config(out, serving_dir, variant, name, speculation, *args, tier=tier, label=label)
+        return attempt()
     except PipelineError as e:
-        if (name == PLAIN and tier is None) if must is None else must:
+        if (job.name == PLAIN and tier is None) if job.must is None else job.must:
             raise
         # One config vLLM can't serve (a head it can't load, a kernel it lacks) must not hide the others'
         # measurements; it is recorded and never shipped.
-        failed[label] = str(e)[:500]
+        job.failed[label] = str(e)[:500]
         discard(out, label)
         say(f"serve_bench {variant}: " + (f"tier {tier.name} {label} failed" if tier else
                                           f"{label} failed, the other configs go on") + f": {str(e)[:200]}")
@@ -251,39 +305,42 @@ def discard(out: Path, name: str) -> None:
         partial.unlink()
 
 
-def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculation: methods.Speculation,
-                 quantization, traffic: serve_bench.Traffic, run: Settings, bar, env: dict[str, str],
-                 tier: Tier | None = None, label: str | None = None) -> ServeConfigResult:
+def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
-    `vllm serve` under env and swept over the concurrencies (a tier: its own concurrency only), then its capacity
-    searched at the SLO (a tier's own). label: its raw files' and logs' name (a kernel choice of plain decoding:
-    plain-<kernel>)."""
-    cfg, serving = run.bench, run.serving
-    label = label or name
+    `vllm serve` under the job's env on the placement's GPUs and swept over the concurrencies (a tier: its own
+    concurrency only), then its capacity searched at the SLO (a tier's own)."""
+    cfg, serving, run, tier = batch.run.bench, batch.run.serving, batch.run, job.tier
+    label = job.label or job.name
+    out = job.where(batch.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = out / f"serve-{name}.yaml"
-    config.write_text(serve_yaml(engine_args(
-        run.spec, run.serving, run.speculative_config(speculation), quantization,
-        tier.engine if tier else None)))
-    shutil.copy(config, serving_dir / config.name)
-    log = f"{tier.name}.{label}" if tier else label
+    args = batch.engine(job)
+    text = serve_yaml(args)
+    (out / f"serve-{job.name}.yaml").write_text(text)
+    # The server's own file, named after its key and written from the text, not copied from the one above: plain
+    # decoding on two kernels at once writes that one twice.
+    started = batch.serving_dir / f"serve-{job.key}.yaml"
+    started.write_text(text)
     # Logs outside the output directory, which is discarded when the stage fails.
-    server_log = paths.LOGS / f"serve_bench@{variant}.{log}-server.log"
+    server_log = paths.LOGS / f"serve_bench@{batch.variant}.{job.key}-server.log"
+    bench_log = paths.LOGS / f"serve_bench@{batch.variant}.{job.key}-bench.log"
     # a tier is held to its own objective (serving.tiers.<tier>.slo over serving.slo): its probes and its capacity
     slo, arrival = (tier.slo if tier is not None and tier.slo is not None else serving.slo), serving.arrival
-    bench_log = paths.LOGS / f"serve_bench@{variant}.{log}-bench.log"
-    with serve(serving_dir / config.name, serving_dir, server_log, cfg.startup_timeout_s, cfg.port, env) as server:
+    # what one replica costs: the GPUs a tier's replica requests, else the ones the server shards over
+    gpus = tier.gpus if tier else int(args.get("tensor_parallel_size", 1))
+    env = {**job.env, **gpu_sets.server_env(placement)}
+    with serve(started, batch.serving_dir, server_log, cfg.startup_timeout_s, cfg.port + placement.slot,
+               env) as server:
 
         def bench(load: float, prompts: int, tag: str, warmups: int = 0):
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
-            return serve_bench.bench_level(server, serving.name, traffic, out / "raw" / f"{label}-{tag}.json",
+            return serve_bench.bench_level(server, serving.name, batch.traffic, out / "raw" / f"{label}-{tag}.json",
                                            bench_log, load, prompts, cfg, run.temperature, slo.goodput(), warmups,
                                            poisson=tag.startswith("capacity-r"))
 
         levels = {}
         for c in ([tier.concurrency] if tier else cfg.concurrency):
             levels[level_key(c)] = bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
-            bar.update()
+            batch.bar.update()
         found = None
         # Every config is searched, a tier's at its own engine settings from its one level (what sizes its replicas:
         # release/handoff.size_tier prefers it to the default sweep's).
@@ -294,11 +351,12 @@ def serve_config(out: Path, serving_dir: Path, variant: str, name: str, speculat
                 lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x),
                                 f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}"),
                 slo, arrival, bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
-                bounds.max_probes, known=levels.values(), gpus=serving.tensor_parallel_size, seed=seed,
+                bounds.max_probes, known=levels.values(), gpus=gpus, seed=seed,
                 floor_meets=floor if arrival == capacity.POISSON else None)
-    return ServeConfigResult(num_speculative_tokens=speculation.k, startup_s=server.startup_s, levels=levels,
-                             schedule=[list(r) for r in speculation.schedule] if speculation.schedule else None,
-                             kernels_used=kernels_in_log(server_log), capacity=found)
+    return ServeConfigResult(num_speculative_tokens=job.speculation.k, startup_s=server.startup_s, levels=levels,
+                             schedule=[list(r) for r in job.speculation.schedule] if job.speculation.schedule else None,
+                             kernels_used=kernels_in_log(server_log), capacity=found, gpus=list(placement.gpus),
+                             beside=list(placement.beside))
 
 
 KERNEL_LINE = re.compile(r"(?:Selected|Using) (\w+Kernel)\b")

@@ -43,14 +43,14 @@ def test_levels_run_in_one_worker_and_a_failed_level_leaves_it_serving(tmp_path)
             return serve_bench.run_level(command, server.base_url, result, log)
 
         first = level(1, "c1")
-        worker = serve_bench._workers[PYTHON]
+        [worker] = serve_bench._idle[PYTHON]  # given back once its level ended
         assert first.completed == 4 and first.failed == 0
         # an argument vLLM's own parser refuses: one error line naming the log, and the same worker serves on
         with pytest.raises(PipelineError, match=r"`vllm bench serve` failed \(exit 2\).*\(log: .*bench\.log\)"):
             serve_bench.run_level([*client, "bench", "serve", "--no-such-flag"], server.base_url,
                                   tmp_path / "none.json", log)
         second = level(2, "c2", warmups=1)
-        assert serve_bench._workers[PYTHON] is worker and worker.alive()
+        assert serve_bench._idle[PYTHON] == [worker] and worker.alive()
         assert second.concurrency == 2 and second.completed == 4
     serve_bench.close_workers()
     assert not worker.alive()

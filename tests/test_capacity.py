@@ -342,3 +342,55 @@ def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_
     v = gate(p, {BF16: base, INT4: slow}).variants[INT4]
     assert not v.passed and v.speculation.num_speculative_tokens == 4 and v.speculation.turned_off_by == []
     assert [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]
+
+
+# ---- per GPU: each variant at its own GPUs per replica
+
+
+def test_the_gate_compares_per_gpu_a_variant_on_two_gpus_against_bf16_on_four():
+    """Per replica the W4A16 variant on two GPUs carries the users BF16 carries on four (x1.0, which a per-server
+    comparison would call a tie); per GPU it carries twice as many, at half the cost per output token. FP8 on one GPU
+    carries half a replica's users but on a quarter of the GPUs: the most tokens per GPU, the cheapest, the pick."""
+    FP8 = "fp8-dynamic"
+    p = tiny_params(quantize={"enabled": [BF16, INT4, FP8]}, serving={"gpu_hour_cost": 4.0})
+    serve = {BF16: searched_record(BF16, Server(), gpus=4),  # 80 users per replica
+             INT4: searched_record(INT4, Server(), gpus=2),  # 80 users per replica
+             FP8: searched_record(FP8, Server(itl_slope=1.0), gpus=1)}  # 40 users per replica
+    report = gate(p, serve)
+    int4, fp8 = report.variants[INT4].capacity, report.variants[FP8].capacity
+    assert (int4.users, int4.gpus, int4.users_per_gpu) == (80, 2, 40) and int4.baseline_gpus == 4
+    assert {c.check: c for c in report.variants[INT4].checks}["min_capacity_vs_bf16"].value == pytest.approx(2.0)
+    replica = 100.0 * 80 ** 0.8  # output tokens/s of one replica at 80 users, either variant
+    assert int4.output_tokens_per_s_per_gpu == pytest.approx(replica / 2)
+    assert int4.cost_per_million_output_tokens == pytest.approx(4.0 * 2 / (replica * 3600) * 1e6)
+    assert int4.baseline_cost_per_million_output_tokens == pytest.approx(4.0 * 4 / (replica * 3600) * 1e6)
+    assert int4.cost_vs_bf16 == pytest.approx(0.5)
+    assert fp8.cost_vs_bf16 == pytest.approx((replica / 4) / (100.0 * 40 ** 0.8))
+
+    assert [(r.variant, r.gpus) for r in report.per_gpu] == [(FP8, 1), (INT4, 2), (BF16, 4)]
+    assert report.recommended == FP8
+    summary = gates.summary(report)
+    assert summary["recommended"] == {"variant": FP8, "config": PLAIN, "gpus": 1,
+                                      "output_tokens_per_s_per_gpu": pytest.approx(100.0 * 40 ** 0.8),
+                                      "cost_per_million_output_tokens": fp8.cost_per_million_output_tokens}
+    assert gates.recommendation_line(report).startswith(
+        f"gate: lowest cost per output token at the SLO: {FP8} (plain) on 1 GPU per replica; per GPU: {FP8} ")
+
+    # a variant that failed its gates is ranked, never recommended; without a price, tokens per GPU still rank
+    p = tiny_params(quantize={"enabled": [BF16, INT4, FP8]},
+                    gates={"overrides": {FP8: {"max_kl_divergence": 0.001}}})
+    report = gate(p, serve)
+    assert not report.variants[FP8].passed and report.per_gpu[0].variant == FP8 and report.recommended == INT4
+    assert report.per_gpu[0].cost_per_million_output_tokens is None
+
+
+def test_no_recommendation_across_gpus_or_where_a_search_stopped_at_its_bound():
+    p = tiny_params(quantize={"enabled": [BF16, INT4]})
+    other = gate(p, {BF16: searched_record(BF16, Server(), gpus=4),
+                     INT4: searched_record(INT4, Server(), gpu="NVIDIA A100", gpus=2)})
+    assert other.recommended is None and other.recommended_note.startswith("measured on different GPUs or vLLM")
+    # bf16 ranks below int4 but still met the SLO at its search's bound (128 users): it may carry more
+    capped = gate(p, {BF16: searched_record(BF16, Server(itl_slope=0.1, ttft_slope=0.1), bound=128, gpus=8),
+                      INT4: searched_record(INT4, Server(), gpus=1)})
+    assert [r.variant for r in capped.per_gpu] == [INT4, BF16] and capped.per_gpu[1].at_least
+    assert capped.recommended is None and capped.recommended_note.startswith(f"undecided: {BF16} still met the SLO")

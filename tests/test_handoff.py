@@ -294,6 +294,15 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     assert (f"**What ships (draft_model): 32.0 users per GPU and {tokens:.0f} output tokens/s per GPU at the "
             "objective**;\nx1.60 the users per GPU of bf16 plain decoding (20.0, same GPU and vLLM);\n"
             f"{3.0 / (tokens * 3600) * 1e6:.3f} per million output tokens at 3.0 per GPU-hour.") in card
+    # per GPU against bf16 on its own GPUs, and every variant of the build ranked by cost per output token
+    bf16_tokens = 100.0 * 20 ** 0.8
+    assert (f"On 1 GPU per replica against bf16 on its own 1: x{bf16_tokens / tokens:.2f} its cost per output token "
+            f"({3.0 / (bf16_tokens * 3600) * 1e6:.3f} per million).") in card
+    ranked = [line for line in card.splitlines() if line.startswith((f"| {V} | draft_model | 1 |", "| bf16 | plain |"))]
+    assert ranked == [
+        f"| {V} | draft_model | 1 | 32.0 | 32.0 | {tokens:.0f} | {3.0 / (tokens * 3600) * 1e6:.3f} | pass |",
+        f"| bf16 | plain | 1 | 20.0 | 20.0 | {bf16_tokens:.0f} | {3.0 / (bf16_tokens * 3600) * 1e6:.3f} | pass |"]
+    assert f"**Lowest cost per output token within the objective: {V} (draft_model) on 1 GPU per replica.**" in card
     assert "`capacity.png`: output tokens/s per GPU against p99 ITL" in card and (b / "capacity.png").is_file()
     gate_row = next(line for line in card.splitlines() if line.startswith("| min_capacity_vs_bf16 |"))
     assert gate_row == "| min_capacity_vs_bf16 | 1.6000 | >= 1.0 | pass |"

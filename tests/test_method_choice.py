@@ -104,25 +104,24 @@ def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
     check_measured_config(tmp_path, served({PLAIN: (0, 345.0)}), methods.NONE, text)  # plain was measured
 
 
-def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_default_settings(tmp_path, capsys,
-                                                                                                  monkeypatch):
+def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_default_settings(tmp_path, capsys):
     """serve_bench's one step per config: a method that fails is recorded and discarded and the sweep goes on,
     in a tier plain decoding too (the tier ends there); plain failing at the default settings fails the stage."""
     from pipeline.serving.tiers import Tier
     from stages import serve_bench
 
-    def serve_config(out, serving_dir, variant, name, speculation, *args, tier=None, label=None):
-        (out / "raw").mkdir(parents=True, exist_ok=True)
-        for partial in (f"serve-{name}.yaml", f"raw/{label or name}-c1.json"):
-            (out / partial).write_text("written before vLLM failed\n")
-        if name != "ngram":
-            raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
-        return "measured"
+    def attempt(out, name, failed, tier=None, label=None, must=None):
+        def serve_config():
+            (out / "raw").mkdir(parents=True, exist_ok=True)
+            for partial in (f"serve-{name}.yaml", f"raw/{label or name}-c1.json"):
+                (out / partial).write_text("written before vLLM failed\n")
+            if name != "ngram":
+                raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
+            return "measured"
 
-    def attempt(out, name, failed, tier=None):
-        return serve_bench.served_or_failed(out, tmp_path, "v", name, methods.NONE, (), failed, tier)
+        job = serve_bench.Job(name, methods.NONE, {}, failed, tier=tier, label=label, must=must)
+        return serve_bench.served_or_failed(out, "v", job, serve_config)
 
-    monkeypatch.setattr(serve_bench, "serve_config", serve_config)
     failed = {}
     assert attempt(tmp_path, "ngram", failed) == "measured" and failed == {}
     assert attempt(tmp_path, "eagle3", failed) is None
@@ -137,12 +136,10 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
     # Plain decoding on one of two kernels: recorded under the kernel's label, its raw files gone; the other kernel
     # may still serve plain decoding, so the stage goes on.
     kernels = {}
-    assert serve_bench.served_or_failed(tmp_path, tmp_path, "v", PLAIN, methods.NONE, (), kernels,
-                                        label="plain-machete", must=False) is None
+    assert attempt(tmp_path, PLAIN, kernels, label="plain-machete", must=False) is None
     assert list(kernels) == ["plain-machete"]
     with pytest.raises(PipelineError, match="plain"):  # the only kernel: its failure fails the stage
-        serve_bench.served_or_failed(tmp_path, tmp_path, "v", PLAIN, methods.NONE, (), {}, label="plain-marlin",
-                                     must=True)
+        attempt(tmp_path, PLAIN, {}, label="plain-marlin", must=True)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
         "raw/ngram-c1.json", "raw/plain-c1.json", "raw/plain-marlin-c1.json", "serve-ngram.yaml",
         "serve-plain.yaml"]  # the default plain's and the only kernel's: the stage fails there, and its whole

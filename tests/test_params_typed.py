@@ -128,6 +128,7 @@ BAD = [  # (key, value, what the one line says after the key)
     ("serving.env", ["A=1"], "serving.env must be a mapping"),
     ("serve_bench.num_speculative_tokens", 0, "serve_bench.num_speculative_tokens must be auto or a positive integer"),
     ("serve_bench.k_schedule", False, "serve_bench.k_schedule must be one of auto, off, got False"),
+    ("serve_bench.parallel", False, "serve_bench.parallel must be one of auto, off, got False"),
     ("serve_bench.capacity", {"enabled": True}, "serve_bench.capacity.max_concurrency is missing"),
     ("deploy.warmup_from_traffic", "no", "deploy.warmup_from_traffic must be true or false"),
     ("deploy.autoscale.tiers", "throughput", "deploy.autoscale.tiers must be a list of strings"),

@@ -69,6 +69,33 @@ class CapacityClaim:
     vs_bf16_note: str | None = None  # why there is no ratio
     gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
     cost_per_million_output_tokens: float | None = None  # at the SLO's capacity
+    baseline_gpus: int | None = None  # GPUs of one replica of the baseline (its own tensor parallelism)
+    baseline_output_tokens_per_s_per_gpu: float | None = None
+    baseline_cost_per_million_output_tokens: float | None = None
+    cost_vs_bf16: float | None = None  # cost per output token over the baseline's, each at its own GPU count
+
+
+def cost_per_million_tokens(gpu_hour_cost: float | None, gpus: int, tokens_per_s: float | None) -> float | None:
+    """What a million output tokens cost on one replica at that throughput: gpu_hour_cost x its GPUs per hour of
+    tokens (None without a price or a throughput)."""
+    if not gpu_hour_cost or not tokens_per_s:
+        return None
+    return gpu_hour_cost * gpus / (tokens_per_s * 3600) * 1e6
+
+
+@dataclass
+class CostRow:
+    """One variant's shipped config at serving.slo, per GPU: a row of the gate's ranking (GateReport.per_gpu)."""
+    variant: str
+    config: str
+    gpus: int  # per replica
+    users: float  # per replica at the SLO
+    users_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None
+    cost_per_million_output_tokens: float | None
+    at_least: bool  # the search stopped at its bound still meeting the SLO: per-GPU numbers are lower bounds
+    passed: bool  # every quality and serving check (an allowed failure ships flagged, never recommended)
+    gpu: str | None = None  # the GPU model it was measured on
 
 
 @dataclass
@@ -102,6 +129,11 @@ class GateReport:
     published_with_failures: list[str] = field(default_factory=list)
     blocked: list[str] = field(default_factory=list)
     allow_fail: list[str] = field(default_factory=list)  # gates.allow_fail (and --allow-fail) as applied
+    # Each variant's shipped config at the SLO, cheapest per output token first (most output tokens/s per GPU), and
+    # the variant that passed a serving team would pick (None: nothing comparable was searched, with why).
+    per_gpu: list[CostRow] = field(default_factory=list)
+    recommended: str | None = None
+    recommended_note: str | None = None
 
     @property
     def shippable(self) -> bool:
@@ -171,7 +203,7 @@ def capacity_claim(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | 
     if cap is None:
         return None, f"no capacity search of the {config_name(shipped)} config that ships (serve_bench.capacity)"
     tokens = cap.output_tokens_per_s_per_gpu
-    cost = (ctx.gpu_hour_cost / (tokens * 3600) * 1e6) if ctx.gpu_hour_cost and tokens else None
+    cost = cost_per_million_tokens(ctx.gpu_hour_cost, cap.gpus, cap.level.output_throughput if cap.level else None)
     claim = CapacityClaim(config=config_name(shipped), slo=cap.slo, arrival=cap.arrival, status=cap.status,
                           lower_bound=cap.lower_bound, users=cap.users, gpus=cap.gpus, users_per_gpu=cap.users_per_gpu,
                           output_tokens_per_s_per_gpu=tokens, request_goodput=cap.request_goodput,
@@ -186,7 +218,13 @@ def capacity_claim(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | 
     elif (base.slo, base.arrival) != (cap.slo, cap.arrival):
         claim.vs_bf16_note = f"{name} was searched at another SLO or arrival"
     else:
-        claim.baseline_users_per_gpu = base.users_per_gpu
+        claim.baseline_users_per_gpu, claim.baseline_gpus = base.users_per_gpu, base.gpus
+        claim.baseline_output_tokens_per_s_per_gpu = base.output_tokens_per_s_per_gpu
+        claim.baseline_cost_per_million_output_tokens = cost_per_million_tokens(
+            ctx.gpu_hour_cost, base.gpus, base.level.output_throughput if base.level else None)
+        if tokens and base.output_tokens_per_s_per_gpu:
+            # per GPU: a variant on 2 GPUs against the baseline on 4 pays for 2 against 4
+            claim.cost_vs_bf16 = base.output_tokens_per_s_per_gpu / tokens
         if not base.users_per_gpu:
             claim.vs_bf16_note = f"{name} met the SLO at no load ({base.slo.label()})"
         elif cap.lower_bound and base.lower_bound:
@@ -264,10 +302,40 @@ def evaluate_gates(summaries: dict[str, EvalSummary], thresholds_for, allow_fail
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
     report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
               for v, m in summaries.items()}
+    rows = cost_rows(report, serve_by_variant)
+    recommended, why = cheapest(rows, serve_by_variant)
     return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
                       published_with_failures=[n for n, v in report.items() if v.allowed_failure],
                       blocked=[n for n, v in report.items() if not v.shippable],
-                      allow_fail=sorted(set(allow_fail)))
+                      allow_fail=sorted(set(allow_fail)), per_gpu=rows, recommended=recommended, recommended_note=why)
+
+
+def cost_rows(report: dict[str, VariantVerdict], serve_by_variant: dict[str, ServeBenchRecord]) -> list[CostRow]:
+    """Each variant whose shipped config was searched at the SLO, most output tokens/s per GPU first: cost per token
+    is GPUs x hours over tokens, so per GPU the order is the same whatever each variant's GPU count."""
+    rows = [CostRow(variant=name, config=c.config, gpus=c.gpus, users=c.users, users_per_gpu=c.users_per_gpu,
+                    output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
+                    cost_per_million_output_tokens=c.cost_per_million_output_tokens, at_least=c.lower_bound,
+                    passed=v.passed, gpu=serve_by_variant[name].gpu if name in serve_by_variant else None)
+            for name, v in report.items() if (c := v.capacity) is not None]
+    return sorted(rows, key=lambda r: -(r.output_tokens_per_s_per_gpu or 0.0))
+
+
+def cheapest(rows: list[CostRow], serve_by_variant: dict[str, ServeBenchRecord]) -> tuple[str | None, str | None]:
+    """(the variant that passed the gate with the most output tokens/s per GPU within the SLO, why none): only among
+    measurements on one GPU model and one vLLM, and not where a search that stopped at its bound could hide a
+    cheaper one."""
+    runs = {(r.gpu, serve_by_variant[r.variant].vllm_version) for r in rows if r.variant in serve_by_variant}
+    if len(runs) > 1:
+        return None, f"measured on different GPUs or vLLM versions ({sorted(map(str, runs))}): not comparable"
+    ranked = [r for r in rows if r.passed and r.output_tokens_per_s_per_gpu]
+    if not ranked:
+        return None, "no variant that passed the gate was measured to meet the SLO (serve_bench.capacity)"
+    best = ranked[0]
+    if any(r.at_least for r in ranked[1:]):
+        return None, (f"undecided: {', '.join(r.variant for r in ranked[1:] if r.at_least)} still met the SLO at the "
+                      "search's bound; raise serve_bench.capacity.max_concurrency")
+    return best.variant, None
 
 
 def summary(report: GateReport) -> dict:
@@ -294,8 +362,35 @@ def summary(report: GateReport) -> dict:
                               "at_least": v.capacity.lower_bound,
                               "output_tokens_per_s_per_gpu": v.capacity.output_tokens_per_s_per_gpu,
                               "vs_bf16": v.capacity.vs_bf16, "vs_bf16_bound": v.capacity.vs_bf16_bound,
-                              "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens}}
-                         for name, v in report.variants.items()]}
+                              "gpus": v.capacity.gpus, "baseline_gpus": v.capacity.baseline_gpus,
+                              "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens,
+                              "cost_vs_bf16": v.capacity.cost_vs_bf16}}
+                         for name, v in report.variants.items()],
+            "recommended": recommended_summary(report)}
+
+
+def recommended_summary(report: GateReport) -> dict | None:
+    """The cheapest variant that passed, per output token at the SLO, and on how many GPUs a replica runs."""
+    row = next((r for r in report.per_gpu if r.variant == report.recommended), None)
+    return None if row is None else {
+        "variant": row.variant, "config": row.config, "gpus": row.gpus,
+        "output_tokens_per_s_per_gpu": row.output_tokens_per_s_per_gpu,
+        "cost_per_million_output_tokens": row.cost_per_million_output_tokens}
+
+
+def recommendation_line(report: GateReport) -> str | None:
+    """'gate: lowest cost per output token at the SLO: int4 (plain) on 1 GPU per replica, ...', or None where no
+    config was searched."""
+    if not report.per_gpu:
+        return None
+    rows = ", ".join(f"{r.variant} {_short(r.output_tokens_per_s_per_gpu or 0.0)} tok/s/GPU on {r.gpus}"
+                     + (f" ({_short(r.cost_per_million_output_tokens)} per M tokens)"
+                        if r.cost_per_million_output_tokens is not None else "") for r in report.per_gpu)
+    if report.recommended is None:
+        return f"gate: no recommendation ({report.recommended_note}); per GPU at the SLO: {rows}"
+    best = next(r for r in report.per_gpu if r.variant == report.recommended)
+    return (f"gate: lowest cost per output token at the SLO: {best.variant} ({best.config}) on {best.gpus} "
+            f"GPU{'s' if best.gpus > 1 else ''} per replica; per GPU: {rows}")
 
 
 def check_counts(v: VariantVerdict) -> dict[str, int]:
@@ -337,6 +432,9 @@ def conclude(report: GateReport) -> int:
     """One line per variant, a warning for allowed failures, every blocking failure named; the exit code."""
     for variant, v in report.variants.items():
         say(verdict_line(variant, v))
+    line = recommendation_line(report)
+    if line:
+        say(line)
     allowed = failed_checks(report, allowed=True)
     if allowed:
         warn("warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "

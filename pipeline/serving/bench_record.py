@@ -77,6 +77,10 @@ class ServeConfigResult:
     schedule: list[list[int]] | None = None  # num_speculative_tokens_per_batch_size, where the config has one
     kernels_used: list[str] = field(default_factory=list)  # GEMM kernels the server's log says vLLM selected
     capacity: Capacity | None = None  # at serving.slo, where serve_bench.capacity searched it
+    # The GPU ids its server saw (CUDA_VISIBLE_DEVICES; None: records from before serve_bench placed configs) and the
+    # configs served at the same time on other GPUs (serve_bench.parallel; empty: it ran alone).
+    gpus: list[str] | None = None
+    beside: list[str] = field(default_factory=list)
 
     def at(self, concurrency: int) -> LoadLevel | None:
         return self.levels.get(level_key(concurrency))

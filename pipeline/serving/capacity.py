@@ -168,7 +168,6 @@ def pareto_points(record: ServeBenchRecord, slo: Slo) -> dict[str, list[tuple[fl
     method (each k schedule as <method>-schedule). Failed levels are left out: their numbers cover a part only."""
     if record.skipped:
         return {}
-    gpus = record.tensor_parallel_size or 1
     configs = {PLAIN: record.configs.get(PLAIN), **record.speculative(),
                **{f"{m}-schedule": c for m, c in record.schedules.items()}}
     out = {}
@@ -176,10 +175,19 @@ def pareto_points(record: ServeBenchRecord, slo: Slo) -> dict[str, list[tuple[fl
         if config is None:
             continue
         levels = [*config.levels.values(), *(config.capacity.probes if config.capacity else [])]
+        gpus = replica_gpus(record, config)
         points = sorted(((_token_p99(lvl, slo), lvl.output_throughput / gpus) for lvl in levels if not lvl.failed))
         if points:
             out[name] = points
     return out
+
+
+def replica_gpus(record: ServeBenchRecord, config: ServeConfigResult) -> int:
+    """GPUs one replica of a config used: its capacity's (what the search divided by), else the GPU set its server
+    ran on, else the record's tensor parallelism (records from before configs were placed)."""
+    if config.capacity is not None:
+        return config.capacity.gpus
+    return len(config.gpus) if config.gpus else record.tensor_parallel_size or 1
 
 
 def _token_p99(level: LoadLevel, slo: Slo) -> float:
@@ -216,15 +224,14 @@ def pareto_png(path, records: dict[str, ServeBenchRecord], slo: Slo) -> str | No
         return "matplotlib is not installed"
     fig, ax = plt.subplots(figsize=(9, 6))
     for variant, record in measured.items():
-        gpus = record.tensor_parallel_size or 1
         for name, pts in pareto_points(record, slo).items():
             line, = ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
                             label=f"{variant} {name}")
             config = _config_named(record, name)
             level = config.capacity.level if config is not None and config.capacity else None
             if level is not None:
-                ax.plot([_token_p99(level, slo)], [level.output_throughput / gpus], marker="*", markersize=12,
-                        color=line.get_color())
+                ax.plot([_token_p99(level, slo)], [level.output_throughput / replica_gpus(record, config)],
+                        marker="*", markersize=12, color=line.get_color())
     ax.axvline(slo.token_ms, color="black", linestyle="--",
                label=f"SLO p99 {slo.token_metric.upper()} {slo.token_ms:g} ms")
     gpus_named = sorted({r.gpu or "?" for r in measured.values()})

@@ -204,27 +204,50 @@ class BenchWorker:
                 self.proc.wait()
 
 
-_workers: dict[str, BenchWorker] = {}
+# Idle workers by Python: a level takes one (a new one when none is idle) and gives it back, so configs benchmarked at
+# the same time on threads (pipeline/serving/gpu_sets.py) each drive their own process, and later ones reuse them.
+_idle: dict[str, list[BenchWorker]] = {}
+_started: list[BenchWorker] = []
+_pool_lock = threading.Lock()
 
 
-def _worker(python: str, log: Path) -> BenchWorker:
-    worker = _workers.get(python)
-    if worker is None or not worker.alive():  # a level that killed it gets a fresh one for the next
-        worker = _workers[python] = BenchWorker(python, log)
+def _take_worker(python: str, log: Path) -> BenchWorker:
+    with _pool_lock:
+        idle = _idle.setdefault(python, [])
+        while idle:
+            worker = idle.pop()
+            if worker.alive():  # a level that killed it gets a fresh one
+                return worker
+    worker = BenchWorker(python, log)  # outside the lock: importing vLLM takes seconds
+    with _pool_lock:
+        _started.append(worker)
     return worker
+
+
+def _give_back(python: str, worker: BenchWorker) -> None:
+    with _pool_lock:
+        _idle.setdefault(python, []).append(worker)
 
 
 @atexit.register
 def close_workers() -> None:
-    while _workers:
-        _workers.popitem()[1].close()
+    with _pool_lock:
+        workers = list(_started)
+        _started.clear()
+        _idle.clear()
+    for worker in workers:
+        worker.close()
 
 
 def _run_client(command: list[str], log: Path) -> int:
-    """`python -m vllm.entrypoints.cli.main bench serve ARGS` goes to that Python's worker; any other command
+    """`python -m vllm.entrypoints.cli.main bench serve ARGS` goes to a worker of that Python; any other command
     (a `vllm` console script) runs as its own process."""
     if command[1:5] == ["-m", VLLM_MODULE, "bench", "serve"]:
-        return _worker(command[0], log).run(command[5:], log)
+        worker = _take_worker(command[0], log)
+        try:
+            return worker.run(command[5:], log)
+        finally:
+            _give_back(command[0], worker)
     with open(log, "a") as out:
         try:
             return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -171,6 +171,7 @@ class ServeBenchParams:
     startup_timeout_s: int
     port: int
     tiers: str | tuple[str, ...] = ()  # all, or serving.tiers names
+    parallel: str = "auto"  # auto: independent configs at once on disjoint GPU sets (serving/gpu_sets.py) | off
 
     @classmethod
     def parse(cls, section: dict) -> ServeBenchParams:
@@ -189,4 +190,5 @@ class ServeBenchParams:
             capacity=Capacity(c.bool("enabled"), c.int("max_concurrency", minimum=1), c.number("max_rate"),
                               c.int("max_probes", minimum=0)),
             startup_timeout_s=s.number("startup_timeout_s"), port=s.int("port", minimum=1),
-            tiers=tiers if tiers == "all" else s.strs("tiers", []))
+            tiers=tiers if tiers == "all" else s.strs("tiers", []),
+            parallel=s.choice("parallel", ("auto", "off"), "auto"))

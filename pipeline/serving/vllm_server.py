@@ -115,6 +115,20 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
             return
 
 
+# Every server started here and not stopped yet: serve_bench runs several at once on threads, which a signal (handled
+# on the main thread only) cannot unwind; gpu_sets.run_waves stops them all instead.
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def stop_all() -> None:
+    """Stop every server this process started and has not stopped yet (safe beside their own stops)."""
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        stop_process_group(proc, grace_s=10.0)
+
+
 def group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -155,23 +169,29 @@ def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, pre
 def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
     for attempt in range(1, PORT_ATTEMPTS + 1):
         handle = _start(command, config, cwd, log_path, port, env)
+        with _live_lock:
+            _live.add(handle.proc)
         try:
-            _wait_ready(handle, startup_timeout_s)
-        except _PortTaken:
-            stop_process_group(handle.proc)
-            if attempt == PORT_ATTEMPTS:
-                raise failure(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})",
-                              log_path) from None
-            port = pick_port(None)
-            continue
-        except BaseException:
-            stop_process_group(handle.proc)
-            raise
-        try:
-            yield handle
+            try:
+                _wait_ready(handle, startup_timeout_s)
+            except _PortTaken:
+                stop_process_group(handle.proc)
+                if attempt == PORT_ATTEMPTS:
+                    raise failure(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})",
+                                  log_path) from None
+                port = pick_port(None)
+                continue
+            except BaseException:
+                stop_process_group(handle.proc)
+                raise
+            try:
+                yield handle
+            finally:
+                stop_process_group(handle.proc)
+            return
         finally:
-            stop_process_group(handle.proc)
-        return
+            with _live_lock:
+                _live.discard(handle.proc)
 
 
 class _PortTaken(Exception):
