@@ -290,14 +290,11 @@ def shape_of(config: Mapping | None) -> ModelShape | None:
     return ModelShape.from_config(config) if config is not None else None
 
 
-def decision_for(variant: str, params: Mapping | None = None, checkpoint: Path | None = None) -> TpDecision:
+def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> TpDecision:
     """tensor_parallel_for with what decided it. The shape and bytes come from the variant's checkpoint
     (artifacts/quantized/<variant>, or `checkpoint`) when it exists, else the built target's config, else the source's
     (source_config) with the bytes estimated."""
-    from pipeline.params.load import load_params, parse_section
-
-    params = params if params is not None else load_params()
-    serving = parse_section(params, ServingParams)
+    serving = ServingParams.parse(params[ServingParams.SECTION])
     spec = variant_spec(params["quantize"]["variants"], variant)
     checkpoint = Path(checkpoint) if checkpoint is not None else paths.QUANTIZED / variant
     config, weight_bytes = read_config(checkpoint), None
@@ -308,11 +305,11 @@ def decision_for(variant: str, params: Mapping | None = None, checkpoint: Path |
     return decide(variant, spec, serving, shape_of(config), weight_bytes)
 
 
-def tensor_parallel_for(variant: str, params: Mapping | None = None, checkpoint: Path | None = None) -> int:
+def tensor_parallel_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
     """GPUs one replica of `variant` shards over (vLLM tensor_parallel_size): serving.tensor_parallel_size when it
-    pins one, else the smallest of 1, 2, 4, 8 that fits serving.gpu (decide). params: params.yaml as loaded (None:
-    read from the working directory); checkpoint: the variant's model directory (None: artifacts/quantized/<variant>).
-    Raises PipelineError (one line) when the variant can't fit."""
+    pins one, else the smallest of 1, 2, 4, 8 that fits serving.gpu (decide). params: params.yaml as loaded
+    (pipeline.params.load.load_params()); checkpoint: the variant's model directory (None:
+    artifacts/quantized/<variant>). Raises PipelineError (one line) when the variant can't fit."""
     return decision_for(variant, params, checkpoint).tensor_parallel_size
 
 
@@ -322,12 +319,9 @@ def resolved(serving: ServingParams, tensor_parallel_size: int) -> ServingParams
     return replace(serving, tensor_parallel_size=tensor_parallel_size)
 
 
-def serving_for(variant: str, params: Mapping | None = None, checkpoint: Path | None = None) -> ServingParams:
+def serving_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> ServingParams:
     """The serving section as `variant` is served: resolved at tensor_parallel_for's size."""
-    from pipeline.params.load import load_params, parse_section
-
-    params = params if params is not None else load_params()
-    return resolved(parse_section(params, ServingParams), tensor_parallel_for(variant, params, checkpoint))
+    return resolved(ServingParams.parse(params[ServingParams.SECTION]), tensor_parallel_for(variant, params, checkpoint))
 
 
 TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as distill's vLLM engine runs it
@@ -335,9 +329,7 @@ TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as d
 
 def target_tensor_parallel(params: Mapping, model_dir: Path = paths.TARGET) -> int:
     """The unquantized target's tensor parallelism (distill generates with it)."""
-    from pipeline.params.load import parse_section
-
-    serving = parse_section(params, ServingParams)
+    serving = ServingParams.parse(params[ServingParams.SECTION])
     config = read_config(model_dir) or source_config(params)
     return decide("target", TARGET_SPEC, serving, shape_of(config),
                   checkpoint_bytes(model_dir) if read_config(model_dir) else None).tensor_parallel_size
