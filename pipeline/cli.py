@@ -140,6 +140,44 @@ def cmd_traffic(args) -> int:
     return 0
 
 
+def cmd_plan(args) -> int:
+    """Per stage, the GPUs, GPU memory per GPU, disk and time a build needs for the configured model (or a named shape,
+    or a config.json) on a host of --gpus-per-host --gpu GPUs (--hosts of them), from committed measured runs scaled by
+    parameters; exits 2 with one line when a stage can't fit. Nothing is built or downloaded."""
+    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
+    from pipeline.params.load import read_yaml_mapping
+    from pipeline.serving.parallelism import DEFAULT_GPU, source_config
+
+    params = read_yaml_mapping(Path(args.params))
+    if args.model_shape:
+        config, shown = SHAPES[args.model_shape], args.model_shape
+    elif args.config:
+        try:
+            config, shown = json.loads(Path(args.config).read_text()), args.config
+        except (OSError, ValueError) as e:
+            raise PipelineError(f"--config {args.config}: not a readable config.json ({e})") from None
+    else:
+        config, shown = source_config(params), f"target {params['target']['source']}"
+        if config is None:
+            raise PipelineError(f"{args.params}: the target's config is not known before the models stage fetches it; "
+                                "pass --config <config.json> or --model-shape")
+    serving = params.get("serving") or {}
+    gpu = args.gpu or serving.get("gpu") or DEFAULT_GPU
+    host = Host(gpu, args.gpus_per_host or serving.get("max_tensor_parallel_size", 8), args.hosts)
+    rows = plan(params, config, host)
+    from pipeline.serving.parallelism import ModelShape
+
+    title = (f"plan: {shown} ({ModelShape.from_config(config).parameters / 1e9:.3g}B parameters) on {host.hosts} "
+             f"host(s) of {host.gpus_per_host} {host.gpu}; serving max_num_seqs {serving.get('max_num_seqs')} x "
+             f"max_model_len {serving.get('max_model_len')} at gpu_memory_utilization "
+             f"{serving.get('gpu_memory_utilization')}; variants {params['quantize']['enabled']}")
+    print(render(rows, title))
+    problem = first_problem(rows)
+    if problem:
+        raise PipelineError(f"plan does not fit: {problem}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelprep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -175,6 +213,20 @@ def build_parser() -> argparse.ArgumentParser:
     profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2) or a .yaml overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
+    from pipeline.quantize.hardware import GPU_MEMORY_GB
+
+    plan = sub.add_parser("plan", help="GPUs, GPU memory, disk and time per stage, before any work",
+                          description=cmd_plan.__doc__)
+    plan.add_argument("--params", default="params.yaml", help="params file (serving, quantize, draft_training)")
+    shape = plan.add_mutually_exclusive_group()
+    shape.add_argument("--model-shape", choices=["llama-3-8b", "llama-3-70b", "llama-3.1-405b"],
+                       help="plan for a published model's shape instead of params' target")
+    shape.add_argument("--config", metavar="CONFIG_JSON", help="plan for the model of this config.json")
+    plan.add_argument("--gpu", choices=sorted(GPU_MEMORY_GB), help="default: serving.gpu, else h100")
+    plan.add_argument("--gpus-per-host", type=int, choices=[1, 2, 4, 8],
+                      help="default: serving.max_tensor_parallel_size")
+    plan.add_argument("--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)")
+    plan.set_defaults(func=cmd_plan)
     traffic = sub.add_parser("traffic", help="write real-text traffic (python-docs) for data.traffic",
                              description=cmd_traffic.__doc__)
     traffic.add_argument("kind", choices=["python-docs"], help="the documents the conversations are about")

@@ -25,6 +25,7 @@ from pipeline.release.warmup import rendered_prompts
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
                                      speculative_config_for)
+from pipeline.serving.parallelism import decision_for, resolved
 from pipeline.serving.settings import ServingParams
 
 
@@ -71,7 +72,10 @@ def main(argv: list[str]) -> None:
     quant = read_json(f"metrics/quantize-{variant}.json")
     model_dir = paths.QUANTIZED / variant
     quantization = checkpoint_quantization(model_dir)
-    serving, draft = parse_section(p, ServingParams), parse_section(p, DraftParams)
+    # at the variant's own tensor parallelism, from its checkpoint: serve.yaml, engine_args.json, manifests, card
+    parallel = decision_for(variant, p, model_dir)
+    serving = resolved(parse_section(p, ServingParams), parallel.tensor_parallel_size)
+    draft = parse_section(p, DraftParams)
     deploy, signing_keys = parse_section(p, DeployParams), parse_section(p, PublishParams).signing
     args = engine_args(spec, serving, speculative_config_for(shipped, draft, serving), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
@@ -99,7 +103,7 @@ def main(argv: list[str]) -> None:
                                       plan.name)
         card = model_card(variant, spec, summary, est, verdict, quant, serving, gpu, serve, tiers, alerts,
                           deploy, bundle_location(deploy, serving.name, variant), env,
-                          PARETO if chart.is_file() else None, report)
+                          PARETO if chart.is_file() else None, report, parallel.reason())
         manifest = finish_bundle(tmp, variant, card)
         if signing_keys.private_key:  # over every file, the manifest and the card included
             signing.sign(tmp, signing_keys.private_key)

@@ -9,6 +9,7 @@ from pipeline.drafts.distill_vllm import resolve_generator, vllm_generate
 from pipeline.drafts.settings import DraftParams, DraftTrainingParams
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.params.load import load_params, parse_section
+from pipeline.serving.parallelism import target_tensor_parallel
 from pipeline.serving.settings import ServingParams
 
 TRAINED = (methods.DRAFT_MODEL, methods.EAGLE3)  # the methods that learn from the target's answers
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> None:
         write_skipped(paths.DISTILL, skipped)
         say(f"distill: skipped ({skipped})")
         return
-    tp = serving.tensor_parallel_size
+    tp = target_tensor_parallel(p)  # the unquantized target's GPUs per replica (pipeline/serving/parallelism.py)
     generator = resolve_generator(cfg.generator, tp)
     train_convs = read_split(paths.DRAFT_TRAIN)
     eval_convs = read_split(paths.HELDOUT)[: cfg.eval_prompts]

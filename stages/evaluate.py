@@ -1,4 +1,5 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance."""
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from pipeline.quantize.settings import QuantizeParams
 from pipeline.quantize.hardware import scoped_env
 from pipeline.serving.config import server_env
 from pipeline.serving.settings import ServeBenchParams, ServingParams
+from pipeline.serving.parallelism import serving_for
 from pipeline.serving.tiers import parse_tiers
 
 
@@ -150,7 +152,8 @@ def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.Spec
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "evaluate")
     p = load_params()
-    run = Settings.of(p)
+    # at the variant's own tensor parallelism (pipeline/serving/parallelism.py): its vLLM engines shard as served
+    run = dataclasses.replace(Settings.of(p), serving=serving_for(variant, p))
     recipe = variant_spec(parse_section(p, QuantizeParams).variants, variant)
     cfg = run.evaluate
     lmeval.backend(run.serving.tensor_parallel_size)  # too few GPUs for serving's sharding: fail before any work

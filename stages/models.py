@@ -9,6 +9,9 @@ from pipeline.models.settings import DemoParams, DraftSourceParams, LayerDraft, 
 from pipeline.models.sources import check_sources, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
 from pipeline.params.load import PARAMS_FILE, load_params, parse_section
+from pipeline.quantize.recipes import variant_spec
+from pipeline.quantize.settings import QuantizeParams
+from pipeline.serving.parallelism import decide_enabled, read_config
 from pipeline.serving.settings import ServingParams
 
 
@@ -47,12 +50,23 @@ def main(argv: list[str]) -> None:
                 check_tokenizer(draft_tmp, "draft", shown=draft)
             summary = prints
         check_compatible(target_tmp, draft_tmp, max_model_len)
+        tensor_parallel = gpus_per_replica(p, target_tmp)  # a variant that can't fit fails before any is quantized
     write_json("metrics/models.json", summary)
     drafted = f", draft = its first {cut.layers} layers" if cut is not None else ""
     source = target.source if target.source == "demo" else "their sources"
     pretrained = (f" (pretrained in {seconds['target']['train_s']:.0f} s and {seconds['draft']['train_s']:.0f} s)"
                   if seconds else "")
-    say(f"models: target and draft from {source}{pretrained}{drafted}, compatible")
+    say(f"models: target and draft from {source}{pretrained}{drafted}, compatible; GPUs per replica: "
+        + ", ".join(f"{v} {d.tensor_parallel_size}" for v, d in tensor_parallel.items()))
+
+
+def gpus_per_replica(p: dict, target_dir) -> dict:
+    """Each enabled variant's tensor parallelism from the built target's config (bytes estimated from its shape and
+    the scheme; pipeline/serving/parallelism.py): where the `sources` stage could not read the config (a Hub model
+    not yet in the cache), this is the first place it is known. One line for a variant that can't fit."""
+    quantize = parse_section(p, QuantizeParams)
+    specs = {v: variant_spec(quantize.variants, v) for v in quantize.enabled}
+    return decide_enabled(parse_section(p, ServingParams), specs, read_config(target_dir))
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from pipeline.serving import capacity, gpu_sets, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
                                      speculative_config_for, user_env)
+from pipeline.serving.parallelism import serving_for
 from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import Tier, benchmarked
 from pipeline.serving.vllm_server import serve
@@ -410,14 +411,15 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
 def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "serve_bench")
     p = load_params()
-    serving, cfg = parse_section(p, ServingParams), parse_section(p, ServeBenchParams)
+    cfg = parse_section(p, ServeBenchParams)
     variants = parse_section(p, QuantizeParams).variants
+    check_known(variants, variant)
+    serving = serving_for(variant, p)  # at the variant's own tensor parallelism (pipeline/serving/parallelism.py)
     # The default sweep serves serve.yaml as it ships: at serving.tensor_parallel_size, or not at all. Decided
     # before the recipe is parsed, which a skipped record never needs.
     reason = vllm_spec.skip_reason(cfg.enabled, "serve_bench.enabled", serving.tensor_parallel_size)
     with atomic_dir(paths.SERVE / variant) as tmp:
         if reason:
-            check_known(variants, variant)
             record = ServeBenchRecord(variant=variant, skipped=reason)
         else:
             run = Settings(bench=cfg, serving=serving, draft=parse_section(p, DraftParams),

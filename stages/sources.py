@@ -36,6 +36,7 @@ def main(argv: list[str]) -> None:
     write_json(paths.SOURCES, prints)
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
+    resource_plan(p, show=not remembered)
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
     # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
     if not remembered:
@@ -47,6 +48,26 @@ def main(argv: list[str]) -> None:
             if group.reason:
                 say(f"sources: quantize {name}: group_size {group.configured} -> {group_label(group.used)} "
                     f"({group.reason})")
+
+
+def resource_plan(p: dict, show: bool) -> None:
+    """`modelprep plan` for this build where the target's config is known here (pipeline/params/plan.py): every
+    stage's GPUs, GPU memory, disk and time on serving.gpu's GPUs (null: H100s), printed when the params changed, and
+    a plan that can't fit refused, every run, before any work."""
+    from pipeline.core.errors import PipelineError
+    from pipeline.params.plan import Host, first_problem, plan, render
+    from pipeline.serving.parallelism import DEFAULT_GPU, source_config
+
+    config = source_config(p)
+    if config is None:  # a Hub model not cached yet: the models stage decides the tensor parallelism
+        return
+    serving = p["serving"]
+    rows = plan(p, config, Host(serving.get("gpu") or DEFAULT_GPU, serving.get("max_tensor_parallel_size", 8)))
+    if show:
+        for line in render(rows, "sources: resource plan (modelprep plan)").splitlines():
+            say(line)
+    if problem := first_problem(rows):
+        raise PipelineError(f"params.yaml: the resource plan does not fit: {problem} (modelprep plan shows it)")
 
 
 def describe(role: str, fp: dict) -> str:

@@ -2,10 +2,10 @@
 EvalSummary.from_metrics: a name the summary does not have fails the test that wrote it), and the gates run on them."""
 from __future__ import annotations
 
+from tiny_project import serving_of
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
 from pipeline.release.settings import GatesParams
-from pipeline.serving.settings import ServingParams
 
 
 def eval_summary(metrics: dict) -> EvalSummary:
@@ -18,5 +18,5 @@ def eval_summaries(metrics_by_variant: dict[str, dict]) -> dict[str, EvalSummary
 
 def gate_report(params: dict, summaries: dict[str, EvalSummary], **kw) -> gates.GateReport:
     """gates.run on the sections of a params.yaml mapping it reads, parsed as the gate stage parses them."""
-    return gates.run(GatesParams.parse(params["gates"]), ServingParams.parse(params["serving"]),
+    return gates.run(GatesParams.parse(params["gates"]), serving_of(params),
                      params["quantize"]["variants"], summaries, **kw)

@@ -12,7 +12,7 @@ import pytest
 
 from eval_helpers import eval_summaries, gate_report
 from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
-from tiny_project import ROOT, tiny_params
+from tiny_project import ROOT, tiny_params, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
@@ -299,7 +299,6 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     from pipeline.params.check import validate
-    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import parse_tiers, serving_slo
 
     p = tiny_params()
@@ -307,7 +306,7 @@ def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     validate(p, tmp_path / "params.yaml")
     slo, arrival = serving_slo(p["serving"])
     assert slo == CHAT and arrival == CONCURRENCY
-    tiers = {t.name: t for t in parse_tiers(ServingParams.parse(p["serving"]))}
+    tiers = {t.name: t for t in parse_tiers(serving_of(p))}
     assert tiers["batch"].slo == Slo(2000, 50) and tiers["throughput"].slo == CHAT
 
 

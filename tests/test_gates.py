@@ -11,7 +11,7 @@ import yaml
 
 from eval_helpers import gate_report
 from speculation_estimates import choose_k
-from tiny_project import ROOT, run, tiny_params
+from tiny_project import ROOT, run, tiny_params, serving_of
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.summary import EvalSummary
@@ -23,7 +23,6 @@ from pipeline.release.bundle import model_card
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import CHECKS
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.settings import ServingParams
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 
@@ -262,7 +261,7 @@ def card_for(report, variant: str) -> str:
     quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
     skipped = vllm_spec.unavailable_reason() or "measured elsewhere"
     return model_card(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant], quant,
-                      ServingParams.parse(p["serving"]), VllmMeasurement(skipped=skipped), ServeBenchRecord(variant, skipped=skipped))
+                      serving_of(p), VllmMeasurement(skipped=skipped), ServeBenchRecord(variant, skipped=skipped))
 
 
 def test_allowed_failure_carries_a_warning_in_the_card():

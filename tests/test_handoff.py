@@ -14,7 +14,7 @@ import yaml
 
 from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
 from latency_model import H100_RUN, Server, lat, search, swept
-from tiny_project import ROOT, tiny_params, tiny_serving
+from tiny_project import ROOT, tiny_params, tiny_serving, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
@@ -49,10 +49,9 @@ def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
     from pipeline.drafts.methods import Speculation, speculative_config
     from pipeline.quantize.recipes import enabled_variant
     from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml
-    from pipeline.serving.settings import ServingParams
 
     config = speculative_config(Speculation(name if k else None, k))
-    return serve_yaml(engine_args(enabled_variant(p, V), ServingParams.parse(p["serving"]), config,
+    return serve_yaml(engine_args(enabled_variant(p, V), serving_of(p), config,
                                   checkpoint_quantization(ws / "artifacts/quantized" / V), tier.engine if tier else None))
 
 
@@ -180,7 +179,6 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     the tier's own measurement decides, its serve-throughput.yaml must be byte for byte the one measured, and the
     card shows the tier's served tokens/s. A stale measured file is refused. (The bundle stage's main runs in this
     process, twice: the bundled_workspace fixture runs it as DVC does.)"""
-    from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import parse_tiers
 
     ws, p = unbundled_copy(bundled_workspace, tmp_path)
@@ -190,7 +188,7 @@ def test_a_benchmarked_tier_ships_what_paid_at_its_own_settings(bundled_workspac
     record = ServeBenchRecord(**{**base.__dict__, "tiers": {"throughput": tier_levels}})
     serve_dir = ws / "artifacts/serve" / V
     records.write(serve_dir / "record.json", record)
-    throughput = next(t for t in parse_tiers(ServingParams.parse(p["serving"])) if t.name == "throughput")
+    throughput = next(t for t in parse_tiers(serving_of(p)) if t.name == "throughput")
     for name, k in ((PLAIN, 0), ("draft_model", 4)):  # what serve_bench would have written
         (serve_dir / f"serve-{name}.yaml").write_text(served_yaml(ws, p, name, k))
         (serve_dir / "tiers/throughput").mkdir(parents=True, exist_ok=True)

@@ -121,7 +121,7 @@ BAD = [  # (key, value, what the one line says after the key)
     ("evaluate.vllm.enabled", 1, "evaluate.vllm.enabled must be one of True, False, auto, got 1"),
     ("evaluate.lm_eval.tasks", "domain_heldout", "evaluate.lm_eval.tasks must be a list of strings"),
     ("gates.overrides", {"bf16": 3}, "gates.overrides.bf16 must be a mapping of thresholds"),
-    ("serving.tensor_parallel_size", 0, "serving.tensor_parallel_size must be a positive integer"),
+    ("serving.tensor_parallel_size", 0, "serving.tensor_parallel_size must be auto or a positive integer"),
     ("serving.slo", {"p99_itl_ms": 50}, "serving.slo.p99_ttft_ms must be a positive number"),
     ("serving.slo.arrival", "burst", "serving.slo.arrival must be one of"),
     ("serving.speculation.min_gain", 0, "serving.speculation.min_gain must be a positive number"),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_project import tiny_params, tiny_serving
+from tiny_project import tiny_params, tiny_serving, serving_of
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
@@ -16,7 +16,6 @@ from pipeline.quantize.recipes import parse_variant
 from pipeline.release.speculation_choice import config_name, config_of, decide, k_at, k_schedule
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.config import engine_args, serve_yaml, server_env, speculative_config_for
-from pipeline.serving.settings import ServingParams
 from stages.serve_bench import kernels_in_log, kernels_to_compare, schedule_to_measure
 
 
@@ -95,7 +94,7 @@ def test_a_schedule_renders_into_serve_yaml_with_k_its_largest():
     p = tiny_params()
     spec = parse_variant("bf16", p["quantize"]["variants"]["bf16"])
     speculation = methods.Speculation("eagle3", 4, ((1, 16, 4), (17, 64, 0)))
-    serving = ServingParams.parse(p["serving"])
+    serving = serving_of(p)
     config = speculative_config_for(speculation, DraftParams.parse(p["draft"]), serving)
     text = serve_yaml(engine_args(spec, serving, config, None))
     config = yaml.safe_load(text)["speculative-config"]

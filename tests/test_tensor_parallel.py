@@ -34,10 +34,10 @@ TP2 = {"tensor_parallel_size": 2, "speculation": {"draft_tensor_parallel_size": 
 
 
 @pytest.mark.parametrize("serving, message", [
-    ({"tensor_parallel_size": 0}, "serving.tensor_parallel_size must be a positive integer, got 0"),
-    ({"tensor_parallel_size": "2"}, "serving.tensor_parallel_size must be a positive integer, got '2'"),
-    ({"tensor_parallel_size": True}, "serving.tensor_parallel_size must be a positive integer, got True"),
-    ({"tensor_parallel_size": None}, "serving.tensor_parallel_size must be a positive integer, got None"),
+    ({"tensor_parallel_size": 0}, "serving.tensor_parallel_size must be auto or a positive integer, got 0"),
+    ({"tensor_parallel_size": "2"}, "serving.tensor_parallel_size must be auto or a positive integer, got '2'"),
+    ({"tensor_parallel_size": True}, "serving.tensor_parallel_size must be auto or a positive integer, got True"),
+    ({"tensor_parallel_size": None}, "serving.tensor_parallel_size must be auto or a positive integer, got None"),
     # a tier inherits serving's tensor parallelism, so its declared GPUs must hold it
     ({"tensor_parallel_size": 2, "tiers": {"small": {"gpus": 1}}},
      r"serving.tiers.small: tensor_parallel_size 2 \(serving.tensor_parallel_size\) exceeds the 1 GPUs"),

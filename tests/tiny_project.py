@@ -46,10 +46,19 @@ def tiny_params(**overrides) -> dict:
 
 
 def tiny_serving(**overrides):
-    """tiny_params' serving section, typed (ServingParams), with overrides merged into it as written."""
-    from pipeline.serving.settings import ServingParams
+    """tiny_params' serving section, typed (ServingParams), with overrides merged into it as written, and resolved as
+    the stages hold it (serving_of)."""
+    return serving_of(tiny_params(serving=overrides))
 
-    return ServingParams.parse(tiny_params(serving=overrides)["serving"])
+
+def serving_of(params: dict):
+    """params' serving section, typed, with `auto` tensor parallelism resolved as a stage resolves it for a variant of
+    the tiny demo: 1 (pipeline/serving/parallelism.py; test_parallelism.py checks the demo decides 1)."""
+    from pipeline.serving.parallelism import resolved
+    from pipeline.serving.settings import AUTO_TP, ServingParams
+
+    serving = ServingParams.parse(params["serving"])
+    return resolved(serving, 1) if serving.tensor_parallel_size == AUTO_TP else serving
 
 
 def publish_settings(**section):

@@ -73,8 +73,11 @@ def recipe_check_key(params: dict) -> str | None:
 
     # Group sizes are checked against the target's and draft's layer widths: their sources (the demo's shapes) and
     # a local source's config.json are inputs too.
+    # Each variant's tensor parallelism is decided with the recipes (parallelism.decide_enabled): its knobs too.
     inputs = (get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu"), get("target", "source"),
-              get("draft", "source"), params.get("demo"))
+              get("draft", "source"), params.get("demo"),
+              *(get("serving", k) for k in ("tensor_parallel_size", "max_tensor_parallel_size", "max_num_seqs",
+                                             "max_model_len", "gpu_memory_utilization", "tiers")))
     digest = hashlib.sha256(repr(inputs).encode())
     for role in ("target", "draft"):
         source = get(role, "source")
@@ -214,6 +217,8 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                 group_sizes(params, [specs[draft_variant]], role="draft")
         except PipelineError as e:
             raise PipelineError(f"{path}: {e}") from None
+    # GPUs per replica, where the target's config is known here: a variant that can't fit fails now, not in serving.
+    decided = tensor_parallel_sizes(params, {n: specs[n] for n in enabled} if check_recipes else None, path)
 
     gates = _section(params, "gates", path)
     thresholds = _section(params, "gates.thresholds", path)
@@ -249,7 +254,7 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
         except PipelineError:
             raise PipelineError(f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
                                 f"is {len(published)} characters, over the 128 allowed; shorten serving.name") from None
-    check_serving(params, serving, variants, path)
+    check_serving(params, serving, variants, path, decided)
     check_gpu_knobs(params, path)
     try:
         methods.check(params)  # draft.method, draft.ngram, draft.eagle3: before any training
@@ -372,8 +377,31 @@ def check_gpu_knobs(params: dict, path: Path) -> None:
             raise PipelineError(f"{path}: {key} must be true or false, got {value!r}")
 
 
-def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> None:
-    """The serving section and the serving benchmark's settings (no GPU or model needed)."""
+def tensor_parallel_sizes(params: dict, specs: dict | None, path: Path) -> set[int]:
+    """The tensor parallel sizes the enabled variants are served at, as far as known before any stage runs
+    (pipeline/serving/parallelism.py): a pinned size, or each variant's decision from the target's config (the demo's,
+    a local directory's, a cached Hub one's). Empty when auto can't be decided yet (the models stage does) or the
+    recipes are not checked (specs None). One line when a variant can't fit."""
+    from pipeline.serving.settings import AUTO_TP, ServingParams
+
+    pinned = (params.get("serving") or {}).get("tensor_parallel_size")
+    if specs is None:
+        return {pinned} if is_positive_int(pinned) else set()
+    from pipeline.serving import parallelism
+
+    try:
+        decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs,
+                                               parallelism.source_config(params))
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    sizes = {d.tensor_parallel_size for d in decisions.values()}
+    return sizes or ({pinned} if pinned != AUTO_TP and is_positive_int(pinned) else set())
+
+
+def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_sizes: set[int] | None = None) -> None:
+    """The serving section and the serving benchmark's settings (no GPU or model needed). tp_sizes: the tensor
+    parallel sizes the variants were decided at (tensor_parallel_sizes); the tiers are checked at each (at 1 when
+    none is known yet: the models stage checks them again at the decided size)."""
     _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
     gain = _section(params, "serving.speculation", path).get("min_gain")
     if not is_positive_number(gain):
@@ -408,13 +436,17 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path) -> No
     from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import serving_slo
 
+    from pipeline.serving.parallelism import resolved
+
     try:
         serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff
         typed = ServingParams.parse(serving)  # what the tiers are parsed from, as the stages parse them
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
-    check_serve_bench(_section(params, "serve_bench", path), typed, path)
-    check_handoff(params, typed, path)
+    for tp in sorted(tp_sizes or {1}):
+        each = resolved(typed, tp) if isinstance(typed.tensor_parallel_size, str) else typed
+        check_serve_bench(_section(params, "serve_bench", path), each, path)
+        check_handoff(params, each, path)
 
 
 def check_handoff(params: dict, serving: ServingParams, path: Path) -> None:

@@ -19,6 +19,13 @@ from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of
 # Compute capability of the GPUs `serving.gpu` may name.
 GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
         "b200": 10.0}
+# Memory per GPU in GB (10^9 bytes) as the vendors' datasheets state it: H100 SXM 80 GB, H200 141 GB, A100 the 80 GB
+# model (a 40 GB A100 exists: name it by pinning serving.tensor_parallel_size), L40S 48, L4 24, A10G 24, T4 16,
+# RTX A6000 48, B200 180 (of its 192 GB, what NVIDIA lists as usable). Read as 10^9 bytes these are a little below what
+# the device reports (an H100 80GB HBM3 reports 81559 MiB, 85.5e9 bytes, benchmarks/gpu/raw/*/run.json), so a memory
+# plan built on them errs towards one more GPU, never one too few.
+GPU_MEMORY_GB = {"t4": 16, "a10g": 24, "a100": 80, "a6000": 48, "l4": 24, "l40s": 48, "h100": 80, "h200": 141,
+                 "b200": 180}
 SUPPORT_MATRIX = "vLLM's quantization support matrix (docs)"
 VLLM_SOURCE = "vLLM 0.26.0's source (its compressed-tensors scheme and NVFP4 kernel selection)"
 

@@ -133,11 +133,13 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
 def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: ServingParams, gpu: VllmMeasurement, serve: ServeBenchRecord,
                tiers: list | None = None, alerts=None, deploy: DeployParams | None = None, bundle_path: str | None = None,
-               server_env: dict[str, str] | None = None, pareto: str | None = None, ranking=None) -> str:
+               server_env: dict[str, str] | None = None, pareto: str | None = None, ranking=None,
+               parallelism: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2. tiers, alerts: the handoff
     kit's TierPlans and AlertLevels (pipeline/release/handoff.py), when the bundle carries one; server_env: serve.env's
     variables (the card says to load it when there are any); pareto: the capacity chart's file in the bundle, where
-    there is one; ranking: the gate's GateReport, whose per-GPU ranking of every variant the card shows."""
+    there is one; ranking: the gate's GateReport, whose per-GPU ranking of every variant the card shows; parallelism:
+    why serving.tensor_parallel_size is what it is (parallelism.TpDecision.reason)."""
     from pipeline.quantize.hardware import requirements
 
     return _template().render(
@@ -150,7 +152,7 @@ def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: Specu
         method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
         slo=serving.slo, arrival=serving.arrival, pareto=pareto, per_gpu=ranking.per_gpu if ranking else [],
         recommended=ranking.recommended if ranking else None,
-        recommended_note=ranking.recommended_note if ranking else None)
+        recommended_note=ranking.recommended_note if ranking else None, parallelism=parallelism)
 
 
 METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",

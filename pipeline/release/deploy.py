@@ -20,6 +20,7 @@ from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
 WARM_MARKER = "/tmp/modelprep-warm"
+GPUS_PER_REPLICA = "modelprep/gpus-per-replica"  # annotation: the GPUs one replica (pod) requests
 WARMUP_ALLOWANCE_S = 600  # added to the startup budget for the rollout deadline
 PROBE_PERIOD_S = 10
 
@@ -90,7 +91,8 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
     }
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels),
+                     "annotations": {GPUS_PER_REPLICA: str(tier.gpus)}},
         "spec": {
             "replicas": 1,
             # A rollout waits for the engine to load and warm up; the default 600 s deadline is often shorter.
@@ -119,19 +121,21 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
     docs = [deployment, service]
     if running_target is not None:
         del deployment["spec"]["replicas"]  # the autoscaler owns it: `kubectl apply` must not reset it to 1
-        docs.append(autoscaler(name, deploy, labels, running_target))
+        docs.append(autoscaler(name, deploy, labels, running_target, tier.gpus))
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: int) -> dict:
+def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: int, gpus: int = 1) -> dict:
     """autoscaling/v2 HorizontalPodAutoscaler on the pods' mean running requests (a Pods metric). Not KEDA: a
     core API object needs no operator besides a custom-metrics adapter, and the same schemas validate it as the
     Deployment. Scaling in waits 5 minutes: a replica takes minutes to load and warm up, so one given back on a
-    dip is dearly bought back."""
+    dip is dearly bought back. It counts replicas, each `gpus` GPUs (the tier's tensor parallelism): its annotations
+    say so, and how many GPUs max_replicas takes, for whoever sizes the node pool."""
     cfg = deploy.autoscale
     return {
         "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels),
+                     "annotations": {GPUS_PER_REPLICA: str(gpus), "modelprep/max-gpus": str(cfg.max_replicas * gpus)}},
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
             "minReplicas": cfg.min_replicas, "maxReplicas": cfg.max_replicas,

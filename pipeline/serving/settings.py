@@ -86,9 +86,19 @@ def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
     return slo
 
 
-def _tensor_parallel_size(raw: object) -> int:
-    if not is_positive_int(raw):
-        raise PipelineError(f"serving.tensor_parallel_size must be a positive integer, got {raw!r}")
+AUTO_TP = "auto"  # serving.tensor_parallel_size: each variant's own, chosen by pipeline/serving/parallelism.py
+TP_SIZES = (1, 2, 4, 8)  # what auto chooses from (and max_tensor_parallel_size allows): one host's GPUs
+
+
+def _tensor_parallel_size(raw: object) -> int | str:
+    if raw != AUTO_TP and not is_positive_int(raw):
+        raise PipelineError(f"serving.tensor_parallel_size must be auto or a positive integer, got {raw!r}")
+    return raw
+
+
+def _max_tensor_parallel_size(raw: object) -> int:
+    if raw not in TP_SIZES or isinstance(raw, bool):
+        raise PipelineError(f"serving.max_tensor_parallel_size must be one of {list(TP_SIZES)}, got {raw!r}")
     return raw
 
 
@@ -114,7 +124,9 @@ class ServingParams:
     max_model_len: int
     gpu_memory_utilization: float
     max_num_seqs: int
-    tensor_parallel_size: int
+    # auto (each variant's smallest that fits serving.gpu: parallelism.tensor_parallel_for) or a number pinning every
+    # variant. Stages hold it resolved for their variant (parallelism.serving_for): an int wherever engines read it.
+    tensor_parallel_size: int | str
     target_concurrency: int
     baseline_variant: str
     slo: Slo
@@ -122,6 +134,7 @@ class ServingParams:
     arrival: str = ARRIVALS[0]  # serving.slo.arrival: concurrency (closed loop) | poisson (open loop)
     gpu: str | None = None  # the fleet's GPU (pipeline/quantize/hardware.py GPUS) or None
     gpu_hour_cost: float | None = None
+    max_tensor_parallel_size: int = 8  # the largest auto may choose (GPUs of one host)
     env: Mapping[str, str | int] = field(default_factory=empty_mapping)
     secret_env: Mapping[str, str] = field(default_factory=empty_mapping)  # VAR: <kubernetes-secret>/<key>
     tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)  # name -> settings as written: tiers.parse_tiers
@@ -138,6 +151,7 @@ class ServingParams:
             name=s.str("name"), max_model_len=s.int("max_model_len", minimum=1),
             gpu_memory_utilization=s.number("gpu_memory_utilization"), max_num_seqs=s.int("max_num_seqs", minimum=1),
             tensor_parallel_size=_tensor_parallel_size(s.value("tensor_parallel_size")),
+            max_tensor_parallel_size=_max_tensor_parallel_size(s.value("max_tensor_parallel_size", 8)),
             target_concurrency=s.int("target_concurrency", minimum=1), baseline_variant=s.str("baseline_variant"),
             slo=parse_slo(dict(slo.raw), "serving.slo"), arrival=slo.choice("arrival", ARRIVALS, ARRIVALS[0]),
             speculation=SpeculationBar(gain, sp.str("cost_profile", "auto"),

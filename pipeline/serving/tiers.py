@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.values import is_positive_int
-from pipeline.serving.settings import ARRIVALS, ServingParams, Slo, parse_slo
+from pipeline.serving.settings import ARRIVALS, AUTO_TP, ServingParams, Slo, parse_slo
 
 DEFAULT = "default"
 # Engine settings a tier may override (vLLM engine args of the same names).
@@ -48,8 +48,12 @@ class Tier:
 
 
 def parse_tiers(serving: ServingParams) -> list[Tier]:
-    """The default tier and serving.tiers, validated; one error line naming the bad key."""
+    """The default tier and serving.tiers, validated; one error line naming the bad key. serving: resolved for one
+    variant (parallelism.serving_for) where its tensor_parallel_size is auto."""
     default_tp = serving.tensor_parallel_size
+    if default_tp == AUTO_TP:  # a programming error, not the user's: say where the size comes from
+        raise PipelineError("serving.tensor_parallel_size auto: the tiers need a variant's own size "
+                            "(pipeline/serving/parallelism.py serving_for)")
     # The default tier requests exactly the GPUs it shards over: a replica can't use more.
     tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving.target_concurrency,
                   tensor_parallel_size=default_tp, slo=serving.slo)]

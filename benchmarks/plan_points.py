@@ -1,0 +1,88 @@
+"""The measured points `modelprep plan` scales from: pipeline/params/plan_points.json, written from committed raw runs.
+
+    python benchmarks/plan_points.py            # rewrite pipeline/params/plan_points.json
+    python benchmarks/plan_points.py --check    # exit 1 when the committed file differs from the raw runs
+
+Quantization (time and peak GPU memory per variant) from the Llama-3-8B-shape runs on an H100 (raw/llama3-8b and
+raw/schemes8b quant8b-*.json: one process per variant, the weights on the GPU); every other stage's wall time from
+one whole `dvc repro` of the GPU demo profile on an H100 (raw/gpu-tp1/repro.log, whose lines start with the seconds
+since the run began: a stage lasts from its `Running stage` line to the next one). Parameters are each run's BF16
+checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "pipeline/params/plan_points.json"
+GPU_RAW = Path("benchmarks/gpu/raw")
+QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4a16.json",
+                  "llama3-8b/quant8b-fp8-dynamic.json", "schemes8b/quant8b-int8-w8a8.json",
+                  "schemes8b/quant8b-fp8-block.json", "schemes8b/quant8b-nvfp4a16.json"]
+STAGE_RUN = "gpu-tp1"
+STAGES = ("quantize@bf16", "distill", "draft_finetune", "eagle3", "evaluate", "serve_bench", "bundle")
+LINE = re.compile(r"^(\d+) Running stage '([^']+)':")
+
+
+def gpu_name(run: str) -> str:
+    text = (ROOT / GPU_RAW / run / "gpu.txt")
+    if text.is_file():
+        return text.read_text().split(",")[0].strip()
+    return json.loads((ROOT / GPU_RAW / run / "run.json").read_text())["gpu"]["name"]
+
+
+def quantize_points() -> dict:
+    out = {}
+    for rel in QUANTIZE_FILES:
+        d = json.loads((ROOT / GPU_RAW / rel).read_text())
+        # peak_gpu_memory_mb (MB) where recorded; the llama3-8b files' peak_memory_mb is torch.cuda.max_memory_allocated
+        # in MiB (pipeline/quantize.py at c6ed31c, which wrote them on cuda)
+        peak = d["peak_gpu_memory_mb"] * 1e6 if "peak_gpu_memory_mb" in d else d["peak_memory_mb"] * 2 ** 20
+        out[d["variant"]] = {"run": f"{GPU_RAW / rel}", "gpu": gpu_name(rel.split("/")[0]),
+                             "algorithm": d["algorithm"], "scheme": d["scheme"],
+                             "parameters": round(d["size_before_mb"] * 1e6 / 2),
+                             "calibration_samples": d["calibration_samples"], "wall_time_s": d["wall_time_s"],
+                             "peak_gpu_memory_bytes": round(peak)}
+    return out
+
+
+def stage_points() -> dict:
+    log = (ROOT / GPU_RAW / STAGE_RUN / "repro.log").read_text().splitlines()
+    starts = [(int(m.group(1)), m.group(2)) for line in log if (m := LINE.match(line))]
+    ends = [t for t, _ in starts[1:]] + [None]
+    sizes = json.loads((ROOT / GPU_RAW / STAGE_RUN / "metrics/quantize-bf16.json").read_text())
+    times: dict[str, list[float]] = {}
+    for (start, stage), end in zip(starts, ends):
+        if end is None:
+            continue
+        name = stage if stage in STAGES else stage.split("@")[0]
+        if name in STAGES:
+            times.setdefault(name, []).append(end - start)
+    return {name: {"run": f"{GPU_RAW / STAGE_RUN}/repro.log", "gpu": gpu_name(STAGE_RUN),
+                   "parameters": round(sizes["size_before_mb"] * 1e6 / 2),
+                   "wall_time_s": round(sum(times[name]) / len(times[name]), 1), "runs": len(times[name])}
+            for name in STAGES}
+
+
+def points() -> dict:
+    return {"produced_by": "python benchmarks/plan_points.py", "quantize": quantize_points(), "stages": stage_points()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args()
+    text = json.dumps(points(), indent=1) + "\n"
+    if args.check:
+        return 0 if OUT.read_text() == text else 1
+    OUT.write_text(text)
+    print(f"{OUT.relative_to(ROOT)} written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

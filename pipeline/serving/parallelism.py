@@ -1,0 +1,345 @@
+"""GPUs per replica: each variant's tensor parallelism, the smallest that fits the serving GPU's memory.
+
+vLLM shards a model's weights over tensor_parallel_size GPUs (the embedding and head too: they are vocab-parallel)
+and its KV cache by KV head. A replica fits when, on each GPU,
+
+    weight bytes / TP  +  KV cache bytes / TP (KV heads split; replicated beyond num_kv_heads)  +  overhead
+        <=  serving.gpu_memory_utilization x the GPU's memory (pipeline/quantize/hardware.py GPU_MEMORY_GB)
+
+with the KV cache sized for the serving section's own load: max_num_seqs sequences of max_model_len tokens each, at
+2 (K and V) x layers x KV heads x head_dim x the KV dtype's bytes per token. That is stricter than what vLLM needs to
+start (one sequence of max_model_len): a replica sized to it never preempts at its configured batch. TP must also
+divide the attention heads (vLLM refuses otherwise).
+
+serving.tensor_parallel_size `auto` takes, per variant, the smallest of 1, 2, 4, 8 up to
+serving.max_tensor_parallel_size that fits; a number pins every variant (refused when it can't fit a named
+serving.gpu). serving.gpu null plans for an H100, the GPU every measurement of this project comes from (as the
+speculation cost profiles do); a tiny model takes 1 there anyway. Weight bytes are the checkpoint's own once it is
+built (artifacts/quantized/<variant>), an estimate from the model's config and the scheme's bits before.
+
+Decided where it is first known: when params are checked (the `sources` stage, `modelprep plan`) if the target's
+config is readable there, else in the `models` stage before any variant is quantized; then again by every stage that
+runs or ships the variant (evaluate, serve_bench, bundle), from the real checkpoint. tensor_parallel_for is the call.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from pipeline.core import paths
+from pipeline.core.errors import PipelineError
+from pipeline.quantize.hardware import GPU_MEMORY_GB, GPUS
+from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of, variant_spec
+from pipeline.serving.settings import AUTO_TP, TP_SIZES, ServingParams
+
+GIB = 1024 ** 3
+GB = 10 ** 9
+# Per GPU besides weights and KV cache: activations of the largest batch, non-torch memory (CUDA context, cuBLAS and
+# NCCL workspaces) and CUDA graphs. Measured: vLLM 0.25 serving the Llama-3-8B shape on an H100 at
+# gpu_memory_utilization 0.9 (benchmarks/gpu/raw/costs/lease-2/llama3-8b/plain-k0.log) loaded 14.96 GiB of weights and
+# left 50.35 GiB for the KV cache of 0.9 x 79.65 GiB: 6.37 GiB went elsewhere. Taken per GPU at every size (a sharded
+# replica's activations shrink, its NCCL buffers grow): a small model's is less (about 1 GiB in the same logs).
+OVERHEAD_BYTES = int(6.4 * GIB)
+OVERHEAD_SOURCE = "benchmarks/gpu/raw/costs/lease-2/llama3-8b/plain-k0.log (Llama-3-8B shape, vLLM 0.25, H100)"
+DEFAULT_GPU = "h100"  # serving.gpu null: plan for the GPU the project's measurements come from
+UNQUANTIZED_BITS = 16  # BF16 weights; a float32 checkpoint is served in BF16 by vLLM's auto dtype too
+DEFAULT_GROUP = 128  # compressed-tensors' group size for the W*A16 presets
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory model reads of a dense decoder's config (Llama-style: config.json keys)."""
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tied_embeddings: bool = False
+
+    @classmethod
+    def from_config(cls, config: Mapping) -> ModelShape:
+        """From a config.json mapping; one line naming the missing key."""
+        try:
+            heads = int(config["num_attention_heads"])
+            hidden = int(config["hidden_size"])
+            return cls(layers=int(config["num_hidden_layers"]), hidden_size=hidden, heads=heads,
+                       kv_heads=int(config.get("num_key_value_heads") or heads),
+                       head_dim=int(config.get("head_dim") or hidden // heads),
+                       intermediate_size=int(config["intermediate_size"]), vocab_size=int(config["vocab_size"]),
+                       tied_embeddings=bool(config.get("tie_word_embeddings", False)))
+        except (KeyError, TypeError, ValueError) as e:
+            raise PipelineError(f"model config: can't read the layer shapes ({e!r} missing or not a number): the "
+                                "memory plan needs num_hidden_layers, hidden_size, num_attention_heads, "
+                                "intermediate_size and vocab_size") from None
+
+    @property
+    def embedding_parameters(self) -> int:
+        """Input embedding and LM head (one matrix when tied): never quantized (quantize.calibration.ignore)."""
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
+
+    @property
+    def parameters(self) -> int:
+        """Dense Llama-style count: attention (q, k, v, o), gated MLP (3 matrices), two norms per layer."""
+        q = self.heads * self.head_dim
+        kv = self.kv_heads * self.head_dim
+        layer = self.hidden_size * (2 * q + 2 * kv) + 3 * self.hidden_size * self.intermediate_size \
+            + 2 * self.hidden_size
+        return self.layers * layer + self.embedding_parameters + self.hidden_size
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+def weight_bits(spec: VariantSpec) -> float:
+    """Bits per quantized weight, scales included (one 16-bit scale per group; NVFP4: an FP8 scale per 16)."""
+    if is_unquantized(spec):
+        return UNQUANTIZED_BITS
+    w = scheme_of(spec).weights
+    if w is None:
+        return UNQUANTIZED_BITS
+    if w.strategy == "group":
+        return w.num_bits + 16 / (spec.group_size if spec.group_size and spec.group_size > 0 else DEFAULT_GROUP)
+    if w.strategy == "tensor_group":
+        return w.num_bits + 8 / 16
+    return w.num_bits  # per channel, tensor or 128x128 block: the scales are a rounding error
+
+
+def estimated_weight_bytes(shape: ModelShape, spec: VariantSpec) -> int:
+    """A checkpoint's bytes before it exists: the decoder layers at the scheme's bits, embeddings in BF16."""
+    body = shape.parameters - shape.embedding_parameters
+    return int(body * weight_bits(spec) / 8 + shape.embedding_parameters * UNQUANTIZED_BITS / 8)
+
+
+def kv_dtype_bytes(spec: VariantSpec) -> int:
+    return 1 if spec.kv_cache == "fp8" else 2
+
+
+@dataclass(frozen=True)
+class MemoryInputs:
+    """Everything the per-GPU need depends on (one variant, one GPU, the serving section's load)."""
+    weight_bytes: int  # the whole checkpoint's
+    shape: ModelShape
+    kv_dtype_bytes: int
+    max_num_seqs: int
+    max_model_len: int
+    gpu_memory_bytes: int
+    gpu_memory_utilization: float
+    overhead_bytes: int = OVERHEAD_BYTES
+
+
+@dataclass(frozen=True)
+class PerGpu:
+    """One GPU's share at a tensor (and pipeline) parallel size, in bytes."""
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    weight_bytes: int
+    kv_bytes: int
+    overhead_bytes: int
+    budget_bytes: int  # gpu_memory_utilization x the GPU's memory
+    divides_heads: bool
+
+    @property
+    def need_bytes(self) -> int:
+        return self.weight_bytes + self.kv_bytes + self.overhead_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.divides_heads and self.need_bytes <= self.budget_bytes
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    def describe(self) -> str:
+        return (f"weights {self.weight_bytes / GB:.1f} GB + KV cache {self.kv_bytes / GB:.1f} GB + overhead "
+                f"{self.overhead_bytes / GB:.1f} GB = {self.need_bytes / GB:.1f} GB per GPU of "
+                f"{self.budget_bytes / GB:.1f} GB")
+
+
+def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> PerGpu:
+    """The memory model: each GPU's bytes at TP x PP (pipeline parallelism splits the layers: weights and KV cache
+    divide by it too). KV heads split over TP up to num_kv_heads; beyond, vLLM replicates them (one per GPU)."""
+    shape, tp, pp = inputs.shape, tensor_parallel_size, pipeline_parallel_size
+    tokens = inputs.max_num_seqs * inputs.max_model_len
+    kv_heads_per_gpu = max(1, shape.kv_heads // tp)
+    kv = tokens * 2 * -(-shape.layers // pp) * kv_heads_per_gpu * shape.head_dim * inputs.kv_dtype_bytes
+    return PerGpu(tp, pp, -(-inputs.weight_bytes // (tp * pp)), kv, inputs.overhead_bytes,
+                  int(inputs.gpu_memory_utilization * inputs.gpu_memory_bytes), shape.heads % tp == 0)
+
+
+def smallest_fit(inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1) -> tuple[PerGpu | None, PerGpu]:
+    """(the smallest TP of TP_SIZES up to max_tp that fits, or None; the share at the largest one tried)."""
+    largest = None
+    for tp in (t for t in TP_SIZES if t <= max_tp):
+        largest = per_gpu(inputs, tp, pipeline_parallel_size)
+        if largest.fits:
+            return largest, largest
+    return None, largest
+
+
+def gpu_of(serving: ServingParams) -> str:
+    gpu = serving.gpu or DEFAULT_GPU
+    if gpu not in GPUS:
+        raise PipelineError(f"serving.gpu must be one of {sorted(GPUS)} or null, got {gpu!r}")
+    return gpu
+
+
+def memory_inputs(serving: ServingParams, shape: ModelShape, weight_bytes: int, spec: VariantSpec,
+                  max_num_seqs: int | None = None) -> MemoryInputs:
+    return MemoryInputs(weight_bytes, shape, kv_dtype_bytes(spec), max_num_seqs or serving.max_num_seqs,
+                        serving.max_model_len, GPU_MEMORY_GB[gpu_of(serving)] * GB, serving.gpu_memory_utilization)
+
+
+@dataclass(frozen=True)
+class TpDecision:
+    """A variant's GPUs per replica, with the share that decided it."""
+    variant: str
+    tensor_parallel_size: int
+    pinned: bool
+    gpu: str  # the GPU planned for (serving.gpu, or DEFAULT_GPU when null)
+    weights_from: str  # checkpoint | estimate | pinned (no shape known)
+    share: PerGpu | None  # None: pinned without a known shape
+
+    def reason(self) -> str:
+        """Why this size, for the card and the logs: pinned or the smallest fit, and the per-GPU share."""
+        how = "pinned by serving.tensor_parallel_size" if self.pinned else \
+            f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu}"
+        return how + (f": {self.share.describe()} ({self.weights_from} weights)" if self.share is not None else "")
+
+    def summary(self) -> str:
+        return f"{self.variant}: tensor parallel {self.tensor_parallel_size} ({self.reason()})"
+
+
+def decide(variant: str, spec: VariantSpec, serving: ServingParams, shape: ModelShape | None,
+           weight_bytes: int | None = None) -> TpDecision:
+    """The variant's tensor parallelism; one error line when it can't fit. weight_bytes: the checkpoint's (None:
+    estimated from shape and the scheme)."""
+    pinned = serving.tensor_parallel_size != AUTO_TP
+    gpu = gpu_of(serving)
+    if shape is None:
+        if not pinned:
+            raise PipelineError(f"serving.tensor_parallel_size auto: variant {variant}'s model config is not known "
+                                "yet (the models stage decides it)")
+        return TpDecision(variant, serving.tensor_parallel_size, True, gpu, "pinned", None)
+    weights_from = "checkpoint" if weight_bytes is not None else "estimate"
+    inputs = memory_inputs(serving, shape, weight_bytes if weight_bytes is not None
+                           else estimated_weight_bytes(shape, spec), spec)
+    if pinned:
+        share = per_gpu(inputs, serving.tensor_parallel_size)
+        if not share.divides_heads:
+            raise PipelineError(f"serving.tensor_parallel_size {share.tensor_parallel_size} does not divide the "
+                                f"model's {shape.heads} attention heads (vLLM requires it)")
+        if serving.gpu is not None and not share.fits:  # no GPU named: the pinned size is the user's to know
+            raise PipelineError(f"variant {variant} does not fit serving.gpu {gpu} at the pinned "
+                                f"serving.tensor_parallel_size {share.tensor_parallel_size}: {share.describe()}; "
+                                "set it to auto or larger, or lower serving.max_num_seqs / max_model_len")
+        return TpDecision(variant, share.tensor_parallel_size, True, gpu, weights_from, share)
+    fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size)
+    if fit is None:
+        raise PipelineError(
+            f"variant {variant} does not fit {gpu} GPUs ({GPU_MEMORY_GB[gpu]} GB) at tensor parallel up to "
+            f"serving.max_tensor_parallel_size {serving.max_tensor_parallel_size}: at {largest.tensor_parallel_size} "
+            f"{largest.describe()} (gpu_memory_utilization {serving.gpu_memory_utilization}, KV cache for "
+            f"max_num_seqs {serving.max_num_seqs} x max_model_len {serving.max_model_len}); lower those, quantize "
+            "it, or serve it across hosts (docs/scale.md)")
+    return TpDecision(variant, fit.tensor_parallel_size, False, gpu, weights_from, fit)
+
+
+def read_config(model_dir: Path) -> dict | None:
+    config = Path(model_dir) / "config.json"
+    try:
+        return json.loads(config.read_text()) if config.is_file() else None
+    except (OSError, ValueError):
+        return None  # an unreadable config is the models/quantize stages' to report, with its file
+
+
+def checkpoint_bytes(model_dir: Path) -> int | None:
+    """The weights' bytes in a checkpoint directory (safetensors, else PyTorch .bin); None when there are none."""
+    files = [f for f in Path(model_dir).glob("*.safetensors")] or list(Path(model_dir).glob("*.bin"))
+    return sum(f.stat().st_size for f in files) or None
+
+
+def source_config(params: Mapping, role: str = "target") -> dict | None:
+    """The target's config before any stage has run: the demo's from params, a local directory's config.json, a Hub
+    repo's config.json already in the local cache; None where it is not known yet."""
+    section = params.get(role) if isinstance(params.get(role), Mapping) else {}
+    source = str(section.get("source"))
+    if source == "demo":
+        demo = params.get("demo") or {}
+        d = demo.get(role) or {}
+        return {"vocab_size": demo.get("vocab_size"), "tie_word_embeddings": False,
+                **{k: d.get(k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                         "num_attention_heads", "num_key_value_heads")}}
+    local = read_config(Path(source).expanduser())
+    if local is not None:
+        return local
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(source.removeprefix("hf:"), "config.json", revision=section.get("revision"))
+    except Exception:  # noqa: BLE001 - not a Hub id, or no cache: unknown until the models stage fetches it
+        return None
+    return read_config(Path(cached).parent) if isinstance(cached, str) else None
+
+
+def shape_of(config: Mapping | None) -> ModelShape | None:
+    return ModelShape.from_config(config) if config is not None else None
+
+
+def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> TpDecision:
+    """tensor_parallel_for with what decided it. The shape and bytes come from the variant's checkpoint
+    (artifacts/quantized/<variant>, or `checkpoint`) when it exists, else the built target's config, else the source's
+    (source_config) with the bytes estimated."""
+    serving = ServingParams.parse(params[ServingParams.SECTION])
+    spec = variant_spec(params["quantize"]["variants"], variant)
+    checkpoint = Path(checkpoint) if checkpoint is not None else paths.QUANTIZED / variant
+    config, weight_bytes = read_config(checkpoint), None
+    if config is not None:
+        weight_bytes = checkpoint_bytes(checkpoint)
+    else:
+        config = read_config(paths.TARGET) or source_config(params)
+    return decide(variant, spec, serving, shape_of(config), weight_bytes)
+
+
+def tensor_parallel_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
+    """GPUs one replica of `variant` shards over (vLLM tensor_parallel_size): serving.tensor_parallel_size when it
+    pins one, else the smallest of 1, 2, 4, 8 that fits serving.gpu (decide). params: params.yaml as loaded
+    (pipeline.params.load.load_params()); checkpoint: the variant's model directory (None:
+    artifacts/quantized/<variant>). Raises PipelineError (one line) when the variant can't fit."""
+    return decision_for(variant, params, checkpoint).tensor_parallel_size
+
+
+def resolved(serving: ServingParams, tensor_parallel_size: int) -> ServingParams:
+    """The serving section with its tensor parallelism for one variant: what engine_args, the tiers and the manifests
+    read (an int there, never auto)."""
+    return replace(serving, tensor_parallel_size=tensor_parallel_size)
+
+
+def serving_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> ServingParams:
+    """The serving section as `variant` is served: resolved at tensor_parallel_for's size."""
+    return resolved(ServingParams.parse(params[ServingParams.SECTION]), tensor_parallel_for(variant, params, checkpoint))
+
+
+TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as distill's vLLM engine runs it
+
+
+def target_tensor_parallel(params: Mapping, model_dir: Path = paths.TARGET) -> int:
+    """The unquantized target's tensor parallelism (distill generates with it)."""
+    serving = ServingParams.parse(params[ServingParams.SECTION])
+    config = read_config(model_dir) or source_config(params)
+    return decide("target", TARGET_SPEC, serving, shape_of(config),
+                  checkpoint_bytes(model_dir) if read_config(model_dir) else None).tensor_parallel_size
+
+
+def decide_enabled(serving: ServingParams, specs: Mapping[str, VariantSpec], config: Mapping | None
+                   ) -> dict[str, TpDecision]:
+    """Every enabled variant's decision from a config (the source's or the built target's), before quantization:
+    estimated bytes. {} when the config is unknown and the size is auto (decided later, in the models stage)."""
+    shape = shape_of(config)
+    if shape is None and serving.tensor_parallel_size == AUTO_TP:
+        return {}
+    return {name: decide(name, spec, serving, shape) for name, spec in specs.items()}

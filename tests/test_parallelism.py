@@ -1,0 +1,184 @@
+"""GPUs per replica (issue 50 item 1): each variant's tensor parallelism from the memory model, pinned sizes honoured,
+a variant that can't fit refused in one line when params are checked, and manifests at TP 2 that Kubernetes accepts."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pipeline.core.errors import PipelineError
+from pipeline.params.check import validate
+from pipeline.quantize.recipes import parse_variant
+from pipeline.serving import parallelism
+from pipeline.serving.parallelism import GB, ModelShape, decide, per_gpu
+from tiny_project import tiny_params, tiny_serving
+
+# Llama-3-70B's published config (meta-llama/Meta-Llama-3-70B config.json), the shape issue 50 served.
+LLAMA3_70B = {"model_type": "llama", "num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+              "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 28672, "vocab_size": 128256,
+              "tie_word_embeddings": False}
+SHAPE_70B = ModelShape.from_config(LLAMA3_70B)
+VARIANTS = tiny_params()["quantize"]["variants"]
+
+
+def spec(name: str):
+    return parse_variant(name, VARIANTS[name])
+
+
+def auto(**serving):
+    """The serving section with auto tensor parallelism, as params.yaml holds it (not resolved)."""
+    from pipeline.serving.settings import ServingParams
+
+    return ServingParams.parse(tiny_params(serving={"tensor_parallel_size": "auto", **serving})["serving"])
+
+
+def test_llama3_70b_shape_counts_its_parameters_and_kv_bytes():
+    assert SHAPE_70B.parameters == pytest.approx(70.55e9, rel=1e-3)  # 70.6B published
+    assert SHAPE_70B.kv_bytes_per_token(2) == 2 * 80 * 8 * 128 * 2  # 320 KiB per token in BF16
+    assert parallelism.estimated_weight_bytes(SHAPE_70B, spec("bf16")) == pytest.approx(141.1e9, rel=1e-3)
+    # W4A16: 4 bits plus a 16-bit scale per 128 weights in the layers; embeddings and head stay BF16 (4.2 GB)
+    assert parallelism.estimated_weight_bytes(SHAPE_70B, spec("gptq-w4a16")) == pytest.approx(39.5e9, rel=1e-2)
+
+
+@pytest.mark.parametrize("gpu, variant, tp", [
+    ("h100", "bf16", 4),           # 141 GB of weights: 2 GPUs hold them but not the KV cache of 64 x 2048 tokens
+    ("h100", "fp8-dynamic", 2),    # issue 50: FP8 at TP 1 left no memory for the KV cache
+    ("h100", "gptq-w4a16", 2),
+    ("h100", "gptq-w4a16-kv8", 1),  # an FP8 KV cache halves it: INT4 on one GPU
+    ("h200", "bf16", 2),
+    ("h200", "gptq-w4a16", 1),
+    ("a100", "bf16", 4),
+    ("l40s", "bf16", 8),
+])
+def test_auto_takes_the_smallest_tensor_parallelism_that_fits(gpu, variant, tp):
+    decision = decide(variant, spec(variant), auto(gpu=gpu), SHAPE_70B)
+    assert decision.tensor_parallel_size == tp and not decision.pinned and decision.weights_from == "estimate"
+    assert decision.share.fits
+    if tp > 1:  # and the next smaller one does not
+        inputs = parallelism.memory_inputs(auto(gpu=gpu), SHAPE_70B, decision.share.weight_bytes * tp, spec(variant))
+        assert not per_gpu(inputs, tp // 2).fits
+
+
+def test_null_gpu_plans_for_an_h100_and_the_demo_takes_one_gpu():
+    assert decide("bf16", spec("bf16"), auto(gpu=None), SHAPE_70B).gpu == "h100"
+    p = tiny_params()
+    config = parallelism.source_config(p)
+    decided = parallelism.decide_enabled(auto(), {v: spec(v) for v in p["quantize"]["enabled"]}, config)
+    assert {v: d.tensor_parallel_size for v, d in decided.items()} == {v: 1 for v in p["quantize"]["enabled"]}
+
+
+def test_fewer_sequences_or_a_shorter_context_need_fewer_gpus():
+    assert decide("gptq-w4a16", spec("gptq-w4a16"), auto(max_num_seqs=8), SHAPE_70B).tensor_parallel_size == 1
+    # FP8's 73 GB of weights exceed one H100's 72 GB budget whatever the KV cache (issue 50: it did not start)
+    assert decide("fp8-dynamic", spec("fp8-dynamic"), auto(max_num_seqs=1), SHAPE_70B).tensor_parallel_size == 2
+    assert decide("gptq-w4a16", spec("gptq-w4a16"), auto(max_model_len=512), SHAPE_70B).tensor_parallel_size == 1
+
+
+def test_kv_heads_split_up_to_their_count_then_replicate():
+    shape = ModelShape(layers=4, hidden_size=512, heads=8, kv_heads=2, head_dim=64, intermediate_size=1024,
+                       vocab_size=1000)
+    inputs = parallelism.memory_inputs(auto(), shape, 10 ** 6, spec("bf16"))
+    kv = {tp: per_gpu(inputs, tp).kv_bytes for tp in (1, 2, 4, 8)}
+    assert kv[1] == 2 * kv[2] and kv[2] == kv[4] == kv[8]  # one KV head per GPU from TP 2 on
+
+
+def test_pinned_size_is_honoured_and_refused_when_it_cannot_fit_a_named_gpu():
+    pinned = tiny_serving(tensor_parallel_size=8, gpu="h100")
+    assert decide("gptq-w4a16", spec("gptq-w4a16"), pinned, SHAPE_70B).tensor_parallel_size == 8
+    with pytest.raises(PipelineError) as err:
+        decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=1, gpu="h100"), SHAPE_70B)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("variant bf16 does not fit serving.gpu h100 at the pinned "
+                                                "serving.tensor_parallel_size 1: weights 141.1 GB")
+    # no GPU named: the pinned size is the user's to know
+    assert decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=1, gpu=None), SHAPE_70B).tensor_parallel_size == 1
+    with pytest.raises(PipelineError, match="tensor_parallel_size 4 does not divide the model's 6 attention heads"):
+        decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=4), ModelShape(2, 384, 6, 2, 64, 1024, 4096))
+
+
+def test_auto_skips_sizes_that_do_not_divide_the_heads():
+    shape = ModelShape(layers=80, hidden_size=8064, heads=6, kv_heads=6, head_dim=1344, intermediate_size=28672,
+                       vocab_size=128256)  # too big for 2 GPUs; 4 and 8 don't divide 6 heads
+    with pytest.raises(PipelineError, match="does not fit h100 GPUs .* up to serving.max_tensor_parallel_size 8"):
+        decide("bf16", spec("bf16"), auto(), shape)
+
+
+def test_the_checkpoints_own_bytes_decide_once_it_exists(tmp_path):
+    """A checkpoint larger than the estimate (here a sparse file of BF16 size under a W4A16 name) decides by its
+    real bytes."""
+    ckpt = tmp_path / "gptq-w4a16"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(LLAMA3_70B))
+    with open(ckpt / "model.safetensors", "wb") as f:
+        f.truncate(141 * GB)  # sparse: no disk used
+    p = tiny_params(serving={"tensor_parallel_size": "auto"})
+    decision = parallelism.decision_for("gptq-w4a16", p, ckpt)
+    assert decision.weights_from == "checkpoint" and decision.tensor_parallel_size == 4
+    assert parallelism.tensor_parallel_for("gptq-w4a16", p, ckpt) == 4
+    os.remove(ckpt / "model.safetensors")
+
+
+@pytest.fixture()
+def llama70b_source(tmp_path) -> Path:
+    source = tmp_path / "llama70b"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps(LLAMA3_70B))
+    return source
+
+
+def params_for(source: Path, **serving) -> dict:
+    return tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
+                       serving=serving)
+
+
+@pytest.mark.parametrize("serving, message", [
+    ({"gpu": "h100", "tensor_parallel_size": 1},
+     "variant bf16 does not fit serving.gpu h100 at the pinned serving.tensor_parallel_size 1"),
+    ({"max_tensor_parallel_size": 2},
+     "variant bf16 does not fit h100 GPUs (80 GB) at tensor parallel up to serving.max_tensor_parallel_size 2"),
+    ({"max_tensor_parallel_size": 3}, "serving.max_tensor_parallel_size must be one of [1, 2, 4, 8], got 3"),
+    # a tier's declared GPUs are checked at the size decided for the variants (bf16: 4)
+    ({"tiers": {"small": {"gpus": 2}}}, "serving.tiers.small: tensor_parallel_size 4"),
+])
+def test_a_variant_that_cannot_fit_is_refused_when_params_are_checked(llama70b_source, serving, message, tmp_path):
+    with pytest.raises(PipelineError) as err:
+        validate(params_for(llama70b_source, **serving), tmp_path / "params.yaml")
+    assert "\n" not in str(err.value) and message in str(err.value), str(err.value)
+
+
+def test_a_70b_shape_that_fits_passes_the_params_check(llama70b_source, tmp_path):
+    validate(params_for(llama70b_source), tmp_path / "params.yaml")  # bf16 at 4, the others at 2
+
+
+def test_manifests_at_tp2_request_two_gpus_shared_memory_and_count_replicas():
+    """A tier resolved at TP 2 (as the bundle stage resolves a variant): the Deployment requests 2 GPUs with a
+    memory-backed /dev/shm for NCCL, and the autoscaler says it scales replicas of 2 GPUs; the Kubernetes schemas
+    accept every document."""
+    import kubernetes_validate
+
+    from pipeline.release import deploy
+    from pipeline.release.settings import DeployParams
+    from pipeline.serving.tiers import parse_tiers
+
+    p = tiny_params()
+    serving = parallelism.resolved(auto(), 2)
+    tiers = {t.name: t for t in parse_tiers(serving)}
+    assert tiers["default"].gpus == tiers["throughput"].gpus == 2
+    settings = DeployParams.parse(p["deploy"])
+    text = deploy.manifests(tiers["throughput"], serving, "gptq-w4a16", settings, "/models/x", 900, {}, {},
+                            running_target=32)
+    docs = list(yaml.safe_load_all(text))
+    for doc in docs:
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+    deployment, _, hpa = docs
+    pod = deployment["spec"]["template"]["spec"]
+    resources = pod["containers"][0]["resources"]
+    assert resources["requests"]["nvidia.com/gpu"] == resources["limits"]["nvidia.com/gpu"] == 2
+    assert {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": settings.shm_size}} in pod["volumes"]
+    assert {"name": "shm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+    assert deployment["metadata"]["annotations"][deploy.GPUS_PER_REPLICA] == "2"
+    assert hpa["metadata"]["annotations"] == {deploy.GPUS_PER_REPLICA: "2",
+                                              "modelprep/max-gpus": str(2 * settings.autoscale.max_replicas)}

@@ -1,0 +1,65 @@
+"""`modelprep plan` (issue 50 item 6): per stage GPUs, GPU memory, disk and time from committed measured runs, for the
+configured model or a named shape, and one line refusing a plan that can't fit; run as the CLI a user runs."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import yaml
+
+from tiny_project import ROOT, tiny_params
+
+
+def plan(tmp_path, *args: str, **overrides) -> subprocess.CompletedProcess:
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(tiny_params(**overrides), sort_keys=False))
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", "plan", "--params", str(params), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def rows(stdout: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in stdout.splitlines()[2:] if "@" in line.split()[0]
+            or line.split()[0] in ("models", "distill", "draft_finetune", "eagle3")}
+
+
+def test_plan_points_are_the_committed_raw_runs():
+    r = subprocess.run([sys.executable, "benchmarks/plan_points.py", "--check"], cwd=ROOT, timeout=120)
+    assert r.returncode == 0, "pipeline/params/plan_points.json differs from benchmarks/gpu/raw: rerun the script"
+
+
+def test_the_demo_plan_fits_one_gpu_and_names_every_stage_and_its_source(tmp_path):
+    r = plan(tmp_path)
+    assert r.returncode == 0, r.stderr
+    table = rows(r.stdout)
+    enabled = tiny_params()["quantize"]["enabled"]
+    assert {f"{s}@{v}" for s in ("quantize", "evaluate", "serve_bench", "bundle") for v in enabled} <= set(table)
+    assert all(table[f"serve_bench@{v}"][1:4] == ["yes", "1", "(TP"] for v in enabled)
+    assert "benchmarks/gpu/raw/llama3-8b/quant8b-gptq-w4a16.json (28.1 s at 7.66B parameters" in r.stdout
+    assert "a proportional guess, not a measurement" in r.stdout
+
+
+def test_a_70b_shape_on_four_h100s_plans_each_variants_gpus(tmp_path):
+    """With offload (one layer at a time) quantization fits; serving takes BF16 over 4 GPUs, the rest over 2; the
+    transformers stages that hold the whole model on one GPU are what refuses, in one line."""
+    r = plan(tmp_path, "--model-shape", "llama-3-70b", "--gpus-per-host", "4",
+             quantize={"calibration": {"offload": True}})
+    table = rows(r.stdout)
+    assert table["serve_bench@bf16"][1:4] == ["yes", "4", "(TP"]
+    assert table["serve_bench@gptq-w4a16"][1:4] == ["yes", "2", "(TP"]
+    assert table["quantize@gptq-w4a16"][1] == "yes" and table["eagle3"][1] == "NO"
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.startswith("error: plan does not fit: distill: the target's vLLM engine at draft_training.vllm.")
+
+
+def test_bf16_70b_at_tensor_parallel_1_on_80_gb_is_refused_in_one_line(tmp_path):
+    r = plan(tmp_path, "--model-shape", "llama-3-70b", serving={"tensor_parallel_size": 1})
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100: "
+                               "at TP 1 weights 141.1 GB"), r.stderr
+
+
+def test_405b_needs_two_hosts_of_eight_with_pipeline_parallelism(tmp_path):
+    one = plan(tmp_path, "--model-shape", "llama-3.1-405b", "--gpus-per-host", "8")
+    assert "error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100" in one.stderr
+    two = plan(tmp_path, "--model-shape", "llama-3.1-405b", "--gpus-per-host", "8", "--hosts", "2")
+    assert rows(two.stdout)["serve_bench@bf16"][1:6] == ["yes", "16", "(TP", "8", "x"]
