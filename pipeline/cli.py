@@ -28,7 +28,8 @@ def cmd_status(args) -> int:
             failed = "FAIL (allowed, flagged)" if v.get("allowed_failure") else "FAIL"
             print(f"gate {variant}: {'pass' if v['passed'] else failed}")
     for name, entry in read_index(registry_dir(None))["models"].items():
-        print(f"registry {name}: latest {entry['latest']} ({len(entry['versions'])} versions)")
+        n = len(entry["versions"])
+        print(f"registry {name}: latest {entry['latest']} ({n} version{'' if n == 1 else 's'})")
     return rc
 
 

@@ -110,6 +110,20 @@ def test_quantize_markdown_is_rendered_from_raw():
             f"{md_name} differs from its rendering: run python benchmarks/quantize_bench.py --render"
 
 
+def test_quantize_sizes_are_megabytes_as_labelled():
+    """Issue #49: sizes said MB for MiB (quantize.md and the README: a 10.4M-parameter BF16 target at "19.8 MB", which
+    is 20.8 MB). A BF16 checkpoint holds 2 bytes a parameter and a small header: its MB are just above 2 x parameters
+    / 10^6, whatever code version recorded the raw file."""
+    bench = load_module(BENCH / "quantize_bench.py")
+    raw = json.loads((BENCH / "raw/quantize.json").read_text())
+    bf16 = 2 * raw["parameters"] / 1e6
+    for variant, row in bench.quantize_summary(raw)["variants"].items():
+        assert bf16 <= row["size_before_mb"] <= bf16 * 1.005, (variant, row["size_before_mb"], bf16)
+    smollm2 = json.loads((BENCH / "raw/quantize-smollm2.json").read_text())
+    for run in smollm2["runs"]:
+        assert 2 * smollm2["parameters"] / 1e6 <= run["size_before_mb"] <= 2 * smollm2["parameters"] / 1e6 * 1.005
+
+
 def test_calibration_markdown_is_rendered_from_raw():
     sweep = load_module(BENCH / "calibration_sweep.py")
     assert sweep.render_all() == sweep.MARKDOWN.read_text(), \

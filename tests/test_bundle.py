@@ -91,7 +91,7 @@ def test_serve_yaml_is_a_vllm_config_file_matching_engine_args(bundled_workspace
     # vLLM's --config takes CLI option names; a nested mapping becomes that option's JSON value.
     assert serve == {key.replace("_", "-"): v for key, v in args.items()}
     assert serve["model"] == "./model"
-    assert serve["served-model-name"] == params["serving"]["name"]
+    assert serve["served-model-name"] == f"{params['serving']['name']}-fp8-static"  # the registry name
     assert serve["max-model-len"] == params["serving"]["max_model_len"]
     assert serve["gpu-memory-utilization"] == params["serving"]["gpu_memory_utilization"]
     assert serve["quantization"] == "compressed-tensors"
@@ -326,3 +326,163 @@ def test_provenance_git_dirty_means_edited_code_not_the_builds_own_outputs(tmp_p
     assert provenance(spec, {}, {})["git_dirty"] is False
     (tmp_path / "pipeline/x.py").write_text("2\n")
     assert provenance(spec, {}, {})["git_dirty"] is True
+
+
+def demo_like_estimate(method: str = "draft_model"):
+    """The demo's awq-w4a16 as issue #49 read it: a weight-bytes ideal of x1.07 (an INT4 target, a BF16 draft) under a
+    served prediction of x1.51 at concurrency 1 that falls from x1.55 at 32 to x0.77 at 64 (the profile's
+    speculative step doubles in cost there)."""
+    from pipeline.evaluate.serving_costs import ServedPrediction
+
+    spec = speculative_estimate()
+    k = str(spec.num_speculative_tokens)
+    speedups = {"1": 1.51, "8": 1.62, "32": 1.55, "64": 0.77}
+    served = ServedPrediction(profile="h100-vllm0.26.0-demo", basis="test", method=method,
+                              plain_tokens_per_s={"1": 380.0, "8": 2510.0, "32": 8760.0, "64": 17490.0},
+                              speedup_by_k={c: {k: s} for c, s in speedups.items()},
+                              best_k={"1": spec.num_speculative_tokens, "8": spec.num_speculative_tokens,
+                                      "32": spec.num_speculative_tokens, "64": 2})
+    tokens = 1 + spec.expected_accepted_tokens
+    return dataclasses.replace(spec, method=method, served=served, expected_speedup=1.51, ideal_speedup=1.07,
+                               ideal_k=2, cost_ratio=0.35, tokens_per_step_by_k={k: tokens},
+                               steps_per_response_by_k={k: 40.0})
+
+
+def card_for(est, variant: str = "awq-w4a16", **summary) -> str:
+    no_gpu = VllmMeasurement(skipped="no CUDA device")
+    return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
+                      eval_summary({"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
+                                    "kl_divergence": 0.0, "top1_agreement": 0.999, "greedy_match": 1.0, **summary}),
+                      est, VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
+                          est.num_speculative_tokens, est.num_speculative_tokens, "estimated", 1.51, None, "test",
+                          method=est.method)),
+                      {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, tiny_serving(name="svc"),
+                      no_gpu, ServeBenchRecord(variant, skipped="no CUDA device"))
+
+
+def test_no_bound_on_the_card_is_below_what_it_bounds():
+    """Issue #49: "Ideal bound, not a prediction: x1.07" stood under a prediction of x1.51 (4 of 5 cards). The
+    weight-bytes ideal bounds nothing served (a quantized target's step costs more than its bytes); the bound the
+    card states is the tokens per step, which no speculative step can beat since it costs at least a plain one."""
+    import re
+
+    est = demo_like_estimate()
+    card = card_for(est)
+    section = card[card.index("## 4."):card.index("## 5.")]
+    bounds = [(line, float(m)) for line in section.splitlines()  # the lines that call a number a bound
+              if "bound" in line.lower() and "neither a bound" not in line for m in re.findall(r"x(\d+\.\d+)", line)]
+    predicted = [float(m) for m in re.findall(r"\| x(\d+\.\d+)(?: \(slower than plain decoding\))? \| \d+ \|$",
+                                              section, re.MULTILINE)]
+    assert predicted == [1.51, 1.62, 1.55, 0.77]
+    assert bounds and all(value >= max(predicted) for _, value in bounds), bounds
+    tokens = 1 + est.expected_accepted_tokens
+    assert f"- Upper bound at k={est.num_speculative_tokens}: x{tokens:.2f}, the response tokens a step makes" in section
+    assert "(predicted above: at most x1.62)" in section
+    assert "- Weight-bytes model, neither a bound nor a prediction: x1.07 at k=2" in section
+    assert "raises it, as the prediction above does." in section
+    assert "Ideal bound" not in card
+
+
+def test_a_predicted_fall_with_the_load_says_why():
+    """Issue #49: the predicted table fell from x1.55 at c=32 to x0.77 at c=64 without a reason. The table gives each
+    concurrency's speculative step cost (the profile's, as the prediction used it) and the card names the fall."""
+    est = demo_like_estimate()
+    card = card_for(est)
+    k = est.num_speculative_tokens
+    tokens = 1 + est.expected_accepted_tokens
+    assert f"| concurrency | plain decoding | with this method at k={k} | speculative step cost (x a plain step) |" in card
+    cost = {c: (tokens * 40 / s + 1) / 41 for c, s in {"32": 1.55, "64": 0.77}.items()}
+    assert f"| 64 | 17490 | {17490 * 0.77:.0f} | x{cost['64']:.2f} | x0.77 (slower than plain decoding) | 2 |" in card
+    assert (f"from concurrency 32 to 64 it goes from x{cost['32']:.2f} to x{cost['64']:.2f} a plain\n"
+            "step's, and the speedup from x1.55 to x0.77.") in card
+    assert "Where a step costs more than the tokens it makes, speculation is slower than\nplain decoding." in card
+    flat = card_for(dataclasses.replace(est, served=dataclasses.replace(
+        est.served, speedup_by_k={c: {str(k): 1.5} for c in est.served.speedup_by_k})))
+    assert "from concurrency" not in flat and "slower than plain decoding" not in flat.split("## 5.")[0]
+
+
+def test_card_explains_lm_eval_accuracy_beside_top1_and_names_the_eagle3_head():
+    """Issue #49: `domain_heldout_acc 0.047` beside top-1 0.999, unexplained; "The the EAGLE-3 head"."""
+    card = card_for(demo_like_estimate("eagle3"), lm_eval_domain_heldout_acc=0.047)
+    assert ("| top-1 agreement | 0.9990 | share of response positions where this variant's most likely next token is "
+            "the baseline's |") in card
+    assert ("| domain_heldout_acc | 0.0470 | share of held-out responses this variant writes whole, token for token, "
+            "as its greedy answer to their prompts |") in card
+    assert "score it against the held-out traffic's own responses, not the target's" in card
+    assert "The EAGLE-3 head, as estimated on the CPU:" in card and "The the" not in card
+
+
+def test_card_names_the_three_latency_targets_and_how_they_relate():
+    """Issue #49: SLO p99 TTFT 200 ms / ITL 50 ms, gates 2000 / 100 ms and a TTFT alert at 2.5 s, with no word on
+    which is which. Each has one name (SLO, latency gate, latency alert) and the card states how they compare."""
+    from pipeline.release.monitoring import AlertLevels
+
+    est = demo_like_estimate()
+    p = tiny_params()
+    slo, gate = p["serving"]["slo"], p["gates"]["thresholds"]
+    checks = [gates_check(name, gate[name]) for name in ("max_p99_ttft_ms", "max_p99_itl_ms")]
+    verdict = VariantVerdict(passed=True, allowed_failure=False, checks=checks, speculation=SpeculationDecision(
+        est.num_speculative_tokens, est.num_speculative_tokens, "estimated", 1.51, None, "test"))
+    alerts = AlertLevels("svc-awq-w4a16", None, "", None, gate["max_p99_ttft_ms"] / 1000, gate["max_p99_itl_ms"] / 1000,
+                         "the latency gates' thresholds (no serving benchmark in this build)", 0.9, 0.8)
+    card = model_card("awq-w4a16", parse_variant("awq-w4a16", p["quantize"]["variants"]["awq-w4a16"]),
+                      eval_summary({}), est, verdict, {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
+                      tiny_serving(name="svc"), VllmMeasurement(skipped="no CUDA device"),
+                      ServeBenchRecord("awq-w4a16", skipped="no CUDA device"), alerts=alerts)
+    section = card[card.index("### Latency targets"):card.index("## 7.")]
+    assert (f"| SLO | `serving.slo` | {slo['p99_ttft_ms']} ms | {slo['p99_itl_ms']} ms | capacity:") in section
+    assert (f"| latency gate | `gates.thresholds.max_p99_ttft_ms`, `max_p99_itl_ms` | {gate['max_p99_ttft_ms']:.0f} ms | "
+            f"{gate['max_p99_itl_ms']:.0f} ms | the build fails") in section
+    assert "| latency alert | `monitoring/rules.yaml` (`monitoring.latency_margin`) | 2500 ms | 100 ms |" in section
+    ratio = gate["max_p99_ttft_ms"] / slo["p99_ttft_ms"]
+    assert f"The latency gate is x{ratio:.3g} the SLO's TTFT" in section
+    assert "the latency alert fires above the SLO's TTFT and token latency, so a p99 between the two misses" in section
+    assert "| max_p99_ttft_ms (latency gate) |" in card
+
+
+def gates_check(name: str, threshold: float):
+    from pipeline.release.gates import GateCheck
+
+    return GateCheck(name, name.removeprefix("max_"), None, threshold, "<=", None, group="serving",
+                     skipped="not measured: no CUDA device")
+
+
+def test_variants_deployed_side_by_side_are_told_apart(bundled_workspace):
+    """Issue #49: every variant served as `serving.name`, so two deployed side by side shared requests' model name,
+    metrics and alerts. Each serves as its registry name, the same in serve.yaml, engine_args.json, the manifests'
+    warm-up, the rules, the dashboard and the card."""
+    name = tiny_params()["serving"]["name"]
+    seen = set()
+    for variant in ("fp8-static", "fp8-dynamic", "awq-w4a16"):
+        b, served = bundle(bundled_workspace, variant), f"{name}-{variant}"
+        assert yaml.safe_load((b / "serve.yaml").read_text())["served-model-name"] == served
+        assert json.loads((b / "engine_args.json").read_text())["served_model_name"] == served
+        for tier in ("default", "latency", "throughput"):
+            pod = next(yaml.safe_load_all((b / "deploy" / f"{tier}.yaml").read_text()))["spec"]["template"]["spec"]
+            assert f"--model {served} " in pod["containers"][0]["lifecycle"]["postStart"]["exec"]["command"][-1]
+        rules = yaml.safe_load((b / "monitoring/rules.yaml").read_text())
+        exprs = [r["expr"] for g in rules["groups"] for r in g["rules"]]
+        dashboard = json.loads((b / "monitoring/dashboard.json").read_text())
+        exprs += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+        assert exprs and all(f'model_name="{served}"' in e for e in exprs)
+        card = (b / "README.md").read_text()
+        assert f'"model": "{served}"' in card and f'`model_name="{served}"`' in card
+        seen.add(served)
+    assert len(seen) == 3
+
+
+def test_provenance_shows_an_empty_secret_mapping_as_empty(bundled_workspace):
+    """Issue #49: PROVENANCE said `secret_env: "***"` for `secret_env: {}`: a redacted nothing reads as a secret."""
+    prov = json.loads((bundle(bundled_workspace, "fp8-static") / "PROVENANCE.json").read_text())
+    assert tiny_params()["serving"]["secret_env"] == {} and prov["serving"]["secret_env"] == {}
+
+
+def test_warm_up_text_says_which_prompts_it_sends(bundled_workspace):
+    """Issue #49: the card said readiness waits for held-out prompts while `deploy.warmup_from_traffic` was false and
+    the bundle's prompts were neutral."""
+    card = (bundle(bundled_workspace, "fp8-static") / "README.md").read_text()
+    n = tiny_params()["deploy"]["warmup_prompts"]
+    assert tiny_params()["deploy"]["warmup_from_traffic"] is False
+    assert (f"readiness waits for `deploy/warmup.py` to have sent {n} neutral prompts (`deploy.warmup_from_traffic` is "
+            "false: no user traffic in this bundle)") in card.replace("\n", " ")
+    assert "held-out prompts" not in card

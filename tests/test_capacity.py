@@ -227,13 +227,13 @@ def test_capacity_gate_passes_fails_and_says_why_it_was_skipped():
 
     fewer = gate(p, {BF16: base, INT4: searched_record(INT4, Server(itl_slope=1.0))})  # 10 + c <= 50: 40 users
     v = fewer.variants[INT4]
-    assert not v.passed and [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]
+    assert not v.passed and [c.check for c in v.checks if c.failed] == ["min_capacity_vs_bf16"]
     assert "capacity_vs_bf16=0.5, needs >= 1.0 (short by 0.5)" in gates.failed_checks(fewer, allowed=False)[0]
 
     # measured on another GPU: no ratio, and the reason says so
     other = gate(p, {BF16: base, INT4: searched_record(INT4, Server(), gpu="NVIDIA A100")})
     check = {c.check: c for c in other.variants[INT4].checks}["min_capacity_vs_bf16"]
-    assert check.passed and check.skipped == ("not measured: no capacity of bf16 plain decoding on the same GPU "
+    assert check.passed is None and check.skipped == ("not measured: no capacity of bf16 plain decoding on the same GPU "
                                               "and vLLM")
     # the CPU case: nothing measured
     cpu = gate(p, {BF16: ServeBenchRecord(BF16, skipped="no CUDA device"),
@@ -253,7 +253,7 @@ def test_a_ratio_resting_on_a_lower_bound_decides_only_when_the_bound_does():
     # the variant's search ran out of probes while still meeting the SLO at 64: at least x0.8, undecided against 1.0
     short = gate(p, {BF16: base, INT4: searched_record(INT4, Server(itl_slope=0.1), max_probes=0)})
     check = {c.check: c for c in short.variants[INT4].checks}["min_capacity_vs_bf16"]
-    assert check.passed and check.skipped.startswith("not measured: undecided: the ratio is at least x0.80")
+    assert check.passed is None and check.skipped.startswith("not measured: undecided: the ratio is at least x0.80")
     assert short.variants[INT4].capacity.vs_bf16_bound == gates.AT_LEAST
     # at least x1.6 (met at the bound 128) against 1.0: a pass whatever the true capacity
     capped = gate(p, {BF16: base, INT4: searched_record(INT4, Server(itl_slope=0.1, ttft_slope=0.1), bound=128)})
@@ -340,7 +340,7 @@ def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_
     slow = searched_record(INT4, Server(itl_slope=1.0), spec_server=Server(itl_slope=2.0, speed=200.0))
     v = gate(p, {BF16: base, INT4: slow}).variants[INT4]
     assert not v.passed and v.speculation.num_speculative_tokens == 4 and v.speculation.turned_off_by == []
-    assert [c.check for c in v.checks if not c.passed] == ["min_capacity_vs_bf16"]
+    assert [c.check for c in v.checks if c.failed] == ["min_capacity_vs_bf16"]
 
 
 # ---- per GPU: each variant at its own GPUs per replica

@@ -69,7 +69,11 @@ def test_every_check_is_recorded_and_passes():
     assert {name for name, c in checks.items() if c.skipped} == gpu_only
     assert "no serving benchmark" in checks["max_p99_itl_ms"].describe()
     for name, c in checks.items():
-        assert c.passed and (c.value is not None or name in gpu_only)
+        # Issue #49: a skipped check is not applied, so not passed either (GATE.json said "passed": true)
+        assert c.passed is (None if name in gpu_only else True) and not c.failed
+        assert (c.value is not None) is (name not in gpu_only)
+    gate_json = json.loads(json.dumps(dataclasses.asdict(report.variants[INT4])))
+    assert {c["check"] for c in gate_json["checks"] if c["passed"] is None} == gpu_only
 
 
 def test_absolute_gates_catch_a_broken_target_that_every_variant_matches():
@@ -79,14 +83,14 @@ def test_absolute_gates_catch_a_broken_target_that_every_variant_matches():
     broken = {**passing_metrics(p, INT4), "perplexity_increase_pct": 0.0, "kl_divergence": 0.0,
               "top1_agreement": 1.0, "perplexity": 31000.0, "lm_eval_domain_heldout_acc": 0.0}
     verdict = run_gates(p, {INT4: broken}).variants[INT4]
-    failed = {c.check: c for c in verdict.checks if not c.passed}
+    failed = {c.check: c for c in verdict.checks if c.failed}
     assert set(failed) == {"max_heldout_perplexity", "min_lm_eval_domain_heldout_acc"} and not verdict.passed
     assert failed["min_lm_eval_domain_heldout_acc"].value == 0.0
     # a task score the metrics lack fails (the task did not run), it is not skipped
     missing = {k: v for k, v in broken.items() if not k.startswith("lm_eval_")}
     check = next(c for c in run_gates(p, {INT4: missing}).variants[INT4].checks
                  if c.check == "min_lm_eval_domain_heldout_acc")
-    assert not check.passed and not check.skipped
+    assert check.failed and not check.skipped
     # the same thresholds pass a healthy target
     healthy = {**broken, "perplexity": 3.0, "lm_eval_domain_heldout_acc": 0.4}
     assert run_gates(p, {INT4: healthy}).variants[INT4].passed
@@ -108,7 +112,7 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     measured = {**passing_metrics(p, INT4), "vllm_speculative_speedup": 0.95, "vllm_accepted_per_draft_token": 0.3}
     report = run_gates(p, {INT4: measured})
     verdict = report.variants[INT4]
-    failed = {c.check: c for c in verdict.checks if not c.passed}
+    failed = {c.check: c for c in verdict.checks if c.failed}
     assert set(failed) == {"min_vllm_speculative_speedup", "min_accepted_per_draft_token"}
     # a measurement outranks the CPU estimate of the same ratio
     assert failed["min_accepted_per_draft_token"].metric == "vllm_accepted_per_draft_token"
@@ -132,7 +136,7 @@ def test_an_acceptance_floor_vetoes_model_drafters_not_ngram_lookups():
     ngram = run_gates(p, {INT4: {**low, "speculative_method": "ngram"}}).variants[INT4]
     floor = next(c for c in ngram.checks if c.check == "min_accepted_per_draft_token")
     assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 8)
-    assert floor.passed and "n-gram lookups cost no GPU forward pass" in floor.skipped
+    assert floor.passed is None and "n-gram lookups cost no GPU forward pass" in floor.skipped
     draft = run_gates(p, {INT4: {**low, "speculative_method": "draft_model"}}).variants[INT4]
     assert draft.speculation.num_speculative_tokens == 0 and "min_accepted_per_draft_token" in draft.speculation.reason
 
@@ -170,7 +174,7 @@ def test_missing_required_metric_fails():
     metrics = passing_metrics(p, INT4)
     del metrics["top1_agreement"]
     report = run_gates(p, {INT4: metrics})
-    [c] = [c for c in report.variants[INT4].checks if not c.passed]
+    [c] = [c for c in report.variants[INT4].checks if c.failed]
     assert c.check == "min_top1_agreement" and c.note == "metric missing"
 
 

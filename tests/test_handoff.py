@@ -121,7 +121,7 @@ def test_dashboard_is_grafana_json_with_valid_promql(bundled_workspace, tmp_path
     # a round trip through the SDK's Dashboard model (generated from Grafana's schema) loses nothing
     assert json.loads(json.dumps(Dashboard.from_json(raw), cls=JSONEncoder)) == raw
     exprs = [t["expr"] for p in raw["panels"] for t in p["targets"]]
-    assert exprs and all("model_name=\"nimbus-support\"" in e for e in exprs)
+    assert exprs and all(f'model_name="nimbus-support-{V}"' in e for e in exprs)  # the variant's served name
     check = tmp_path / "exprs.yaml"
     check.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": [
         {"record": f"dashboard:expr_{i}", "expr": e} for i, e in enumerate(exprs)]}]}))
@@ -408,3 +408,45 @@ def test_server_secrets_reach_the_pod_from_a_kubernetes_secret_never_from_the_bu
     p["serving"]["secret_env"] = {"VLLM_API_KEY": "sk-live-123"}  # a value, not a reference
     with pytest.raises(PipelineError, match="serving.secret_env must map"):
         validate(p, tmp_path / "params.yaml")
+
+
+@needs_promtool
+def test_rules_unit_test_ships_and_passes_when_no_speculation_ships(bundled_workspace, tmp_path):
+    """Issue #49: monitoring/rules.test.yaml was missing when no speculation shipped, though the docs list it. It
+    tests the KV cache and latency alerts too: each fires above its threshold and stays quiet at it."""
+    ws, p = unbundled_copy(bundled_workspace, tmp_path)
+    p["serving"]["max_num_seqs"] = 64  # batched: a lockstep prediction does not hold, plain decoding ships
+    (ws / "params.yaml").write_text(yaml.safe_dump(p))
+    gate_on(ws, p, ServeBenchRecord(V, skipped="no CUDA device"))
+    r = run_stage(ws, "stages.bundle", V)
+    assert r.returncode == 0, r.stderr[-3000:]
+    b = ws / "artifacts/bundles" / V
+    assert "speculative-config" not in yaml.safe_load((b / "serve.yaml").read_text())
+    mon = b / "monitoring"
+    r = subprocess.run([PROMTOOL, "test", "rules", "rules.test.yaml"], cwd=mon, capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+    tested = {t["alertname"] for case in yaml.safe_load((mon / "rules.test.yaml").read_text())["tests"]
+              for t in case["alert_rule_test"]}
+    rules = yaml.safe_load((mon / "rules.yaml").read_text())
+    assert tested == {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r} == {
+        "VllmKvCacheNearlyFull", "VllmTimeToFirstTokenP99High", "VllmInterTokenLatencyP99High", "VllmQueueTimeP99High"}
+    assert "promtool test rules monitoring/rules.test.yaml" in (b / "README.md").read_text()
+
+
+def test_latency_alerts_name_the_slo_and_the_latency_gate_beside_their_own_threshold(bundled_workspace):
+    """Issue #49: three latency targets ten times apart, with no word on which is which. Each alert's description
+    names itself the latency alert and sets the SLO and the latency gate beside it, under their params names."""
+    rules = yaml.safe_load((bundle(bundled_workspace) / "monitoring/rules.yaml").read_text())
+    alerts = {r["alert"]: r for g in rules["groups"] for r in g["rules"] if "alert" in r}
+    p = tiny_params()
+    slo, gate = p["serving"]["slo"], p["gates"]["thresholds"]
+    ttft = alerts["VllmTimeToFirstTokenP99High"]["annotations"]
+    assert ttft["summary"] == "p99 time to first token above 2500.0 ms (latency alert)"
+    assert ttft["description"] == (
+        f"Latency alert: {gate['max_p99_ttft_ms']:.1f} ms from the latency gates' thresholds (no serving benchmark in "
+        "this build), raised to the histogram's next bucket bound. Beside it: the SLO (serving.slo) p99 TTFT "
+        f"{slo['p99_ttft_ms']:g} ms; the latency gate (gates.thresholds.max_p99_ttft_ms) {gate['max_p99_ttft_ms']:g} ms.")
+    assert (f"the SLO (serving.slo) p99 ITL {slo['p99_itl_ms']:g} ms; the latency gate "
+            f"(gates.thresholds.max_p99_itl_ms) {gate['max_p99_itl_ms']:g} ms.") in \
+        alerts["VllmInterTokenLatencyP99High"]["annotations"]["description"]
+    assert "Beside it (queue time is part of TTFT): the SLO" in alerts["VllmQueueTimeP99High"]["annotations"]["description"]

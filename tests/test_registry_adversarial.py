@@ -307,7 +307,8 @@ def test_tampered_stored_version_is_refused_and_latest_stays(tmp_path, bundles):
     local.publish(bundles[0], "m", "1", {}, cfg)
     local.publish(bundles[1], "m", "2", {}, cfg)
     tamper(tmp_path / "registry/m/1/README.md")
-    with pytest.raises(PipelineError, match="stored m version 1 in registry .* fails verification: .*README.md"):
+    with pytest.raises(PipelineError,
+                       match="stored m version 1 in the local registry at .*/ fails verification: .*README.md"):
         local.publish(bundles[0], "m", "1", {}, cfg)  # a rollback to 1 must not land on the tampered copy
     assert (tmp_path / "registry/m/latest").read_text() == "2\n"
     assert read_json(tmp_path / "registry/index.json")["models"]["m"]["latest"] == "2"
@@ -392,11 +393,23 @@ def test_verify_accepts_registry_references(tmp_path, registry_with_two):
 
 
 @pytest.mark.parametrize("ref, expected", [
-    ("m@9.9", "m has no version '9.9'"), ("nope@latest", "no model 'nope'"),
+    # issue #49: "in registry registry" (publish.registry_dir's default is `registry`)
+    ("m@9.9", "m has no version '9.9' in the local registry at registry/"),
+    ("nope@latest", "no model 'nope' in the local registry at registry/"),
     ("../m@1.0", "invalid model name"), ("m@../1.0", "invalid publish version"),
 ])
 def test_bad_references_are_one_line(tmp_path, registry_with_two, ref, expected):
     assert expected in one_error_line(cli("verify", ref, cwd=tmp_path))
+
+
+def test_status_counts_versions_in_words(tmp_path, bundles):
+    """Issue #49: `modelprep status` said "(1 versions)"."""
+    cfg = publish_settings(registry_dir=str(tmp_path / "registry"))
+    local.publish(bundles[0], "one", "1.0", {}, cfg)
+    local.publish(bundles[0], "two", "1.0", {}, cfg)
+    local.publish(bundles[1], "two", "2.0", {}, cfg)
+    out = cli("status", cwd=tmp_path).stdout
+    assert "registry one: latest 1.0 (1 version)\n" in out and "registry two: latest 2.0 (2 versions)\n" in out
 
 
 def test_references_to_tampered_versions_are_one_line(tmp_path, registry_with_two):
@@ -431,6 +444,9 @@ def test_redaction_of_uris_and_params():
                         "creds": [{"db_password": "***", "apiKey": "***", "HF_TOKEN": None}],
                         "draft_training": {"max_new_tokens": 96}, "client_secret": "***"}
     assert params["publish"]["hf"]["token"] == "hf_abc"  # a copy; the input is untouched
+    # issue #49: an empty mapping under a secret-named key holds nothing to hide, and must read as empty
+    assert redact_params({"secret_env": {}, "api_key": [], "secret": {"VAR": "name/key"}}) == \
+        {"secret_env": {}, "api_key": [], "secret": "***"}
 
 
 def test_secret_query_parameters_are_redacted_too():

@@ -38,9 +38,11 @@ def _secret_key(key) -> bool:
 
 def redact_params(obj):
     """A deep copy of a params tree: every string through redact_uri, and the value of every key
-    naming a token, password, secret or api_key replaced by '***' (unset ones stay as they are)."""
+    naming a token, password, secret or api_key replaced by '***' (unset ones, empty mappings and lists included,
+    stay as they are: `secret_env: {}` holds no secret and must read as empty)."""
     if isinstance(obj, dict):
-        return {k: REDACTED if _secret_key(k) and v not in (None, "") else redact_params(v) for k, v in obj.items()}
+        return {k: REDACTED if _secret_key(k) and v not in (None, "", {}, []) else redact_params(v)
+                for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return type(obj)(redact_params(v) for v in obj)
     if isinstance(obj, str):

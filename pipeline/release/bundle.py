@@ -6,6 +6,7 @@ import importlib.metadata
 import shutil
 import subprocess
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -17,12 +18,13 @@ from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release.gates import VariantVerdict
+from pipeline.release.latency import GATE_KEYS, gate_ms, relation, targets
 from pipeline.release.manifest import write_manifest
 from pipeline.release.publish import EVAL, GATE, eval_record
 from pipeline.release.settings import DeployParams
 from pipeline.release.thresholds import SPECULATION
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.config import serve_env, serve_yaml
+from pipeline.serving.config import serve_env, serve_yaml, served_model_name
 from pipeline.serving.settings import ServingParams
 
 CARD_TEMPLATE = "model_card.md.j2"  # pipeline/release/templates/
@@ -83,6 +85,7 @@ def _template() -> jinja2.Template:
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
     env.filters["num"] = _num
     env.filters["per_position"] = lambda values: " / ".join(f"{a:.2f}" for a in values or []) or "n/a"
+    env.filters["sentence"] = lambda text: text[:1].upper() + text[1:]  # "the EAGLE-3 head" opening a sentence
     return env.get_template(CARD_TEMPLATE)
 
 
@@ -142,17 +145,110 @@ def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: Specu
     why serving.tensor_parallel_size is what it is (parallelism.TpDecision.reason)."""
     from pipeline.quantize.hardware import requirements
 
+    rows = targets(serving.slo, gate_ms(verdict.checks), alerts.alert_ms() if alerts else None,
+                   alerts.latency_source if alerts else None)
+    predicted = predicted_rows(est)
     return _template().render(
         variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
         deploy=deploy, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
-        failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if not c.passed and c.group != SPECULATION],
-        lm_eval=list(summary.lm_eval.items()),
+        failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if c.failed and c.group != SPECULATION],
+        lm_eval=[(key, value, lm_eval_meaning(key)) for key, value in summary.lm_eval.items()],
+        served_name=served_model_name(serving, variant), predicted_rows=predicted, predicted_drop=steepest_drop(predicted),
+        bound=speedup_bound(est, predicted), latency_targets=rows, latency_relation=relation(rows),
+        latency_gate_keys=list(GATE_KEYS.values()), alert_ms=alerts.alert_ms() if alerts else {},
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
         method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
         slo=serving.slo, arrival=serving.arrival, pareto=pareto, per_gpu=ranking.per_gpu if ranking else [],
         recommended=ranking.recommended if ranking else None,
         recommended_note=ranking.recommended_note if ranking else None, parallelism=parallelism)
+
+
+# What the demo's lm-eval task (evals/domain_heldout.yaml) scores: the held-out traffic's own responses, not the
+# target's, so its numbers read on another scale than the comparisons with the target above them in the card.
+LM_EVAL_MEANINGS = {
+    "domain_heldout_acc": "share of held-out responses this variant writes whole, token for token, as its greedy "
+                          "answer to their prompts",
+    "domain_heldout_byte_perplexity": "perplexity of the held-out responses per UTF-8 byte (any tokenizer)",
+    "domain_heldout_bits_per_byte": "bits per byte of the held-out responses (log2 of the byte perplexity)",
+}
+
+
+def lm_eval_meaning(key: str) -> str:
+    return LM_EVAL_MEANINGS.get(key, "an lm-eval score (`evaluate.lm_eval.tasks`)")
+
+
+@dataclass(frozen=True)
+class PredictedRow:
+    """One concurrency of the served prediction at the shipped k: tokens/s plain and speculative, the speculative
+    step's cost over a plain step's (the profile's, as the prediction used it) and the speedup."""
+    concurrency: str
+    plain: float
+    speculative: float
+    step_cost: float
+    speedup: float
+    best_k: int
+
+    @property
+    def slower(self) -> bool:
+        return self.speedup < 1
+
+
+def predicted_rows(est: SpeculativeEstimate) -> list[PredictedRow]:
+    """The card's predicted table. The step cost inverts serving_costs' model, speedup = R N / ((N + 1) S - 1) with
+    S the speculative step over a plain one, R the tokens per step and N the steps per response (R / S on long
+    answers), so it is the S the prediction used."""
+    if est.served is None:
+        return []
+    k = str(est.num_speculative_tokens)
+    tokens = tokens_per_step(est)
+    steps = est.steps_per_response_by_k.get(k)
+    rows = []
+    for c, plain in est.served.plain_tokens_per_s.items():
+        speedup = est.served.speedup_by_k[c][k]
+        cost = (tokens * steps / speedup + 1) / (steps + 1) if steps else tokens / speedup
+        rows.append(PredictedRow(c, plain, plain * speedup, cost, speedup, est.served.best_k[c]))
+    return rows
+
+
+@dataclass(frozen=True)
+class PredictedDrop:
+    before: str
+    after: str
+    cost_before: float
+    cost_after: float
+    speedup_before: float
+    speedup_after: float
+
+
+def steepest_drop(rows: list[PredictedRow], at_least: float = 0.2) -> PredictedDrop | None:
+    """The largest fall of the predicted speedup from one concurrency to the next (at least this fraction of it),
+    which the card explains by the step cost beside it; None where none falls that far."""
+    pairs = [(a, b) for a, b in zip(rows, rows[1:]) if b.speedup < a.speedup * (1 - at_least)]
+    if not pairs:
+        return None
+    a, b = max(pairs, key=lambda pair: pair[0].speedup / pair[1].speedup)
+    return PredictedDrop(a.concurrency, b.concurrency, a.step_cost, b.step_cost, a.speedup, b.speedup)
+
+
+def tokens_per_step(est: SpeculativeEstimate) -> float:
+    """Response tokens a step makes at the estimate's k (1 + accepted, less those past the response's end)."""
+    return est.tokens_per_step_by_k.get(str(est.num_speculative_tokens), 1 + est.expected_accepted_tokens)
+
+
+@dataclass(frozen=True)
+class SpeedupBound:
+    """The speedup at the shipped k if drafting and verifying cost nothing over a plain step: the tokens per step.
+    A speculative step does a plain step's work and more, so no served speedup at this k exceeds it (the weight-bytes
+    ideal does not bound it: a target step costs more than its weight bytes wherever per-step overheads or
+    dequantizing kernels count, and the served speedup then exceeds that ideal). predicted_max: the highest predicted
+    speedup at this k over the concurrencies, for the card to set beside it."""
+    tokens_per_step: float
+    predicted_max: float | None
+
+
+def speedup_bound(est: SpeculativeEstimate, rows: list[PredictedRow]) -> SpeedupBound:
+    return SpeedupBound(tokens_per_step(est), max((r.speedup for r in rows), default=None))
 
 
 METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",

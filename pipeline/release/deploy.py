@@ -16,6 +16,7 @@ import re
 import yaml
 
 from pipeline.release.settings import DeployParams
+from pipeline.serving.config import served_model_name
 from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
@@ -83,7 +84,8 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
         "readinessProbe": {"exec": {"command": warm}, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
         "lifecycle": {"postStart": {"exec": {"command": [
             "/bin/sh", "-c",
-            f"nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --model {serving.name} "
+            "nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl "
+            f"--model {served_model_name(serving, variant)} "
             # its output goes to the container's own log (kubectl logs), not a file nobody reads
             f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &"]}}},
         "volumeMounts": [{"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},

@@ -28,10 +28,14 @@ class GateCheck:
     value: float | None
     threshold: float
     op: str
-    passed: bool
+    passed: bool | None  # None: skipped, not applied (GATE.json must not call an unapplied check passed)
     note: str | None = None
     group: str = QUALITY
     skipped: str | None = None  # why a check that needs a GPU measurement was not applied
+
+    @property
+    def failed(self) -> bool:
+        return self.passed is False
 
     def describe(self) -> str:
         """'top1_agreement=0.8956, needs >= 0.9 (short by 0.0044)': what failed and by how much."""
@@ -157,7 +161,7 @@ def check_variant(metrics: dict, thresholds: dict, group: str | None = None, ski
             if spec.required:
                 results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
             else:
-                results.append(GateCheck(name, metric, None, threshold, spec.op, True, None, spec.group,
+                results.append(GateCheck(name, metric, None, threshold, spec.op, None, None, spec.group,
                                          reasons.get(name) or skip_reason or "not measured"))
             continue
         if not is_number(value):
@@ -178,7 +182,7 @@ DRAFTER_COST_CHECKS = ("min_accepted_per_draft_token",)
 
 
 def drafter_cost_free(check: GateCheck) -> GateCheck:
-    return replace(check, passed=True, note=None,
+    return replace(check, passed=None, note=None,
                    skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides")
 
 
@@ -262,12 +266,12 @@ def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, threshold
     if decision.num_speculative_tokens:
         spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
                        for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
-        failed = [c for c in spec_checks if not c.passed]
+        failed = [c for c in spec_checks if c.failed]
         if failed:
             decision = speculation_choice.without_speculation(
                 decision, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed))
     else:
-        spec_checks = [replace(c, passed=True, note=None, skipped="no speculation shipped")
+        spec_checks = [replace(c, passed=None, note=None, skipped="no speculation shipped")
                        for c in check_variant(metrics, thresholds, SPECULATION)]
     floor = thresholds.get("min_capacity_vs_bf16")
     claim, no_ratio = capacity_claim(serve, ctx.baseline, decision.speculation, ctx)
@@ -291,7 +295,7 @@ def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, threshold
     reasons = {"min_capacity_vs_bf16": f"not measured: {undecided or no_ratio}"} if (undecided or no_ratio) else {}
     checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
               + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons))
-    passed = all(c.passed for c in checks if c.group != SPECULATION)
+    passed = not any(c.failed for c in checks if c.group != SPECULATION)
     return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
 
 
@@ -350,9 +354,9 @@ def summary(report: GateReport) -> dict:
             "allow_fail": report.allow_fail,
             "variants": [{"variant": name, "passed": v.passed, "allowed_failure": v.allowed_failure,
                           "verdict": v.label, "counts": check_counts(v),
-                          "failed_checks": [c.check for c in v.checks if not c.passed and c.group != SPECULATION],
+                          "failed_checks": [c.check for c in v.checks if c.failed and c.group != SPECULATION],
                           "failed_speculation_checks": [c.check for c in v.checks
-                                                        if not c.passed and c.group == SPECULATION],
+                                                        if c.failed and c.group == SPECULATION],
                           "speculation": None if v.speculation is None else {
                               "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
                               "num_speculative_tokens": v.speculation.num_speculative_tokens,
@@ -397,9 +401,9 @@ def check_counts(v: VariantVerdict) -> dict[str, int]:
     """How many checks passed, failed (a failed speculation check turns speculation off rather than failing the
     variant: counted apart) and were skipped (nothing measured, or no speculation shipped to check)."""
     applied = [c for c in v.checks if not c.skipped]
-    return {"checks": len(v.checks), "passed": sum(c.passed for c in applied),
-            "failed": sum(not c.passed and c.group != SPECULATION for c in applied),
-            "speculation_failed": sum(not c.passed and c.group == SPECULATION for c in applied),
+    return {"checks": len(v.checks), "passed": sum(c.passed is True for c in applied),
+            "failed": sum(c.failed and c.group != SPECULATION for c in applied),
+            "speculation_failed": sum(c.failed and c.group == SPECULATION for c in applied),
             "skipped": len(v.checks) - len(applied)}
 
 
@@ -407,8 +411,8 @@ def verdict_line(variant: str, v: VariantVerdict) -> str:
     """'gate bf16: PASS: 4 of 10 checks passed, 1 speculation check failed (min_accepted_per_draft_token: no
     speculation ships), 5 skipped; ships without speculation (estimated)': every check counted once, as what it was."""
     n = check_counts(v)
-    failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group != SPECULATION]
-    spec_failed = [c.check for c in v.checks if not c.passed and not c.skipped and c.group == SPECULATION]
+    failed = [c.check for c in v.checks if c.failed and c.group != SPECULATION]
+    spec_failed = [c.check for c in v.checks if c.failed and c.group == SPECULATION]
     parts = [f"{n['passed']} of {n['checks']} checks passed"]
     if failed:
         parts.append(f"{len(failed)} failed ({', '.join(failed)})")
@@ -425,7 +429,7 @@ def failed_checks(report: GateReport, allowed: bool) -> list[str]:
     or of allow_fail (allowed=True) variants."""
     return [f"{variant}: {c.check} ({c.describe()})"
             for variant, v in report.variants.items() if not v.passed and v.allowed_failure == allowed
-            for c in v.checks if not c.passed and c.group != SPECULATION]
+            for c in v.checks if c.failed and c.group != SPECULATION]
 
 
 def conclude(report: GateReport) -> int:

@@ -14,15 +14,15 @@ from pipeline.core.io import atomic_write_text
 from pipeline.drafts.methods import Speculation
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
-from pipeline.release import deploy, monitoring
+from pipeline.release import deploy, latency, monitoring
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.settings import DeployParams, MonitoringParams
 from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.capacity import CONCURRENCY, users_meeting
-from pipeline.serving.config import engine_args, serve_yaml, speculative_config_for
-from pipeline.serving.settings import ServingParams
+from pipeline.serving.config import engine_args, serve_yaml, served_model_name, speculative_config_for
+from pipeline.serving.settings import ServingParams, Slo
 from pipeline.serving.tiers import DEFAULT, Tier, parse_tiers, select
 
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
@@ -118,7 +118,8 @@ class TierPlan:
 
 
 def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
-                 target_concurrency: int, cfg: MonitoringParams) -> monitoring.AlertLevels:
+                 target_concurrency: int, cfg: MonitoringParams, slo: Slo | None = None) -> monitoring.AlertLevels:
+    """The alerts' thresholds; slo: serving.slo, which the latency alerts' descriptions set beside their own."""
     shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
     k = shipped.k
     acceptance = verdict.applied("min_accepted_per_draft_token")
@@ -136,7 +137,9 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
         acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
         ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
-        kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction)
+        kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction,
+        slo_ms={"ttft": slo.p99_ttft_ms, "itl": slo.p99_itl_ms} if slo is not None else {},
+        gate_ms=latency.gate_ms(verdict.checks))
 
 
 def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingParams, draft: DraftParams,
@@ -183,19 +186,19 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingPa
         plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
                               manifest, level.output_throughput if level is not None else None, chosen.schedule,
                               sizing))
+    served_name = served_model_name(serving, variant)
     if any(p.sizing and p.sizing.running_target for p in plans):
-        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(serving.name))
+        atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(served_name))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
         for text, special in warmup_prompts[: deploy_cfg.warmup_prompts]))
 
-    levels = alert_levels(serving.name, verdict, cost_ratio, serve, serving.target_concurrency, monitoring_cfg)
+    levels = alert_levels(served_name, verdict, cost_ratio, serve, serving.target_concurrency, monitoring_cfg,
+                          serving.slo)
     (out / "monitoring").mkdir(exist_ok=True)
     atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving.name}-{variant}"))
-    test = monitoring.rules_unit_test(levels, Path(RULES).name)
-    if test:
-        atomic_write_text(out / RULES_TEST, test)
+    atomic_write_text(out / RULES_TEST, monitoring.rules_unit_test(levels, Path(RULES).name))
     atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving.name} {variant}",
                                                                  deploy.object_name(serving.name, variant, "dash", 40)))
     return plans, levels

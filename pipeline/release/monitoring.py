@@ -5,12 +5,14 @@ name); counters carry prometheus_client's `_total` suffix and histograms `_bucke
 this build: the acceptance it was evaluated at (served under load when measured), the draft/target cost
 ratio below which speculation is slower than plain decoding, and the serving benchmark's p99 TTFT and ITL
 at the target concurrency times `monitoring.latency_margin` (the latency gates' thresholds where nothing
-was measured). The queue-time alert uses the TTFT bound, since time in the queue is part of TTFT.
+was measured): the latency alert, which each latency alert's description sets beside the SLO and the latency gate
+(pipeline/release/latency.py names the three). The queue-time alert uses the TTFT bound, since time in the queue is
+part of TTFT.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import yaml
 
@@ -47,6 +49,16 @@ class AlertLevels:
     latency_source: str
     kv_cache_usage_max: float
     warning_fraction: float
+    # The SLO's and the latency gate's p99 TTFT and ITL in ms ("ttft", "itl"), which the latency alerts' descriptions
+    # set their own threshold beside (the three targets of pipeline/release/latency.py).
+    slo_ms: dict[str, float] = field(default_factory=dict)
+    gate_ms: dict[str, float] = field(default_factory=dict)
+
+    def alert_ms(self) -> dict[str, float]:
+        """The latency alert's thresholds in ms as the rules compare them (raised to a histogram bucket bound)."""
+        return {key: bucket_bound(metric, seconds) * 1000
+                for key, metric, seconds in (("ttft", TTFT, self.ttft_p99_s), ("itl", ITL, self.itl_p99_s))
+                if seconds is not None}
 
 
 def bucket_bound(metric: str, seconds: float) -> float:
@@ -89,31 +101,99 @@ def rules(levels: AlertLevels, group: str) -> dict:
                                            "description": f"Accepted/drafted below the draft/target cost ratio "
                                                           f"{levels.cost_ratio:.3f}: lower num_speculative_tokens or "
                                                           "remove speculative-config (roll back to a plain bundle)."}})
-    for metric, measured, what in ((TTFT, levels.ttft_p99_s, "time to first token"),
-                                   (ITL, levels.itl_p99_s, "inter-token latency"),
-                                   (QUEUE, levels.ttft_p99_s, "queue time")):
+    for metric, measured, what, key in ((TTFT, levels.ttft_p99_s, "time to first token", "ttft"),
+                                        (ITL, levels.itl_p99_s, "inter-token latency", "itl"),
+                                        (QUEUE, levels.ttft_p99_s, "queue time", "ttft")):
         if measured is None:
             continue
         bound = bucket_bound(metric, measured)
         alerts.append({"alert": f"Vllm{''.join(w.title() for w in what.split()).replace('-', '')}P99High",
                        "expr": f"{P99[metric]}{sel} > {bound:.4g}", "for": "10m", "labels": {"severity": "warning"},
-                       "annotations": {"summary": f"p99 {what} above {bound * 1000:.1f} ms",
-                                       "description": f"{measured * 1000:.1f} ms from {levels.latency_source}, "
-                                                      "raised to the histogram's next bucket bound."}})
+                       "annotations": {"summary": f"p99 {what} above {bound * 1000:.1f} ms (latency alert)",
+                                       "description": f"Latency alert: {measured * 1000:.1f} ms from "
+                                                      f"{levels.latency_source}, raised to the histogram's next bucket "
+                                                      "bound." + _targets_beside(levels, key, what)}})
     return {"groups": [{"name": f"{group}.recording", "interval": "30s", "rules": recording},
                        {"name": f"{group}.alerts", "rules": alerts}]}
+
+
+def _targets_beside(levels: AlertLevels, key: str, what: str) -> str:
+    """' Beside it: the SLO (serving.slo) p99 TTFT 200 ms; the latency gate (gates.thresholds.max_p99_ttft_ms)
+    2000 ms.': the other two latency targets of the same measure (pipeline/release/latency.py)."""
+    from pipeline.release.latency import GATE_KEYS
+
+    name = "TTFT" if key == "ttft" else "ITL"
+    parts = [f"the SLO (serving.slo) p99 {name} {levels.slo_ms[key]:g} ms" if levels.slo_ms.get(key) is not None
+             else None,
+             f"the latency gate (gates.thresholds.{GATE_KEYS[key]}) {levels.gate_ms[key]:g} ms"
+             if levels.gate_ms.get(key) is not None else None]
+    parts = [p for p in parts if p]
+    if not parts:
+        return ""
+    part_of = " (queue time is part of TTFT)" if what == "queue time" else ""
+    return f" Beside it{part_of}: {'; '.join(parts)}."
 
 
 def rules_yaml(levels: AlertLevels, group: str) -> str:
     return yaml.safe_dump(rules(levels, group), sort_keys=False, width=200)
 
 
-def rules_unit_test(levels: AlertLevels, rule_file: str) -> str | None:
-    """A `promtool test rules` file that feeds the acceptance rules synthetic counters: at 50% of the warning
-    level the warning fires, at the evaluated acceptance nothing does. None when no speculation ships."""
-    if levels.acceptance is None:
-        return None
+def rules_unit_test(levels: AlertLevels, rule_file: str) -> str:
+    """A `promtool test rules` file feeding every alert synthetic series: the KV cache and the latency alerts fire
+    above their thresholds and stay quiet at them; where speculation ships, the acceptance alerts fire at 50% of the
+    warning level and stay quiet at the evaluated acceptance."""
     sel = _selector(levels.served_name)
+    annotations = {r["alert"]: {k: v.replace("{{ $labels.model_name }}", levels.served_name) for k, v in
+                                r["annotations"].items()}  # as promtool expands the template
+                   for g in rules(levels, "")["groups"] for r in g["rules"] if "alert" in r}
+
+    def fired(alert: str, severity: str) -> list[dict]:
+        return [{"exp_labels": {"severity": severity, "model_name": levels.served_name},
+                 "exp_annotations": annotations[alert]}]
+
+    def case(series: list[dict], expected: dict[str, list[dict]]) -> dict:
+        return {"interval": "1m", "input_series": series,
+                "alert_rule_test": [{"eval_time": "30m", "alertname": a, "exp_alerts": e} for a, e in expected.items()]}
+
+    full = min(1.0, levels.kv_cache_usage_max + 0.05)
+    tests = [case([{"series": f"{KV_CACHE}{sel}", "values": f"{full:g}x40"}],
+                  {"VllmKvCacheNearlyFull": fired("VllmKvCacheNearlyFull", "warning")}),
+             case([{"series": f"{KV_CACHE}{sel}", "values": f"{levels.kv_cache_usage_max:g}x40"}],
+                  {"VllmKvCacheNearlyFull": []})]
+    tests += _latency_cases(levels, sel, annotations, case, fired)
+    if levels.acceptance is not None:
+        tests += _acceptance_cases(levels, sel, annotations, case, fired)
+    return yaml.safe_dump({"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+
+
+def _histogram(metric: str, sel: str, le: float, per_min: int = 600) -> list[dict]:
+    """Bucket counters of `metric` with every observation at or below `le` (a bucket bound) and above the bound
+    before it."""
+    label = sel[:-1] + ',le="%s"}'
+    bounds = [*BUCKETS[metric], "+Inf"]
+    return [{"series": f"{metric}_bucket" + label % (b if b == "+Inf" else f"{b:g}"),
+             "values": f"0+{per_min if b == '+Inf' or b >= le else 0}x40"} for b in bounds]
+
+
+def _latency_cases(levels: AlertLevels, sel: str, annotations: dict, case, fired) -> list[dict]:
+    """Each latency alert fires with every observation in the bucket above its threshold, not with them in the
+    threshold's own bucket (histogram_quantile interpolates inside it: at most the threshold)."""
+    out = []
+    for metric, seconds, what in ((TTFT, levels.ttft_p99_s, "time to first token"),
+                                  (ITL, levels.itl_p99_s, "inter-token latency"),
+                                  (QUEUE, levels.ttft_p99_s, "queue time")):
+        if seconds is None:
+            continue
+        alert = f"Vllm{''.join(w.title() for w in what.split()).replace('-', '')}P99High"
+        bound = bucket_bound(metric, seconds)
+        above = [b for b in BUCKETS[metric] if b > bound]
+        if above:  # past the last bucket histogram_quantile answers the last bound itself: nothing above it to test
+            out.append(case(_histogram(metric, sel, above[0]), {alert: fired(alert, "warning")}))
+        out.append(case(_histogram(metric, sel, bound), {alert: []}))
+    return out
+
+
+def _acceptance_cases(levels: AlertLevels, sel: str, annotations: dict, case, fired) -> list[dict]:
     drafted_per_min = 1000
 
     def series(ratio: float) -> list[dict]:
@@ -121,23 +201,12 @@ def rules_unit_test(levels: AlertLevels, rule_file: str) -> str | None:
         return [{"series": f"{DRAFTED}{sel}", "values": f"0+{drafted_per_min}x40"},
                 {"series": f"{ACCEPTED}{sel}", "values": f"0+{accepted}x40"}]
 
-    annotations = {r["alert"]: r["annotations"] for g in rules(levels, "")["groups"] for r in g["rules"] if "alert" in r}
-
-    def fired(alert: str, severity: str) -> list[dict]:
-        return [{"exp_labels": {"severity": severity, "model_name": levels.served_name},
-                 "exp_annotations": annotations[alert]}]
-
     low = levels.acceptance * levels.warning_fraction * 0.5
     critical = "SpeculationSlowerThanPlainDecoding" in annotations and low < levels.cost_ratio
-    tests = [{"interval": "1m", "input_series": series(low), "alert_rule_test": [
-                 {"eval_time": "30m", "alertname": "SpeculativeAcceptanceLow",
-                  "exp_alerts": fired("SpeculativeAcceptanceLow", "warning")},
-                 {"eval_time": "30m", "alertname": "SpeculationSlowerThanPlainDecoding",
-                  "exp_alerts": fired("SpeculationSlowerThanPlainDecoding", "critical") if critical else []}]},
-             {"interval": "1m", "input_series": series(levels.acceptance), "alert_rule_test": [
-                 {"eval_time": "30m", "alertname": name, "exp_alerts": []}
-                 for name in ("SpeculativeAcceptanceLow", "SpeculationSlowerThanPlainDecoding")]}]
-    return yaml.safe_dump({"rule_files": [rule_file], "evaluation_interval": "1m", "tests": tests}, sort_keys=False)
+    return [case(series(low), {"SpeculativeAcceptanceLow": fired("SpeculativeAcceptanceLow", "warning"),
+                               "SpeculationSlowerThanPlainDecoding":
+                                   fired("SpeculationSlowerThanPlainDecoding", "critical") if critical else []}),
+            case(series(levels.acceptance), {"SpeculativeAcceptanceLow": [], "SpeculationSlowerThanPlainDecoding": []})]
 
 
 def dashboard_json(levels: AlertLevels, title: str, uid: str) -> str:

@@ -76,7 +76,7 @@ def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fai
     if thresholds is not None:
         check_thresholds(verdict, variant, thresholds)
     if not verdict.passed and not (verdict.allowed_failure and variant in allow_fail):
-        failed = ", ".join(c.check for c in verdict.checks if not c.passed)
+        failed = ", ".join(c.check for c in verdict.checks if c.failed)
         raise PipelineError(f"{variant} failed its gates ({failed}) and is not in gates.allow_fail; not published")
     return verdict
 

@@ -21,12 +21,20 @@ def checkpoint_quantization(model_dir: Path) -> str | None:
     return (config.get("quantization_config") or {}).get("quant_method")
 
 
+def served_model_name(serving: ServingParams, variant: str) -> str:
+    """The name a variant is served as (vLLM's --served-model-name, the `model_name` label of its metrics, the
+    `model` of a request): its registry name, `<serving.name>-<variant>`, so two variants deployed side by side
+    answer, and are measured and alerted on, apart."""
+    return f"{serving.name}-{variant}"
+
+
 def engine_args(variant_spec: VariantSpec, serving: ServingParams, speculative_config: dict | None,
                 quantization: str | None = None, tier_engine: dict | None = None) -> dict:
     """Arguments for vllm.LLM(...) relative to the bundle directory; speculative_config from
     speculative_config_for (None: no speculative decoding). tier_engine: a serving tier's engine
     overrides (pipeline/serving/tiers.py ENGINE_KEYS)."""
-    args = {"model": "./model", "served_model_name": serving.name, "max_model_len": serving.max_model_len,
+    args = {"model": "./model", "served_model_name": served_model_name(serving, variant_spec.name),
+            "max_model_len": serving.max_model_len,
             "gpu_memory_utilization": serving.gpu_memory_utilization, "max_num_seqs": serving.max_num_seqs,
             # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
             "tensor_parallel_size": serving.tensor_parallel_size}

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from render import Table, Text, facts  # noqa: E402
+from pipeline.core.sizes import mib_record_as_mb  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 RUNS = ("gpu-methods", "gpu-eagle3-variants", "gpu-schemes", "gpu-schemes-served", "gpu-tp1", "schemes8b", "handoff",
@@ -36,10 +37,21 @@ def table(header: list[str], rows: list[list]) -> Table:
     return Table(tuple(header), tuple(tuple(str(c) for c in r) for r in rows))
 
 
+# Runs recorded by code before pipeline/core/sizes.py RECORDED_IN_MIB_UNTIL, whose `*_mb` sizes and peak memory are
+# MiB: read back in MB, as every column here labels them (a BF16 Llama-3-8B is 16060 MB, not "15317 MB").
+RECORDED_IN_MIB = {"after-graph-refactor", "before-eos-fix", "calibration", "demo-bundles", "demo-serve",
+                   "evaluate-stage", "gpu-eagle3-variants", "gpu-methods", "gpu-profile", "gpu-schemes-served",
+                   "gpu-schemes", "gpu-tests", "gpu-tiers", "gpu-tp1", "handoff", "llama3-8b", "schemes8b"}
+
+
+def in_mb(folder: str, data):
+    return mib_record_as_mb(data) if folder in RECORDED_IN_MIB and isinstance(data, dict) else data
+
+
 def load(name: str) -> dict:
     """A result file of the first runs by name (before-eos-fix/... names its folder itself)."""
     path = name if "/" in name else f"{FOLDER[name.split('-')[0]]}/{name}"
-    return json.loads((RAW / f"{path}.json").read_text())
+    return in_mb(path.split("/")[0], json.loads((RAW / f"{path}.json").read_text()))
 
 
 def run_json(run: Path, rel: str) -> dict:
@@ -50,7 +62,7 @@ def run_json(run: Path, rel: str) -> dict:
     timing = run / "timings" / Path(rel).name
     if rel.startswith("metrics/") and timing.is_file():
         data = {**data, **json.loads(timing.read_text())}
-    return data
+    return in_mb(run.name, data)
 
 
 def f(v, d=2):

@@ -192,8 +192,14 @@ def _verified(root: Path, index: dict, name: str, version: str) -> dict:
         if recorded not in (None, manifest["bundle_digest"]):
             raise PipelineError(f"its digest differs from the one the index recorded ({recorded[:12]})")
     except PipelineError as e:
-        raise PipelineError(f"stored {name} version {version} in registry {root} fails verification: {e}") from None
+        raise PipelineError(f"stored {name} version {version} in {_registry(root)} fails verification: {e}") from None
     return manifest
+
+
+def _registry(root: Path) -> str:
+    """'the local registry at registry/': the directory named as one (publish.registry_dir is `registry` by default,
+    and "in registry registry" read as a typo)."""
+    return f"the local registry at {root.as_posix().rstrip('/')}/"
 
 
 def resolve(root: str | Path, name: str, version: str = "latest", public_key: str | Path | None = None) -> Path:
@@ -204,11 +210,11 @@ def resolve(root: str | Path, name: str, version: str = "latest", public_key: st
     index = read_index(root)
     entry = index["models"].get(name)
     if entry is None:
-        raise PipelineError(f"no model {name!r} in registry {root}")
+        raise PipelineError(f"no model {name!r} in {_registry(root)}")
     version = entry["latest"] if version == "latest" else version
     check_version(version)
     if version not in entry["versions"]:
-        raise PipelineError(f"{name} has no version {version!r} in registry {root}")
+        raise PipelineError(f"{name} has no version {version!r} in {_registry(root)}")
     _verified(root, index, name, version)
     if public_key is not None:
         from pipeline.release import signing
