@@ -62,7 +62,8 @@ def test_a_chart_with_nothing_to_draw_is_a_valid_output_and_no_chart(tmp_path):
         "      deps: [write.py]\n      plots:\n      - plots/curve/${item}: {cache: false, x: x, y: y, title: "
         "'curve (${item})', x_label: load, y_label: latency}\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "repro"]):
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
+                ["dvc", "repro"]):
         r = run(cmd, project, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
     assert [p.name for p in (project / "plots/curve/skipped").iterdir()] == ["skipped.txt"]
