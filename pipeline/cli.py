@@ -179,6 +179,16 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_plots_page(args) -> int:
+    """Write the page `dvc plots show` fills (.dvc/plots/page.html: vega, vega-lite and vega-embed inlined, so the
+    charts draw offline) and point this workspace's DVC at it (.dvc/config.local). setup.sh runs it."""
+    from pipeline.plots import install_page
+
+    path = install_page(Path(args.root))
+    print(f"{path}: `dvc plots show` writes dvc_plots/index.html from it, drawing offline")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelprep", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("--max-answer-chars", type=int, default=1200,
                          help="a long answer keeps whole docstring paragraphs up to this many characters (default 1200)")
     traffic.set_defaults(func=cmd_traffic)
+    page = sub.add_parser("plots-page", help="make `dvc plots show` write a page that draws offline",
+                          description=cmd_plots_page.__doc__)
+    page.add_argument("--root", default=".", help="the project's root (holding .dvc/)")
+    page.set_defaults(func=cmd_plots_page)
     return parser
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
-from pipeline.core.io import atomic_dir, write_csv
+from pipeline.core.io import atomic_dir
+from pipeline.plots import write_plot
 from pipeline.core.stage import progress_bar, say, stage_main
 from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts
@@ -428,11 +429,10 @@ def main(argv: list[str]) -> None:
             record = measure(tmp, variant, candidates(run, variant), run)
         records.write(tmp / "record.json", record)
     records.write(f"metrics/serve-{variant}.json", record)
+    why_empty = f"serve_bench {variant}: {record.skipped or 'nothing measured'}"
     for directory, (column, value) in serve_bench.PLOTS.items():
-        rows, header = serve_bench.plot_rows(record, column, value)
-        write_csv(f"{directory}/{variant}.csv", rows, header)
-    rows, header = capacity.pareto_rows(record, serving.slo, serve_bench.CONFIG_NAMES)
-    write_csv(f"plots/serve_pareto/{variant}.csv", rows, header)
+        write_plot(f"{directory}/{variant}", *serve_bench.plot_rows(record, column, value), why_empty)
+    write_plot(f"plots/serve_pareto/{variant}", *capacity.pareto_rows(record, serving.slo), why_empty)
     say(summary_line(record, min(cfg.concurrency)))
 
 

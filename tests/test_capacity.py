@@ -5,7 +5,6 @@ is under test is the search (pipeline/serving/capacity.py) and what the pipeline
 bench serve`, which only a GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
 from __future__ import annotations
 
-import csv
 import json
 
 import pytest
@@ -174,17 +173,17 @@ def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_cap
 
 def test_pareto_rows_hold_every_measurement_and_the_slo_line():
     record = searched_record("bf16", Server(), spec_server=Server(itl_slope=0.25))
-    rows, header = capacity.pareto_rows(record, CHAT, serve_bench.CONFIG_NAMES)
-    assert header[0] == "p99_token_latency_ms" and header[-1] == "slo"
-    plain = [r for r in rows if r["plain_output_tokens_per_s_per_gpu"] is not None]
+    rows, header = capacity.pareto_rows(record, CHAT)
+    assert header == ["p99_token_latency_ms", "config", "output_tokens_per_s_per_gpu"]
+    plain = [r for r in rows if r["config"] == PLAIN]
     assert len(plain) == len(SWEEP) + len(record.configs[PLAIN].capacity.probes)
-    line = [r for r in rows if r["slo"] is not None]
-    assert [r["p99_token_latency_ms"] for r in line] == [50, 50] and line[0]["slo"] == 0.0
-    assert line[1]["slo"] == max(r[f"{n}_output_tokens_per_s_per_gpu"] or 0
-                                 for r in rows for n in ("plain", "draft_model"))
-    assert [r["p99_token_latency_ms"] for r in rows] == sorted(r["p99_token_latency_ms"] for r in rows)
-    assert capacity.pareto_rows(ServeBenchRecord("bf16", skipped="no CUDA device"), CHAT, ["plain"]) == (
-        [], ["p99_token_latency_ms", "plain_output_tokens_per_s_per_gpu", "slo"])
+    k = record.configs["draft_model"].num_speculative_tokens
+    assert {r["config"] for r in rows} == {PLAIN, f"draft_model k={k}", "SLO p99 ITL 50 ms"}
+    line = [r for r in rows if r["config"].startswith("SLO")]
+    assert [r["p99_token_latency_ms"] for r in line] == [50, 50] and line[0]["output_tokens_per_s_per_gpu"] == 0.0
+    assert line[1]["output_tokens_per_s_per_gpu"] == max(r["output_tokens_per_s_per_gpu"] for r in rows)
+    assert capacity.pareto_rows(ServeBenchRecord("bf16", skipped="no CUDA device"), CHAT) == (
+        [], ["p99_token_latency_ms", "config", "output_tokens_per_s_per_gpu"])
 
 
 def test_pareto_png_draws_every_variant_or_says_why_not(tmp_path):
@@ -310,15 +309,20 @@ def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
     assert tiers["batch"].slo == Slo(2000, 50) and tiers["throughput"].slo == CHAT
 
 
-def test_stage_writes_the_pareto_plot_header_when_skipped():
-    """dvc.yaml's plots/serve_pareto columns are the ones the stage writes."""
+def test_dvc_yaml_plots_the_columns_the_stage_writes():
+    """serve_bench's plots in dvc.yaml name the columns plot_rows and pareto_rows write, and the template's line
+    per config reads the config column they fill."""
     import yaml
 
-    plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
-    spec = next(p["plots/serve_pareto"] for p in plots if "plots/serve_pareto" in p)
-    _, header = capacity.pareto_rows(ServeBenchRecord("x", skipped="-"), CHAT, serve_bench.CONFIG_NAMES)
-    assert spec["x"] == header[0] and spec["y"] == header[1:]
-    assert list(csv.reader([",".join(header)]))[0] == header
+    plots = {k: v for p in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["serve_bench"]["do"]["plots"]
+             for k, v in p.items()}
+    measured = searched_record("bf16", Server())
+    written = {f"{d}/${{item}}": serve_bench.plot_rows(measured, *curve)[1] for d, curve in serve_bench.PLOTS.items()}
+    written["plots/serve_pareto/${item}"] = capacity.pareto_rows(measured, CHAT)[1]
+    assert set(plots) == set(written)
+    template = json.loads((ROOT / ".dvc" / "plots" / "lines_by_config.json").read_text())
+    for path, spec in plots.items():
+        assert [spec["x"], template["encoding"]["color"]["field"], spec["y"]] == written[path], path
 
 
 def test_speculation_that_carries_fewer_users_than_the_floor_gives_way_to_plain_decoding():

@@ -130,14 +130,19 @@ def test_metrics_are_committed_the_dvc_way(project):
     assert r.returncode == 0 and "failed to load" not in r.stderr, r.stderr
 
 
-def test_dvc_plots_draw_the_serving_curves_per_variant(project):
-    """`dvc plots show` renders every declared plot; without a GPU the serving curves are empty, not errors."""
+def test_dvc_plots_leave_out_the_serving_curves_serve_bench_skipped(project):
+    """`dvc plots show` renders every plot with data, without errors; without a GPU serve_bench measured nothing, so
+    its chart directories hold only the note saying why and no serving chart is drawn (not one drawn empty)."""
     r = run(["dvc", "plots", "show", "--json"], project)
     assert r.returncode == 0, r.stderr
     shown = json.loads(r.stdout)
     assert not shown.get("errors"), shown.get("errors")
+    assert not [name for name in shown["data"] if name.startswith("plots/serve_")]
     for variant in tiny_params()["quantize"]["enabled"]:
-        assert f"plots/serve_itl/{variant}.csv" in shown["data"] and f"plots/serve_throughput/{variant}.csv" in shown["data"]
+        assert f"plots/acceptance-{variant}.csv" in shown["data"]
+        for chart in ("serve_itl", "serve_throughput", "serve_pareto"):
+            assert (project / "plots" / chart / variant / "skipped.txt").read_text().startswith(f"serve_bench {variant}: ")
+    assert all(plot["content"]["data"]["values"] for plots in shown["data"].values() for plot in plots)
 
 
 def test_second_repro_is_a_noop(project):

@@ -170,16 +170,17 @@ def test_sampler_reads_kv_cache_use_under_load_from_a_real_exposition():
     assert 0.1 < measured.kv_cache_usage_mean < 0.93
 
 
-def test_plots_have_both_configs_per_concurrency_and_a_header_when_skipped():
-    rec = record(INT4, plain={1: 100.0, 8: 600.0}, spec={1: 150.0, 8: 500.0})
+def test_plots_have_a_row_per_config_and_concurrency_and_none_when_skipped():
+    """Long form (dvc.yaml's lines_by_config template draws a line per config): the method's k in its label."""
+    rec = record(INT4, plain={1: 100.0, 8: 600.0}, spec={8: 500.0, 1: 150.0}, k=5)
     rows, header = serve_bench.plot_rows(rec, *serve_bench.PLOTS["plots/serve_throughput"])
-    assert header == ["concurrency", "plain_output_tokens_per_s", "draft_model_output_tokens_per_s",
-                      "eagle3_output_tokens_per_s", "ngram_output_tokens_per_s"]
-    unmeasured = {header[3]: None, header[4]: None}
-    assert rows == [{"concurrency": 1, header[1]: 100.0, header[2]: 150.0, **unmeasured},
-                    {"concurrency": 8, header[1]: 600.0, header[2]: 500.0, **unmeasured}]
+    assert header == ["concurrency", "config", "output_tokens_per_s"]
+    assert rows == [{"concurrency": 1, "config": "plain", "output_tokens_per_s": 100.0},
+                    {"concurrency": 8, "config": "plain", "output_tokens_per_s": 600.0},
+                    {"concurrency": 1, "config": "draft_model k=5", "output_tokens_per_s": 150.0},
+                    {"concurrency": 8, "config": "draft_model k=5", "output_tokens_per_s": 500.0}]
     assert serve_bench.plot_rows(ServeBenchRecord(INT4, skipped="no CUDA device"), "x", None) == (
-        [], ["concurrency", "plain_x", "draft_model_x", "eagle3_x", "ngram_x"])
+        [], ["concurrency", "config", "x"])
 
 
 # ---- the stage without a GPU, and the bundle it leads to
@@ -201,8 +202,10 @@ def test_stage_records_why_it_was_skipped(workspace):
     assert r.stdout.strip() == f"serve_bench {INT4}: skipped ({reason})"
     saved = records.read(ServeBenchRecord, workspace / f"metrics/serve-{INT4}.json")
     assert saved == ServeBenchRecord(INT4, skipped=reason)
-    assert (workspace / f"plots/serve_itl/{INT4}.csv").read_text().strip() == \
-        "concurrency,plain_p99_itl_ms,draft_model_p99_itl_ms,eagle3_p99_itl_ms,ngram_p99_itl_ms"
+    # each chart's directory holds only the note (.dvcignore hides it: `dvc plots show` draws no empty chart)
+    for chart in ("serve_itl", "serve_throughput", "serve_pareto"):
+        assert [p.name for p in (workspace / "plots" / chart / INT4).iterdir()] == ["skipped.txt"]
+        assert (workspace / "plots" / chart / INT4 / "skipped.txt").read_text() == f"serve_bench {INT4}: {reason}\n"
     p = yaml.safe_load((workspace / "params.yaml").read_text())
     p["serve_bench"]["enabled"] = True  # asked for explicitly: an error, not a silent skip
     (workspace / "params.yaml").write_text(yaml.safe_dump(p))

@@ -9,6 +9,7 @@ from pipeline.serving.tiers import Slo
 PLAIN = "plain"  # no speculative-config; every other config is named after its method (pipeline/drafts/methods.py)
 SPECULATIVE = "speculative"  # records written before draft.method: the draft model's config
 PERCENTILES = (50, 90, 99)
+CONFIG = "config"  # the column of a serving plot (plots/serve_*/<variant>/) naming its row's config
 
 
 @dataclass
@@ -88,6 +89,10 @@ class ServeConfigResult:
     @property
     def failed_requests(self) -> int:
         return sum(level.failed for level in self.levels.values())
+
+    def label(self, name: str) -> str:
+        """How a plot's legend names this config: plain, or the method with its k (a k schedule by its name)."""
+        return name if name == PLAIN or self.schedule else f"{name} k={self.num_speculative_tokens}"
 
 
 @dataclass

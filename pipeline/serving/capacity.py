@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable
 
 from pipeline.core.errors import PipelineError
-from pipeline.serving.bench_record import (AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
+from pipeline.serving.bench_record import (AT_BOUND, CONFIG, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
                                            ServeBenchRecord, ServeConfigResult)
 from pipeline.serving.settings import ServeBenchParams, Slo
 
@@ -156,11 +156,10 @@ def open_loop_seed(sweep: Iterable[LoadLevel], slo: Slo) -> tuple[float | None, 
     return seed or None, (slo.meets(one) if one is not None else None)
 
 
-# dvc plots (plots/serve_pareto/<variant>.csv) and the gate's PNG: output tokens/s per GPU against p99 token latency,
+# dvc plots (plots/serve_pareto/<variant>/) and the gate's PNG: output tokens/s per GPU against p99 token latency,
 # every measurement of every config (the sweep's levels and the search's probes), with the SLO as a vertical line.
 PARETO_X = "p99_token_latency_ms"
 PARETO_Y = "output_tokens_per_s_per_gpu"
-SLO_COLUMN = "slo"
 
 
 def pareto_points(record: ServeBenchRecord, slo: Slo) -> dict[str, list[tuple[float, float]]]:
@@ -194,19 +193,20 @@ def _token_p99(level: LoadLevel, slo: Slo) -> float:
     return (level.itl_ms if slo.token_metric == "itl" else level.tpot_ms)["p99"]
 
 
-def pareto_rows(record: ServeBenchRecord, slo: Slo, names: Iterable[str]) -> tuple[list[dict], list[str]]:
-    """(rows, header) of plots/serve_pareto/<variant>.csv: a row per measurement with its config's column filled,
-    and two rows drawing the SLO's vertical line from 0 to the highest throughput."""
-    names = list(names)
-    header = [PARETO_X, *(f"{n}_{PARETO_Y}" for n in names), SLO_COLUMN]
-    empty = dict.fromkeys(header[1:])
-    points = pareto_points(record, slo)
-    rows = [{**empty, PARETO_X: x, f"{name}_{PARETO_Y}": y}
-            for name, pts in points.items() if name in names for x, y in pts]
+def pareto_rows(record: ServeBenchRecord, slo: Slo) -> tuple[list[dict], list[str]]:
+    """(rows, header) of plots/serve_pareto/<variant>/: a row per measurement of each config (long form, the config
+    in CONFIG), and two rows drawing the SLO's token latency as a vertical line from 0 to the highest throughput;
+    none when nothing was measured."""
+    rows = [{PARETO_X: x, CONFIG: _config_named(record, name).label(name), PARETO_Y: y}
+            for name, pts in pareto_points(record, slo).items() for x, y in pts]
     if rows:
-        top = max(y for pts in points.values() for _, y in pts)
-        rows += [{**empty, PARETO_X: slo.token_ms, SLO_COLUMN: v} for v in (0.0, top)]
-    return sorted(rows, key=lambda r: r[PARETO_X]), header
+        top = max(r[PARETO_Y] for r in rows)
+        rows += [{PARETO_X: slo.token_ms, CONFIG: slo_line(slo), PARETO_Y: y} for y in (0.0, top)]
+    return rows, [PARETO_X, CONFIG, PARETO_Y]
+
+
+def slo_line(slo: Slo) -> str:
+    return f"SLO p99 {slo.token_metric.upper()} {slo.token_ms:g} ms"
 
 
 def pareto_png(path, records: dict[str, ServeBenchRecord], slo: Slo) -> str | None:
@@ -232,8 +232,7 @@ def pareto_png(path, records: dict[str, ServeBenchRecord], slo: Slo) -> str | No
             if level is not None:
                 ax.plot([_token_p99(level, slo)], [level.output_throughput / replica_gpus(record, config)],
                         marker="*", markersize=12, color=line.get_color())
-    ax.axvline(slo.token_ms, color="black", linestyle="--",
-               label=f"SLO p99 {slo.token_metric.upper()} {slo.token_ms:g} ms")
+    ax.axvline(slo.token_ms, color="black", linestyle="--", label=slo_line(slo))
     gpus_named = sorted({r.gpu or "?" for r in measured.values()})
     ax.set_xlabel(f"p99 {slo.token_metric.upper()} (ms)")
     ax.set_ylabel("output tokens/s per GPU")

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
-from pipeline.drafts.methods import METHODS
 from pipeline.serving import bench_worker
-from pipeline.serving.bench_record import PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
+from pipeline.serving.bench_record import CONFIG, PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
 from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.vllm_server import VLLM_MODULE, failure, vllm_command
 
@@ -296,23 +295,16 @@ def bench_level(server, served_name: str, traffic: Traffic, result: Path, log: P
     return run_level(command, server.base_url, result, log)
 
 
-# dvc plots: one directory per curve (dvc.yaml's top-level plots), one file per variant, plain decoding and
-# each speculative method as lines against concurrency.
+# dvc plots: a directory per curve and variant (dvc.yaml: serve_bench's plots), in long form (a row per config and
+# concurrency, the config in its own column: one chart template draws any set of configs as lines).
 PLOTS = {"plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
          "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput)}
-CONFIG_NAMES = (PLAIN, *METHODS)  # every column a plot can have; the unmeasured ones stay empty
 
 
 def plot_rows(record: ServeBenchRecord, column: str, value) -> tuple[list[dict], list[str]]:
-    """(rows, header) of one curve: a row per concurrency, `<config>_<column>` per config name."""
+    """(rows, header) of one curve: a row per measured config and concurrency; none when nothing was measured."""
     configs = {PLAIN: record.configs.get(PLAIN), **record.speculative()}
-    header = ["concurrency", *(f"{name}_{column}" for name in CONFIG_NAMES)]
-    levels = sorted({lvl.concurrency for c in record.configs.values() for lvl in c.levels.values()})
-    rows = []
-    for concurrency in levels:
-        row: dict = {"concurrency": concurrency}
-        for name in CONFIG_NAMES:
-            lvl = configs[name].at(concurrency) if configs.get(name) else None
-            row[f"{name}_{column}"] = value(lvl) if lvl else None
-        rows.append(row)
-    return rows, header
+    rows = [{"concurrency": lvl.concurrency, CONFIG: config.label(name), column: value(lvl)}
+            for name, config in configs.items() if config is not None
+            for lvl in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
+    return rows, ["concurrency", CONFIG, column]

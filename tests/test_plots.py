@@ -1,0 +1,122 @@
+"""`dvc plots show` (real DVC): no chart drawn empty, every chart titled with labelled axes, and a page that needs no
+network (vega inlined: pipeline/plots.py), checked by rendering each chart with vl-convert's own Vega."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tiny_project import ROOT, copy_project, run, tiny_params
+from pipeline.core import records
+from pipeline.plots import VEGA_LITE, install_page, write_plot
+from pipeline.params.load import parse_section
+from pipeline.serving import capacity, serve_bench
+from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.settings import ServingParams
+
+# A real serve_bench record: BF16 on an H100 with vLLM 0.26.0, plain and three methods (benchmarks/gpu/GPU-SERVED.md).
+SERVED = ROOT / "benchmarks/gpu/raw/gpu-served-3/metrics/serve-bf16.json"
+SPEC = re.compile(r"var spec = (.*);\n\s*vegaEmbed")
+
+
+def write_serve_plots(project, record: ServeBenchRecord) -> None:
+    """What stages/serve_bench.py writes for a record."""
+    slo = parse_section(tiny_params(), ServingParams).slo
+    why = f"serve_bench {record.variant}: {record.skipped or 'nothing measured'}"
+    for directory, curve in serve_bench.PLOTS.items():
+        write_plot(project / directory / record.variant, *serve_bench.plot_rows(record, *curve), why)
+    write_plot(project / "plots/serve_pareto" / record.variant, *capacity.pareto_rows(record, slo), why)
+
+
+def axis_titles(spec, channel: str) -> list:
+    """The titles of every `channel` encoding in a spec (DVC's linear template has them in layers)."""
+    if isinstance(spec, list):
+        return [t for item in spec for t in axis_titles(item, channel)]
+    if not isinstance(spec, dict):
+        return []
+    own = [spec["encoding"][channel].get("title")] if channel in spec.get("encoding", {}) else []
+    return own + [t for key, value in spec.items() if key != "encoding" for t in axis_titles(value, channel)]
+
+
+def git_commit(project) -> None:
+    for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "build"]):
+        assert run(cmd, project).returncode == 0
+
+
+def test_a_chart_with_nothing_to_draw_is_a_valid_output_and_no_chart(tmp_path):
+    """The mechanism on its own, in a two-stage DVC project: the skipped stage's plot directory holds only the note,
+    DVC hashes it as an empty directory, a fresh clone is up to date, and only the measured chart is shown."""
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy2(ROOT / ".dvcignore", project / ".dvcignore")
+    (project / "write.py").write_text(
+        "import sys\nfrom pipeline.plots import write_plot\n"
+        "rows = [{'x': 1, 'y': 2.0}, {'x': 2, 'y': 3.0}] if sys.argv[1] == 'measured' else []\n"
+        "write_plot(f'plots/curve/{sys.argv[1]}', rows, ['x', 'y'], 'no CUDA device')\n")
+    (project / "dvc.yaml").write_text(
+        "stages:\n  bench:\n    foreach: [measured, skipped]\n    do:\n      cmd: python write.py ${item}\n"
+        "      deps: [write.py]\n      plots:\n      - plots/curve/${item}: {cache: false, x: x, y: y, title: "
+        "'curve (${item})', x_label: load, y_label: latency}\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
+                ["dvc", "repro"]):
+        r = run(cmd, project, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert [p.name for p in (project / "plots/curve/skipped").iterdir()] == ["skipped.txt"]
+    git_commit(project)
+    clone = tmp_path / "clone"
+    assert subprocess.run(["git", "clone", "-q", str(project), str(clone)]).returncode == 0
+    r = run(["dvc", "status", "--json"], clone)
+    assert r.returncode == 0 and json.loads(r.stdout) == {}, r.stdout + r.stderr  # the note-only output is there
+    r = run(["dvc", "plots", "show", "--json"], clone)
+    assert r.returncode == 0, r.stderr
+    assert list(json.loads(r.stdout)["data"]) == ["plots/curve/measured/data.csv"]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """`dvc plots show`'s page for the project's committed plots (the CPU demo build, serve_bench skipped) with a
+    real GPU measurement of bf16 in place of its skipped serving charts."""
+    project = copy_project(tmp_path_factory.mktemp("plots"))
+    shutil.copytree(ROOT / "plots", project / "plots", ignore=shutil.ignore_patterns("serve_*"))
+    served = records.read(ServeBenchRecord, SERVED)
+    write_serve_plots(project, served)
+    for variant in tiny_params()["quantize"]["enabled"]:
+        if variant != served.variant:
+            write_serve_plots(project, ServeBenchRecord(variant, skipped="no CUDA device"))
+    install_page(project)
+    r = run(["dvc", "plots", "show"], project)
+    assert r.returncode == 0, r.stderr
+    return (project / "dvc_plots" / "index.html").read_text()
+
+
+def test_the_page_loads_nothing_from_the_network(page):
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page)
+    assert "window.vegaEmbed" in page  # the libraries are in the page itself
+
+
+def test_every_chart_has_data_a_title_and_axis_labels_and_renders(page):
+    import vl_convert
+
+    specs = [json.loads(s) for s in SPEC.findall(page)]
+    assert page.count("vegaEmbed(") == len(specs)  # every chart's spec was read
+    variants = tiny_params()["quantize"]["enabled"]
+    # two loss curves, acceptance per variant, KL per variant, and bf16's three serving charts (the others skipped)
+    assert len(specs) == 2 + len(variants) + 1 + 3
+    titles = []
+    for spec in specs:
+        assert spec.get("data", {}).get("values"), "a chart drawn empty"
+        title = spec["title"]["text"]
+        assert title and not title.startswith("plots/"), title  # a title, not the file's path
+        assert axis_titles(spec, "x") and axis_titles(spec, "y"), title
+        assert all(axis_titles(spec, "x") + axis_titles(spec, "y")), title
+        svg = vl_convert.vegalite_to_svg(spec, vl_version=VEGA_LITE)  # Vega itself: the spec draws
+        assert "<path" in svg, title
+        titles.append(title)
+    served = [t for t in titles if "serve_bench" in t]
+    assert len(served) == 3 and all("(bf16, serve_bench)" in t for t in served), titles
+    assert "p99 inter-token latency by concurrency (bf16, serve_bench)" in titles
