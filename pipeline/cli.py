@@ -182,7 +182,7 @@ def cmd_plan(args) -> int:
 def cmd_plots_page(args) -> int:
     """Write the page `dvc plots show` fills (.dvc/plots/page.html: vega, vega-lite and vega-embed inlined, so the
     charts draw offline) and point this workspace's DVC at it (.dvc/config.local). setup.sh runs it."""
-    from pipeline.plots import install_page
+    from pipeline.core.plots import install_page
 
     path = install_page(Path(args.root))
     print(f"{path}: `dvc plots show` writes dvc_plots/index.html from it, drawing offline")

@@ -29,7 +29,7 @@ from pathlib import Path
 from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir
-from pipeline.plots import write_plot
+from pipeline.core.plots import write_plot
 from pipeline.core.stage import progress_bar, say, stage_main
 from pipeline.data.formatting import prompt_text
 from pipeline.data.traffic import heldout_prompts

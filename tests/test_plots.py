@@ -1,5 +1,5 @@
 """`dvc plots show` (real DVC): no chart drawn empty, every chart titled with labelled axes, and a page that needs no
-network (vega inlined: pipeline/plots.py), checked by rendering each chart with vl-convert's own Vega."""
+network (vega inlined: pipeline/core/plots.py), checked by rendering each chart with vl-convert's own Vega."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core import records
-from pipeline.plots import VEGA_LITE, install_page, write_plot
+from pipeline.core.plots import VEGA_LITE, install_page, write_plot
 from pipeline.params.load import parse_section
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import ServeBenchRecord
@@ -54,7 +54,7 @@ def test_a_chart_with_nothing_to_draw_is_a_valid_output_and_no_chart(tmp_path):
     project.mkdir()
     shutil.copy2(ROOT / ".dvcignore", project / ".dvcignore")
     (project / "write.py").write_text(
-        "import sys\nfrom pipeline.plots import write_plot\n"
+        "import sys\nfrom pipeline.core.plots import write_plot\n"
         "rows = [{'x': 1, 'y': 2.0}, {'x': 2, 'y': 3.0}] if sys.argv[1] == 'measured' else []\n"
         "write_plot(f'plots/curve/{sys.argv[1]}', rows, ['x', 'y'], 'no CUDA device')\n")
     (project / "dvc.yaml").write_text(
