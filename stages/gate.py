@@ -7,7 +7,7 @@ from pipeline.core.stage import stage_main
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.params.load import load_params, parse_section
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.release import gates
+from pipeline.release import gates, headline
 from pipeline.release.settings import GatesParams
 from pipeline.serving import capacity
 from pipeline.serving.bench_record import ServeBenchRecord
@@ -21,7 +21,8 @@ def main(argv: list[str]) -> None:
     summaries = {v: EvalSummary.load(paths.EVAL / v / "summary.json") for v in quantize.enabled}
     serve = {v: records.read(ServeBenchRecord, paths.SERVE / v / "record.json") for v in quantize.enabled}
     report = gates.run(parse_section(p, GatesParams), serving, quantize.variants, summaries, serve_by_variant=serve)
-    write_json("metrics/gates.json", gates.summary(report))
+    write_json("metrics/gates.json", gates.summary(report))  # the detail; `dvc metrics show` has the headline:
+    headline.write("metrics", headline.headline(summaries, report))
     records.write(paths.VERDICT, report)
     paths.PARETO.unlink(missing_ok=True)
     # none without a measurement: the card says so

@@ -50,11 +50,11 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
         write_json(model / "config.json", config)
         summaries[variant] = EvalSummary.from_metrics({
-            "variant": variant, **PASSING, "num_speculative_tokens": spec.num_speculative_tokens,
-            "accepted_per_draft_token": spec.accepted_per_draft_token, "expected_speedup": spec.expected_speedup,
+            "variant": variant, **PASSING, "estimated_num_speculative_tokens": spec.num_speculative_tokens,
+            "accepted_per_draft_token": spec.accepted_per_draft_token, "estimated_speedup": spec.expected_speedup,
             "cost_profile": "test-profile",
             # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
-            "predicted_speedup_by_concurrency": [{"concurrency": 1, "speedup": spec.expected_speedup},
+            "estimated_speedup_by_concurrency": [{"concurrency": 1, "speedup": spec.expected_speedup},
                                                  {"concurrency": 64, "speedup": 1.02}],
             **metric_overrides}, variant)
         ev = root / "artifacts/eval" / variant

@@ -184,17 +184,18 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     assert k and ev["speculation_shipped"] == {"method": "draft_model", "num_speculative_tokens": k,
                                                "basis": "estimated", "speedup": gate["speculation"]["speedup"],
                                                "reason": gate["speculation"]["reason"]}
-    assert not {"num_speculative_tokens", "expected_speedup", "speculative_method", "cost_profile"} & set(ev)
-    assert ev["speculation_estimates"]["num_speculative_tokens"] == k and "do not say what ships" in \
+    assert not {"estimated_num_speculative_tokens", "estimated_speedup", "estimated_method", "cost_profile"} & set(ev)
+    assert ev["speculation_estimates"]["estimated_num_speculative_tokens"] == k and "do not say what ships" in \
         ev["speculation_estimates"]["note"]
     summary = EvalSummary.load(bundled_workspace / "artifacts/eval/fp8-static/summary.json")
     assert ev["top1_agreement"] == summary.quality.top1_agreement
     assert summary_of(ev, "EVAL.json") == summary  # publish reads the summary the bundle was built from
 
     # The case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
-    summary = eval_summary({"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "speculative_method": "ngram",
-                            "num_speculative_tokens": 8, "expected_speedup": 1.46, "accepted_per_draft_token": 0.398,
-                            "methods": [{"method": "ngram", "num_speculative_tokens": 8, "expected_speedup": 1.46}],
+    summary = eval_summary({"variant": "bf16", "perplexity": 20.5, "top1_agreement": 1.0, "estimated_method": "ngram",
+                            "estimated_num_speculative_tokens": 8, "estimated_speedup": 1.46,
+                            "accepted_per_draft_token": 0.398,
+                            "methods": [{"method": "ngram", "num_speculative_tokens": 8, "estimated_speedup": 1.46}],
                             "lm_eval_domain_heldout_acc": 0.1})
     off = SpeculationDecision(0, 8, "estimated", 1.46, 1, "x1.46 ...; not shipped: min_accepted_per_draft_token",
                               method="ngram", turned_off_by=["min_accepted_per_draft_token"])
@@ -206,7 +207,7 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
                             "speculation_estimates"]
     estimates = record["speculation_estimates"]
     assert not {"variant", "lm_eval_domain_heldout_acc", *quality} & set(estimates)
-    assert (estimates["num_speculative_tokens"], estimates["methods"][0]["expected_speedup"]) == (8, 1.46)
+    assert (estimates["estimated_num_speculative_tokens"], estimates["methods"][0]["estimated_speedup"]) == (8, 1.46)
     assert summary_of(record, "EVAL.json") == summary
     with pytest.raises(PipelineError, match="^old/EVAL.json: no speculation_estimates object; rebuild the bundle"):
         summary_of(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved

@@ -205,7 +205,7 @@ BF16, INT4 = "bf16", "gptq-w4a16"
 
 def gate(params, serve):
     metrics = {v: {"perplexity_increase_pct": 0.5, "kl_divergence": 0.01, "top1_agreement": 0.97,
-                   "accepted_per_draft_token": 0.8, "num_speculative_tokens": 4, "expected_speedup": 2.5}
+                   "accepted_per_draft_token": 0.8, "estimated_num_speculative_tokens": 4, "estimated_speedup": 2.5}
                for v in serve}
     return gate_report(params, eval_summaries(metrics), serve_by_variant=serve)
 

@@ -133,53 +133,6 @@ def test_dvc_lock_holds_only_stages_that_exist():
         assert not gone, f"{lock_file} holds stages {pipeline_file} no longer has: {gone}"
 
 
-def test_dvc_metrics_show_is_a_table_a_person_can_read(tmp_path):
-    """Issue #29: `dvc metrics show` was a table ~4,900 characters wide (8,188 for the demo build of 2171ace): every
-    check of every variant from metrics/gates.json, every method's estimate and prediction per variant, and on a GPU
-    the serving benchmark's record (configs x concurrencies x percentiles). Real DVC over the metrics the stages write
-    now, from the committed demo build: the gate summary, eval files with per-method detail in lists, the serving
-    record (a GPU-like one, measured at four concurrencies) as a plain output."""
-    from tiny_project import copy_project, tiny_params
-    from pipeline.core import records
-    from pipeline.core.io import read_json, write_json
-    from pipeline.evaluate.summary import EvalSummary
-    from eval_helpers import gate_report
-    from pipeline.release import gates
-    from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
-
-    params = tiny_params()
-    project = copy_project(tmp_path, params)
-    metrics = project / "metrics"
-    metrics.mkdir()
-    for name in ("models", "data", "draft_training", "eagle3", "draft"):
-        shutil.copy(ROOT / f"metrics/{name}.json", metrics / f"{name}.json")
-    lat = {"mean": 5.0, "p50": 5.0, "p90": 8.0, "p99": 9.0}
-    summaries = {}
-    for v in params["quantize"]["enabled"]:
-        summaries[v] = EvalSummary.from_metrics(
-            {k: x for k, x in read_json(ROOT / f"metrics/eval-{v}.json").items()
-             if not k.endswith("_sample_len")}, v)  # lm-eval's bookkeeping, no longer a score (test_lmeval.py)
-        write_json(metrics / f"eval-{v}.json", summaries[v].to_metrics())
-        quant = read_json(ROOT / f"metrics/quantize-{v}.json")
-        write_json(metrics / f"quantize-{v}.json", {**quant, "group_size_configured": quant["group_size"],
-                                                    "group_size_reason": []})
-        levels = {f"c{c}": LoadLevel(c, 64, 64, 0, 3.0, 10.0, 900.0, dict(lat), dict(lat), dict(lat), dict(lat), 0.7)
-                  for c in (1, 8, 32, 64)}
-        records.write(metrics / f"serve-{v}.json", ServeBenchRecord(v, gpu="NVIDIA H100", vllm_version="0.26.0", configs={
-            PLAIN: ServeConfigResult(0, 30.0, levels), "eagle3": ServeConfigResult(3, 31.0, levels),
-            "ngram": ServeConfigResult(3, 31.0, levels)}))
-    write_json(metrics / "gates.json", gates.summary(gate_report(params, summaries)))
-    r = subprocess.run(["dvc", "metrics", "show"], cwd=project, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    lines = r.stdout.splitlines()
-    header = lines[0].split()
-    assert not [h for h in header if h.startswith(("configs.", "variants.", "methods", "predicted_speedup"))], header
-    assert {"all_passed", "variants_failed", "perplexity_increase_pct", "kl_divergence", "expected_speedup",
-            "group_size", "size_after_mb"} <= set(header)
-    assert {f"metrics/eval-{v}.json" for v in params["quantize"]["enabled"]} <= {line.split()[0] for line in lines[1:]}
-    assert max(map(len, lines)) < 1800, max(map(len, lines))
-
-
 READERS_ONLY = {"models", "data", "quantize", "distill", "draft_finetune", "draft_quantize", "eagle3", "evaluate_draft"}
 
 

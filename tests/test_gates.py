@@ -34,9 +34,10 @@ def passing_metrics(params: dict, variant: str) -> dict:
             "kl_divergence": t["max_kl_divergence"] * 0.9,
             "top1_agreement": min(1.0, t["min_top1_agreement"] + 0.01),
             "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
-            "num_speculative_tokens": 4, "expected_speedup": 2.0, "greedy_match": 1.0,
+            "estimated_num_speculative_tokens": 4, "estimated_speedup": 2.0, "greedy_match": 1.0,
             "perplexity": t["max_heldout_perplexity"] * 0.5, "cost_profile": "test-profile",
-            "predicted_speedup_by_concurrency": [{"concurrency": 1, "speedup": 2.0}, {"concurrency": 64, "speedup": 1.2}]}
+            "estimated_speedup_by_concurrency": [{"concurrency": 1, "speedup": 2.0},
+                                                 {"concurrency": 64, "speedup": 1.2}]}
 
 
 def run_gates(params: dict, metrics: dict[str, dict], **kw) -> gates.GateReport:
@@ -131,13 +132,13 @@ def test_an_acceptance_floor_vetoes_model_drafters_not_ngram_lookups():
     """Issue #29: n-gram at 0.40 accepted per drafted token and a predicted x1.47 was vetoed by the 0.6 floor meant for
     drafters that cost a forward pass per token; its speedup decides, a draft model's acceptance still does."""
     p = tiny_params(serving={"max_num_seqs": 1})
-    low = {**passing_metrics(p, INT4), "accepted_per_draft_token": 0.40, "expected_speedup": 1.47,
-           "num_speculative_tokens": 8}
-    ngram = run_gates(p, {INT4: {**low, "speculative_method": "ngram"}}).variants[INT4]
+    low = {**passing_metrics(p, INT4), "accepted_per_draft_token": 0.40, "estimated_speedup": 1.47,
+           "estimated_num_speculative_tokens": 8}
+    ngram = run_gates(p, {INT4: {**low, "estimated_method": "ngram"}}).variants[INT4]
     floor = next(c for c in ngram.checks if c.check == "min_accepted_per_draft_token")
     assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 8)
     assert floor.passed is None and "n-gram lookups cost no GPU forward pass" in floor.skipped
-    draft = run_gates(p, {INT4: {**low, "speculative_method": "draft_model"}}).variants[INT4]
+    draft = run_gates(p, {INT4: {**low, "estimated_method": "draft_model"}}).variants[INT4]
     assert draft.speculation.num_speculative_tokens == 0 and "min_accepted_per_draft_token" in draft.speculation.reason
 
 
@@ -332,15 +333,15 @@ def test_cli_reads_the_eval_metrics_the_evaluate_stage_writes(metrics_dir):
     """metrics/eval-<v>.json keeps each method's estimate and the predicted speedups in lists (out of `dvc metrics
     show`'s table); the CLI reads them back as the evaluate summary, deciding from every method's estimate."""
     p = tiny_params(serving={"max_num_seqs": 1})
-    summary = EvalSummary.from_metrics({**passing_metrics(p, INT4), "speculative_method": "ngram", "methods": [
-        {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4, "expected_speedup": 2.0},
-        {"method": "eagle3", "accepted_per_draft_token": 0.8, "num_speculative_tokens": 3, "expected_speedup": 1.5}]},
+    summary = EvalSummary.from_metrics({**passing_metrics(p, INT4), "estimated_method": "ngram", "methods": [
+        {"method": "ngram", "accepted_per_draft_token": 0.7, "num_speculative_tokens": 4, "estimated_speedup": 2.0},
+        {"method": "eagle3", "accepted_per_draft_token": 0.8, "num_speculative_tokens": 3, "estimated_speedup": 1.5}]},
         "test")
     assert [m.method for m in summary.speculation.methods] == ["ngram", "eagle3"]
     assert summary.speculation.predicted_by_concurrency() == {"1": 2.0, "64": 1.2}
     written = summary.to_metrics()
-    assert [k for k in written if isinstance(written[k], list)] == ["methods", "predicted_speedup_by_concurrency"]
-    assert list(written)[-2:] == ["methods", "predicted_speedup_by_concurrency"]
+    assert [k for k in written if isinstance(written[k], list)] == ["methods", "estimated_speedup_by_concurrency"]
+    assert list(written)[-2:] == ["methods", "estimated_speedup_by_concurrency"]
     (metrics_dir / f"eval-{FP8}.json").unlink()
     (metrics_dir / f"eval-{INT4}.json").write_text(json.dumps(written))
     assert gates.load_eval_metrics(metrics_dir) == {INT4: summary}

@@ -22,7 +22,8 @@ def served(configs: dict[str, tuple[int, float]]) -> ServeBenchRecord:
 
 def test_the_fastest_measured_method_ships_whatever_the_estimate_said():
     """The GPU profile's situation: the estimate favoured the draft model, the served head was faster."""
-    estimate = eval_summary({"speculative_method": "draft_model", "num_speculative_tokens": 8, "expected_speedup": 5.7})
+    estimate = eval_summary({"estimated_method": "draft_model", "estimated_num_speculative_tokens": 8,
+                             "estimated_speedup": 5.7})
     d = decide(estimate, served({PLAIN: (0, 345.0), "draft_model": (8, 157.0), "eagle3": (7, 1002.0),
                                  "ngram": (6, 166.0)}), 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("eagle3", 7, "measured")
@@ -39,7 +40,8 @@ def test_a_legacy_record_is_the_draft_models():
 def test_methods_vllm_could_not_serve_never_ship_on_their_estimate():
     """Plain decoding was served and every speculative config failed to start: the decision is a measured
     'none', whatever the CPU estimate promised (it would have shipped an unserved head)."""
-    estimate = eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 7, "expected_speedup": 5.7})
+    estimate = eval_summary({"estimated_method": "eagle3", "estimated_num_speculative_tokens": 7,
+                             "estimated_speedup": 5.7})
     record = served({PLAIN: (0, 345.0)})
     record.failed_configs = {"eagle3": "vllm serve exited 1 before /health answered: unsupported head"}
     d = decide(estimate, record, 1, min_gain=1.1)
@@ -75,7 +77,7 @@ def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
     estimate, never to the draft model's offline vLLM number or the CPU-best method's."""
     from pipeline.release.gates import ServingContext, gate_variant, verdict_line
 
-    summary = eval_summary({"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+    summary = eval_summary({"estimated_method": "draft_model", "accepted_per_draft_token": 0.9,
                             "vllm_accepted_per_draft_token": 0.95,
                             "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9},
                                         {"method": "eagle3", "accepted_per_draft_token": 0.3}]})
@@ -147,8 +149,9 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
 
 
 def test_without_a_measurement_the_best_estimated_method_decides():
-    d = decide(eval_summary({"speculative_method": "ngram", "num_speculative_tokens": 5, "expected_speedup": 1.3,
-                             "methods": [{"method": "ngram", "expected_speedup": 1.3},
-                                         {"method": "draft_model", "expected_speedup": 1.2}]}), None, 1, min_gain=1.1)
+    d = decide(eval_summary({"estimated_method": "ngram", "estimated_num_speculative_tokens": 5,
+                             "estimated_speedup": 1.3,
+                             "methods": [{"method": "ngram", "estimated_speedup": 1.3},
+                                         {"method": "draft_model", "estimated_speedup": 1.2}]}), None, 1, min_gain=1.1)
     assert (d.method, d.num_speculative_tokens, d.basis) == ("ngram", 5, "estimated")
     assert d.compared == {"ngram": 1.3, "draft_model": 1.2}

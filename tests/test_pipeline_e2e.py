@@ -128,6 +128,12 @@ def test_metrics_are_committed_the_dvc_way(project):
         assert run(cmd, project).returncode == 0
     r = run(["dvc", "metrics", "diff", "--json"], project)
     assert r.returncode == 0 and "failed to load" not in r.stderr, r.stderr
+    # Issue #49: the table a build leaves is the gate's headline, one column per variant, readable in a terminal
+    r = run(["dvc", "metrics", "show"], project)
+    assert r.returncode == 0 and "failed to load" not in r.stderr, r.stderr
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 120 and lines[0].split() == ["Path", *sorted(tiny_params()["quantize"]["enabled"])]
+    assert {line.split("/")[1] for line in lines[1:]} == {"quality", "release", "speed"}, r.stdout
 
 
 def test_dvc_plots_leave_out_the_serving_curves_serve_bench_skipped(project):

@@ -174,7 +174,7 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
                                                        checked, 0.5, ">=", True)]
         return VariantVerdict(True, False, checks, SpeculationDecision(k, k, "measured", 2.0, 1, "", method=method))
 
-    summary = eval_summary({"speculative_method": "draft_model", "accepted_per_draft_token": 0.9,
+    summary = eval_summary({"estimated_method": "draft_model", "accepted_per_draft_token": 0.9,
                             "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9},
                                         {"method": "eagle3", "accepted_per_draft_token": 0.31}]})
     assert accepted_per_draft_token(verdict("eagle3", 7, checked=0.7), summary) == "0.700"
@@ -183,5 +183,5 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
     # a summary without per-method numbers: the unsuffixed one, only when it is the shipped method's
     assert accepted_per_draft_token(verdict("draft_model", 4), eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
-    assert accepted_per_draft_token(verdict("eagle3", 4), eval_summary({"speculative_method": "draft_model",
+    assert accepted_per_draft_token(verdict("eagle3", 4), eval_summary({"estimated_method": "draft_model",
                                                                         "accepted_per_draft_token": 0.9})) == "n/a"

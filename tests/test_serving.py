@@ -47,7 +47,8 @@ def record(variant: str, plain: dict[int, float], spec: dict[int, float], k: int
 
 def metrics(params: dict, **overrides) -> dict:
     return {"perplexity_increase_pct": 0.5, "kl_divergence": 0.01, "top1_agreement": 0.97,
-            "accepted_per_draft_token": 0.8, "num_speculative_tokens": 4, "expected_speedup": 2.5, **overrides}
+            "accepted_per_draft_token": 0.8, "estimated_num_speculative_tokens": 4, "estimated_speedup": 2.5,
+            **overrides}
 
 
 # ---- the decision
@@ -55,7 +56,8 @@ def metrics(params: dict, **overrides) -> dict:
 
 @pytest.mark.parametrize("expected,ships", [(2.5, 4), (1.05, 0), (0.89, 0)])
 def test_without_a_measurement_the_cpu_estimate_decides_and_k0_is_a_candidate(expected, ships):
-    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": expected}), None, 1, min_gain=1.1)
+    d = decide(eval_summary({"estimated_num_speculative_tokens": 4, "estimated_speedup": expected}), None, 1,
+               min_gain=1.1)
     assert d.num_speculative_tokens == ships and d.basis == "estimated" and d.candidate_k == 4
     assert ("below serving.speculation.min_gain" in d.reason) == (ships == 0)
 
@@ -63,7 +65,7 @@ def test_without_a_measurement_the_cpu_estimate_decides_and_k0_is_a_candidate(ex
 def test_a_measurement_overrules_the_estimate():
     """The demo's situation on an H100: the CPU model promised x2.5, the served draft runs at 0.4x."""
     slow = record(INT4, plain={1: 500.0, 8: 3000.0}, spec={1: 200.0, 8: 1500.0})
-    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": 2.5}), slow, 1, min_gain=1.1)
+    d = decide(eval_summary({"estimated_num_speculative_tokens": 4, "estimated_speedup": 2.5}), slow, 1, min_gain=1.1)
     assert (d.num_speculative_tokens, d.basis, d.concurrency) == (0, "measured", 1)
     assert d.speedup == pytest.approx(0.4) and "x0.40" in d.reason
     fast = record(INT4, plain={1: 100.0, 8: 700.0}, spec={1: 180.0, 8: 650.0})
@@ -73,7 +75,7 @@ def test_a_measurement_overrules_the_estimate():
 
 def test_failed_requests_are_never_averaged_into_a_speedup():
     flaky = record(INT4, plain={1: 100.0}, spec={1: 180.0}, failed=2)
-    d = decide(eval_summary({"num_speculative_tokens": 4, "expected_speedup": 2.5}), flaky, 1, 1.1)
+    d = decide(eval_summary({"estimated_num_speculative_tokens": 4, "estimated_speedup": 2.5}), flaky, 1, 1.1)
     assert d.num_speculative_tokens == 0 and "failed requests" in d.reason
 
 

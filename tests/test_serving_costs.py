@@ -180,9 +180,9 @@ def test_the_issue_28_draft_model_loses_and_ships_nothing(tmp_path):
     pred = serving_costs.predict(serving_costs.Choice(prof, "test"), "draft_model", tokens,
                                  {str(k): float(k) for k in range(1, 9)}, [1, 16])
     assert max(pred.speedup_by_k["1"].values()) < 1.0 and max(pred.speedup_by_k["16"].values()) < 1.0
-    summary = eval_summary({"speculative_method": "draft_model", "num_speculative_tokens": pred.best_k["1"],
-                            "expected_speedup": pred.speedup(1, pred.best_k["1"]), "cost_profile": "p",
-                            "predicted_speedup_by_concurrency": [
+    summary = eval_summary({"estimated_method": "draft_model", "estimated_num_speculative_tokens": pred.best_k["1"],
+                            "estimated_speedup": pred.speedup(1, pred.best_k["1"]), "cost_profile": "p",
+                            "estimated_speedup_by_concurrency": [
                                 {"concurrency": int(c), "speedup": v[str(pred.best_k["1"])]}
                                 for c, v in pred.speedup_by_k.items()]})
     d = decide(summary, None, 1, min_gain=1.1, max_num_seqs=1)
@@ -190,8 +190,9 @@ def test_the_issue_28_draft_model_loses_and_ships_nothing(tmp_path):
 
 
 def shipped_summary(predicted: dict[str, float], expected: float = 1.8) -> EvalSummary:
-    return eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": expected,
-                         "cost_profile": "prof", "predicted_speedup_by_concurrency": [
+    return eval_summary({"estimated_method": "eagle3", "estimated_num_speculative_tokens": 3,
+                         "estimated_speedup": expected,
+                         "cost_profile": "prof", "estimated_speedup_by_concurrency": [
                              {"concurrency": int(c), "speedup": x} for c, x in predicted.items()]})
 
 
@@ -208,7 +209,8 @@ def test_a_prediction_ships_only_in_a_config_that_serves_one_request_at_a_time()
     assert busy.num_speculative_tokens == 0
     slow = decide(shipped_summary({"1": 1.05}, expected=1.05), None, 1, 1.1, max_num_seqs=1)
     assert slow.num_speculative_tokens == 0 and "below serving.speculation.min_gain 1.1" in slow.reason
-    none = decide(eval_summary({"speculative_method": "eagle3", "num_speculative_tokens": 3, "expected_speedup": None}),
+    none = decide(eval_summary({"estimated_method": "eagle3", "estimated_num_speculative_tokens": 3,
+                                "estimated_speedup": None}),
                   None, 1, 1.1)
     assert none.num_speculative_tokens == 0 and "no served speed was predicted" in none.reason
 

@@ -25,6 +25,11 @@ def _json(name: str) -> dict:
     return json.loads((RAW / name).read_text())
 
 
+def _estimated_speedup(method: dict) -> float | None:
+    """A method's predicted served speedup: `estimated_speedup`, `expected_speedup` in builds before issue #49."""
+    return method.get("estimated_speedup", method.get("expected_speedup"))
+
+
 def _fmt(value, digits: int = 3) -> str:
     if value is None:
         return "-"
@@ -175,7 +180,7 @@ def speculation_section(verdict: dict) -> list[str]:
     for variant, v in verdict["variants"].items():
         methods = {m["method"]: m for m in _json(f"metrics/eval-{variant}.json").get("methods", [])}
         cells = [f"{_fmt(methods[m]['accepted_per_draft_token'])} (k={methods[m]['num_speculative_tokens']}, "
-                 f"x{_fmt(methods[m]['expected_speedup'], 2)})" if m in methods else "-" for m in METHODS]
+                 f"x{_fmt(_estimated_speedup(methods[m]), 2)})" if m in methods else "-" for m in METHODS]
         spec = v.get("speculation") or {}
         shipped = (f"{spec.get('method')} k={spec.get('num_speculative_tokens')}" if spec.get("num_speculative_tokens")
                    else "none")

@@ -1,11 +1,13 @@
 """The evaluate stage's summary of one variant, typed: what the gate, the bundle and publish read.
 
-`artifacts/eval/<v>/summary.json` holds the record as written by `records.write`. `to_metrics()` is its flat view for
-DVC, `metrics/eval-<v>.json`: one column per headline number, each method's estimate and the predicted speedup per
-concurrency in lists (which DVC's table leaves out: 13 columns of 26-40 characters each, repeated for every
-variant's row), lm-eval scores as `lm_eval_<task>_<metric>` (the names the gate thresholds
-`min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics directory
-(`modelprep gate --metrics-dir`) and a bundle's EVAL.json.
+`artifacts/eval/<v>/summary.json` holds the record as written by `records.write`. `to_metrics()` is its flat view,
+`metrics/eval-<v>.json` (a plain output, not a DVC metric: `dvc metrics show` has the gate's headline files,
+pipeline/release/headline.py): the fidelity numbers, the CPU estimate's best method and k as `estimated_*` (the
+gate decides what ships: it need not be this), the weight-bytes bound as `ideal_speedup_bound`, each method's
+estimate and the predicted speedup per concurrency in lists, lm-eval scores as `lm_eval_<task>_<metric>` (the
+names the gate thresholds `min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics
+directory (`modelprep gate --metrics-dir`) and a bundle's EVAL.json; `current_names` maps the names older files
+hold (benchmarks/gpu/raw/*/metrics, bundles built before the rename) to these.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 
 LM_EVAL = "lm_eval_"  # a score's metric name: lm_eval_<task>_<metric>
-PREDICTED = "predicted_speedup_by_concurrency"
+PREDICTED = "estimated_speedup_by_concurrency"
 
 
 @dataclass(frozen=True)
@@ -76,10 +78,17 @@ class SpeculativeSummary:
         return {str(p.concurrency): p.speedup for p in self.predicted}
 
 
-# metric name -> SpeculativeSummary field, in the order the metrics list them
-HEADLINE = {"speculative_method": "method", "token_acceptance": "token_acceptance",
-            "accepted_per_draft_token": "accepted_per_draft_token", "num_speculative_tokens": "num_speculative_tokens",
-            "expected_speedup": "expected_speedup", "cost_profile": "cost_profile", "ideal_speedup": "ideal_speedup"}
+# metric name -> SpeculativeSummary field, in the order the metrics list them. The method and k are the CPU
+# estimate's best, not what ships (the gate's decision: metrics/gates.json, metrics/release/), hence `estimated_`.
+HEADLINE = {"estimated_method": "method", "token_acceptance": "token_acceptance",
+            "accepted_per_draft_token": "accepted_per_draft_token",
+            "estimated_num_speculative_tokens": "num_speculative_tokens", "estimated_speedup": "expected_speedup",
+            "cost_profile": "cost_profile", "ideal_speedup_bound": "ideal_speedup"}
+METHOD_SPEEDUP = "estimated_speedup"  # each method's entry in `methods`: MethodEstimate.expected_speedup
+# The names metrics files held before they said what they are (issue #49): old -> current.
+OLD_NAMES = {"speculative_method": "estimated_method", "num_speculative_tokens": "estimated_num_speculative_tokens",
+             "expected_speedup": "estimated_speedup", "ideal_speedup": "ideal_speedup_bound",
+             "predicted_speedup_by_concurrency": PREDICTED}
 VLLM = {"vllm_accepted_per_draft_token": "accepted_per_draft_token",
         "vllm_speculative_speedup": "speculative_speedup"}
 LISTS = ("methods", PREDICTED)
@@ -115,7 +124,7 @@ class EvalSummary:
             out["vllm_accepted_per_draft_token"] = s.vllm.accepted_per_draft_token
             if s.vllm.speculative_speedup is not None:
                 out["vllm_speculative_speedup"] = s.vllm.speculative_speedup
-        out["methods"] = [dataclasses.asdict(m) for m in s.methods]
+        out["methods"] = [_method_metrics(m) for m in s.methods]
         out[PREDICTED] = [dataclasses.asdict(p) for p in s.predicted]
         return out
 
@@ -138,7 +147,7 @@ class EvalSummary:
         data = dict(metrics)
         quality = {f.name: data.pop(f.name) for f in dataclasses.fields(Quality) if f.name in data}
         spec = {name: data.pop(key) for key, name in HEADLINE.items() if key in data}
-        spec["methods"] = data.pop("methods", [])
+        spec["methods"] = [_method_estimate(m) for m in data.pop("methods", [])]
         spec["predicted"] = data.pop(PREDICTED, [])
         vllm = {name: data.pop(key) for key, name in VLLM.items() if key in data}
         if vllm:
@@ -151,6 +160,35 @@ class EvalSummary:
                                        "lm_eval": lm_eval}, where)
 
 
+def _method_metrics(m: MethodEstimate) -> dict:
+    out = dataclasses.asdict(m)
+    out[METHOD_SPEEDUP] = out.pop("expected_speedup")
+    return out
+
+
+def _method_estimate(entry):
+    """A `methods` entry as MethodEstimate's fields (anything else is left for records.from_dict to name)."""
+    if not isinstance(entry, dict) or METHOD_SPEEDUP not in entry:
+        return entry
+    out = dict(entry)
+    out["expected_speedup"] = out.pop(METHOD_SPEEDUP)
+    return out
+
+
+def current_names(metrics: dict) -> dict:
+    """Evaluation metrics with the names older files hold (OLD_NAMES, `expected_speedup` in each `methods` entry)
+    renamed to the current ones, in place in the key order; a file with both an old and its current name keeps both
+    (from_metrics then names the old one as unknown)."""
+    if not isinstance(metrics, dict):
+        return metrics
+    out = {(OLD_NAMES[k] if k in OLD_NAMES and OLD_NAMES[k] not in metrics else k): v for k, v in metrics.items()}
+    if isinstance(out.get("methods"), list):
+        out["methods"] = [{(METHOD_SPEEDUP if k == "expected_speedup" and METHOD_SPEEDUP not in e else k): v
+                           for k, v in e.items()} if isinstance(e, dict) else e for e in out["methods"]]
+    return out
+
+
 def load_metrics(path: str | Path) -> EvalSummary:
-    """An EvalSummary from a metrics file (metrics/eval-<v>.json, this pipeline's or another runner's)."""
-    return EvalSummary.from_metrics(records.read_object(path), str(path))
+    """An EvalSummary from a metrics file (metrics/eval-<v>.json, this pipeline's or another runner's, older names
+    too)."""
+    return EvalSummary.from_metrics(current_names(records.read_object(path)), str(path))

@@ -11,7 +11,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say, warn
 from pipeline.core.values import is_number
 from pipeline.drafts.methods import METHODS, NGRAM, NONE, Speculation
-from pipeline.evaluate.summary import PREDICTED, EvalSummary
+from pipeline.evaluate.summary import METHOD_SPEEDUP, PREDICTED, EvalSummary, current_names
 from pipeline.release import speculation_choice
 from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.settings import GatesParams
@@ -464,7 +464,8 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): EvalSummary.from_metrics(listed(records.read_object(f)), str(f))
+    found = {f.stem.removeprefix("eval-"): EvalSummary.from_metrics(listed(current_names(records.read_object(f))),
+                                                                    str(f))
              for f in sorted(metrics_dir.glob("eval-*.json"))}
     if variants is not None:
         missing = [v for v in variants if v not in found]
@@ -476,19 +477,23 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     return found
 
 
-METHOD_FIELDS = ("accepted_per_draft_token", "num_speculative_tokens", "expected_speedup")
+# an older flat file's <field>_<method> -> the field of a `methods` entry
+METHOD_FIELDS = {"accepted_per_draft_token": "accepted_per_draft_token",
+                 "num_speculative_tokens": "num_speculative_tokens", "expected_speedup": METHOD_SPEEDUP}
 
 
 def listed(metrics: dict) -> dict:
     """Metrics in the layout metrics/eval-<v>.json has now, from a runner's older flat one (each method's numbers as
     <field>_<method> for the methods of pipeline/drafts/methods.py, the predicted speedups a dict by concurrency,
-    as benchmarks/gpu/raw/*/metrics hold them); metrics already in lists are returned as they are."""
+    as benchmarks/gpu/raw/*/metrics hold them; current_names first renames its other keys); metrics already in lists
+    are returned as they are."""
     if "methods" in metrics:
         return metrics
     out = dict(metrics)
     found = [m for m in METHODS if any(f"{f}_{m}" in out for f in METHOD_FIELDS)]
     found.sort(key=lambda m: min(list(out).index(f"{f}_{m}") for f in METHOD_FIELDS if f"{f}_{m}" in out))
-    out["methods"] = [{"method": m, **{f: out.pop(f"{f}_{m}", None) for f in METHOD_FIELDS}} for m in found]
+    out["methods"] = [{"method": m, **{field: out.pop(f"{f}_{m}", None) for f, field in METHOD_FIELDS.items()}}
+                      for m in found]
     if isinstance(out.get(PREDICTED), dict):
         out[PREDICTED] = [{"concurrency": int(c), "speedup": x} for c, x in out[PREDICTED].items()]
     return out

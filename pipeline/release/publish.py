@@ -16,7 +16,7 @@ from pathlib import Path
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
-from pipeline.evaluate.summary import EvalSummary
+from pipeline.evaluate.summary import EvalSummary, current_names
 from pipeline.release.gates import GateReport, VariantVerdict
 from pipeline.release.manifest import verify
 from pipeline.release.speculation_choice import candidate_metrics
@@ -49,8 +49,8 @@ def summary_of(record: dict, where: str) -> EvalSummary:
     if not isinstance(record.get(ESTIMATES), dict):
         raise PipelineError(f"{where}: no {ESTIMATES} object; rebuild the bundle (`dvc repro`)")
     estimates = {k: v for k, v in record[ESTIMATES].items() if k != "note"}
-    return EvalSummary.from_metrics({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)},
-                                     **estimates}, where)
+    return EvalSummary.from_metrics(current_names({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)},
+                                                   **estimates}), where)  # a bundle built before the rename too
 
 
 def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) -> None:

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import yaml  # noqa: E402
 
 from pipeline.core import records  # noqa: E402
+from pipeline.evaluate.summary import current_names  # noqa: E402  (the runs' older metric names)
 from pipeline.serving.bench_record import ServeBenchRecord  # noqa: E402
 from render import Table, Text, facts  # noqa: E402
 from stages.serve_bench import choose_kernel  # noqa: E402
@@ -153,7 +154,7 @@ def served_k(config: str, variant: str, run: Path) -> int | None:
 
 
 def evals(run: Path = RUN) -> dict[str, dict]:
-    return {v: load(run / "metrics" / f"eval-{v}.json") for v in variants(run)
+    return {v: current_names(load(run / "metrics" / f"eval-{v}.json")) for v in variants(run)
             if (run / "metrics" / f"eval-{v}.json").is_file()}
 
 
@@ -647,7 +648,7 @@ def predicted_note() -> Text:
     first = bench_runs(BASELINE, RUN1)
     parts = []
     for p in evals(RUN3)[BASELINE]["methods"]:
-        m, pred = p["method"], p["expected_speedup"]
+        m, pred = p["method"], p["estimated_speedup"]
         meas = runs[m][1]["output_throughput"] / plain
         same = (pred >= 1) == (meas >= 1)
         extra = ""
