@@ -21,7 +21,7 @@ def draft_metrics(label: str, est: acceptance.SpeculativeEstimate) -> dict:
     under `expected_speedup_<label>`, issue #49)."""
     return {f"token_acceptance_{label}": est.token_acceptance,
             f"accepted_per_draft_token_{label}": est.accepted_per_draft_token,  # at ideal_k
-            f"ideal_k_{label}": est.ideal_k, f"ideal_speedup_bound_{label}": est.ideal_speedup}
+            f"weight_bytes_k_{label}": est.ideal_k, f"weight_bytes_speedup_{label}": est.ideal_speedup}
 
 
 @stage_main()

@@ -110,7 +110,7 @@ def test_eval_metrics_name_the_estimate_and_the_bound():
     assert not set(OLD_NAMES) & set(m)
     s = summary.speculation
     assert (m["estimated_method"], m["estimated_num_speculative_tokens"], m["estimated_speedup"],
-            m["ideal_speedup_bound"]) == (s.method, s.num_speculative_tokens, s.expected_speedup, s.ideal_speedup)
+            m["weight_bytes_speedup"]) == (s.method, s.num_speculative_tokens, s.expected_speedup, s.ideal_speedup)
     assert [e["estimated_speedup"] for e in m["methods"]] == [e.expected_speedup for e in s.methods]
     assert not any("expected_speedup" in e for e in m["methods"])
     assert m["estimated_speedup_by_concurrency"] == [dataclasses.asdict(p) for p in s.predicted]
@@ -143,9 +143,9 @@ def test_files_with_the_older_names_still_read(tmp_path):
         EvalSummary.from_metrics(old, "old.json")
 
 
-def test_draft_metrics_name_the_weight_bytes_bound(demo_pair):
-    """metrics/draft.json's `expected_speedup_finetuned 5.08` was the weight-bytes ideal bound at the k that
-    maximises it, not a prediction: it is `ideal_speedup_bound_finetuned` at `ideal_k_finetuned`. The estimate
+def test_draft_metrics_name_the_weight_bytes_model(demo_pair):
+    """metrics/draft.json's `expected_speedup_finetuned 5.08` was the weight-bytes model's speedup at the k that
+    maximises it, not a prediction: it is `weight_bytes_speedup_finetuned` at `weight_bytes_k_finetuned`. The estimate
     evaluate_draft makes, of a draft that is always accepted (the target itself), at a draft cost of 0.25."""
     from pipeline.evaluate import acceptance
     from pipeline.models.loading import load_causal_lm
@@ -155,7 +155,7 @@ def test_draft_metrics_name_the_weight_bytes_bound(demo_pair):
     target, max_k = load_causal_lm(demo_pair[0]), 4
     est = acceptance.estimate(target, target, demo_prompts(demo_pair[0], 2), 8, 0.0, max_k, cost_ratio=0.25)
     m = draft_metrics("finetuned", est)
-    assert set(m) == {"token_acceptance_finetuned", "accepted_per_draft_token_finetuned", "ideal_k_finetuned",
-                      "ideal_speedup_bound_finetuned"}
-    assert m["ideal_k_finetuned"] == max_k
-    assert m["ideal_speedup_bound_finetuned"] == pytest.approx((1 + max_k) / (1 + max_k * 0.25), rel=1e-4)
+    assert set(m) == {"token_acceptance_finetuned", "accepted_per_draft_token_finetuned", "weight_bytes_k_finetuned",
+                      "weight_bytes_speedup_finetuned"}
+    assert m["weight_bytes_k_finetuned"] == max_k
+    assert m["weight_bytes_speedup_finetuned"] == pytest.approx((1 + max_k) / (1 + max_k * 0.25), rel=1e-4)

@@ -3,7 +3,7 @@
 `artifacts/eval/<v>/summary.json` holds the record as written by `records.write`. `to_metrics()` is its flat view,
 `metrics/eval-<v>.json` (a plain output, not a DVC metric: `dvc metrics show` has the gate's headline files,
 pipeline/release/headline.py): the fidelity numbers, the CPU estimate's best method and k as `estimated_*` (the
-gate decides what ships: it need not be this), the weight-bytes bound as `ideal_speedup_bound`, each method's
+gate decides what ships: it need not be this), the weight-bytes model's speedup as `weight_bytes_speedup` (neither a bound nor a prediction: a served step costs more than its weight bytes), each method's
 estimate and the predicted speedup per concurrency in lists, lm-eval scores as `lm_eval_<task>_<metric>` (the
 names the gate thresholds `min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics
 directory (`modelprep gate --metrics-dir`) and a bundle's EVAL.json; `current_names` maps the names older files
@@ -83,11 +83,11 @@ class SpeculativeSummary:
 HEADLINE = {"estimated_method": "method", "token_acceptance": "token_acceptance",
             "accepted_per_draft_token": "accepted_per_draft_token",
             "estimated_num_speculative_tokens": "num_speculative_tokens", "estimated_speedup": "expected_speedup",
-            "cost_profile": "cost_profile", "ideal_speedup_bound": "ideal_speedup"}
+            "cost_profile": "cost_profile", "weight_bytes_speedup": "ideal_speedup"}
 METHOD_SPEEDUP = "estimated_speedup"  # each method's entry in `methods`: MethodEstimate.expected_speedup
 # The names metrics files held before they said what they are (issue #49): old -> current.
 OLD_NAMES = {"speculative_method": "estimated_method", "num_speculative_tokens": "estimated_num_speculative_tokens",
-             "expected_speedup": "estimated_speedup", "ideal_speedup": "ideal_speedup_bound",
+             "expected_speedup": "estimated_speedup", "ideal_speedup": "weight_bytes_speedup",
              "predicted_speedup_by_concurrency": PREDICTED}
 VLLM = {"vllm_accepted_per_draft_token": "accepted_per_draft_token",
         "vllm_speculative_speedup": "speculative_speedup"}
