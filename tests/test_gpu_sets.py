@@ -100,10 +100,21 @@ def test_each_server_gets_its_gpus_and_multicast_off_where_it_spans_several():
     one = server_env(Placement("plain", ("2",)), environ={})
     assert one == {"CUDA_VISIBLE_DEVICES": "2"}
     two = server_env(Placement("eagle3", ("0", "1"), ("plain",), slot=1), environ={})
-    assert two == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+    assert two == {"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     # a host VLLM_PORT: vLLM counts up from it for its internal ports, so each server at once gets its own range
     assert server_env(Placement("a", ("0",), slot=0), environ={"VLLM_PORT": "29500"}) == {"CUDA_VISIBLE_DEVICES": "0"}
     assert server_env(Placement("b", ("1",), slot=2), environ={"VLLM_PORT": "29500"})["VLLM_PORT"] == "29700"
+
+
+def test_an_in_process_engine_over_several_gpus_gets_multicast_off_too():
+    """evaluate's and distill's vLLM engines run in this process: at TP > 1 the same four settings go into the
+    environment their workers inherit; at TP 1 nothing changes."""
+    from pipeline.core.multigpu import MULTICAST_OFF, multicast_off
+
+    env = {"NCCL_NVLS_ENABLE": "1"}
+    assert multicast_off(1, env) == {} and env == {"NCCL_NVLS_ENABLE": "1"}
+    assert multicast_off(2, env) == MULTICAST_OFF and env == MULTICAST_OFF
 
 
 # ---- the runner, with real server processes
@@ -202,6 +213,18 @@ def test_sigterm_while_a_wave_runs_stops_every_server_it_started(fake_config):
     assert signal.getsignal(signal.SIGTERM) is before
     assert len(fake_config.pids) == 2 and all(gone(pid) for pid in fake_config.pids)
     assert not vllm_server._live
+
+
+def test_a_config_not_started_when_the_wave_is_interrupted_never_starts(fake_config):
+    """A wave's thread that reaches its server's start after the interrupt's stop_all (it was still preparing, or
+    between picking a port and registering the process) would run a whole startup and sweep after the stage was
+    cancelled, holding its GPUs: it is refused, and the next run may start servers again."""
+    late = Placement("late", ("1",))
+    vllm_server.stop_all()
+    with pytest.raises(PipelineError, match="not started, the run was interrupted"):
+        fake_config(late)
+    assert fake_config.pids == []
+    assert run_waves([[late]], fake_config)["late"]["cuda_visible_devices"] == "1"  # a new run starts again
 
 
 def test_waves_of_one_run_on_this_thread():

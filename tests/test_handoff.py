@@ -433,6 +433,20 @@ def test_rules_unit_test_ships_and_passes_when_no_speculation_ships(bundled_work
     assert "promtool test rules monitoring/rules.test.yaml" in (b / "README.md").read_text()
 
 
+@needs_promtool
+@pytest.mark.parametrize("kv_max", [0.9, 1.0])
+def test_rules_unit_test_passes_at_every_allowed_kv_cache_threshold(tmp_path, kv_max):
+    """monitoring.kv_cache_usage_max may be 1.0 (params check: 0 to 1): the alert, usage above it, can never fire
+    there, so the shipped unit test must not expect it to (it did: promtool failed on the bundle's own test)."""
+    from pipeline.release import monitoring
+
+    levels = monitoring.AlertLevels("svc-bf16", None, "", None, 2.0, 0.1, "the latency gates", kv_max, 0.8)
+    (tmp_path / "rules.yaml").write_text(monitoring.rules_yaml(levels, "svc"))
+    (tmp_path / "rules.test.yaml").write_text(monitoring.rules_unit_test(levels, "rules.yaml"))
+    r = subprocess.run([PROMTOOL, "test", "rules", "rules.test.yaml"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
 def test_latency_alerts_name_the_slo_and_the_latency_gate_beside_their_own_threshold(bundled_workspace):
     """Issue #49: three latency targets ten times apart, with no word on which is which. Each alert's description
     names itself the latency alert and sets the SLO and the latency gate beside it, under their params names."""

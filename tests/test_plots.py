@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,17 @@ def test_every_chart_has_data_a_title_and_axis_labels_and_renders(page):
     served = [t for t in titles if "serve_bench" in t]
     assert len(served) == 3 and all("(bf16, serve_bench)" in t for t in served), titles
     assert "p99 inter-token latency by concurrency (bf16, serve_bench)" in titles
+
+
+def test_plots_page_outside_a_dvc_project_is_one_error_line(tmp_path):
+    """setup.sh runs `modelprep plots-page`: where it can't do its job (no .dvc/ here, DVC refusing the config) it
+    says so in one line and exits non-zero, writing nothing, instead of a CalledProcessError traceback."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
+                        "plots-page", "--root", str(tmp_path)], capture_output=True, text=True,
+                       cwd=Path(__file__).resolve().parents[1])
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "not a DVC project" in r.stderr
+    assert not any(tmp_path.iterdir())

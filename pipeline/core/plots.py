@@ -75,8 +75,19 @@ def page_html() -> str:
 def install_page(root: Path) -> Path:
     """Write root/.dvc/PAGE and point this workspace's DVC at it (.dvc/config.local: a clone without it gets DVC's
     own page, which needs the network, rather than an error)."""
+    if not (root / ".dvc").is_dir():
+        raise PipelineError(f"{root}: not a DVC project (no .dvc/): the plots page belongs in one")
+    try:
+        html = page_html()
+    except ImportError as e:
+        raise PipelineError(f"the plots page needs vl-convert-python (pyproject's dependencies): {e}") from None
     path = root / ".dvc" / PAGE
-    atomic_write_text(path, page_html())
-    subprocess.run(["dvc", "config", "--local", "plots.html_template", PAGE], cwd=root, check=True,
-                   capture_output=True, text=True)
+    atomic_write_text(path, html)
+    try:
+        subprocess.run(["dvc", "config", "--local", "plots.html_template", PAGE], cwd=root, check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        detail = (getattr(e, "stderr", None) or str(e)).strip().splitlines()
+        raise PipelineError(f"dvc config --local plots.html_template {PAGE} in {root} failed: "
+                            f"{detail[-1] if detail else e}") from None
     return path

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.multigpu import multicast_off
 from pipeline.drafts.distill import Generate
 from pipeline.drafts.methods import GENERATORS
 from pipeline.drafts.settings import DistillEngine
@@ -25,6 +26,7 @@ def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int
     from vllm import LLM, SamplingParams
 
     spawn_engine_if_cuda_initialized()
+    multicast_off(tensor_parallel_size)
     llm = LLM(**engine_kwargs(model_dir, max_model_len, engine, tensor_parallel_size))
 
     def generate(prompts: list[list[int]], temperature: float, seed: int) -> list[list[int]]:

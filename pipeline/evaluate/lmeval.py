@@ -99,10 +99,12 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
     check_tasks(manager, tasks)
     name = backend((vllm_args or {}).get("tensor_parallel_size", 1))
     if name == "vllm":
+        from pipeline.core.multigpu import multicast_off
         from pipeline.evaluate.vllm_spec import spawn_engine_if_cuda_initialized
 
         spawn_engine_if_cuda_initialized()
         model_args = vllm_model_args(model_dir, vllm_args)
+        multicast_off(model_args["tensor_parallel_size"])
     else:
         # The model as the evaluate stage scores it (pipeline/models/loading.py: decompressed into float32 on CPU;
         # lm-eval's own from_pretrained would leave an NVFP4 checkpoint's weights in bfloat16).

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.multigpu import multicast_off
 
 
 @dataclass
@@ -150,6 +151,7 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
     from vllm import LLM, SamplingParams
 
     spawn_engine_if_cuda_initialized()
+    multicast_off(max(tensor_parallel_size, draft_tensor_parallel_size or 1))
     # Stop at EOS as a server does: forced on past it (ignore_eos) the target writes off-distribution
     # text the draft can't predict, and acceptance halved on the H100 run (benchmarks/gpu/history/vllm-0.25.md).
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)

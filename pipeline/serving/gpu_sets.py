@@ -19,14 +19,11 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from pipeline.core.errors import PipelineError
-from pipeline.serving.vllm_server import stop_all, stop_on_termination
+from pipeline.core.multigpu import MULTICAST_OFF
+from pipeline.serving.vllm_server import allow_starts, stop_all, stop_on_termination
 
 PARALLEL = ("auto", "off")  # serve_bench.parallel
 VISIBLE = "CUDA_VISIBLE_DEVICES"
-# Never NVLink multicast on these hosts (issue 50): NCCL's NVLS algorithms off, and vLLM's symmetric-memory
-# all-reduce, which can use multicast, off. Only where the benchmark starts a TP>1 server; the host's own
-# NCCL_NVLS_ENABLE stays as it is elsewhere.
-MULTI_GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
 # vLLM picks its distributed-init and internal ports with bind(0) unless VLLM_PORT is set; then it counts up from it,
 # and two servers started together could both take the same one. Each concurrent server gets its own range.
 VLLM_PORT, PORT_SPAN = "VLLM_PORT", 100
@@ -111,7 +108,7 @@ def server_env(placement: Placement, environ: Mapping[str, str] | None = None) -
     environ = os.environ if environ is None else environ
     env = {VISIBLE: ",".join(placement.gpus)}
     if len(placement.gpus) > 1:
-        env |= MULTI_GPU_ENV
+        env |= MULTICAST_OFF  # only where a server spans several GPUs
     if environ.get(VLLM_PORT, "").isdigit() and placement.slot:
         env[VLLM_PORT] = str(int(environ[VLLM_PORT]) + PORT_SPAN * placement.slot)
     return env
@@ -125,6 +122,7 @@ def run_waves(waves: Sequence[Sequence[Placement]], run_one: Callable[[Placement
     (a SIGTERM from `dvc repro`'s cancel, Ctrl-C) while a wave runs on threads: it must stop their servers, which
     signal handlers (main thread only) cannot reach; by default every server vllm_server started."""
     results: dict[str, T] = {}
+    allow_starts()
     for wave in waves:
         if len(wave) == 1:
             results[wave[0].label] = run_one(wave[0])

@@ -119,14 +119,24 @@ def stop_process_group(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
 # on the main thread only) cannot unwind; gpu_sets.run_waves stops them all instead.
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
+# Set by stop_all: a thread that had not started its server yet when the run was interrupted must not start one
+# afterwards (it would outlive the stop and hold its GPUs); allow_starts() clears it for the next run.
+_stopping = threading.Event()
 
 
 def stop_all() -> None:
-    """Stop every server this process started and has not stopped yet (safe beside their own stops)."""
+    """Stop every server this process started and has not stopped yet (safe beside their own stops), and refuse to
+    start another until allow_starts()."""
     with _live_lock:
+        _stopping.set()
         procs = list(_live)
     for proc in procs:
         stop_process_group(proc, grace_s=10.0)
+
+
+def allow_starts() -> None:
+    """A new run may start servers again (gpu_sets.run_waves calls it first)."""
+    _stopping.clear()
 
 
 def group_alive(pgid: int) -> bool:
@@ -168,8 +178,10 @@ def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, pre
 
 def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
     for attempt in range(1, PORT_ATTEMPTS + 1):
-        handle = _start(command, config, cwd, log_path, port, env)
-        with _live_lock:
+        with _live_lock:  # checked and registered at once: stop_all can't run between the two
+            if _stopping.is_set():
+                raise PipelineError(f"vllm serve {config.name}: not started, the run was interrupted")
+            handle = _start(command, config, cwd, log_path, port, env)
             _live.add(handle.proc)
         try:
             try:
