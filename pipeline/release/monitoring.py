@@ -155,11 +155,12 @@ def rules_unit_test(levels: AlertLevels, rule_file: str) -> str:
         return {"interval": "1m", "input_series": series,
                 "alert_rule_test": [{"eval_time": "30m", "alertname": a, "exp_alerts": e} for a, e in expected.items()]}
 
-    full = min(1.0, levels.kv_cache_usage_max + 0.05)
-    tests = [case([{"series": f"{KV_CACHE}{sel}", "values": f"{full:g}x40"}],
-                  {"VllmKvCacheNearlyFull": fired("VllmKvCacheNearlyFull", "warning")}),
-             case([{"series": f"{KV_CACHE}{sel}", "values": f"{levels.kv_cache_usage_max:g}x40"}],
+    tests = [case([{"series": f"{KV_CACHE}{sel}", "values": f"{levels.kv_cache_usage_max:g}x40"}],
                   {"VllmKvCacheNearlyFull": []})]
+    if levels.kv_cache_usage_max < 1.0:  # at 1.0 the alert (usage above it) can never fire: nothing to fire on
+        full = min(1.0, levels.kv_cache_usage_max + 0.05)
+        tests.insert(0, case([{"series": f"{KV_CACHE}{sel}", "values": f"{full:g}x40"}],
+                             {"VllmKvCacheNearlyFull": fired("VllmKvCacheNearlyFull", "warning")}))
     tests += _latency_cases(levels, sel, annotations, case, fired)
     if levels.acceptance is not None:
         tests += _acceptance_cases(levels, sel, annotations, case, fired)
