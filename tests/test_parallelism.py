@@ -198,3 +198,56 @@ def test_weights_per_gpu_match_what_vllm_loaded_at_70b_on_the_h100s(config, vari
     served_gib = float(re.search(r"Actual usage is ([0-9.]+) GiB for weight", log)[1])
     modelled_gib = parallelism.estimated_weight_bytes(SHAPE_70B, spec(variant)) / tp / parallelism.GIB
     assert modelled_gib == pytest.approx(served_gib, rel=0.02)
+
+
+LLAMA3_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256,
+             "tie_word_embeddings": False}
+
+
+def test_the_draft_tensor_parallel_size_at_the_decided_size_passes_with_the_recipe_check_remembered(tmp_path):
+    """A second `dvc repro` remembers the recipe check (check_recipes=False): the tiers are still checked at the
+    size decided from the config (8B BF16 with 256 x 4096 tokens of KV cache: 4), not at a made-up 1."""
+    source = tmp_path / "llama8b"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps(LLAMA3_8B))
+    p = tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
+                    quantize={"enabled": ["bf16"]},
+                    serving={"max_num_seqs": 256, "max_model_len": 4096,
+                             "speculation": {"draft_tensor_parallel_size": 4}})
+    assert parallelism.decide("bf16", spec("bf16"), parallelism.ServingParams.parse(p["serving"]),
+                              ModelShape.from_config(LLAMA3_8B)).tensor_parallel_size == 4
+    validate(p, tmp_path / "params.yaml", check_recipes=True)
+    validate(p, tmp_path / "params.yaml", check_recipes=False)
+    # and a size the decision contradicts is still refused without the recipe check
+    p["serving"]["speculation"]["draft_tensor_parallel_size"] = 2
+    with pytest.raises(PipelineError, match="draft_tensor_parallel_size 2 differs from tier default's "
+                                            "tensor_parallel_size 4"):
+        validate(p, tmp_path / "params.yaml", check_recipes=False)
+
+
+def test_the_draft_tensor_parallel_size_is_not_checked_at_a_made_up_size_before_auto_decides(tmp_path):
+    """A Hub target not in the cache yet: its config (and so its tensor parallelism) is unknown until the models
+    stage; a draft_tensor_parallel_size of 4 is not refused against a guessed 1."""
+    p = tiny_params(target={"source": "hf:example-org/not-cached-8b"}, draft={"source": "hf:example-org/not-cached-1b"},
+                    serving={"speculation": {"draft_tensor_parallel_size": 4}})
+    validate(p, tmp_path / "params.yaml")
+    validate(p, tmp_path / "params.yaml", check_recipes=False)
+
+
+def test_the_models_stage_checks_the_tiers_at_the_size_it_decides(tmp_path):
+    """What the params check could not decide (the config not readable yet), the models stage does from the built
+    target's config, and refuses a draft_tensor_parallel_size the decision contradicts before any variant is
+    quantized."""
+    from stages.models import gpus_per_replica
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(LLAMA3_8B))
+    p = tiny_params(quantize={"enabled": ["bf16"]}, serving={"max_num_seqs": 256, "max_model_len": 4096,
+                                                              "speculation": {"draft_tensor_parallel_size": 4}})
+    assert {v: d.tensor_parallel_size for v, d in gpus_per_replica(p, target).items()} == {"bf16": 4}
+    p["serving"]["speculation"]["draft_tensor_parallel_size"] = 1
+    with pytest.raises(PipelineError, match="draft_tensor_parallel_size 1 differs from tier default's "
+                                            "tensor_parallel_size 4"):
+        gpus_per_replica(p, target)
