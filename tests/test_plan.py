@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tiny_project import ROOT, tiny_params
@@ -27,6 +28,20 @@ def test_plan_points_are_the_committed_raw_runs():
     assert r.returncode == 0, "pipeline/params/plan_points.json differs from benchmarks/gpu/raw: rerun the script"
 
 
+def test_plan_points_read_the_mib_records_in_mb():
+    """raw/llama3-8b and raw/schemes8b wrote their `*_mb` sizes in MiB (benchmarks/gpu/tables/results.py
+    RECORDED_IN_MIB): read as MB, the BF16 Llama-3-8B checkpoint's bytes / 2 are its published parameter count, and
+    every 8B run scales from the same count."""
+    from pipeline.params.plan import SHAPES, load_points
+    from pipeline.serving.parallelism import ModelShape
+
+    points = load_points()["quantize"]
+    published = ModelShape.from_config(SHAPES["llama-3-8b"]).parameters  # 8.03B
+    assert [p["parameters"] for p in points.values()] == [pytest.approx(published, rel=1e-3)] * len(points)
+    # int8-w8a8's peak_gpu_memory_mb (raw/schemes8b) is 18729.8 MiB
+    assert points["int8-w8a8"]["peak_gpu_memory_bytes"] == pytest.approx(18729.8 * 2 ** 20, rel=1e-6)
+
+
 def test_the_demo_plan_fits_one_gpu_and_names_every_stage_and_its_source(tmp_path):
     r = plan(tmp_path)
     assert r.returncode == 0, r.stderr
@@ -34,7 +49,7 @@ def test_the_demo_plan_fits_one_gpu_and_names_every_stage_and_its_source(tmp_pat
     enabled = tiny_params()["quantize"]["enabled"]
     assert {f"{s}@{v}" for s in ("quantize", "evaluate", "serve_bench", "bundle") for v in enabled} <= set(table)
     assert all(table[f"serve_bench@{v}"][1:4] == ["yes", "1", "(TP"] for v in enabled)
-    assert "benchmarks/gpu/raw/llama3-8b/quant8b-gptq-w4a16.json (28.1 s at 7.66B parameters" in r.stdout
+    assert "benchmarks/gpu/raw/llama3-8b/quant8b-gptq-w4a16.json (28.1 s at 8.03B parameters" in r.stdout
     assert "a proportional guess, not a measurement" in r.stdout
 
 
