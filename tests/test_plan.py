@@ -9,6 +9,9 @@ import pytest
 import yaml
 
 from tiny_project import ROOT, tiny_params
+from pipeline.params.plan import SHAPES
+
+SHAPES_8B = SHAPES["llama-3-8b"]
 
 
 def plan(tmp_path, *args: str, **overrides) -> subprocess.CompletedProcess:
@@ -67,7 +70,7 @@ def test_a_70b_shape_on_four_h100s_plans_each_variants_gpus(tmp_path):
 
 
 def test_bf16_70b_at_tensor_parallel_1_on_80_gb_is_refused_in_one_line(tmp_path):
-    r = plan(tmp_path, "--model-shape", "llama-3-70b", serving={"tensor_parallel_size": 1})
+    r = plan(tmp_path, "--model-shape", "llama-3-70b", "--gpu", "h100", serving={"tensor_parallel_size": 1})
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100: "
                                "at TP 1 weights 141.1 GB"), r.stderr
@@ -78,3 +81,30 @@ def test_405b_needs_two_hosts_of_eight_with_pipeline_parallelism(tmp_path):
     assert "error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100" in one.stderr
     two = plan(tmp_path, "--model-shape", "llama-3.1-405b", "--gpus-per-host", "8", "--hosts", "2")
     assert rows(two.stdout)["serve_bench@bf16"][1:6] == ["yes", "16", "(TP", "8", "x"]
+
+
+def test_a_pinned_size_is_not_refused_by_the_plan_with_serving_gpu_null(tmp_path):
+    """decide() checks a pinned tensor_parallel_size against a GPU only where serving.gpu names one (the pinned size
+    is the user's to know); the sources stage's resource plan does the same: Llama-3-8B in BF16 with a KV cache of
+    256 x 4096 tokens misses one H100, pinned at 1 it is shown as not checked, and refused once serving.gpu is h100."""
+    import json
+
+    from pipeline.core.errors import PipelineError
+    from pipeline.params.check import validate
+    from stages.sources import resource_plan
+
+    source = tmp_path / "llama8b"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({**SHAPES_8B, "model_type": "llama"}))
+    p = tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
+                    quantize={"enabled": ["bf16"]},
+                    serving={"tensor_parallel_size": 1, "max_num_seqs": 256, "max_model_len": 4096, "gpu": None})
+    validate(p, tmp_path / "params.yaml")
+    resource_plan(p, show=False)
+    r = plan(tmp_path, "--config", str(source / "config.json"), **{k: p[k] for k in ("target", "draft", "quantize",
+                                                                                    "serving")})
+    assert r.returncode == 0, r.stderr
+    assert "serve_bench@bf16  not checked (serving.gpu null)  1 (TP 1)" in r.stdout
+    p["serving"]["gpu"] = "h100"
+    with pytest.raises(PipelineError, match="the resource plan does not fit: serve_bench@bf16: bf16 does not fit"):
+        resource_plan(p, show=False)
