@@ -394,9 +394,10 @@ def tensor_parallel_sizes(params: dict, specs: dict | None, path: Path) -> set[i
             return fallback
     from pipeline.serving import parallelism
 
+    config = parallelism.source_config(params)
     try:
-        decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs,
-                                               parallelism.source_config(params))
+        decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs, config)
+        parallelism.evaluate_sizes(params, decisions, specs, config)  # evaluate's engines fit their own share
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
     return {d.tensor_parallel_size for d in decisions.values()} or fallback

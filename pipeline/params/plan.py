@@ -157,10 +157,10 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         else:
             memory, problem = "not measured", None
         rows.append(Row(f"quantize@{name}", str(gpus), memory, size, t, src, problem))
-    engine = params["draft_training"].get("vllm") or {}
-    util = engine.get("gpu_memory_utilization", 0.5)
-    distill_in = par.MemoryInputs(bf16, shape, 2, 1, serving.max_model_len, host.memory_bytes, util)
-    fit, largest = par.smallest_fit(distill_in, min(serving.max_tensor_parallel_size, host.gpus_per_host))
+    engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
+    util = engine.gpu_memory_utilization
+    fit, largest = par.smallest_fit(engine.inputs(serving, shape, bf16, par.TARGET_SPEC),
+                                    min(serving.max_tensor_parallel_size, host.gpus_per_host))
     share = fit or largest
     t, src = scaled_time(stage_points["distill"], n)
     rows.append(Row("distill", f"{share.tensor_parallel_size} (TP)", f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
