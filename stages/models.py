@@ -11,9 +11,8 @@ from pipeline.models.tokenizer_check import check_tokenizer
 from pipeline.params.load import PARAMS_FILE, load_params, parse_section
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.serving.parallelism import decide_enabled, read_config, resolved
-from pipeline.serving.settings import AUTO_TP, ServingParams
-from pipeline.serving.tiers import parse_tiers
+from pipeline.serving.parallelism import decide_enabled, read_config
+from pipeline.serving.settings import ServingParams
 
 
 @stage_main()
@@ -67,12 +66,7 @@ def gpus_per_replica(p: dict, target_dir) -> dict:
     not yet in the cache), this is the first place it is known. One line for a variant that can't fit."""
     quantize = parse_section(p, QuantizeParams)
     specs = {v: variant_spec(quantize.variants, v) for v in quantize.enabled}
-    serving = parse_section(p, ServingParams)
-    decided = decide_enabled(serving, specs, read_config(target_dir))
-    if serving.tensor_parallel_size == AUTO_TP:  # the tiers at the sizes decided here (the params check could not)
-        for tp in sorted({d.tensor_parallel_size for d in decided.values()}):
-            parse_tiers(resolved(serving, tp))
-    return decided
+    return decide_enabled(parse_section(p, ServingParams), specs, read_config(target_dir))
 
 
 if __name__ == "__main__":

@@ -237,24 +237,6 @@ def test_the_draft_tensor_parallel_size_is_not_checked_at_a_made_up_size_before_
     validate(p, tmp_path / "params.yaml", check_recipes=False)
 
 
-def test_the_models_stage_checks_the_tiers_at_the_size_it_decides(tmp_path):
-    """What the params check could not decide (the config not readable yet), the models stage does from the built
-    target's config, and refuses a draft_tensor_parallel_size the decision contradicts before any variant is
-    quantized."""
-    from stages.models import gpus_per_replica
-
-    target = tmp_path / "target"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps(LLAMA3_8B))
-    p = tiny_params(quantize={"enabled": ["bf16"]}, serving={"max_num_seqs": 256, "max_model_len": 4096,
-                                                              "speculation": {"draft_tensor_parallel_size": 4}})
-    assert {v: d.tensor_parallel_size for v, d in gpus_per_replica(p, target).items()} == {"bf16": 4}
-    p["serving"]["speculation"]["draft_tensor_parallel_size"] = 1
-    with pytest.raises(PipelineError, match="draft_tensor_parallel_size 1 differs from tier default's "
-                                            "tensor_parallel_size 4"):
-        gpus_per_replica(p, target)
-
-
 def test_distill_sizes_the_targets_engine_at_its_own_memory_share(tmp_path):
     """distill's vLLM engine runs at draft_training.vllm.gpu_memory_utilization (0.5), not serving's 0.9: the BF16 70B
     target (141 GB) needs 8 H100s there (at 4: 35.3 GB + overhead over 40 GB), where serving's load decided 4."""

@@ -418,7 +418,8 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
     """The serving section and the serving benchmark's settings (no GPU or model needed). tp_sizes: the tensor
     parallel sizes the variants were decided at (tensor_parallel_sizes); the tiers are checked at each. When none is
     known yet (auto, the config not readable before the models stage), at undecided_tp's stand-in: what depends on
-    the size is checked again where it is decided (the models stage)."""
+    the size is checked again by the stages that parse the tiers at the variant's size (evaluate, serve_bench,
+    bundle; not models, which stays fresh when the tiers change: tests/test_dvc_graph.py)."""
     _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
     gain = _section(params, "serving.speculation", path).get("min_gain")
     if not is_positive_number(gain):
