@@ -7,17 +7,21 @@ Quantization (time and peak GPU memory per variant) from the Llama-3-8B-shape ru
 raw/schemes8b quant8b-*.json: one process per variant, the weights on the GPU); every other stage's wall time from
 one whole `dvc repro` of the GPU demo profile on an H100 (raw/gpu-tp1/repro.log, whose lines start with the seconds
 since the run began: a stage lasts from its `Running stage` line to the next one). Parameters are each run's BF16
-checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point.
+checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point. Those runs'
+`*_mb` fields are MiB (benchmarks/gpu/tables/results.py RECORDED_IN_MIB): read back in MB through its in_mb.
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's pipeline/, which results.py imports
 OUT = ROOT / "pipeline/params/plan_points.json"
 GPU_RAW = Path("benchmarks/gpu/raw")
 QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4a16.json",
@@ -26,6 +30,20 @@ QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4
 STAGE_RUN = "gpu-tp1"
 STAGES = ("quantize@bf16", "distill", "draft_finetune", "eagle3", "evaluate", "serve_bench", "bundle")
 LINE = re.compile(r"^(\d+) Running stage '([^']+)':")
+
+
+@functools.cache
+def _results():
+    """benchmarks/gpu/tables/results.py, whose RECORDED_IN_MIB names the run folders written in MiB."""
+    spec = importlib.util.spec_from_file_location("tables_results", ROOT / "benchmarks/gpu/tables/results.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def raw_record(rel: str) -> dict:
+    """A raw JSON record with its `*_mb` fields in MB (MiB in the folders recorded so)."""
+    return _results().in_mb(rel.split("/")[0], json.loads((ROOT / GPU_RAW / rel).read_text()))
 
 
 def gpu_name(run: str) -> str:
@@ -38,10 +56,10 @@ def gpu_name(run: str) -> str:
 def quantize_points() -> dict:
     out = {}
     for rel in QUANTIZE_FILES:
-        d = json.loads((ROOT / GPU_RAW / rel).read_text())
-        # peak_gpu_memory_mb (MB) where recorded; the llama3-8b files' peak_memory_mb is torch.cuda.max_memory_allocated
-        # in MiB (pipeline/quantize.py at c6ed31c, which wrote them on cuda)
-        peak = d["peak_gpu_memory_mb"] * 1e6 if "peak_gpu_memory_mb" in d else d["peak_memory_mb"] * 2 ** 20
+        d = raw_record(rel)
+        # peak_gpu_memory_mb where recorded; the llama3-8b files' peak_memory_mb is torch.cuda.max_memory_allocated
+        # (pipeline/quantize.py at c6ed31c, which wrote them on cuda)
+        peak = d["peak_gpu_memory_mb"] * 1e6 if "peak_gpu_memory_mb" in d else d["peak_memory_mb"] * 1e6
         out[d["variant"]] = {"run": f"{GPU_RAW / rel}", "gpu": gpu_name(rel.split("/")[0]),
                              "algorithm": d["algorithm"], "scheme": d["scheme"],
                              "parameters": round(d["size_before_mb"] * 1e6 / 2),
@@ -54,7 +72,7 @@ def stage_points() -> dict:
     log = (ROOT / GPU_RAW / STAGE_RUN / "repro.log").read_text().splitlines()
     starts = [(int(m.group(1)), m.group(2)) for line in log if (m := LINE.match(line))]
     ends = [t for t, _ in starts[1:]] + [None]
-    sizes = json.loads((ROOT / GPU_RAW / STAGE_RUN / "metrics/quantize-bf16.json").read_text())
+    sizes = raw_record(f"{STAGE_RUN}/metrics/quantize-bf16.json")
     times: dict[str, list[float]] = {}
     for (start, stage), end in zip(starts, ends):
         if end is None:

@@ -164,7 +164,8 @@ def cmd_plan(args) -> int:
                                 "pass --config <config.json> or --model-shape")
     serving = params.get("serving") or {}
     gpu = args.gpu or serving.get("gpu") or DEFAULT_GPU
-    host = Host(gpu, args.gpus_per_host or serving.get("max_tensor_parallel_size", 8), args.hosts)
+    host = Host(gpu, args.gpus_per_host or serving.get("max_tensor_parallel_size", 8), args.hosts,
+                gpu_named=bool(args.gpu or serving.get("gpu")))
     rows = plan(params, config, host)
     from pipeline.serving.parallelism import ModelShape
 

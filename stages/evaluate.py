@@ -23,7 +23,7 @@ from pipeline.quantize.settings import QuantizeParams
 from pipeline.quantize.hardware import scoped_env
 from pipeline.serving.config import server_env
 from pipeline.serving.settings import ServeBenchParams, ServingParams
-from pipeline.serving.parallelism import serving_for
+from pipeline.serving.parallelism import engine_serving, evaluate_tensor_parallel, serving_for
 from pipeline.serving.tiers import parse_tiers
 
 
@@ -119,7 +119,7 @@ def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, run: Se
 
 
 def lm_eval_engine(run: Settings) -> dict:
-    """lm-eval's vLLM engine settings: evaluate.vllm's memory share, sharded and sized as served."""
+    """lm-eval's vLLM engine settings: evaluate.vllm's memory share, sharded at least as served (run: the engines')."""
     return {"gpu_memory_utilization": run.evaluate.vllm.gpu_memory_utilization,
             "max_model_len": run.serving.max_model_len, "tensor_parallel_size": run.serving.tensor_parallel_size}
 
@@ -154,9 +154,12 @@ def main(argv: list[str]) -> None:
     p = load_params()
     # at the variant's own tensor parallelism (pipeline/serving/parallelism.py): its vLLM engines shard as served
     run = dataclasses.replace(Settings.of(p), serving=serving_for(variant, p))
+    # its vLLM engines (lm-eval, the offline check) at evaluate.vllm's own memory share: at least the served TP, wider
+    # where that share can't hold the variant there (pipeline/serving/parallelism.py evaluate_tp)
+    engines = dataclasses.replace(run, serving=engine_serving(run.serving, evaluate_tensor_parallel(variant, p)))
     recipe = variant_spec(parse_section(p, QuantizeParams).variants, variant)
     cfg = run.evaluate
-    lmeval.backend(run.serving.tensor_parallel_size)  # too few GPUs for serving's sharding: fail before any work
+    lmeval.backend(engines.serving.tensor_parallel_size)  # too few GPUs for the engines: fail before any work
     variant_dir = paths.QUANTIZED / variant
     tokenizer = load_tokenizer(paths.TARGET)
     heldout = read_split(paths.HELDOUT)[: cfg.heldout_limit]
@@ -180,10 +183,10 @@ def main(argv: list[str]) -> None:
         model = None
     with scoped_env(server_env(recipe, run.serving)):  # vLLM's engines measure the kernels it ships with
         lm_eval = lmeval.run_tasks(variant_dir, list(cfg.lm_eval.tasks), cfg.lm_eval.limit,
-                                   vllm_args=lm_eval_engine(run), loaded=model)
+                                   vllm_args=lm_eval_engine(engines), loaded=model)
         model = None
         draft = estimates.get(methods.DRAFT_MODEL)  # the offline vLLM check covers the draft model
-        gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, run) if draft
+        gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, engines) if draft
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
     summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)

@@ -62,7 +62,8 @@ def resource_plan(p: dict, show: bool) -> None:
     if config is None:  # a Hub model not cached yet: the models stage decides the tensor parallelism
         return
     serving = p["serving"]
-    rows = plan(p, config, Host(serving.get("gpu") or DEFAULT_GPU, serving.get("max_tensor_parallel_size", 8)))
+    rows = plan(p, config, Host(serving.get("gpu") or DEFAULT_GPU, serving.get("max_tensor_parallel_size", 8),
+                                gpu_named=serving.get("gpu") is not None))
     if show:
         for line in render(rows, "sources: resource plan (modelprep plan)").splitlines():
             say(line)

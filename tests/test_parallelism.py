@@ -129,9 +129,11 @@ def llama70b_source(tmp_path) -> Path:
     return source
 
 
-def params_for(source: Path, **serving) -> dict:
+def params_for(source: Path, evaluate_share: float = 0.5, **serving) -> dict:
+    """A 70B target; evaluate's vLLM engines at evaluate_share of each GPU (the default 0.3 can't hold BF16 70B on 8
+    H100s: test_evaluate_engines_...)."""
     return tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
-                       serving=serving)
+                       serving=serving, evaluate={"vllm": {"gpu_memory_utilization": evaluate_share}})
 
 
 @pytest.mark.parametrize("serving, message", [
@@ -198,3 +200,83 @@ def test_weights_per_gpu_match_what_vllm_loaded_at_70b_on_the_h100s(config, vari
     served_gib = float(re.search(r"Actual usage is ([0-9.]+) GiB for weight", log)[1])
     modelled_gib = parallelism.estimated_weight_bytes(SHAPE_70B, spec(variant)) / tp / parallelism.GIB
     assert modelled_gib == pytest.approx(served_gib, rel=0.02)
+
+
+LLAMA3_8B = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+             "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256,
+             "tie_word_embeddings": False}
+
+
+def test_the_draft_tensor_parallel_size_at_the_decided_size_passes_with_the_recipe_check_remembered(tmp_path):
+    """A second `dvc repro` remembers the recipe check (check_recipes=False): the tiers are still checked at the
+    size decided from the config (8B BF16 with 256 x 4096 tokens of KV cache: 4), not at a made-up 1."""
+    source = tmp_path / "llama8b"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps(LLAMA3_8B))
+    p = tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
+                    quantize={"enabled": ["bf16"]},
+                    serving={"max_num_seqs": 256, "max_model_len": 4096,
+                             "speculation": {"draft_tensor_parallel_size": 4}})
+    assert parallelism.decide("bf16", spec("bf16"), parallelism.ServingParams.parse(p["serving"]),
+                              ModelShape.from_config(LLAMA3_8B)).tensor_parallel_size == 4
+    validate(p, tmp_path / "params.yaml", check_recipes=True)
+    validate(p, tmp_path / "params.yaml", check_recipes=False)
+    # and a size the decision contradicts is still refused without the recipe check
+    p["serving"]["speculation"]["draft_tensor_parallel_size"] = 2
+    with pytest.raises(PipelineError, match="draft_tensor_parallel_size 2 differs from tier default's "
+                                            "tensor_parallel_size 4"):
+        validate(p, tmp_path / "params.yaml", check_recipes=False)
+
+
+def test_the_draft_tensor_parallel_size_is_not_checked_at_a_made_up_size_before_auto_decides(tmp_path):
+    """A Hub target not in the cache yet: its config (and so its tensor parallelism) is unknown until the models
+    stage; a draft_tensor_parallel_size of 4 is not refused against a guessed 1."""
+    p = tiny_params(target={"source": "hf:example-org/not-cached-8b"}, draft={"source": "hf:example-org/not-cached-1b"},
+                    serving={"speculation": {"draft_tensor_parallel_size": 4}})
+    validate(p, tmp_path / "params.yaml")
+    validate(p, tmp_path / "params.yaml", check_recipes=False)
+
+
+def test_distill_sizes_the_targets_engine_at_its_own_memory_share(tmp_path):
+    """distill's vLLM engine runs at draft_training.vllm.gpu_memory_utilization (0.5), not serving's 0.9: the BF16 70B
+    target (141 GB) needs 8 H100s there (at 4: 35.3 GB + overhead over 40 GB), where serving's load decided 4."""
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps(LLAMA3_70B))
+    with open(target / "model.safetensors", "wb") as f:
+        f.truncate(141 * GB)  # sparse
+    p = tiny_params(serving={"tensor_parallel_size": "auto"})
+    assert p["draft_training"]["vllm"]["gpu_memory_utilization"] == 0.5
+    assert parallelism.target_tensor_parallel(p, target) == 8
+    p["draft_training"]["vllm"]["gpu_memory_utilization"] = 0.9
+    assert parallelism.target_tensor_parallel(p, target) == 4
+    os.remove(target / "model.safetensors")
+
+
+def test_evaluate_engines_take_at_least_the_served_size_at_their_own_share(tmp_path):
+    """evaluate's vLLM engines run at evaluate.vllm.gpu_memory_utilization: W4A16 70B is served at TP 2; at 0.5 its
+    engines take 2 too (never fewer than served, though one GPU would hold them), at 0.3 (24 GB) they need 4."""
+    ckpt = tmp_path / "gptq-w4a16"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps(LLAMA3_70B))
+    with open(ckpt / "model.safetensors", "wb") as f:
+        f.truncate(int(39.5 * GB))  # sparse
+    p = tiny_params(serving={"tensor_parallel_size": "auto"}, evaluate={"vllm": {"gpu_memory_utilization": 0.5}})
+    assert parallelism.tensor_parallel_for("gptq-w4a16", p, ckpt) == 2
+    assert parallelism.evaluate_tensor_parallel("gptq-w4a16", p, ckpt) == 2
+    p["evaluate"]["vllm"]["gpu_memory_utilization"] = 0.3
+    assert parallelism.evaluate_tensor_parallel("gptq-w4a16", p, ckpt) == 4
+    os.remove(ckpt / "model.safetensors")
+    # the engines' draft model follows their size where one is set (vLLM serves a draft only at its target's)
+    served = parallelism.resolved(auto(speculation={"draft_tensor_parallel_size": 2}), 2)
+    engines = parallelism.engine_serving(served, 4)
+    assert (engines.tensor_parallel_size, engines.speculation.draft_tensor_parallel_size) == (4, 4)
+    assert parallelism.engine_serving(parallelism.resolved(auto(), 2), 4).speculation.draft_tensor_parallel_size is None
+
+
+def test_a_variant_evaluates_share_cannot_hold_is_refused_when_params_are_checked(llama70b_source, tmp_path):
+    with pytest.raises(PipelineError) as err:
+        validate(params_for(llama70b_source, evaluate_share=0.3), tmp_path / "params.yaml")
+    line = str(err.value)
+    assert "\n" not in line and "evaluate@bf16: vLLM at evaluate.vllm.gpu_memory_utilization 0.3 does not fit h100 " \
+        "GPUs at tensor parallel 4 up to serving.max_tensor_parallel_size 8: at 8 weights 17.6 GB" in line, line

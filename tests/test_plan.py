@@ -5,9 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tiny_project import ROOT, tiny_params
+from pipeline.params.plan import SHAPES
+
+SHAPES_8B = SHAPES["llama-3-8b"]
 
 
 def plan(tmp_path, *args: str, **overrides) -> subprocess.CompletedProcess:
@@ -27,6 +31,20 @@ def test_plan_points_are_the_committed_raw_runs():
     assert r.returncode == 0, "pipeline/params/plan_points.json differs from benchmarks/gpu/raw: rerun the script"
 
 
+def test_plan_points_read_the_mib_records_in_mb():
+    """raw/llama3-8b and raw/schemes8b wrote their `*_mb` sizes in MiB (benchmarks/gpu/tables/results.py
+    RECORDED_IN_MIB): read as MB, the BF16 Llama-3-8B checkpoint's bytes / 2 are its published parameter count, and
+    every 8B run scales from the same count."""
+    from pipeline.params.plan import SHAPES, load_points
+    from pipeline.serving.parallelism import ModelShape
+
+    points = load_points()["quantize"]
+    published = ModelShape.from_config(SHAPES["llama-3-8b"]).parameters  # 8.03B
+    assert [p["parameters"] for p in points.values()] == [pytest.approx(published, rel=1e-3)] * len(points)
+    # int8-w8a8's peak_gpu_memory_mb (raw/schemes8b) is 18729.8 MiB
+    assert points["int8-w8a8"]["peak_gpu_memory_bytes"] == pytest.approx(18729.8 * 2 ** 20, rel=1e-6)
+
+
 def test_the_demo_plan_fits_one_gpu_and_names_every_stage_and_its_source(tmp_path):
     r = plan(tmp_path)
     assert r.returncode == 0, r.stderr
@@ -34,7 +52,7 @@ def test_the_demo_plan_fits_one_gpu_and_names_every_stage_and_its_source(tmp_pat
     enabled = tiny_params()["quantize"]["enabled"]
     assert {f"{s}@{v}" for s in ("quantize", "evaluate", "serve_bench", "bundle") for v in enabled} <= set(table)
     assert all(table[f"serve_bench@{v}"][1:4] == ["yes", "1", "(TP"] for v in enabled)
-    assert "benchmarks/gpu/raw/llama3-8b/quant8b-gptq-w4a16.json (28.1 s at 7.66B parameters" in r.stdout
+    assert "benchmarks/gpu/raw/llama3-8b/quant8b-gptq-w4a16.json (28.1 s at 8.03B parameters" in r.stdout
     assert "a proportional guess, not a measurement" in r.stdout
 
 
@@ -52,7 +70,7 @@ def test_a_70b_shape_on_four_h100s_plans_each_variants_gpus(tmp_path):
 
 
 def test_bf16_70b_at_tensor_parallel_1_on_80_gb_is_refused_in_one_line(tmp_path):
-    r = plan(tmp_path, "--model-shape", "llama-3-70b", serving={"tensor_parallel_size": 1})
+    r = plan(tmp_path, "--model-shape", "llama-3-70b", "--gpu", "h100", serving={"tensor_parallel_size": 1})
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
     assert r.stderr.startswith("error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100: "
                                "at TP 1 weights 141.1 GB"), r.stderr
@@ -63,3 +81,30 @@ def test_405b_needs_two_hosts_of_eight_with_pipeline_parallelism(tmp_path):
     assert "error: plan does not fit: serve_bench@bf16: bf16 does not fit 1 host(s) of 8 h100" in one.stderr
     two = plan(tmp_path, "--model-shape", "llama-3.1-405b", "--gpus-per-host", "8", "--hosts", "2")
     assert rows(two.stdout)["serve_bench@bf16"][1:6] == ["yes", "16", "(TP", "8", "x"]
+
+
+def test_a_pinned_size_is_not_refused_by_the_plan_with_serving_gpu_null(tmp_path):
+    """decide() checks a pinned tensor_parallel_size against a GPU only where serving.gpu names one (the pinned size
+    is the user's to know); the sources stage's resource plan does the same: Llama-3-8B in BF16 with a KV cache of
+    256 x 4096 tokens misses one H100, pinned at 1 it is shown as not checked, and refused once serving.gpu is h100."""
+    import json
+
+    from pipeline.core.errors import PipelineError
+    from pipeline.params.check import validate
+    from stages.sources import resource_plan
+
+    source = tmp_path / "llama8b"
+    source.mkdir()
+    (source / "config.json").write_text(json.dumps({**SHAPES_8B, "model_type": "llama"}))
+    p = tiny_params(target={"source": str(source)}, draft={"source": {"from": "target", "layers": 2}},
+                    quantize={"enabled": ["bf16"]},
+                    serving={"tensor_parallel_size": 1, "max_num_seqs": 256, "max_model_len": 4096, "gpu": None})
+    validate(p, tmp_path / "params.yaml")
+    resource_plan(p, show=False)
+    r = plan(tmp_path, "--config", str(source / "config.json"), **{k: p[k] for k in ("target", "draft", "quantize",
+                                                                                    "serving")})
+    assert r.returncode == 0, r.stderr
+    assert "serve_bench@bf16  not checked (serving.gpu null)  1 (TP 1)" in r.stdout
+    p["serving"]["gpu"] = "h100"
+    with pytest.raises(PipelineError, match="the resource plan does not fit: serve_bench@bf16: bf16 does not fit"):
+        resource_plan(p, show=False)

@@ -380,28 +380,46 @@ def check_gpu_knobs(params: dict, path: Path) -> None:
 def tensor_parallel_sizes(params: dict, specs: dict | None, path: Path) -> set[int]:
     """The tensor parallel sizes the enabled variants are served at, as far as known before any stage runs
     (pipeline/serving/parallelism.py): a pinned size, or each variant's decision from the target's config (the demo's,
-    a local directory's, a cached Hub one's). Empty when auto can't be decided yet (the models stage does) or the
-    recipes are not checked (specs None). One line when a variant can't fit."""
+    a local directory's, a cached Hub one's). specs: the enabled variants' parsed recipes; None when the recipe check
+    is skipped (remembered), then parsed here (parse_variant is cheap: no compressed-tensors), so a second run
+    decides as the first did. Empty when auto can't be decided yet (the models stage does). One line when a variant
+    can't fit."""
     from pipeline.serving.settings import AUTO_TP, ServingParams
 
     pinned = (params.get("serving") or {}).get("tensor_parallel_size")
+    fallback = {pinned} if pinned != AUTO_TP and is_positive_int(pinned) else set()
     if specs is None:
-        return {pinned} if is_positive_int(pinned) else set()
+        specs = enabled_specs(params)
+        if specs is None:
+            return fallback
     from pipeline.serving import parallelism
 
+    config = parallelism.source_config(params)
     try:
-        decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs,
-                                               parallelism.source_config(params))
+        decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs, config)
+        parallelism.evaluate_sizes(params, decisions, specs, config)  # evaluate's engines fit their own share
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
-    sizes = {d.tensor_parallel_size for d in decisions.values()}
-    return sizes or ({pinned} if pinned != AUTO_TP and is_positive_int(pinned) else set())
+    return {d.tensor_parallel_size for d in decisions.values()} or fallback
+
+
+def enabled_specs(params: dict) -> dict | None:
+    """The enabled variants' VariantSpecs, or None where one doesn't parse (the recipe check, when it runs, says
+    why: here the sizes are only unknown)."""
+    from pipeline.quantize.recipes import variant_spec
+
+    try:
+        return {n: variant_spec(params["quantize"]["variants"], n) for n in params["quantize"]["enabled"]}
+    except PipelineError:
+        return None
 
 
 def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_sizes: set[int] | None = None) -> None:
     """The serving section and the serving benchmark's settings (no GPU or model needed). tp_sizes: the tensor
-    parallel sizes the variants were decided at (tensor_parallel_sizes); the tiers are checked at each (at 1 when
-    none is known yet: the models stage checks them again at the decided size)."""
+    parallel sizes the variants were decided at (tensor_parallel_sizes); the tiers are checked at each. When none is
+    known yet (auto, the config not readable before the models stage), at undecided_tp's stand-in: what depends on
+    the size is checked again by the stages that parse the tiers at the variant's size (evaluate, serve_bench,
+    bundle; not models, which stays fresh when the tiers change: tests/test_dvc_graph.py)."""
     _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
     gain = _section(params, "serving.speculation", path).get("min_gain")
     if not is_positive_number(gain):
@@ -443,10 +461,17 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
         typed = ServingParams.parse(serving)  # what the tiers are parsed from, as the stages parse them
     except PipelineError as e:
         raise PipelineError(f"{path}: {e}") from None
-    for tp in sorted(tp_sizes or {1}):
+    for tp in sorted(tp_sizes or {undecided_tp(typed)}):
         each = resolved(typed, tp) if isinstance(typed.tensor_parallel_size, str) else typed
         check_serve_bench(_section(params, "serve_bench", path), each, path)
         check_handoff(params, each, path)
+
+
+def undecided_tp(serving: ServingParams) -> int:
+    """The stand-in size for tiers checked before auto is decided: the draft's tensor parallelism where it is set
+    (the default tier speculates, so the only size a valid file can decide), else 1 (then nothing checked depends on
+    it: a tier inheriting 1 fits any GPU count). Never a made-up size the draft's is compared with."""
+    return serving.speculation.draft_tensor_parallel_size or 1
 
 
 def check_handoff(params: dict, serving: ServingParams, path: Path) -> None:

@@ -42,6 +42,7 @@ class Host:
     gpu: str
     gpus_per_host: int
     hosts: int = 1
+    gpu_named: bool = True  # False: serving.gpu null (and no --gpu): gpu is DEFAULT_GPU, a pinned TP is not checked
 
     @property
     def memory_bytes(self) -> int:
@@ -57,6 +58,11 @@ class Row:
     time: str
     source: str  # the measured run it scales from, or how it was computed
     problem: str | None = None  # why it can't fit (None: it fits)
+    unchecked: str | None = None  # why fitting was not checked (a pinned TP with serving.gpu null)
+
+    @property
+    def fits(self) -> str:
+        return "NO" if self.problem else self.unchecked or "yes"
 
 
 def load_points() -> dict:
@@ -88,6 +94,11 @@ def serve_row(name: str, spec: VariantSpec, serving: ServingParams, shape: par.M
     max_tp = min(serving.max_tensor_parallel_size, host.gpus_per_host)
     if serving.tensor_parallel_size != par.AUTO_TP:
         fit = par.per_gpu(inputs, serving.tensor_parallel_size)
+        if serving.gpu is None and fit.divides_heads and not fit.fits:  # as decide(): the pinned size is the user's
+            return Row(stage, f"{fit.gpus} (TP {fit.tensor_parallel_size})",
+                       f"{gb(fit.need_bytes)} of {gb(fit.budget_bytes)} on {host.gpu}", 0, "",
+                       "memory model (pipeline/serving/parallelism.py), estimated weights",
+                       unchecked=f"not checked ({ServingParams.SECTION}.gpu null)"), fit.gpus
         largest, fit = fit, (fit if fit.fits else None)
     else:
         fit, largest = par.smallest_fit(inputs, max_tp)
@@ -114,7 +125,7 @@ def one_gpu(stage: str, need: int, host: Host, why: str) -> str | None:
 def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = None) -> list[Row]:
     """Every stage's row for params' enabled variants, the model of `config` (a config.json mapping), on `host`."""
     points = points or load_points()
-    serving = ServingParams.parse({**params["serving"], "gpu": host.gpu})
+    serving = ServingParams.parse({**params["serving"], "gpu": host.gpu if host.gpu_named else None})
     quantize = QuantizeParams.parse(params["quantize"])
     shape = par.ModelShape.from_config(config)
     n = shape.parameters
@@ -146,10 +157,10 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         else:
             memory, problem = "not measured", None
         rows.append(Row(f"quantize@{name}", str(gpus), memory, size, t, src, problem))
-    engine = params["draft_training"].get("vllm") or {}
-    util = engine.get("gpu_memory_utilization", 0.5)
-    distill_in = par.MemoryInputs(bf16, shape, 2, 1, serving.max_model_len, host.memory_bytes, util)
-    fit, largest = par.smallest_fit(distill_in, min(serving.max_tensor_parallel_size, host.gpus_per_host))
+    engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
+    util = engine.gpu_memory_utilization
+    fit, largest = par.smallest_fit(engine.inputs(serving, shape, bf16, par.TARGET_SPEC),
+                                    min(serving.max_tensor_parallel_size, host.gpus_per_host))
     share = fit or largest
     t, src = scaled_time(stage_points["distill"], n)
     rows.append(Row("distill", f"{share.tensor_parallel_size} (TP)", f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
@@ -170,7 +181,8 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
                         one_gpu(f"evaluate@{name}", need, host, "the target and the variant in BF16 (transformers)")))
         row, _ = serve_row(name, spec, serving, shape, host, f"serve_bench@{name}")
         t, src = scaled_time(stage_points["serve_bench"], n)
-        rows.append(Row(row.stage, row.gpus, row.gpu_memory, 0, t, f"{src}; memory: {row.source}", row.problem))
+        rows.append(Row(row.stage, row.gpus, row.gpu_memory, 0, t, f"{src}; memory: {row.source}", row.problem,
+                        row.unchecked))
         t, src = scaled_time(stage_points["bundle"], n)
         rows.append(Row(f"bundle@{name}", "0", "-", par.estimated_weight_bytes(shape, spec), t, src + " (a copy)"))
     return rows
@@ -178,7 +190,7 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
 
 def render(rows: list[Row], title: str) -> str:
     header = ("stage", "fits", "GPUs", "GPU memory per GPU", "disk", "time", "scaled from")
-    table = [header] + [(r.stage, "NO" if r.problem else "yes", r.gpus, r.gpu_memory,
+    table = [header] + [(r.stage, r.fits, r.gpus, r.gpu_memory,
                          gb(r.disk_bytes) if r.disk_bytes else "-", r.time, r.source) for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in table]

@@ -171,10 +171,12 @@ def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_s
                   int(inputs.gpu_memory_utilization * inputs.gpu_memory_bytes), shape.heads % tp == 0)
 
 
-def smallest_fit(inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1) -> tuple[PerGpu | None, PerGpu]:
-    """(the smallest TP of TP_SIZES up to max_tp that fits, or None; the share at the largest one tried)."""
+def smallest_fit(inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1, min_tp: int = 1
+                 ) -> tuple[PerGpu | None, PerGpu]:
+    """(the smallest TP of TP_SIZES from min_tp up to max_tp that fits, or None; the share at the largest one tried,
+    at least min_tp's)."""
     largest = None
-    for tp in (t for t in TP_SIZES if t <= max_tp):
+    for tp in (t for t in TP_SIZES if min_tp <= t <= max(min_tp, max_tp)):
         largest = per_gpu(inputs, tp, pipeline_parallel_size)
         if largest.fits:
             return largest, largest
@@ -189,9 +191,45 @@ def gpu_of(serving: ServingParams) -> str:
 
 
 def memory_inputs(serving: ServingParams, shape: ModelShape, weight_bytes: int, spec: VariantSpec,
-                  max_num_seqs: int | None = None) -> MemoryInputs:
+                  max_num_seqs: int | None = None, gpu_memory_utilization: float | None = None) -> MemoryInputs:
+    """The serving section's load, or another vLLM engine's (max_num_seqs, gpu_memory_utilization: its own)."""
     return MemoryInputs(weight_bytes, shape, kv_dtype_bytes(spec), max_num_seqs or serving.max_num_seqs,
-                        serving.max_model_len, GPU_MEMORY_GB[gpu_of(serving)] * GB, serving.gpu_memory_utilization)
+                        serving.max_model_len, GPU_MEMORY_GB[gpu_of(serving)] * GB,
+                        gpu_memory_utilization or serving.gpu_memory_utilization)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """A vLLM engine a stage runs besides serving (distill's generator, evaluate's): its own memory share, and the
+    KV cache it needs to start (one max_model_len sequence: it batches within what is left)."""
+    param: str  # the params key of its gpu_memory_utilization, named in the error line
+    gpu_memory_utilization: float
+
+    @classmethod
+    def of(cls, params: Mapping, section: str) -> Engine:
+        """draft_training.vllm or evaluate.vllm as params.yaml holds it (distill's default share: 0.5)."""
+        node = params
+        for key in section.split("."):
+            node = node.get(key) or {}
+        return cls(f"{section}.gpu_memory_utilization", float(node.get("gpu_memory_utilization", 0.5)))
+
+    def inputs(self, serving: ServingParams, shape: ModelShape, weight_bytes: int, spec: VariantSpec) -> MemoryInputs:
+        return memory_inputs(serving, shape, weight_bytes, spec, 1, self.gpu_memory_utilization)
+
+
+def engine_fit(name: str, engine: Engine, serving: ServingParams, shape: ModelShape, weight_bytes: int,
+               spec: VariantSpec, at_least: int = 1) -> PerGpu:
+    """The smallest TP from at_least up to serving.max_tensor_parallel_size at which `engine` holds `name`'s weights
+    (the memory model above at the engine's own share); one line when none does."""
+    fit, largest = smallest_fit(engine.inputs(serving, shape, weight_bytes, spec), serving.max_tensor_parallel_size,
+                                min_tp=at_least)
+    if fit is None:
+        raise PipelineError(
+            f"{name}: vLLM at {engine.param} {engine.gpu_memory_utilization} does not fit {gpu_of(serving)} GPUs at "
+            f"tensor parallel {at_least} up to serving.max_tensor_parallel_size {serving.max_tensor_parallel_size}: at "
+            f"{largest.tensor_parallel_size} {largest.describe()}; raise {engine.param} or "
+            "serving.max_tensor_parallel_size")
+    return fit
 
 
 @dataclass(frozen=True)
@@ -290,10 +328,23 @@ def shape_of(config: Mapping | None) -> ModelShape | None:
     return ModelShape.from_config(config) if config is not None else None
 
 
-def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> TpDecision:
-    """tensor_parallel_for with what decided it. The shape and bytes come from the variant's checkpoint
-    (artifacts/quantized/<variant>, or `checkpoint`) when it exists, else the built target's config, else the source's
-    (source_config) with the bytes estimated."""
+@dataclass(frozen=True)
+class Known:
+    """What a variant's sizes are decided from: its recipe, the serving section, and the model's shape and weight
+    bytes (None: estimated from the shape and the scheme; shape None: not known yet)."""
+    spec: VariantSpec
+    serving: ServingParams
+    shape: ModelShape | None
+    weight_bytes: int | None
+
+    @property
+    def weights(self) -> int:
+        return self.weight_bytes if self.weight_bytes is not None else estimated_weight_bytes(self.shape, self.spec)
+
+
+def known_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> Known:
+    """The shape and bytes from the variant's checkpoint (artifacts/quantized/<variant>, or `checkpoint`) when it
+    exists, else the built target's config, else the source's (source_config) with the bytes estimated."""
     serving = ServingParams.parse(params[ServingParams.SECTION])
     spec = variant_spec(params["quantize"]["variants"], variant)
     checkpoint = Path(checkpoint) if checkpoint is not None else paths.QUANTIZED / variant
@@ -302,7 +353,48 @@ def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) 
         weight_bytes = checkpoint_bytes(checkpoint)
     else:
         config = read_config(paths.TARGET) or source_config(params)
-    return decide(variant, spec, serving, shape_of(config), weight_bytes)
+    return Known(spec, serving, shape_of(config), weight_bytes)
+
+
+def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> TpDecision:
+    """tensor_parallel_for with what decided it (known_for's shape and bytes)."""
+    known = known_for(variant, params, checkpoint)
+    return decide(variant, known.spec, known.serving, known.shape, known.weight_bytes)
+
+
+def evaluate_tp(variant: str, decision: TpDecision, known: Known, engine: Engine) -> int:
+    """evaluate's vLLM engines' TP: the smallest that is at least the variant's serving TP (quality measured as
+    served, or sharded wider) and fits evaluate.vllm's own memory share. A size pinned with serving.gpu null is the
+    user's to know, as in decide(); one line when nothing up to serving.max_tensor_parallel_size fits."""
+    if known.shape is None or (decision.pinned and known.serving.gpu is None):
+        return decision.tensor_parallel_size
+    return engine_fit(f"evaluate@{variant}", engine, known.serving, known.shape, known.weights, known.spec,
+                      at_least=decision.tensor_parallel_size).tensor_parallel_size
+
+
+def evaluate_tensor_parallel(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
+    """evaluate_tp for the variant as built (known_for), at evaluate.vllm.gpu_memory_utilization."""
+    known = known_for(variant, params, checkpoint)
+    decision = decide(variant, known.spec, known.serving, known.shape, known.weight_bytes)
+    return evaluate_tp(variant, decision, known, Engine.of(params, "evaluate.vllm"))
+
+
+def evaluate_sizes(params: Mapping, decisions: Mapping[str, TpDecision], specs: Mapping[str, VariantSpec],
+                   config: Mapping | None) -> dict[str, int]:
+    """evaluate_tp of each decided variant from a config, bytes estimated: the params check refuses, in one line and
+    before any work, a variant evaluate.vllm's share can't hold up to serving.max_tensor_parallel_size."""
+    serving, shape = ServingParams.parse(params[ServingParams.SECTION]), shape_of(config)
+    engine = Engine.of(params, "evaluate.vllm")
+    return {n: evaluate_tp(n, d, Known(specs[n], serving, shape, None), engine) for n, d in decisions.items()}
+
+
+def engine_serving(serving: ServingParams, tensor_parallel_size: int) -> ServingParams:
+    """The serving section for an engine sharded at its own size: a draft TP that is set follows it (vLLM serves a
+    draft model only at its target's)."""
+    speculation = serving.speculation
+    if speculation.draft_tensor_parallel_size is not None:
+        speculation = replace(speculation, draft_tensor_parallel_size=tensor_parallel_size)
+    return replace(serving, tensor_parallel_size=tensor_parallel_size, speculation=speculation)
 
 
 def tensor_parallel_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
@@ -328,11 +420,17 @@ TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as d
 
 
 def target_tensor_parallel(params: Mapping, model_dir: Path = paths.TARGET) -> int:
-    """The unquantized target's tensor parallelism (distill generates with it)."""
+    """The unquantized target's tensor parallelism in distill's vLLM engine: the smallest that fits at
+    draft_training.vllm.gpu_memory_utilization with one max_model_len sequence (engine_fit; what the plan's distill row
+    shows); a pinned serving.tensor_parallel_size pins it too."""
     serving = ServingParams.parse(params[ServingParams.SECTION])
     config = read_config(model_dir) or source_config(params)
-    return decide("target", TARGET_SPEC, serving, shape_of(config),
-                  checkpoint_bytes(model_dir) if read_config(model_dir) else None).tensor_parallel_size
+    shape, weight_bytes = shape_of(config), checkpoint_bytes(model_dir) if read_config(model_dir) else None
+    if serving.tensor_parallel_size != AUTO_TP or shape is None:  # pinned, or decide()'s line for an unknown shape
+        return decide("target", TARGET_SPEC, serving, shape, weight_bytes).tensor_parallel_size
+    weights = weight_bytes if weight_bytes is not None else estimated_weight_bytes(shape, TARGET_SPEC)
+    return engine_fit("distill", Engine.of(params, "draft_training.vllm"), serving, shape, weights,
+                      TARGET_SPEC).tensor_parallel_size
 
 
 def decide_enabled(serving: ServingParams, specs: Mapping[str, VariantSpec], config: Mapping | None
