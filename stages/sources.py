@@ -56,11 +56,11 @@ def resource_plan(p: dict, show: bool) -> None:
     a plan that can't fit refused, every run, before any work."""
     from pipeline.core.errors import PipelineError
     from pipeline.params.plan import Host, first_problem, plan, render
-    from pipeline.serving.parallelism import DEFAULT_GPU, source_config
+    from pipeline.serving.parallelism import DEFAULT_GPU, shape_of, source_config
 
     config = source_config(p)
-    if config is None:  # a Hub model not cached yet: the models stage decides the tensor parallelism
-        return
+    if shape_of(config) is None:  # a Hub model not cached yet (the models stage decides the tensor parallelism), or a
+        return                    # config that is no Llama-style decoder's: nothing to plan from
     serving = p["serving"]
     rows = plan(p, config, Host(serving.get("gpu") or DEFAULT_GPU, serving.get("max_tensor_parallel_size", 8),
                                 gpu_named=serving.get("gpu") is not None))

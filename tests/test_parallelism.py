@@ -275,8 +275,32 @@ def test_evaluate_engines_take_at_least_the_served_size_at_their_own_share(tmp_p
 
 
 def test_a_variant_evaluates_share_cannot_hold_is_refused_when_params_are_checked(llama70b_source, tmp_path):
+    """Refused only where the weights and KV cache alone exceed the share at every size (BF16 70B's 17.6 GB per GPU at
+    TP 8 against 8 GB at 0.1); where only the overhead estimate tips it (0.3: 24 GB), the largest size is used."""
     with pytest.raises(PipelineError) as err:
-        validate(params_for(llama70b_source, evaluate_share=0.3), tmp_path / "params.yaml")
+        validate(params_for(llama70b_source, evaluate_share=0.1), tmp_path / "params.yaml")
     line = str(err.value)
-    assert "\n" not in line and "evaluate@bf16: vLLM at evaluate.vllm.gpu_memory_utilization 0.3 does not fit h100 " \
+    assert "\n" not in line and "evaluate@bf16: vLLM at evaluate.vllm.gpu_memory_utilization 0.1 does not fit h100 " \
         "GPUs at tensor parallel 4 up to serving.max_tensor_parallel_size 8: at 8 weights 17.6 GB" in line, line
+    validate(params_for(llama70b_source, evaluate_share=0.3), tmp_path / "params.yaml")
+
+
+def test_a_small_model_on_a_small_gpu_is_not_refused_for_the_overhead_estimate():
+    """A tiny model's evaluate engine on a T4 at the default share 0.3 (4.8 GB): the 6.4 GiB overhead estimate alone
+    exceeds it, its weights and KV cache do not; the engine runs at the served size, not refused."""
+    p = tiny_params(serving={"tensor_parallel_size": "auto", "gpu": "t4"})
+    config = {"num_hidden_layers": 2, "hidden_size": 128, "num_attention_heads": 2, "num_key_value_heads": 1,
+              "intermediate_size": 256, "vocab_size": 1024}
+    serving = parallelism.ServingParams.parse(p["serving"])
+    fit = parallelism.engine_fit("evaluate@bf16", parallelism.Engine.of(p, "evaluate.vllm"), serving,
+                                 ModelShape.from_config(config), 10**6, spec("bf16"))
+    assert fit.tensor_parallel_size == 1 and not fit.fits  # as served: vLLM's memory check has the last word
+
+
+def test_a_config_the_memory_model_cannot_read_serves_on_one_gpu_and_says_why():
+    """A GPT-2-style config (n_head, n_embd) is no Llama-style decoder's: auto can't size it, and a build of such a
+    model must not be refused for it (as it was, with a KeyError line, before any stage ran): one GPU, said why."""
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "vocab_size": 50257}
+    assert parallelism.shape_of(gpt2) is None
+    d = decide("bf16", spec("bf16"), auto(), parallelism.shape_of(gpt2))
+    assert d.tensor_parallel_size == 1 and "can't read this model config's layer shapes" in d.reason()

@@ -220,9 +220,17 @@ class Engine:
 def engine_fit(name: str, engine: Engine, serving: ServingParams, shape: ModelShape, weight_bytes: int,
                spec: VariantSpec, at_least: int = 1) -> PerGpu:
     """The smallest TP from at_least up to serving.max_tensor_parallel_size at which `engine` holds `name`'s weights
-    (the memory model above at the engine's own share); one line when none does."""
-    fit, largest = smallest_fit(engine.inputs(serving, shape, weight_bytes, spec), serving.max_tensor_parallel_size,
-                                min_tp=at_least)
+    (the memory model above at the engine's own share). Where none does with the overhead estimate (measured at 8B
+    serving load: an upper estimate for a one-sequence engine, and larger than a small GPU's share), the smallest
+    whose weights and KV cache alone fit, and vLLM's own memory check has the last word on the GPU; one line only
+    when they exceed the share at every size: no engine can start then."""
+    inputs = engine.inputs(serving, shape, weight_bytes, spec)
+    fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size, min_tp=at_least)
+    if fit is None:  # the smallest size whose weights and KV cache alone fit the share
+        fit, _ = smallest_fit(replace(inputs, overhead_bytes=0), serving.max_tensor_parallel_size,
+                              min_tp=at_least)
+        if fit is not None:
+            return per_gpu(inputs, fit.tensor_parallel_size)
     if fit is None:
         raise PipelineError(
             f"{name}: vLLM at {engine.param} {engine.gpu_memory_utilization} does not fit {gpu_of(serving)} GPUs at "
@@ -244,6 +252,9 @@ class TpDecision:
 
     def reason(self) -> str:
         """Why this size, for the card and the logs: pinned or the smallest fit, and the per-GPU share."""
+        if self.weights_from == UNREAD_SHAPE:
+            return ("auto, but the memory model can't read this model config's layer shapes: one GPU (pin "
+                    "serving.tensor_parallel_size to shard it)")
         how = "pinned by serving.tensor_parallel_size" if self.pinned else \
             f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu}"
         return how + (f": {self.share.describe()} ({self.weights_from} weights)" if self.share is not None else "")
@@ -258,11 +269,9 @@ def decide(variant: str, spec: VariantSpec, serving: ServingParams, shape: Model
     estimated from shape and the scheme)."""
     pinned = serving.tensor_parallel_size != AUTO_TP
     gpu = gpu_of(serving)
-    if shape is None:
-        if not pinned:
-            raise PipelineError(f"serving.tensor_parallel_size auto: variant {variant}'s model config is not known "
-                                "yet (the models stage decides it)")
-        return TpDecision(variant, serving.tensor_parallel_size, True, gpu, "pinned", None)
+    if shape is None:  # auto: one GPU, as before sizes were chosen; the card and logs say why
+        return TpDecision(variant, serving.tensor_parallel_size if pinned else 1, pinned, gpu,
+                          "pinned" if pinned else UNREAD_SHAPE, None)
     weights_from = "checkpoint" if weight_bytes is not None else "estimate"
     inputs = memory_inputs(serving, shape, weight_bytes if weight_bytes is not None
                            else estimated_weight_bytes(shape, spec), spec)
@@ -324,8 +333,18 @@ def source_config(params: Mapping, role: str = "target") -> dict | None:
     return read_config(Path(cached).parent) if isinstance(cached, str) else None
 
 
+UNREAD_SHAPE = "unknown shape"  # TpDecision.weights_from where the config's layer shapes could not be read
+
+
 def shape_of(config: Mapping | None) -> ModelShape | None:
-    return ModelShape.from_config(config) if config is not None else None
+    """The config's layer shapes; None where there is no config yet or it is not a Llama-style dense decoder's (the
+    memory model can't size it: auto then serves on one GPU, see decide)."""
+    if config is None:
+        return None
+    try:
+        return ModelShape.from_config(config)
+    except PipelineError:
+        return None
 
 
 @dataclass(frozen=True)
