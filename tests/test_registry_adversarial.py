@@ -573,17 +573,21 @@ def test_status_flags_allowed_failures(tmp_path):
 
 def test_a_bundle_nested_1200_directories_deep_is_verified_not_a_recursion_error(tmp_path):
     b = make_bundle(tmp_path / "deep")
-    deep = b
-    for _ in range(1200):  # not mkdir(parents=True): pathlib's own recursion
-        deep = deep / "d"
-        deep.mkdir()
-    (deep / "leaf.txt").write_text("x")
-    write_manifest(b, {"variant": "a"})
-    name = "/".join(["d"] * 1200) + "/leaf.txt"
-    assert name in verify(b)["files"]
-    (deep / "leaf.txt").write_text("y")
-    with pytest.raises(PipelineError, match="sha256 mismatch for d/d/"):
-        verify(b)
+    levels = [b.joinpath(*["d"] * n) for n in range(1, 1201)]
+    try:
+        for level in levels:  # not mkdir(parents=True): pathlib's own recursion
+            level.mkdir()
+        (levels[-1] / "leaf.txt").write_text("x")
+        write_manifest(b, {"variant": "a"})
+        assert "/".join(["d"] * 1200) + "/leaf.txt" in verify(b)["files"]
+        (levels[-1] / "leaf.txt").write_text("y")
+        with pytest.raises(PipelineError, match="sha256 mismatch for d/d/"):
+            verify(b)
+    finally:  # pytest's cleanup (shutil.rmtree, recursive) would fail on it, in this session or a later one
+        (levels[-1] / "leaf.txt").unlink(missing_ok=True)
+        for level in reversed(levels):
+            if level.is_dir():
+                level.rmdir()
 
 
 def test_verify_fails_closed_when_the_signing_policy_cannot_be_read(tmp_path, bundles):
