@@ -22,21 +22,42 @@ def cmd_status(args) -> int:
     from pipeline.release.registry.local import read_index
 
     rc = subprocess.call(["dvc", "status"])
-    verdict = paths.VERDICT
-    if verdict.exists():
-        for variant, v in json.loads(verdict.read_text())["variants"].items():
-            failed = "FAIL (allowed, flagged)" if v.get("allowed_failure") else "FAIL"
-            print(f"gate {variant}: {'pass' if v['passed'] else failed}")
+    for variant, v in gate_verdicts().items():
+        failed = "FAIL (allowed, flagged)" if v.get("allowed_failure") else "FAIL"
+        print(f"gate {variant}: {'pass' if v.get('passed') is True else failed}")
     for name, entry in read_index(registry_dir(None))["models"].items():
         n = len(entry["versions"])
         print(f"registry {name}: latest {entry['latest']} ({n} version{'' if n == 1 else 's'})")
     return rc
 
 
+def gate_verdicts() -> dict:
+    """verdict.json's variants; one line when it is not a regular file (a FIFO hung status) or not well formed
+    (a traceback, issue #47)."""
+    verdict = paths.VERDICT
+    if not os.path.lexists(verdict):
+        return {}
+    if not verdict.is_file():
+        raise PipelineError(f"{verdict} is not a regular file; re-run the gate (`dvc repro gate`)")
+    try:
+        variants = json.loads(verdict.read_bytes()).get("variants")
+    except (ValueError, AttributeError, RecursionError):
+        variants = None
+    if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
+        raise PipelineError(f"{verdict} is malformed (expected {{\"variants\": {{name: verdict}}}}); re-run the gate")
+    return variants
+
+
 def cmd_verify(args) -> int:
     from pipeline.release.manifest import load_manifest, verify
     from pipeline.release.registry.local import resolve_ref
 
+    from pipeline.params.load import PARAMS_FILE
+    from pipeline.release.manifest import SIGNATURE
+
+    # No policy to read (run from elsewhere) is not "no signing": a signed bundle is then refused, not passed
+    # unchecked (issue #47); an unreadable params.yaml fails in publish_param.
+    no_policy = not args.public_key and not os.path.lexists(PARAMS_FILE)
     public_key = args.public_key or publish_param("signing", {}).get("public_key")
     ref = registry_ref(args.bundle, args.registry)
     if ref:
@@ -44,11 +65,15 @@ def cmd_verify(args) -> int:
         manifest = load_manifest(bundle)  # resolve_ref has just verified it
         shown = f"{args.bundle} ({bundle})"
     else:
+        bundle = Path(args.bundle)
         manifest, shown = verify(args.bundle), args.bundle
         if public_key:
             from pipeline.release import signing
 
             signing.verify(Path(args.bundle), public_key)
+    if no_policy and os.path.lexists(bundle / SIGNATURE):
+        raise PipelineError(f"{bundle} is signed, and there is no {PARAMS_FILE} here to say which key to check it "
+                            "with; pass --public-key PEM or run from the project directory")
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
           f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else ""))
     return 0
@@ -83,8 +108,12 @@ def publish_param(key: str, default):
 
     from pipeline.params.load import PARAMS_FILE
 
+    if os.path.lexists(PARAMS_FILE) and not PARAMS_FILE.is_file():  # a FIFO would hang, /dev/zero never end
+        raise PipelineError(f"{PARAMS_FILE} is not a regular file; cannot read publish settings from it")
     try:
         params = yaml.safe_load(PARAMS_FILE.read_text()) if PARAMS_FILE.is_file() else None
+    except OSError as e:
+        raise PipelineError(f"cannot read {PARAMS_FILE}: {e.strerror}") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise PipelineError(f"{PARAMS_FILE} is not valid YAML ({str(e).splitlines()[0]})") from None
     publish = params.get("publish") if isinstance(params, dict) else None

@@ -16,6 +16,7 @@ from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
+from pipeline.release.binding import RELEASE, Binding, registry_name
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
@@ -76,11 +77,14 @@ def main(argv: list[str]) -> None:
     parallel = decision_for(variant, p, model_dir)
     serving = resolved(parse_section(p, ServingParams), parallel.tensor_parallel_size)
     draft = parse_section(p, DraftParams)
-    deploy, signing_keys = parse_section(p, DeployParams), parse_section(p, PublishParams).signing
+    deploy, publish = parse_section(p, DeployParams), parse_section(p, PublishParams)
+    signing_keys = publish.signing
     args = engine_args(spec, serving, speculative_config_for(shipped, draft, serving), quantization)
     check_measured_config(serve_dir, serve, shipped, serve_yaml(args))
     # PROVENANCE.json records the serving section as params.yaml writes it
     record = provenance(spec, p[ServingParams.SECTION], read_json("metrics/models.json"))
+    # the registry name and version it is for: signed with the rest, checked by publish and resolution
+    record[RELEASE] = Binding(registry_name(serving.name, variant), variant, publish.version).as_record()
     n = deploy.warmup_prompts
     prompts = (heldout_prompts(paths.HELDOUT, n)
                if deploy.warmup_from_traffic else

@@ -9,6 +9,7 @@ from pipeline.core.stage import say, stage_main
 from pipeline.params.load import load_params, parse_section
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
+from pipeline.release.binding import check_binding, registry_name
 from pipeline.release.gates import GateReport
 from pipeline.release.publish import pinned_copy, release_tags
 from pipeline.release.registry import get_backend
@@ -28,14 +29,17 @@ def main(argv: list[str]) -> None:
         bundle = paths.BUNDLES / variant
         if not bundle.is_dir():
             raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
-        releases[variant] = (bundle, *release_tags(bundle, variant, pub.version, list(gates.allow_fail), current,
-                                                   gates.for_variant(variant)))
+        version, tags = release_tags(bundle, variant, pub.version, list(gates.allow_fail), current,
+                                     gates.for_variant(variant))
+        # built for this name and version (PROVENANCE.json, in the digest the pinned copy is checked against)
+        check_binding(bundle, registry_name(name, variant), version, tags["bundle_digest"], required=True)
+        releases[variant] = (bundle, version, tags)
     receipts = []
     for variant, (bundle, version, tags) in releases.items():
         with pinned_copy(bundle, tags["bundle_digest"], paths.PUBLISH_STAGING) as copy:
             if pub.signing.public_key:
                 signing.verify(copy, pub.signing.public_key)  # the published copy, not the directory it came from
-            receipt = backend.publish(copy, f"{name}-{variant}", version, tags, pub)
+            receipt = backend.publish(copy, registry_name(name, variant), version, tags, pub)
         receipts.append(receipt)
         say(f"publish {variant}: {receipt['status']} {receipt['name']} {receipt['version']} -> {receipt['uri']}")
     write_json(paths.RECEIPT, {"backend": pub.backend, "published": receipts})

@@ -16,6 +16,8 @@ from pipeline.models.sources import HashCache, source_fingerprint
 from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
 from pipeline.params.load import parse_section
 from pipeline.quantize.settings import QuantizeParams
+from pipeline.release.settings import PublishParams
+from pipeline.release.signing import KEY_HASHES, key_identities
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -34,6 +36,8 @@ def main(argv: list[str]) -> None:
     if problem := cache.save():
         warn(f"sources: {problem}; the next run reads every model file again")
     write_json(paths.SOURCES, prints)
+    keys = parse_section(p, PublishParams).signing  # the keys' content, not only their paths, decides re-signing
+    write_json(KEY_HASHES, key_identities(keys.private_key, keys.public_key))
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
     say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
     resource_plan(p, show=not remembered)

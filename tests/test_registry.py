@@ -64,8 +64,15 @@ def test_versions_are_immutable_and_latest_follows_the_last_publish(bundled_work
     assert verify_cli(local.resolve(cfg.registry_dir, "m", "1.0")).returncode == 0  # untouched
     assert local.publish(second, "m", "1.1", {}, cfg)["status"] == "published"
     assert local.resolve(cfg.registry_dir, "m") == tmp_path / "registry/m/1.1"
-    # Publishing 1.0's content again (a rollback) copies nothing and moves `latest` back.
-    assert local.publish(first, "m", "1.0", {}, cfg)["status"] == "already published"
+    # Publishing 1.0's content again would move `latest` back to an older build: refused unless asked for (#47),
+    # then it copies nothing and re-points `latest`.
+    with pytest.raises(PipelineError, match="m version 1.0 is already published and 1.1 is latest: .* "
+                                            "publish.allow_rollback: true"):
+        local.publish(first, "m", "1.0", {}, cfg)
+    assert local.resolve(cfg.registry_dir, "m") == tmp_path / "registry/m/1.1"
+    assert (tmp_path / "registry/m/latest").read_text() == "1.1\n"
+    rollback = publish_settings(registry_dir=str(tmp_path / "registry"), allow_rollback=True)
+    assert local.publish(first, "m", "1.0", {}, rollback)["status"] == "already published"
     assert local.resolve(cfg.registry_dir, "m") == tmp_path / "registry/m/1.0"
     assert sorted(read_json(tmp_path / "registry/index.json")["models"]["m"]["versions"]) == ["1.0", "1.1"]
 

@@ -583,3 +583,64 @@ def test_status_flags_allowed_failures(tmp_path):
         "bad": {"passed": False, "allowed_failure": False, "checks": []}}})
     out = cli("status", cwd=tmp_path).stdout.splitlines()  # dvc status fails here (no repo); gates still print
     assert {"gate good: pass", "gate flagged: FAIL (allowed, flagged)", "gate bad: FAIL"} <= set(out), out
+
+
+# 5. Issue #47's minor cases
+
+def test_a_bundle_nested_1200_directories_deep_is_verified_not_a_recursion_error(tmp_path):
+    b = make_bundle(tmp_path / "deep")
+    levels = [b.joinpath(*["d"] * n) for n in range(1, 1201)]
+    try:
+        for level in levels:  # not mkdir(parents=True): pathlib's own recursion
+            level.mkdir()
+        (levels[-1] / "leaf.txt").write_text("x")
+        write_manifest(b, {"variant": "a"})
+        assert "/".join(["d"] * 1200) + "/leaf.txt" in verify(b)["files"]
+        (levels[-1] / "leaf.txt").write_text("y")
+        with pytest.raises(PipelineError, match="sha256 mismatch for d/d/"):
+            verify(b)
+    finally:  # pytest's cleanup (shutil.rmtree, recursive) would fail on it, in this session or a later one
+        (levels[-1] / "leaf.txt").unlink(missing_ok=True)
+        for level in reversed(levels):
+            if level.is_dir():
+                level.rmdir()
+
+
+def test_verify_fails_closed_when_the_signing_policy_cannot_be_read(tmp_path, bundles):
+    """`modelprep verify` with params.yaml a FIFO printed `ok` without checking a signature; run where there is no
+    params.yaml, a signed bundle passed unchecked too."""
+    (tmp_path / "params.yaml").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "params.yaml")
+    r = cli("verify", str(bundles[0]), cwd=tmp_path)
+    assert "params.yaml is not a regular file" in one_error_line(r)
+    (tmp_path / "params.yaml").unlink()
+    (tmp_path / "params.yaml").symlink_to("/dev/zero")
+    assert "params.yaml is not a regular file" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+    (tmp_path / "params.yaml").unlink()
+    assert cli("verify", str(bundles[0]), cwd=tmp_path).returncode == 0  # unsigned, no policy: nothing to check
+    (bundles[0] / "model.sig").write_text("{}")  # signed (the signature is outside the manifest)
+    assert "is signed, and there is no params.yaml here" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+
+
+def test_status_with_a_malformed_or_fifo_verdict_is_one_line(tmp_path):
+    verdict = tmp_path / "artifacts/gate/verdict.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text('{"variants": [1, 2]}')
+    r = cli("status", cwd=tmp_path)
+    assert "verdict.json is malformed" in r.stderr and "Traceback" not in r.stderr and r.returncode == 2
+    verdict.unlink()
+    os.mkfifo(verdict)
+    r = cli("status", cwd=tmp_path)  # cli's timeout: a hang fails the test
+    assert "verdict.json is not a regular file" in r.stderr and r.returncode == 2
+
+
+def test_a_registry_whose_index_was_deleted_does_not_read_as_empty(tmp_path, bundles):
+    registry = tmp_path / "registry"
+    local.publish(bundles[0], "m", "1", {}, publish_settings(registry_dir=str(registry)))
+    (registry / "index.json").unlink()
+    with pytest.raises(PipelineError, match=r"registry index .*index.json is missing although the registry holds m"):
+        local.resolve(registry, "m")
+    with pytest.raises(PipelineError, match="is missing"):
+        local.publish(bundles[1], "m", "2", {}, publish_settings(registry_dir=str(registry)))
+    r = cli("status", cwd=tmp_path)
+    assert "index.json is missing" in r.stderr and r.returncode == 2

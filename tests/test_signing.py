@@ -110,3 +110,169 @@ def test_a_missing_key_file_is_one_line_before_any_work(signed, tmp_path):
     p["publish"]["signing"]["private_key"] = str(tmp_path / "nope.pem")
     with pytest.raises(PipelineError, match="publish.signing.private_key .*nope.pem not found"):
         validate(p, tmp_path / "params.yaml")
+
+
+# Issue #47: a signature that binds name and version; no side door around params; a new key reaches the registry.
+
+NAME = f"nimbus-support-{V}"
+
+
+def published(ws: Path) -> tuple[Path, str]:
+    """ws's registry after the real publish stage: (registry, the version published)."""
+    r = run_stage(ws, "stages.publish")
+    assert r.returncode == 0, r.stderr[-2000:]
+    registry = ws / "registry"
+    return registry, read_json(registry / "index.json")["models"][NAME]["latest"]
+
+
+def plant(registry: Path, version_dir: Path, name: str, version: str) -> None:
+    """What whoever can write the registry does: a version directory copied in, indexed, made `latest`."""
+    shutil.copytree(version_dir, registry / name / version)
+    index = read_json(registry / "index.json")
+    record = index["models"][NAME]["versions"][version_dir.name]
+    index["models"].setdefault(name, {"versions": {}})["versions"][version] = record
+    index["models"][name]["latest"] = version
+    (registry / "index.json").write_text(json.dumps(index))
+    (registry / name / "latest").write_text(version + "\n")
+
+
+def verify_ref(ws: Path, ref: str):
+    """`modelprep verify <ref>` from ws, with this checkout's code (the console script's install may be another)."""
+    import os
+    import subprocess
+
+    from tiny_project import ROOT
+
+    return subprocess.run([MODELPREP, "verify", ref], cwd=ws, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_signed_bundle_is_refused_under_another_name_or_version(signed, tmp_path):
+    """A signed fp8-dynamic version copied into `<name>-bf16/` (indexed, made latest) verified as `<name>-bf16`:
+    the signature held, the name was nobody's to check. PROVENANCE.json now carries the name and version the
+    bundle was built for, under the signature; resolution checks them."""
+    ws = copy_ws(signed[0], tmp_path / "ws")
+    registry, version = published(ws)
+    assert verify_ref(ws, f"{NAME}@latest").returncode == 0
+    other = "nimbus-support-bf16"
+    plant(registry, registry / NAME / version, other, version)
+    r = verify_ref(ws, f"{other}@latest")
+    assert r.returncode == 2 and f"was built for {NAME}, not {other}" in r.stderr, r.stdout + r.stderr
+    plant(registry, registry / NAME / version, NAME, "ffffffffffff")  # the same bundle as another version
+    r = verify_ref(ws, f"{NAME}@latest")
+    assert r.returncode == 2 and f"was built for version {version} of {NAME}, not ffffffffffff" in r.stderr
+    # The binding is in the digest: an edit of it breaks the manifest, a fresh manifest breaks the signature
+    b = ws / "artifacts/bundles" / V
+    prov = read_json(b / "PROVENANCE.json")
+    assert prov["release"] == {"name": NAME, "variant": V, "version": "auto"}
+    (b / "PROVENANCE.json").write_text(json.dumps({**prov, "release": {**prov["release"], "name": other}}))
+    write_manifest(b, read_json(b / "MANIFEST.json")["provenance"])
+    with pytest.raises(PipelineError, match="signature does not verify"):
+        signing.verify(b, signed[2])
+    assert f"not {NAME}" in one_error_line(run_stage(ws, "stages.publish"))  # and publish refuses it as built
+
+
+def test_modelprep_params_cannot_replace_the_params_dvc_tracks(signed, tmp_path):
+    """MODELPREP_PARAMS=other.yaml (no signing key) published an unsigned bundle although params.yaml, the file
+    dvc.lock records, sets publish.signing.public_key. A stage now refuses the variable in one line."""
+    ws = copy_ws(signed[0], tmp_path / "ws")
+    (ws / "artifacts/bundles" / V / signing.SIGNATURE).unlink()
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+    p["publish"]["signing"] = {"private_key": None, "public_key": None}
+    (ws / "other.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    line = one_error_line(run_stage(ws, "stages.publish", env={"MODELPREP_PARAMS": "other.yaml"}))
+    assert "MODELPREP_PARAMS is set (other.yaml): stages read only params.yaml" in line
+    assert not (ws / "registry").exists()
+    assert "MODELPREP_PARAMS is set" in one_error_line(run_stage(ws, "stages.bundle", V,
+                                                                 env={"MODELPREP_PARAMS": "other.yaml"}))
+
+
+def set_signing(ws: Path, private: Path | None, public: Path | None) -> None:
+    p = yaml.safe_load((ws / "params.yaml").read_text())
+    p["publish"]["signing"] = {"private_key": private and str(private), "public_key": public and str(public)}
+    (ws / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+
+
+def test_turning_signing_on_or_changing_the_key_reaches_the_stored_version(signed, release_keys, tmp_path):
+    """Published unsigned, then signing turned on (or the key changed): the digest is the same, so publish said
+    `already published` and kept the stored copy, whose signature then failed `verify <name>@latest`. The stored
+    version now gets the new, verified signature."""
+    ws = copy_ws(signed[0], tmp_path / "ws")
+    keys, private, public = release_keys
+    b = ws / "artifacts/bundles" / V
+    (b / signing.SIGNATURE).unlink()
+    set_signing(ws, None, None)
+    registry, version = published(ws)
+    assert not (registry / NAME / version / signing.SIGNATURE).exists()
+    signing.sign(b, private)  # the bundle stage, re-run with the key on
+    set_signing(ws, private, public)
+    r = run_stage(ws, "stages.publish")
+    assert r.returncode == 0 and "already published, signature replaced" in r.stdout, r.stdout + r.stderr
+    assert verify_ref(ws, f"{NAME}@latest").returncode == 0
+    new_private, new_public = keypair(keys, "rotated")  # a new key: the stored copy no longer satisfies it
+    signing.sign(b, new_private)
+    set_signing(ws, new_private, new_public)
+    r = run_stage(ws, "stages.publish")
+    assert r.returncode == 0 and "signature replaced" in r.stdout, r.stdout + r.stderr
+    local.resolve(registry, NAME, public_key=new_public)
+    with pytest.raises(PipelineError, match="signature does not verify"):
+        local.resolve(registry, NAME, public_key=public)
+    assert "signature replaced" not in run_stage(ws, "stages.publish").stdout  # satisfied now: nothing to do
+
+
+def test_a_key_changed_in_place_changes_what_bundle_and_publish_depend_on(release_keys, tmp_path):
+    """The key's path in params.yaml is all DVC saw: a key file rewritten in place re-ran nothing. The `sources`
+    stage (always run) now writes the key files' hashes to artifacts/signing-keys.json, a dep of bundle and
+    publish, so DVC re-runs them exactly when a key's content changes."""
+    from tiny_project import ROOT, copy_project, tiny_params
+
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert "artifacts/signing-keys.json" in stages["bundle"]["do"]["deps"]
+    assert "artifacts/signing-keys.json" in stages["publish"]["deps"]
+    sources = yaml.safe_load((ROOT / "stages/dvc.yaml").read_text())["stages"]["sources"]
+    assert {"artifacts/signing-keys.json": {"cache": False}} in sources["outs"]
+    keys, _, _ = release_keys
+    private, public = keypair(tmp_path, "inplace")
+    params = tiny_params(publish={"signing": {"private_key": str(private), "public_key": str(public)}})
+    (tmp_path / "proj").mkdir()
+    proj = copy_project(tmp_path / "proj", params)
+    assert run_stage(proj, "stages.sources").returncode == 0
+    before = read_json(proj / "artifacts/signing-keys.json")
+    assert before["private_key"]["file_sha256"] and before["public_key"]["file_sha256"]
+    assert run_stage(proj, "stages.sources").returncode == 0
+    assert read_json(proj / "artifacts/signing-keys.json") == before  # unchanged keys: nothing downstream re-runs
+    private.write_bytes((keys / "release.pem").read_bytes())  # another key, same path
+    public.write_bytes((keys / "release.pub.pem").read_bytes())
+    assert run_stage(proj, "stages.sources").returncode == 0
+    after = read_json(proj / "artifacts/signing-keys.json")
+    assert after["private_key"] != before["private_key"] and after["public_key"] != before["public_key"]
+
+
+def test_an_encrypted_ec_key_signs_and_other_key_types_are_named(signed, tmp_path, monkeypatch):
+    """Issue #47: MODELPREP_SIGNING_KEY_PASSWORD reached the loader as str (`Cannot convert "<class 'str'>"
+    instance to a buffer`), so an encrypted key never worked; an RSA or Ed25519 key was an AttributeError."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+    b = shutil.copytree(signed[0] / "artifacts/bundles" / V, tmp_path / "b")
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "enc.pem", tmp_path / "enc.pub.pem"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                          serialization.BestAvailableEncryption(b"s3cret")))
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                     serialization.PublicFormat.SubjectPublicKeyInfo))
+    monkeypatch.setenv(signing.PASSWORD_ENV, "s3cret")
+    signing.sign(b, private)
+    signing.verify(b, public)
+    monkeypatch.setenv(signing.PASSWORD_ENV, "wrong")
+    with pytest.raises(PipelineError, match=r"publish.signing.private_key .*enc.pem cannot be read"):
+        signing.sign(b, private)
+    monkeypatch.delenv(signing.PASSWORD_ENV)
+    for other in (rsa.generate_private_key(public_exponent=65537, key_size=2048), ed25519.Ed25519PrivateKey.generate()):
+        priv, pub = tmp_path / "other.pem", tmp_path / "other.pub.pem"
+        priv.write_bytes(other.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                             serialization.NoEncryption()))
+        pub.write_bytes(other.public_key().public_bytes(serialization.Encoding.PEM,
+                                                        serialization.PublicFormat.SubjectPublicKeyInfo))
+        for call, path, role in ((signing.sign, priv, "private_key"), (signing.verify, pub, "public_key")):
+            with pytest.raises(PipelineError, match=rf"publish.signing.{role} .* is a \w+ key; only elliptic-curve"):
+                call(b, path)

@@ -75,6 +75,47 @@ def test_weights_that_do_not_match_the_config_are_refused(tmp_path, demo_pair):
         fetch_model(str(src), tmp_path / "out3", "target")
 
 
+@pytest.fixture(scope="module")
+def quantized_pair(demo_pair, tmp_path_factory) -> dict[str, Path]:
+    """The demo target quantized for real (llm-compressor, round-to-nearest: no calibration data) in the two
+    compressed-tensors layouts: INT4 packed (weight_packed, weight_scale, weight_shape) and FP8 (weight, scales)."""
+    from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import parse_variant
+    from pipeline.quantize.settings import Calibration
+
+    root = tmp_path_factory.mktemp("quantized")
+    cfg = Calibration.parse(tiny_params()["quantize"]["calibration"])
+    out = {}
+    for name, spec in (("w4a16", {"algorithm": "rtn", "scheme": "W4A16", "group_size": 32}),
+                       ("fp8", {"algorithm": "rtn", "scheme": "FP8_DYNAMIC"})):
+        quantize_model(demo_pair[0], root / name, parse_variant(name, spec), [], cfg)
+        out[name] = root / name
+    return out
+
+
+@pytest.mark.parametrize("layout", ["w4a16", "fp8"])
+def test_a_quantized_checkpoint_whose_config_does_not_match_its_weights_is_refused(layout, quantized_pair, tmp_path):
+    """Issue #47: the check skipped any config with a quantization_config, so a config with more layers than the
+    quantized weights loaded with the extra layers at random. Checked through compressed-tensors' names now."""
+    from pipeline.models.loading import check_checkpoint_tensors
+
+    src = tmp_path / "model"
+    shutil.copytree(quantized_pair[layout], src)
+    check_checkpoint_tensors(src, "target")  # the real checkpoint passes
+    config = json.loads((src / "config.json").read_text())
+    layers = config["num_hidden_layers"]
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 2 * layers}))
+    with pytest.raises(PipelineError, match=rf"target model .*: model.safetensors has no tensor for \d+ parameter\(s\) "
+                                            rf"\(model.layers.{layers}\."):
+        fetch_model(str(src), tmp_path / "out", "target")
+    (src / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers - 1}))
+    with pytest.raises(PipelineError, match="holds tensors the config has no place for"):
+        check_checkpoint_tensors(src, "target")
+    (src / "config.json").write_text(json.dumps({**config, "vocab_size": config["vocab_size"] + 8}))
+    with pytest.raises(PipelineError, match="holds tensors of another shape"):
+        check_checkpoint_tensors(src, "target")
+
+
 def test_missing_local_dir_is_one_clear_error(tmp_path):
     with pytest.raises(PipelineError, match="target model directory .* does not exist"):
         fetch_model(str(tmp_path / "nope"), tmp_path / "out", "target")

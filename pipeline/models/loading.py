@@ -77,8 +77,9 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
 
     path = Path(path)
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    if getattr(config, "quantization_config", None) is not None:
-        return  # a quantized checkpoint stores packed tensors and scales, not the parameters its config builds
+    # A quantized checkpoint is checked too (issue #47: skipping it let a 12-layer config over 6-layer weights load
+    # with the missing layers at random): its packed weights and scales are mapped back to the parameters they hold.
+    quantized = getattr(config, "quantization_config", None) is not None
     index = path / "model.safetensors.index.json"
     files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
     stored: dict[str, tuple] = {}
@@ -86,6 +87,8 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
         with safe_open(str(path / name), framework="pt") as f:
             for key in f.keys():
                 stored[key] = tuple(f.get_slice(key).get_shape())
+    if quantized:
+        stored = parameters_of_compressed(stored)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -93,13 +96,39 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
             and k.endswith("lm_head.weight")}
     missing = sorted(set(expected) - set(stored) - tied)
     unexpected = sorted(set(stored) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(stored) if expected[k] != stored[k])
+    wrong = sorted(k for k in set(expected) & set(stored) if stored[k] != ANY_SHAPE and expected[k] != stored[k])
     for what, keys in (("has no tensor for", missing), ("holds tensors the config has no place for", unexpected),
                        ("holds tensors of another shape than the config's", wrong)):
         if keys:
             raise PipelineError(f"{role} model {path}: {', '.join(files)} {what} {len(keys)} parameter(s) "
                                 f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}); config.json and the "
                                 "weights describe different models")
+
+
+# compressed-tensors' tensor names (0.19): a packed weight stands for the module's weight; the rest are the quantized
+# module's scales, zero points, shapes and indices, which belong to a module that has a weight.
+PACKED = {"weight_packed": "weight"}
+QUANTIZATION_TENSORS = frozenset({"weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx",
+                                  "weight_global_scale", "input_scale", "input_zero_point", "input_global_scale",
+                                  "output_scale", "output_zero_point", "k_scale", "v_scale", "q_scale"})
+ANY_SHAPE = ()  # a packed weight's shape is the packing's, not the parameter's: not compared
+
+
+def parameters_of_compressed(stored: dict[str, tuple]) -> dict[str, tuple]:
+    """A compressed-tensors checkpoint's tensors as the parameters they hold: `X.weight_packed` -> `X.weight` (its
+    shape not compared), `X.weight_scale` and the like dropped when `X.weight` is there, kept (and so reported as
+    unexpected) when no weight of X is."""
+    params: dict[str, tuple] = {}
+    for key, shape in stored.items():
+        module, _, leaf = key.rpartition(".")
+        if leaf in PACKED:
+            params[f"{module}.{PACKED[leaf]}"] = ANY_SHAPE
+        elif leaf not in QUANTIZATION_TENSORS:
+            params.setdefault(key, shape)
+    weights = {k.rpartition(".")[0] for k in params if k.endswith(".weight")}
+    extra = {k: v for k, v in stored.items() if k.rpartition(".")[2] in QUANTIZATION_TENSORS
+             and k.rpartition(".")[0] not in weights}
+    return {**params, **extra}
 
 
 # The classes AutoTokenizer resolves to tokenizers' generic backend (PreTrainedTokenizerFast is its alias in

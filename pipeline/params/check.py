@@ -18,7 +18,7 @@ from pipeline.core.errors import PipelineError, one_of
 from pipeline.core.values import is_int, is_number, is_positive_int, is_positive_number
 from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import check_sources
-from pipeline.params.load import PARAMS_FILE, SECTIONS, read_yaml_mapping
+from pipeline.params.load import PARAMS_FILE, SECTIONS, read_yaml_mapping, refuse_other_params
 from pipeline.quantize.settings import Distributed
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ def load_checked(path: str | Path = PARAMS_FILE, check_recipes: bool = True, che
     on a metrics directory. checked: a file remembering which recipe checks passed (see recipe_check_key): an
     unchanged set of variants is not checked again, a changed one is checked in full. Every other check runs
     every time."""
+    refuse_other_params()
     path = Path(path)
     params = read_yaml_mapping(path, hint="; run from the project root")
     key = recipe_check_key(params) if check_recipes and checked is not None else None

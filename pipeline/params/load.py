@@ -15,7 +15,10 @@ import yaml
 
 from pipeline.core.errors import PipelineError
 
-PARAMS_FILE = Path(os.environ.get("MODELPREP_PARAMS", "params.yaml"))
+# Always params.yaml: it is what dvc.yaml's params and dvc.lock track. Another file (the MODELPREP_PARAMS variable
+# once chose one) would let a stage run on values DVC never saw, e.g. publish with the signing key unset (issue #47).
+PARAMS_FILE = Path("params.yaml")
+RETIRED_ENV = "MODELPREP_PARAMS"
 SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
             "serving", "serve_bench", "deploy", "monitoring", "publish")
 
@@ -23,12 +26,20 @@ SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "dr
 def load_params(path: str | Path = PARAMS_FILE) -> dict:
     """params.yaml's mapping with every section present (one line naming what is missing); the values were checked
     by the `sources` stage of this `dvc repro` (pipeline/params/check.py: load_checked)."""
+    refuse_other_params()
     path = Path(path)
     params = read_yaml_mapping(path, hint="; run from the project root")
     missing = [s for s in SECTIONS if not isinstance(params.get(s), dict)]
     if missing:
         raise PipelineError(f"{path}: missing sections {missing}")
     return params
+
+
+def refuse_other_params() -> None:
+    """One line when MODELPREP_PARAMS is set: someone expects it to choose the params, and it no longer does."""
+    if os.environ.get(RETIRED_ENV):
+        raise PipelineError(f"{RETIRED_ENV} is set ({os.environ[RETIRED_ENV]}): stages read only params.yaml, which "
+                            "DVC tracks; unset it (to try other params, copy the project and edit its params.yaml)")
 
 
 class SectionParams(Protocol):

@@ -23,20 +23,26 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
-def _regular_files(root: Path, rel: str = "") -> Iterator[tuple[str, os.stat_result]]:
+def _regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """(relative path, lstat) of every file under root, never following a link. A symlink could
-    point outside the bundle and a fifo or socket has no content to hash, so both are refused."""
-    with os.scandir(root / rel if rel else root) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            name = f"{rel}/{entry.name}" if rel else entry.name
-            if entry.is_symlink():
-                raise PipelineError(f"{root}: {name} is a symlink; bundles hold only regular files")
-            if entry.is_dir(follow_symlinks=False):
-                yield from _regular_files(root, name)
-            elif entry.is_file(follow_symlinks=False):
-                yield name, entry.stat(follow_symlinks=False)
-            else:
-                raise PipelineError(f"{root}: {name} is not a regular file (fifo, socket or device)")
+    point outside the bundle and a fifo or socket has no content to hash, so both are refused.
+    Walked with a stack, not recursion: 1,200 nested directories were a RecursionError (issue #47)."""
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        subdirs = []
+        with os.scandir(root / rel if rel else root) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                name = f"{rel}/{entry.name}" if rel else entry.name
+                if entry.is_symlink():
+                    raise PipelineError(f"{root}: {name} is a symlink; bundles hold only regular files")
+                if entry.is_dir(follow_symlinks=False):
+                    subdirs.append(name)
+                elif entry.is_file(follow_symlinks=False):
+                    yield name, entry.stat(follow_symlinks=False)
+                else:
+                    raise PipelineError(f"{root}: {name} is not a regular file (fifo, socket or device)")
+        pending.extend(reversed(subdirs))
 
 
 SIGNATURE = "model.sig"  # pipeline/release/signing.py: it signs the manifest, so the manifest can't list it

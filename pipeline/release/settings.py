@@ -118,6 +118,7 @@ class PublishParams:
     backend: str
     registry_dir: str
     version: str  # auto: the bundle's content hash; else an explicit, immutable version
+    allow_rollback: bool = False  # publishing an older, already published version moves `latest` back to it
     mlflow: Mlflow = Mlflow()
     hf: Hf = Hf()
     signing: Signing = Signing()
@@ -128,6 +129,7 @@ class PublishParams:
         m, h, g = s.section("mlflow"), s.section("hf"), s.section("signing")
         return cls(
             backend=s.choice("backend", BACKENDS), registry_dir=s.str("registry_dir"), version=s.str("version"),
+            allow_rollback=s.bool("allow_rollback", False),
             mlflow=Mlflow(m.str_or_none("tracking_uri"), m.str("experiment", "modelprep")),
             hf=Hf(h.str_or_none("namespace"), h.bool("private", True)),
             signing=Signing(g.str_or_none("private_key"), g.str_or_none("public_key")))

@@ -2,8 +2,10 @@
 
 Versions are immutable: publishing different content under an existing version is refused, and an
 existing version directory is never replaced or deleted. Publishing the identical bundle again
-copies nothing but moves `latest` back to it, so re-running the pipeline is idempotent and a
-rollback (params back to an earlier build) re-points `latest`.
+copies nothing, so re-running the pipeline is idempotent; when that version is not `latest`, it would move
+`latest` back to an older build, which is refused unless publish.allow_rollback says so (issue #47).
+A stored version whose signature does not satisfy publish.signing.public_key (published unsigned, or
+under an older key) gets the new bundle's verified signature; its content, the digest, is the same.
 
 A publish holds an exclusive flock on registry/.lock from the existence check to the index update.
 The copy goes to a private temp dir, is verified, made team-readable, then renamed into place.
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
+from pipeline.release.binding import check_binding
 from pipeline.release.manifest import verify
 from pipeline.release.registry import already_published, check_name, check_version
 from pipeline.release.settings import PublishParams
@@ -37,6 +40,12 @@ FILE_MODE, DIR_MODE = 0o644, 0o755  # a team shares the registry: everyone reads
 def read_index(root: str | Path) -> dict:
     path = Path(root) / INDEX
     if not path.exists():
+        # A registry with versions but no index would read as empty (and a publish would start a new index over
+        # them): one line instead (issue #47).
+        stored = sorted(p.parent.name for p in Path(root).glob(f"*/{LATEST}"))
+        if stored:
+            raise PipelineError(f"registry index {path} is missing although the registry holds {', '.join(stored[:3])}"
+                                f"{' ...' if len(stored) > 3 else ''}; restore it from a backup")
         return {"models": {}}
     try:
         index = json.loads(path.read_bytes())
@@ -72,7 +81,7 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParam
     digest = verify(bundle)["bundle_digest"]
     try:
         with _locked(root):
-            status = _store(root, Path(bundle), name, version, digest, tags)
+            status = _store(root, Path(bundle), name, version, digest, tags, cfg)
     except OSError as e:  # disk full, permissions, ...: one line naming the path
         raise PipelineError(f"local registry {root}: {_describe(e)}") from None
     return {"name": name, "version": version, "uri": str(root / name / version), "status": status}
@@ -106,7 +115,7 @@ def _locked(root: Path):
         os.close(fd)  # releases the lock
 
 
-def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags: dict) -> str:
+def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags: dict, cfg: PublishParams) -> str:
     """Under the lock: reuse a verified stored version or install a new one; index it; move `latest`."""
     index = read_index(root)
     dest = root / name / version
@@ -115,8 +124,11 @@ def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags:
               "published_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     stored = _verified(root, index, name, version)["bundle_digest"] if os.path.lexists(dest) else None
     if already_published(name, version, stored, digest, str(root)):
+        _refuse_rollback(entry, name, version, cfg)
         status = "already published"
         entry["versions"].setdefault(version, record)  # indexes a version a crash left unindexed
+        if cfg.signing.public_key and _resign(bundle, dest, cfg.signing.public_key):
+            status = "already published, signature replaced"
     else:
         _install(bundle, dest, digest)
         status = "published"
@@ -125,6 +137,34 @@ def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags:
     _write_shared(root / INDEX, json.dumps(index, indent=2) + "\n")
     _write_shared(root / name / LATEST, version + "\n")
     return status
+
+
+def _refuse_rollback(entry: dict, name: str, version: str, cfg: PublishParams) -> None:
+    """An indexed version that is not `latest` is an older build: moving `latest` back to it must be asked for."""
+    latest = entry.get("latest")
+    if version in entry["versions"] and latest not in (None, version) and not cfg.allow_rollback:
+        raise PipelineError(f"{name} version {version} is already published and {latest} is latest: publishing it "
+                            "again would move latest back to it; set publish.allow_rollback: true to roll back")
+
+
+def _resign(bundle: Path, dest: Path, public_key: str) -> bool:
+    """Give a stored version the bundle's signature when its own does not verify with public_key (it was published
+    unsigned or under another key): the same content, so the same version, now signed as the policy asks. The
+    bundle's signature is verified first; the swap is one rename. True when replaced."""
+    from pipeline.release import signing
+
+    try:
+        signing.verify(dest, public_key)
+        return False
+    except PipelineError:
+        pass
+    signing.verify(bundle, public_key)  # the new signature satisfies the policy, or nothing is changed
+    staged = dest / f".{signing.SIGNATURE}.staged"
+    shutil.copyfile(bundle / signing.SIGNATURE, staged)
+    os.chmod(staged, FILE_MODE)
+    os.replace(staged, dest / signing.SIGNATURE)
+    signing.verify(dest, public_key)
+    return True
 
 
 def _install(bundle: Path, dest: Path, digest: str) -> None:
@@ -215,11 +255,14 @@ def resolve(root: str | Path, name: str, version: str = "latest", public_key: st
     check_version(version)
     if version not in entry["versions"]:
         raise PipelineError(f"{name} has no version {version!r} in {_registry(root)}")
-    _verified(root, index, name, version)
+    manifest = _verified(root, index, name, version)
     if public_key is not None:
         from pipeline.release import signing
 
         signing.verify(root / name / version, public_key)
+        # A signed bundle built for another name or version (copied in, `latest` pointed at it) is refused (issue
+        # #47). Unsigned, whoever can write the registry can rewrite the binding too: only the signature makes it one.
+        check_binding(root / name / version, name, version, manifest["bundle_digest"], required=True)
     return root / name / version
 
 
