@@ -16,7 +16,8 @@ from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
-from pipeline.release.binding import RELEASE, Binding, registry_name
+from pipeline.core.names import registry_name
+from pipeline.release.binding import RELEASE, Binding
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff

@@ -9,7 +9,8 @@ from pipeline.core.stage import say, stage_main
 from pipeline.params.load import load_params, parse_section
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
-from pipeline.release.binding import check_binding, registry_name
+from pipeline.core.names import registry_name
+from pipeline.release.binding import check_binding
 from pipeline.release.gates import GateReport
 from pipeline.release.publish import pinned_copy, release_tags
 from pipeline.release.registry import get_backend

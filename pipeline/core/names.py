@@ -28,3 +28,8 @@ def check_variant_name(name) -> None:
     if not isinstance(name, str) or not VARIANT_PATTERN.fullmatch(name) or ".." in name:
         raise PipelineError(f"quantize.variants: invalid variant name {name!r} (lowercase letters, digits, '.', "
                             "'_' and '-'; it becomes a directory name)")
+
+
+def registry_name(serving_name: str, variant: str) -> str:
+    """A variant's registry name, `<serving.name>-<variant>`: what it is published and served under."""
+    return f"{serving_name}-{variant}"

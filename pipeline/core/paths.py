@@ -17,6 +17,7 @@ TIMINGS = ARTIFACTS / "timings"  # seconds and peak memory per stage (core/stage
 BUILD_OUTPUTS = ("dvc.lock", "stages/dvc.lock", "metrics", "plots")
 
 SOURCES = ARTIFACTS / "sources.json"  # stage sources
+SIGNING_KEYS = ARTIFACTS / "signing-keys.json"  # stage sources: the signing key files' hashes
 TARGET = ARTIFACTS / "models" / "target"  # stage models
 DRAFT_BASE = ARTIFACTS / "models" / "draft-base"
 DATA = ARTIFACTS / "data"  # stage data: the traffic's splits

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.core.errors import PipelineError
 from pipeline.quantize.hardware import GPU_MEMORY_GB
 from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams

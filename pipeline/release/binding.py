@@ -18,11 +18,6 @@ RELEASE = "release"
 AUTO = "auto"  # publish.version auto: the version is the bundle's digest (first 12 hex digits)
 
 
-def registry_name(serving_name: str, variant: str) -> str:
-    """The model name a variant is published under: `<serving.name>-<variant>`."""
-    return f"{serving_name}-{variant}"
-
-
 @dataclass(frozen=True)
 class Binding:
     name: str      # the registry model name

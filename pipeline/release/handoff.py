@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.io import atomic_write_text
+from pipeline.core.names import registry_name
 from pipeline.drafts.methods import Speculation
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
@@ -44,8 +45,8 @@ GENERIC_PROMPTS = [
 ]
 
 
-def bundle_location(deploy_cfg: DeployParams, served_name: str, variant: str) -> str:
-    return f"{deploy_cfg.bundle_root.rstrip('/')}/{served_name}-{variant}"
+def bundle_location(deploy_cfg: DeployParams, serving_name: str, variant: str) -> str:
+    return f"{deploy_cfg.bundle_root.rstrip('/')}/{registry_name(serving_name, variant)}"
 
 
 @dataclass

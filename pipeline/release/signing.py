@@ -13,10 +13,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import SIGNATURE  # the manifest leaves it out: the one name for both
 PASSWORD_ENV = "MODELPREP_SIGNING_KEY_PASSWORD"
-KEY_HASHES = Path("artifacts/signing-keys.json")  # stage sources: the key files' hashes, a dep of bundle and publish
+KEY_HASHES = paths.SIGNING_KEYS  # a dep of bundle and publish
 
 
 def _hashing():

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from pipeline.core.io import read_json
+from pipeline.core.names import registry_name
 from pipeline.drafts.methods import Speculation, speculative_config
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.hardware import kernel_env
@@ -25,7 +26,7 @@ def served_model_name(serving: ServingParams, variant: str) -> str:
     """The name a variant is served as (vLLM's --served-model-name, the `model_name` label of its metrics, the
     `model` of a request): its registry name, `<serving.name>-<variant>`, so two variants deployed side by side
     answer, and are measured and alerted on, apart."""
-    return f"{serving.name}-{variant}"
+    return registry_name(serving.name, variant)
 
 
 def engine_args(variant_spec: VariantSpec, serving: ServingParams, speculative_config: dict | None,
