@@ -184,8 +184,16 @@ def test_the_readmes_metrics_are_those_of_the_committed_lock():
     import yaml
 
     lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
-    recorded = {Path(out["path"]).name: (out["md5"], out["size"]) for stage in lock["stages"].values()
-                for out in stage.get("outs", []) if out["path"].startswith("metrics/")}
-    kept = {p.name: (hashlib.md5(p.read_bytes()).hexdigest(), p.stat().st_size)
-            for p in (BENCH / "cpu/raw/demo-metrics").glob("*.json")}
+    outs = [out for stage in lock["stages"].values() for out in stage.get("outs", [])
+            if out["path"].startswith("metrics/")]
+    recorded = {out["path"].removeprefix("metrics/"): (out["md5"], out["size"]) for out in outs
+                if not out["md5"].endswith(".dir")}
+    folders = [out["path"].removeprefix("metrics/") for out in outs if out["md5"].endswith(".dir")]
+    kept_root = BENCH / "cpu/raw/demo-metrics"
+    kept = {p.name: (hashlib.md5(p.read_bytes()).hexdigest(), p.stat().st_size) for p in kept_root.glob("*.json")}
+    for folder in folders:  # a folder output (the headline metrics): each file as the build wrote it
+        assert sorted(p.name for p in (kept_root / folder).iterdir()) == \
+            sorted(p.name for p in (ROOT / "metrics" / folder).iterdir()), folder
+        for p in (kept_root / folder).iterdir():
+            assert p.read_bytes() == (ROOT / "metrics" / folder / p.name).read_bytes(), p
     assert kept == recorded, "benchmarks/cpu/raw/demo-metrics differs from dvc.lock: benchmarks/cpu/demo_build.sh --lock"
