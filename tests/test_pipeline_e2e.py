@@ -182,9 +182,11 @@ def test_params_invalidate_only_the_stages_that_read_them(project):
     assert stale == {"quantize@gptq-w4a16", "serve_bench@gptq-w4a16", "bundle@gptq-w4a16", "draft_quantize", "gate"}, stale
     assert stale_after(project, lambda p: p["draft_training"].update(epochs=3)) == {"draft_finetune"}
     # Serving settings change what is served: the serving benchmark measures it again, and the bundles ship it; the
-    # gate reads the batch limit too (a predicted speculation ships only for one request at a time).
-    assert stale_after(project, lambda p: p["serving"].update(max_num_seqs=8)) == {"gate"} | {
-        f"{stage}@{v}" for v in tiny_params()["quantize"]["enabled"] for stage in ("serve_bench", "bundle")}
+    # gate reads the batch limit too (a predicted speculation ships only for one request at a time). The batch limit
+    # sizes the KV cache, so it can change each variant's GPUs per replica (serving.tensor_parallel_size auto):
+    # evaluate's vLLM engines run at least at that size and distill's at the target's, so they read it too.
+    assert stale_after(project, lambda p: p["serving"].update(max_num_seqs=8)) == {"gate", "distill"} | {
+        f"{stage}@{v}" for v in tiny_params()["quantize"]["enabled"] for stage in ("evaluate", "serve_bench", "bundle")}
     # A decision threshold re-decides from the same measurements: nothing is benchmarked again.
     assert stale_after(project, lambda p: p["serving"]["speculation"].update(min_gain=1.5)) == {
         "gate", *(f"bundle@{v}" for v in tiny_params()["quantize"]["enabled"])}
