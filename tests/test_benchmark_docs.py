@@ -180,10 +180,14 @@ def test_the_readmes_metrics_are_those_of_the_committed_lock():
     """benchmarks/cpu/raw/demo-metrics/ (what the README quotes) is the build dvc.lock records: each file's md5 and size
     as the lock has them for metrics/<file>, and every metric the lock records is there."""
     import hashlib
+    import subprocess
 
     import yaml
 
-    lock = yaml.safe_load((ROOT / "dvc.lock").read_text())
+    def committed(path: str) -> bytes:  # the lock's build as committed (README command 1 rewrites the workspace's)
+        return subprocess.run(["git", "show", f"HEAD:{path}"], cwd=ROOT, capture_output=True, check=True).stdout
+
+    lock = yaml.safe_load(committed("dvc.lock"))
     outs = [out for stage in lock["stages"].values() for out in stage.get("outs", [])
             if out["path"].startswith("metrics/")]
     recorded = {out["path"].removeprefix("metrics/"): (out["md5"], out["size"]) for out in outs
@@ -191,11 +195,6 @@ def test_the_readmes_metrics_are_those_of_the_committed_lock():
     folders = [out["path"].removeprefix("metrics/") for out in outs if out["md5"].endswith(".dir")]
     kept_root = BENCH / "cpu/raw/demo-metrics"
     kept = {p.name: (hashlib.md5(p.read_bytes()).hexdigest(), p.stat().st_size) for p in kept_root.glob("*.json")}
-    import subprocess
-
-    def committed(path: str) -> bytes:  # the lock's build as committed (the workspace's may be a rebuild)
-        return subprocess.run(["git", "show", f"HEAD:{path}"], cwd=ROOT, capture_output=True, check=True).stdout
-
     for folder in folders:  # a folder output (the headline metrics): each file as the committed build wrote it
         names = subprocess.run(["git", "ls-tree", "--name-only", f"HEAD:metrics/{folder}"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.split()
