@@ -53,16 +53,15 @@ def users_at_slo(name: str, objective: dict) -> str:
     return (f"{lo}" if hi is None else f"{lo or 0} to {hi - 1}") + (" (>= measured max)" if hi is None else "")
 
 
-def weights_gib(name: str) -> str:
+def from_server_log(name: str, pattern: str) -> str:
+    """The first group of pattern in a config's server log (cut to memory lines on the host), or - without one."""
     log = RUN / "out" / name / "server.brief.log"
-    m = re.search(r"Actual usage is ([0-9.]+) GiB for weight", log.read_text()) if log.exists() else None
+    m = re.search(pattern, log.read_text()) if log.exists() else None
     return m[1] if m else "-"
 
 
-def kv_tokens(name: str) -> str:
-    log = RUN / "out" / name / "server.brief.log"
-    m = re.search(r"GPU KV cache size: ([0-9,]+) tokens", log.read_text()) if log.exists() else None
-    return m[1] if m else "-"
+WEIGHTS_GIB = r"Actual usage is ([0-9.]+) GiB for weight"  # vLLM 0.26's gpu_worker line, per GPU
+KV_TOKENS = r"GPU KV cache size: ([0-9,]+) tokens"
 
 
 def conditions() -> Table:
@@ -90,7 +89,8 @@ def served() -> Table:
         cells = [f"{lvl['output_throughput']:,.0f} ({lvl['output_throughput'] / gpus:,.0f})" if lvl else "-"
                  for lvl in levels]
         rows.append((f"`{name}`", str(config["tp"]), ", ".join(beside) or "alone", *cells,
-                     users_at_slo(name, objective), weights_gib(name), kv_tokens(name)))
+                     users_at_slo(name, objective), from_server_log(name, WEIGHTS_GIB),
+                     from_server_log(name, KV_TOKENS)))
     return Table(("config", "TP (GPUs)", "beside", *(f"c={c} tok/s (per GPU)" for c in CONCURRENCY),
                   "users at the SLO (measured levels)", "weights GiB per GPU (vLLM)", "KV cache tokens"), tuple(rows))
 
