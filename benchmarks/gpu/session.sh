@@ -40,6 +40,9 @@
 #                                 c=1 and 16, then capacity at serving.slo) in /tmp/sh in the background; then
 #                                 shipped-watch (carry artifacts/bundles and artifacts/data)
 #   session.sh shipped-watch OUT S  wait up to S seconds for it; pack its raw results and logs into OUT either way
+#   session.sh tp-greedy OUT B [H]  bundle B (built at tensor parallel >= 2) served as shipped on GPUs 1-2 beside the same
+#                                 serve.yaml at TP 1 on GPU 0: greedy outputs on held-out prompts compared
+#                                 (benchmarks/gpu/tp_greedy.py; H: held-out JSONL, default artifacts/data's)
 #   session.sh handoff OUT B      the handoff kit against real vLLM: bundle B served as its manifest starts it
 #                                 (`vllm serve --config serve.yaml` in B), deploy/warmup.py to its marker, load,
 #                                 then /metrics scraped before and after the load (checked on the CPU machine by
@@ -308,8 +311,10 @@ PY
   scale)
     out=$2; mkdir -p "$out" /tmp/scale; gpu_line > /tmp/scale/gpu.txt; nvidia-smi topo -m > /tmp/scale/topo.txt 2>&1 || true
     run_spec /tmp/scale "" scale
-    (PYTHONPATH=/tmp/vllm/site nohup python benchmarks/gpu/scale_serve.py run .gpu/scale/models /tmp/scale/out \
-       "${4:-benchmarks/gpu/plans/scale-70b.json}" > /tmp/scale/run.log 2>&1; echo $? > /tmp/scale/rc) &
+    rm -f /tmp/scale/rc; export SC_PLAN="${4:-benchmarks/gpu/plans/scale-70b.json}"
+    # its own session: the call's process group is killed when the call returns, the run must outlive it
+    setsid bash -c 'PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/scale_serve.py run .gpu/scale/models /tmp/scale/out \
+       "$SC_PLAN" >> /tmp/scale/run.log 2>&1; echo $? > /tmp/scale/rc' < /dev/null > /dev/null 2>&1 &
     exec bash "$0" scale-watch "$2" "$3" ;;
   scale-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
@@ -365,6 +370,12 @@ PY
     grep -E "^RESULT|^CAPACITY|^ERR|Error" /tmp/sh/run.log | tail -n 40 | cut -c1-300 || true
     [ -f /tmp/sh/rc ] && echo "shipped exit status: $(cat /tmp/sh/rc)" || echo "shipped still running"
     tar czf "$out/shipped.tgz" -C /tmp/sh out run.log ;;
+  tp-greedy)
+    # written in /tmp/tp, packed into OUT/tp.tgz: a call brings back at most 8 files
+    out=$2; w=/tmp/tp; rm -rf "$w"; mkdir -p "$out" "$w"; gpu_line > "$w/gpu.txt"; run_spec "$w"
+    PYTHONPATH=/tmp/vllm/site:. timeout 480 python benchmarks/gpu/tp_greedy.py "$w" "$3" ${4:+--heldout "$4"} > "$w/run.log" 2>&1 || true
+    grep -E "^RESULT|Error|error" "$w/run.log" | tail -n 5 | cut -c1-300 || true
+    tar czf "$out/tp.tgz" -C "$w" . ;;
   handoff)
     out=$2 bundle=$3; mkdir -p "$out"
     out=$(cd "$out" && pwd)
