@@ -31,7 +31,7 @@ RAW = ROOT / "benchmarks/gpu/raw"
 SHIPPED = RAW / "shipped"
 STAGE = RAW / "demo-serve-bf16"
 RUNS = ("shipped", "demo-serve-bf16")
-PROFILE = ROOT / "pipeline/evaluate/cost_profiles/h100-vllm0.26.0-demo.json"
+PROFILE = ROOT / "data/serving-cost-profiles/h100-vllm0.26.0-demo.json"
 TOLERANCE = 0.20  # the target: predicted within 20% of served
 
 

@@ -1,4 +1,4 @@
-"""Tables of benchmarks/gpu/COSTS.md: the serving-cost profiles (pipeline/evaluate/cost_profiles/*.json, assembled
+"""Tables of benchmarks/gpu/COSTS.md: the serving-cost profiles (data/serving-cost-profiles/*.json, assembled
 from raw/costs/ by benchmarks/gpu/costs.sh) and the prediction against the demo's trained models as served.
 
 Reads raw/costs/ (measure_costs.py's output: one folder per run with gpu.txt and versions.txt, one folder per

@@ -684,7 +684,7 @@ def step_rows(variant: str, run: Path, configs) -> list[tuple]:
     """(config, k, mean TPOT, tokens per step, served step ms, profile step ms, profile k) at concurrency 1."""
     runs = bench_runs(variant, run)
     profile_name = evals(run)[variant if variant in evals(run) else BASELINE]["cost_profile"]
-    profile = json.loads((ROOT / "pipeline/evaluate/cost_profiles" / f"{profile_name}.json").read_text())
+    profile = json.loads((ROOT / "data/serving-cost-profiles" / f"{profile_name}.json").read_text())
     rows = []
     for cfg in configs:
         r = runs.get(cfg, {}).get(1)
@@ -1019,7 +1019,7 @@ def scheduling() -> Table:
     profiles = {load(run / "eval" / v / "summary.json")["speculation"]["cost_profile"]
                 for v, _, run in served_variants()}
     assert len(profiles) == 1
-    profile = load(ROOT / "pipeline/evaluate/cost_profiles" / f"{profiles.pop()}.json")
+    profile = load(ROOT / "data/serving-cost-profiles" / f"{profiles.pop()}.json")
     per: dict[str, dict[str, set]] = {}
 
     def note(kind: str, text: str, key: str) -> dict[str, set]:
