@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tiny_project import ROOT
-from dvc_deps import (PACKAGES, PIPELINE_FILES, closure, covered, is_code_dep,  # `python tests/dvc_deps.py --write` writes them
-                      pipeline_stages, stage_entries)
+from dvc_deps import (PACKAGES, PIPELINE_FILES, closure, covered,  # `python tests/dvc_deps.py --write` writes them
+                      is_code_dep, pipeline_stages, stage_entries)
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))
