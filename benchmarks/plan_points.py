@@ -8,20 +8,21 @@ raw/schemes8b quant8b-*.json: one process per variant, the weights on the GPU); 
 one whole `dvc repro` of the GPU demo profile on an H100 (raw/gpu-tp1/repro.log, whose lines start with the seconds
 since the run began: a stage lasts from its `Running stage` line to the next one). Parameters are each run's BF16
 checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point. Those runs'
-`*_mb` fields are MiB (benchmarks/gpu/tables/results.py RECORDED_IN_MIB): read back in MB through its in_mb.
+`*_mb` fields are MiB (benchmarks/tables/read.py RECORDED_IN_MIB): read back in MB through its in_mb.
 """
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's pipeline/, which results.py imports
+sys.path.insert(0, str(ROOT / "benchmarks"))  # tables/read.py, which imports this checkout's pipeline/
+
+from tables.read import in_mb  # noqa: E402
+
 OUT = ROOT / "pipeline/params/plan_points.json"
 GPU_RAW = Path("benchmarks/gpu/raw")
 QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4a16.json",
@@ -32,18 +33,9 @@ STAGES = ("quantize@bf16", "distill", "draft_finetune", "eagle3", "evaluate", "s
 LINE = re.compile(r"^(\d+) Running stage '([^']+)':")
 
 
-@functools.cache
-def _results():
-    """benchmarks/gpu/tables/results.py, whose RECORDED_IN_MIB names the run folders written in MiB."""
-    spec = importlib.util.spec_from_file_location("tables_results", ROOT / "benchmarks/gpu/tables/results.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def raw_record(rel: str) -> dict:
     """A raw JSON record with its `*_mb` fields in MB (MiB in the folders recorded so)."""
-    return _results().in_mb(rel.split("/")[0], json.loads((ROOT / GPU_RAW / rel).read_text()))
+    return in_mb(rel.split("/")[0], json.loads((ROOT / GPU_RAW / rel).read_text()))
 
 
 def gpu_name(run: str) -> str:

@@ -65,7 +65,7 @@ def _x(ratios: dict, concurrencies=(1, 32)) -> str:
 
 
 def gpu_paragraph(g: dict) -> str:
-    """The GPU demo profile's vLLM 0.26.0 runs (GPU-SERVED.md): quantized plain decoding against BF16 in the same
+    """The GPU demo profile's vLLM 0.26.0 runs (SERVING.md): quantized plain decoding against BF16 in the same
     run, each method against its variant's plain decoding, the gate's verdict."""
     runs = list(g.values())
     gpus, vllms = {r["gpu"] for r in runs}, {r["vllm"] for r in runs}

@@ -1,24 +1,26 @@
 """Benchmark tables as data: one renderer fills the marked blocks of hand-written markdown from raw run folders.
 
-A report is a markdown file whose first lines name its table definitions:
+A page is a markdown file whose first lines name its page spec:
 
-    <!-- tables: benchmarks/gpu/tables/serving.py -->
+    <!-- tables: benchmarks/tables/serving.py -->
 
 and whose generated parts sit between markers, everything else being prose written by hand:
 
-    <!-- begin served-gptq-w4a16 -->
-    | config | c=1 | ...            (written by this script; do not edit)
-    <!-- end served-gptq-w4a16 -->
+    <!-- begin smollm2 -->
+    | run | variant | config | ...     (written by this script; do not edit)
+    <!-- end smollm2 -->
 
-The definitions module has `BLOCKS`, block name -> a function of no arguments returning a `Table` or `Text`, and
-`RUNS`, the raw run folders it reads (relative to `RUNS_UNDER`, default benchmarks/gpu/raw; each holds a
+The page spec (benchmarks/tables/<page>.py) has `BLOCKS`, block name -> a `Spec` (a function giving the rows, read
+from raw files by benchmarks/tables/read.py and served.py, and the `Column`s shown: a field name or a small named
+function, and a format), a `Facts` (quantity/value pairs), or any function of no arguments returning a `Table` or
+`Text`; and `RUNS`, the raw run folders it reads (relative to `RUNS_UNDER`, default benchmarks/gpu/raw; each holds a
 `run.json`, see benchmarks/run_spec.py). The block `runs` is built in: one provenance row per run (date, GPU,
 driver, vLLM, torch, profile, code, command). Every block in the markdown must have a definition and every
-definition a block, so a table cannot silently drop out of a report.
+definition a block, so a table cannot silently drop out of a page.
 
-    python benchmarks/render.py                # re-render every report under benchmarks/
+    python benchmarks/render.py                # re-render every page under benchmarks/
     python benchmarks/render.py FILE.md ...    # only these
-    python benchmarks/render.py --check        # exit 1 naming the reports whose blocks differ from their rendering
+    python benchmarks/render.py --check        # exit 1 naming the pages whose blocks differ from their rendering
     python benchmarks/render.py --json FILE.md # the same tables as JSON ({block: {columns, rows} or {text}})
 """
 from __future__ import annotations
@@ -71,21 +73,49 @@ class Text:
 
 @dataclass(frozen=True)
 class Column:
-    """One column of a table: its header and how a row object gives its cell (None renders as "-")."""
+    """One column of a table: its header and how a row gives its cell (None renders as "-"). `value` is a field
+    name (a dict key or an attribute of the row) or a small named function of the row."""
     header: str
-    value: Callable[[Any], Any]
+    value: str | Callable[[Any], Any]
     fmt: str | Callable[[Any], str] = "{}"
 
     def cell(self, row: Any) -> str:
-        v = self.value(row)
+        v = field_of(row, self.value) if isinstance(self.value, str) else self.value(row)
         if v is None:
             return "-"
         return self.fmt(v) if callable(self.fmt) else self.fmt.format(v)
 
 
+def field_of(row: Any, name: str) -> Any:
+    return row.get(name) if isinstance(row, dict) else getattr(row, name)
+
+
 def table(rows: Iterable[Any], columns: Iterable[Column]) -> Table:
     cols = tuple(columns)
     return Table(tuple(c.header for c in cols), tuple(tuple(c.cell(r) for c in cols) for r in rows))
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A table declared as data: a function giving its rows (read from raw run folders) and the columns it shows.
+    A page's BLOCKS map block names to Specs; `empty` is the one row shown when there are no rows."""
+    rows: Callable[[], Iterable[Any]]
+    columns: tuple[Column, ...]
+    empty: tuple[str, ...] | None = None
+
+    def __call__(self) -> Table:
+        out = table(self.rows(), self.columns)
+        return out if out.rows or self.empty is None else Table(out.columns, (self.empty,))
+
+
+@dataclass(frozen=True)
+class Facts:
+    """A two-column table of single values: a function giving (quantity, value) pairs."""
+    pairs: Callable[[], Iterable[tuple[str, Any]]]
+    header: tuple[str, str] = ("quantity", "value")
+
+    def __call__(self) -> Table:
+        return facts(self.pairs(), self.header)
 
 
 def facts(pairs: Iterable[tuple[str, Any]], header: tuple[str, str] = ("quantity", "value")) -> Table:

@@ -2,8 +2,8 @@
 
     python benchmarks/summary.py    # both summaries as JSON
 
-served_summary() reads the vLLM 0.26.0 runs behind benchmarks/gpu/GPU-SERVED.md through the records and functions
-its tables use (benchmarks/gpu/tables/gpu_served.py); quantize_summary() is benchmarks/quantize_bench.py's (the
+served_summary() reads the GPU demo profile's vLLM 0.26.0 runs (benchmarks/gpu/SERVING.md) through the readers its
+tables use (benchmarks/tables/read.py); quantize_summary() is benchmarks/quantize_bench.py's (the
 same that renders quantize.md). The vLLM 0.25.0 runs (benchmarks/gpu/history/) are quoted nowhere at the top level.
 """
 from __future__ import annotations
@@ -26,31 +26,37 @@ def _load(path: Path):
     return module
 
 
+GPU_PROFILE = (("gpu-served", ("bf16", "fp8-dynamic"), "repro-2.log"),
+               ("gpu-served-3", ("gptq-w4a16", "bf16"), "repro.log"))  # each run's variants, in the order served
+
+
 def served_summary() -> dict:
-    """The GPU demo profile on vLLM 0.26.0 (GPU-SERVED.md): per run, its GPU and vLLM (run.json), each quantized
+    """The GPU demo profile on vLLM 0.26.0 (SERVING.md): per run, its GPU and vLLM (run.json), each quantized
     variant's plain decoding against BF16's in the same run, each served method against its variant's plain decoding,
     and the gate's line per variant (the run's `dvc repro` log)."""
-    gs = _load(HERE / "gpu" / "tables" / "gpu_served.py")
+    sys.path.insert(0, str(HERE))
+    from tables import read
+
     out = {}
-    for run, variants, log in ((gs.RUN, gs.VARIANTS, "repro-2.log"), (gs.RUN3, gs.VARIANTS3, "repro.log")):
-        spec = json.loads((run / "run.json").read_text())
-        base = gs.record(gs.BASELINE, run).configs[gs.PLAIN]
-        models = json.loads((run / "metrics" / "models.json").read_text())
+    for run, variants, log in GPU_PROFILE:
+        spec = json.loads((read.RAW / run / "run.json").read_text())
+        base = read.record(run, read.BASELINE).configs[read.PLAIN]
+        models = json.loads((read.RAW / run / "metrics" / "models.json").read_text())
         entry = {"gpu": spec["gpu"]["name"], "vllm": spec["software"]["vllm"], "variants": {},
                  "params": {role: models[role]["params"] for role in ("target", "draft")}}
-        gates = dict(re.findall(r"^\d+ gate (\S+): (PASS|FAIL)", (run / log).read_text(), re.M))
+        gates = dict(re.findall(r"^\d+ gate (\S+): (PASS|FAIL)", (read.RAW / run / log).read_text(), re.M))
         for variant in variants:
-            rec = gs.record(variant, run)
-            plain = rec.configs[gs.PLAIN]
-            conc = gs.concurrencies(rec)
+            rec = read.record(run, variant)
+            plain = rec.configs[read.PLAIN]
+            conc = read.concurrencies(rec)
             entry["variants"][variant] = {
                 "vs_bf16_plain": {f"c{c}": plain.at(c).output_throughput / base.at(c).output_throughput for c in conc},
                 "methods": {name: {"k": cfg.num_speculative_tokens,
                                    "vs_plain": {f"c{c}": cfg.at(c).output_throughput / plain.at(c).output_throughput
                                                 for c in conc}}
-                            for name, cfg in rec.configs.items() if name != gs.PLAIN},
+                            for name, cfg in rec.configs.items() if name != read.PLAIN},
                 "gate": gates.get(variant)}
-        out[run.name] = entry
+        out[run] = entry
     return out
 
 

@@ -92,8 +92,7 @@ def covered(path: Path, deps: list[str]) -> bool:
 
 
 def is_code_dep(dep: str, root: Path = ROOT) -> bool:
-    """A module, or a package folder (one holding Python files; a folder of data inside a package, such as
-    pipeline/evaluate/cost_profiles, is data)."""
+    """A module, or a package folder (one holding Python files; a folder of data inside a package is data)."""
     path = root / dep
     return dep.endswith(".py") or (path.is_dir() and dep.split("/")[0] in PACKAGES and any(path.rglob("*.py")))
 
@@ -114,7 +113,7 @@ def code_deps(entry: Path, root: Path = ROOT) -> list[str]:
 
 
 def data_inside(folder: str, root: Path = ROOT) -> list[str]:
-    """What a package folder holds besides Python (pipeline/evaluate/cost_profiles): a stage that listed the folder
+    """What a package folder holds besides Python (data, templates): a stage that listed the folder
     read it too, and keeps it as a dep when the folder is listed module by module instead."""
     return sorted(str(p.relative_to(root)) for p in (root / folder).iterdir()
                   if p.name != "__pycache__" and not p.name.endswith(".py")

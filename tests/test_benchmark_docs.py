@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,11 +32,52 @@ def test_every_report_is_its_rendering():
     raw run folders; a missing or an extra block fails the rendering itself."""
     render = load_module(BENCH / "render.py")
     found = render.reports()
-    # the migrated reports are found by their header line
-    assert {p.name for p in found} >= {"vllm-0.25.md", "SERVING.md", "CAPACITY.md", "COSTS.md", "SMOLLM2-GPU.md"}
+    # the GPU pages, one per topic, are found by their header line
+    assert {p.name for p in found} >= set(GPU_PAGES)
     for md in found:
         assert render.render(md) == md.read_text(), \
             f"{md.relative_to(ROOT)} differs from its rendering: run python benchmarks/render.py"
+
+
+GPU_PAGES = ("QUALITY.md", "SERVING.md", "CAPACITY.md", "COSTS.md", "SCALE.md")
+
+
+def test_the_render_check_command_passes_on_the_committed_pages():
+    """`python benchmarks/render.py --check`, the committed command that regenerates every page from committed raw
+    and diffs: it exits 0, so no page has drifted from its raw files."""
+    r = subprocess.run([sys.executable, "benchmarks/render.py", "--check"], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+
+
+def test_gpu_pages_are_by_topic_and_their_prose_tells_no_lease_history():
+    """benchmarks/gpu/ holds one page per topic, each rendered from a page spec; the prose around the blocks does not
+    narrate GPU leases or sessions (that history is in the run specs and the producer table)."""
+    render = load_module(BENCH / "render.py")
+    pages = sorted(p.name for p in (BENCH / "gpu").glob("*.md") if p.name != "README.md")
+    assert pages == sorted(GPU_PAGES)
+    for name in pages:
+        text = (BENCH / "gpu" / name).read_text()
+        assert render.HEADER.search(text), f"{name} names no page spec"
+        prose = render.BLOCK.sub("", text)
+        told = re.findall(r"[^.]*\b(?:lease|session)s?\b(?![-/.])[^.]*", prose, re.I)
+        assert not told, f"{name} tells lease or session history: {told}"
+
+
+def test_a_declarative_spec_renders_fields_named_functions_and_an_empty_row(tmp_path):
+    """A page spec's Spec: columns by field name (dict key or attribute) or small function, None as "-", formats,
+    the `empty` row when the raw files hold none; Facts: quantity/value pairs."""
+    render = load_module(BENCH / "render.py")
+    C = render.Column
+    rows = [{"config": "plain", "tok": 402.04, "k": None}, {"config": "eagle3", "tok": 671.5, "k": 2}]
+    spec = render.Spec(lambda: rows, (C("config", "config"), C("k", "k"), C("tok/s", "tok", "{:,.0f}"),
+                                      C("x plain", lambda r: r["tok"] / rows[0]["tok"], "x{:.2f}")))
+    assert spec().markdown() == ("| config | k | tok/s | x plain |\n| --- | --- | --- | --- |\n"
+                                 "| plain | - | 402 | x1.00 |\n| eagle3 | 2 | 672 | x1.67 |")
+    empty = render.Spec(lambda: [], (C("method", "method"), C("miss", "miss")), empty=("none", "-"))
+    assert empty().rows == (("none", "-"),)
+    assert render.Spec(lambda: [], (C("method", "method"),))().rows == ()
+    assert render.Facts(lambda: [("GPU", "H100"), ("probes", None)])().rows == (("GPU", "H100"), ("probes", "-"))
 
 
 def test_render_fills_blocks_between_markers_and_keeps_the_prose(tmp_path):

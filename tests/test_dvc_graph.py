@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tiny_project import ROOT
-from dvc_deps import (PIPELINE_FILES, closure, covered, is_code_dep,  # `python tests/dvc_deps.py --write` writes them
-                      pipeline_stages, stage_entries)
+from dvc_deps import (PACKAGES, PIPELINE_FILES, closure, covered,  # `python tests/dvc_deps.py --write` writes them
+                      is_code_dep, pipeline_stages, stage_entries)
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))
@@ -22,7 +22,7 @@ def test_code_deps_are_exactly_the_import_closure(stage):
     missing = sorted(str(p) for p in needed if not covered(p, deps))
     assert not missing, (f"dvc.yaml stage {stage} imports {missing} but does not list them in deps "
                          "(python tests/dvc_deps.py --write)")
-    # a folder of data inside a package (pipeline/evaluate/cost_profiles) is data, not code
+    # a folder of data inside a package is data, not code
     code_deps = [d for d in deps if is_code_dep(d)]
     extra = [d for d in code_deps if not any(p == Path(d) or Path(d) in p.parents for p in needed)]
     assert not extra, f"dvc.yaml stage {stage} lists code it never imports: {extra} (python tests/dvc_deps.py --write)"
@@ -59,18 +59,29 @@ def test_dvc_deps_write_puts_the_closure_back(tmp_path):
 
 def test_dvc_deps_write_keeps_the_data_of_a_folder_it_lists_module_by_module(tmp_path):
     """evaluate imports every module of pipeline/evaluate, so dvc.yaml lists the folder whole; once one module is
-    not imported (here a new one) --write lists the folder module by module, and the profiles it holds stay a dep."""
+    not imported (here a new one) --write lists the folder module by module, and the data it holds stays a dep."""
     from dvc_deps import main, stage_entries as entries
 
     for name in ("pipeline", "stages"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     assert "pipeline/evaluate" in entries()["evaluate"][1]
+    (tmp_path / "pipeline/evaluate/table.json").write_text("{}\n")  # data a stage reads from inside the package
     (tmp_path / "pipeline/evaluate/unimported.py").write_text('"""Imported by no stage."""\n')
     shutil.copyfile(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
     assert main(["--root", str(tmp_path), "--write"]) == 0
     listed = [d for d in entries(tmp_path)["evaluate"][1] if d.startswith("pipeline/evaluate")]
-    assert "pipeline/evaluate/cost_profiles" in listed and "pipeline/evaluate/settings.py" in listed
+    assert "pipeline/evaluate/table.json" in listed and "pipeline/evaluate/settings.py" in listed
     assert "pipeline/evaluate" not in listed and "pipeline/evaluate/unimported.py" not in listed
+
+
+def test_the_evaluate_stage_declares_the_cost_profiles_it_reads_outside_the_packages():
+    """The serving-cost profiles are measured data: they live outside the code packages, so an edit to them is not a
+    code change, and the one stage that reads them (evaluate, serving_costs.choose) lists their folder as a dep."""
+    from pipeline.evaluate.serving_costs import PROFILE_DIR, available
+
+    folder = PROFILE_DIR.relative_to(ROOT)
+    assert folder.parts[0] not in PACKAGES and available(), f"{folder}: profiles inside a code package, or none"
+    assert str(folder) in stage_entries()["evaluate"][1], f"dvc.yaml's evaluate stage does not list {folder}"
 
 
 def test_the_artifact_layout_is_dvc_yamls():

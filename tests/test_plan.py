@@ -32,7 +32,7 @@ def test_plan_points_are_the_committed_raw_runs():
 
 
 def test_plan_points_read_the_mib_records_in_mb():
-    """raw/llama3-8b and raw/schemes8b wrote their `*_mb` sizes in MiB (benchmarks/gpu/tables/results.py
+    """raw/llama3-8b and raw/schemes8b wrote their `*_mb` sizes in MiB (benchmarks/tables/read.py
     RECORDED_IN_MIB): read as MB, the BF16 Llama-3-8B checkpoint's bytes / 2 are its published parameter count, and
     every 8B run scales from the same count."""
     from pipeline.params.plan import SHAPES, load_points

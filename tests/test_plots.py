@@ -19,7 +19,7 @@ from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
 
-# A real serve_bench record: BF16 on an H100 with vLLM 0.26.0, plain and three methods (benchmarks/gpu/GPU-SERVED.md).
+# A real serve_bench record: BF16 on an H100 with vLLM 0.26.0, plain and three methods (benchmarks/gpu/SERVING.md).
 SERVED = ROOT / "benchmarks/gpu/raw/gpu-served-3/metrics/serve-bf16.json"
 SPEC = re.compile(r"var spec = (.*);\n\s*vegaEmbed")
 

@@ -240,21 +240,21 @@ def load_render(root: Path):
 
 
 def test_serving_md_is_the_rendering_of_its_raw_files():
-    """benchmarks/gpu/SERVING.md: every table from raw/demo-serve and raw/costs/versions, every decision by the
-    pipeline's own functions over those records (benchmarks/gpu/tables/serving.py)."""
+    """benchmarks/gpu/SERVING.md: every table from the serve_bench records under raw/, every decision by the
+    pipeline's own functions over those records (benchmarks/tables/serving.py)."""
     root = Path(__file__).resolve().parents[1]
     out = load_render(root).render(root / "benchmarks/gpu/SERVING.md")
     assert out == (root / "benchmarks/gpu/SERVING.md").read_text()
-    assert "| target concurrency | 1 |\n| serving.speculation.min_gain | 1.1 |\n| ships | **eagle3 k=2** |" in out
+    # the demo's GPTQ: Machete faster at the target alone, Marlin picked under the tie rule; EAGLE-3 k=2 clears min_gain
+    assert "| `demo-serve` | `gptq-w4a16` | 1 | machete 405, marlin 402 | machete | marlin | **eagle3 k=2** |" in out
 
 
 def test_capacity_md_is_the_rendering_of_its_raw_files():
-    """benchmarks/gpu/CAPACITY.md: the shipped bundles' and the bf16 stage run's numbers from raw/shipped and
-    raw/demo-serve-bf16, the predictions by the pipeline's own serving_costs over the committed demo profile
-    (benchmarks/gpu/tables/capacity.py)."""
+    """benchmarks/gpu/CAPACITY.md: the shipped bundles' numbers from raw/shipped, every served config's capacity from
+    the serve_bench records under raw/ (benchmarks/tables/capacity.py)."""
     root = Path(__file__).resolve().parents[1]
     out = load_render(root).render(root / "benchmarks/gpu/CAPACITY.md")
     assert out == (root / "benchmarks/gpu/CAPACITY.md").read_text()
-    # the gate's own words over the run's record: EAGLE-3 (x0.875 of plain's users at the SLO) gives way to plain
+    # the gate's own words over the run's record: EAGLE-3 (x0.88 of plain's users at the SLO) gives way to plain
     assert "ships without speculation (measured; eagle3 k=8 gave way: fewer users at the SLO" in out
-    assert "| eagle3 | x0.875 |" in out
+    assert "| 56 (probes ran out; 64 missed) | x0.88 | 12,504 |" in out

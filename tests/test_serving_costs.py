@@ -320,7 +320,7 @@ def test_a_short_answer_pays_for_the_drafting_in_its_prefill_step(profile):
 
 def test_costs_md_is_the_rendering_of_the_committed_raw_files():
     """benchmarks/gpu/COSTS.md: the profiles' tables and the served check from raw/costs and the committed profiles
-    (benchmarks/gpu/tables/costs.py through benchmarks/render.py)."""
+    (benchmarks/tables/costs.py through benchmarks/render.py)."""
     import importlib.util
     import sys
 

@@ -19,7 +19,7 @@ batch (prefill, scheduling and start-up cancel), divided by the difference in en
 steps are its tokens less its accepted draft tokens (vLLM's counters), so a drafter's acceptance does not
 bias the cost. Results are one JSON file per engine under OUT/<shape>/; a failed engine writes its error and
 the next one runs. `python -m pipeline.evaluate.serving_costs assemble OUT/<shape> ...` (CPU) turns them into the cost
-profile the pipeline ships (pipeline/evaluate/cost_profiles/).
+profile the pipeline ships (data/serving-cost-profiles/).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ A plan is a list of waves, each a list of {"name", "variant", "tp", "gpus": [ids
 (OUT/<name>/config.json) names its GPUs, its TP and the configs that ran beside it, so the same config measured
 alone and beside others can be compared. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, and vLLM's symmetric-
 memory all-reduce, which can use it, off: VLLM_ALLREDUCE_USE_SYMM_MEM=0). Runs on the host's Python with vLLM on
-PYTHONPATH; it imports nothing of the pipeline. benchmarks/gpu/tables/scale.py renders the results (CPU).
+PYTHONPATH; it imports nothing of the pipeline. benchmarks/tables/scale.py renders the results (CPU).
 """
 from __future__ import annotations
 

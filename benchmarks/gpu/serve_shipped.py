@@ -13,7 +13,7 @@ decoding" is measured in the same run; a bundle that ships plain decoding is its
 OUT/<variant>/raw/<config>-<tag>.json are `vllm bench serve --save-result` files (tag c<N> or capacity-c<N>),
 OUT/<variant>/<config>-server.log vLLM's log, OUT/shipped.json one line of facts per bundle and config (served
 config's SHA-256, the kernels vLLM's log says it selected, startup seconds, the capacity found). benchmarks/render.py
-renders them into CAPACITY.md (benchmarks/gpu/tables/capacity.py). GPU + vLLM only.
+renders them into CAPACITY.md (benchmarks/tables/capacity.py). GPU + vLLM only.
 """
 from __future__ import annotations
 

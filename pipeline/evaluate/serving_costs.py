@@ -3,7 +3,7 @@
 Acceptance is half of what a speculative method is worth; the other half is what a step costs as vLLM
 serves it, and that does not follow from weight bytes: vLLM 0.26's draft-model path pays a fixed
 per-forward overhead for each drafted token whatever the draft's size. So the CPU estimator predicts served
-speed only from step times measured on a GPU, kept as cost profiles (pipeline/evaluate/cost_profiles/*.json), one per
+speed only from step times measured on a GPU, kept as cost profiles (data/serving-cost-profiles/*.json), one per
 GPU, vLLM version and target shape. `benchmarks/gpu/measure_costs.py` measures them; `assemble` (below)
 turns its raw output into a profile.
 
@@ -31,7 +31,8 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 
 SCHEMA = 3  # 3: a method's served calibration names every run it pools (served_runs, served_estimates)
-PROFILE_DIR = Path(__file__).parent / "cost_profiles"
+# Measured GPU data, not code: kept beside the project's other data, read by path (as profiles/ and evals/ are)
+PROFILE_DIR = Path(__file__).resolve().parents[2] / "data" / "serving-cost-profiles"
 VLLM_VERSION = "0.26.0"  # the vLLM the bundles are served with (deploy.image, the GPU evidence)
 DEFAULT_GPU = "h100"  # serving.gpu null: the GPU the committed profiles were measured on
 METHODS = ("draft_model", "eagle3", "ngram")

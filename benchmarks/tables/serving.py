@@ -1,0 +1,50 @@
+"""benchmarks/gpu/SERVING.md: each config's served speed, the kernel and the speculation a build ships."""
+from __future__ import annotations
+
+from render import Column as C, Spec, times
+from tables import read, served as s
+from pipeline.release.speculation_choice import decide
+from stages.serve_bench import choose_kernel
+
+DEMO = (("demo-serve", ("gptq-w4a16",)),)
+GPU_PROFILE = (("gpu-served", ("bf16", "fp8-dynamic")), ("gpu-served-3", ("bf16", "gptq-w4a16")))
+SMOLLM2 = (("smollm2-gpu-3", ("bf16",)), ("smollm2-gpu-4", ("gptq-w4a16",)), ("smollm2-gpu-6", ("fp8-dynamic",)),
+           ("smollm2-gpu-5", ("fp8-static", "awq-w4a16")))
+RUNS = tuple(run for run, _ in (*DEMO, *GPU_PROFILE, *SMOLLM2))
+
+
+def choices(*groups) -> list[dict]:
+    """Per served variant: the kernel the stage picks and the speculation a build ships, by the pipeline's rules
+    with the run's own params (serving.target_concurrency, serve_bench.kernel_tie, speculation.min_gain)."""
+    rows = []
+    for run, variants in groups:
+        p = read.params(run)
+        target, gain = p["serving"]["target_concurrency"], float(p["serving"]["speculation"]["min_gain"])
+        tie = p["serve_bench"].get("kernel_tie", 0.04)
+        for variant in variants:
+            rec = read.record(run, variant)
+            d = decide(None, rec, target, gain)
+            kernels = {k: c.at(target).output_throughput for k, c in rec.kernels.items()}
+            rows.append({"run": f"`{run}`", "variant": f"`{variant}`", "target": target, "served_on": rec.kernel,
+                         "kernels": ", ".join(f"{k} {t:.0f}" for k, t in kernels.items()),
+                         "pick": choose_kernel(rec.kernels, target, tie) if kernels else None,
+                         "ships": f"**{d.speculation.label}**", "why": d.reason})
+    return rows
+
+
+def config_columns(conc: tuple[int, ...]) -> tuple[C, ...]:
+    return (*s.CONFIG, *s.per_c(conc, "c={c} tok/s (x plain)", s.tok_x_plain),
+            C("vLLM accepted/drafted", "accepted", "{:.3f}"))
+
+
+CHOICES = (C("run", "run"), C("variant", "variant"), C("target concurrency", "target"),
+           C("plain tok/s there, per kernel", lambda r: r["kernels"] or None), C("kernel served on", "served_on"),
+           C("kernel the stage picks", "pick"), C("the speculation rule picks", "ships"), C("why", "why"))
+
+BLOCKS = {
+    "demo": Spec(lambda: s.many(*DEMO), (*config_columns((1, 8, 16, 32)), C("kernels in vLLM's log", "kernels"))),
+    "gpu-profile": Spec(lambda: s.many(*GPU_PROFILE), (
+        *config_columns((1, 8, 32)), *s.per_c((1, 32), "c={c} x BF16 plain", lambda r, c: r.vs_base.get(c), times))),
+    "smollm2": Spec(lambda: s.many(*SMOLLM2), config_columns((1, 8, 32))),
+    "choices": Spec(lambda: choices(*DEMO, *GPU_PROFILE, *SMOLLM2), CHOICES),
+}
