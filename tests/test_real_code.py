@@ -84,14 +84,15 @@ def test_functions_are_read_from_the_real_files_with_realistic_lengths(modules):
     import textwrap
 
     functions = {f.name: f for m in modules for f in m.functions}
-    for obj, name in ((json.decoder.JSONDecoder.decode, "json.decoder.JSONDecoder.decode"), (shlex.split, "shlex.split"),
-                      (textwrap.TextWrapper.wrap, "textwrap.TextWrapper.wrap")):
+    for obj, name in ((json.decoder.JSONDecoder.decode, "json.decoder.JSONDecoder.decode"),
+                      (shlex.split, "shlex.split"), (textwrap.TextWrapper.wrap, "textwrap.TextWrapper.wrap")):
         source = textwrap.dedent(inspect.getsource(obj)).rstrip("\n")
         assert functions[name].doc == inspect.getdoc(obj)
         # the stub and body as written, only the blank lines between docstring and body dropped
         assert source.startswith(functions[name].stub) and source.endswith(functions[name].body)
     assert all(len(f.code) <= CAP and len(f.body.splitlines()) >= real_code.MIN_BODY_LINES for f in functions.values())
-    assert "textwrap.TextWrapper._split" not in functions and "textwrap.TextWrapper.fill" not in functions  # private; one line
+    assert "textwrap.TextWrapper._split" not in functions  # private
+    assert "textwrap.TextWrapper.fill" not in functions  # a one-line body
     assert len(functions) > 1000 and len(modules) > 100
 
 
@@ -224,8 +225,9 @@ def skipped(n):
                       "skipped": []}
     assert functional_code.check_source(ast.get_docstring(tree.body[-1]), "skipped") is None
     check = functional_code.check_source(ast.get_docstring(tree.body[-2]), "pure")
-    assert check == ("def check(candidate):\n    assert candidate('a b') == ['a', 'b']\n    try:\n        candidate(3)\n"
-                     "    except TypeError:\n        pass\n    else:\n        raise AssertionError('expected TypeError')\n")
+    assert check == ("def check(candidate):\n    assert candidate('a b') == ['a', 'b']\n"
+                     "    try:\n        candidate(3)\n    except TypeError:\n        pass\n"
+                     "    else:\n        raise AssertionError('expected TypeError')\n")
 
 
 def test_cli_writes_the_committed_files_byte_for_byte(tmp_path):

@@ -9,10 +9,12 @@ params.yaml's data.seed and data.fractions) are used, so the draft never trained
 
 A function is kept only when it is self-contained and pure: a public, undecorated, synchronous top-level function
 whose free names are its arguments, builtins and imports of ALLOWED_IMPORTS (pure computation), that calls no builtin
-of IMPURE_NAMES (I/O, eval, globals) nor method of IMPURE_ATTRIBUTES and uses no global/nonlocal; every doctest example converts (no doctest
-directives, no printed output, exceptions only of builtin types); and, run in a subprocess with a timeout, its test
-passes with the real body and fails with `pass` (a test that can't fail checks nothing). These programs are stdlib
-code, not model output: running model completions needs the sandbox (another module's job).
+of IMPURE_NAMES (I/O, eval, globals) nor method of IMPURE_ATTRIBUTES and uses no global/nonlocal; every doctest
+example converts (no doctest directives, no printed output, exceptions only of builtin types); and, run in a
+subprocess with a timeout, its test passes with the real body and fails with `pass` (a test that can't fail checks
+nothing). These programs are stdlib code, not model output: a model's completions need the sandbox (another module's
+job). The stdlib has few such functions (`candidates_all_modules` in traffic.source.json counts them before the split),
+so the file is small.
 """
 from __future__ import annotations
 
@@ -82,7 +84,8 @@ def module_imports(tree: ast.Module) -> dict[str, tuple[str, str]]:
     for node in tree.body:
         if isinstance(node, ast.Import):
             for a in node.names:
-                out[a.asname or a.name.split(".")[0]] = (a.name, f"import {a.name}" + (f" as {a.asname}" * bool(a.asname)))
+                alias = f" as {a.asname}" if a.asname else ""
+                out[a.asname or a.name.split(".")[0]] = (a.name, f"import {a.name}{alias}")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for a in node.names:
                 out[a.asname or a.name] = (node.module, f"from {node.module} import {a.name}"
@@ -204,30 +207,35 @@ def heldout_groups(groups: Iterable[str], fractions: Fractions, seed: int) -> se
     return {c[0]["content"] for c in held}
 
 
-def heldout_candidates(fractions: Fractions, seed: int, max_chars: int, root: Path | None = None) -> list[Task]:
-    """Candidate tasks from the modules `data` holds out under (fractions, seed), in sorted file order."""
-    files = stdlib_files(root or stdlib_root())
-    held = heldout_groups((module.split(".")[0] for module, _ in files), fractions, seed)
-    out = []
-    for module, source in files:
-        if module.split(".")[0] not in held:
-            continue
-        tree = ast.parse(source)
-        imports, lines = module_imports(tree), source.splitlines()
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
-                fn = split_function(node, lines, f"{module}.{node.name}", module, max_chars, min_body_lines=1)
-                task = candidate_task(node, fn, imports)
-                if task is not None:
-                    out.append(task)
+def module_candidates(module: str, source: str, max_chars: int) -> list[Task]:
+    """Candidate tasks from one module's top-level functions, in source order, before they are run."""
+    tree = ast.parse(source)
+    imports, lines, out = module_imports(tree), source.splitlines(), []
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            fn = split_function(node, lines, f"{module}.{node.name}", module, max_chars, min_body_lines=1)
+            task = candidate_task(node, fn, imports)
+            if task is not None:
+                out.append(task)
     return out
 
 
-def build(fractions: Fractions, seed: int, max_chars: int, root: Path | None = None) -> tuple[list[Task], int]:
-    """(tasks whose test passes with the real body and fails with `pass`, candidates run)."""
-    candidates = heldout_candidates(fractions, seed, max_chars, root)
+@dataclass(frozen=True)
+class Built:
+    tasks: list[Task]     # held-out candidates whose test passes with the real body and fails with `pass`
+    candidates: int       # held-out candidates run
+    candidates_all: int   # candidates in every module, held out or not: what the stdlib offers at all
+
+
+def build(fractions: Fractions, seed: int, max_chars: int, root: Path | None = None) -> Built:
+    """The tasks from the modules `data` holds out under (fractions, seed), in sorted file order."""
+    files = stdlib_files(root or stdlib_root())
+    held = heldout_groups((module.split(".")[0] for module, _ in files), fractions, seed)
+    found = [(module.split(".")[0], task) for module, source in files
+             for task in module_candidates(module, source, max_chars)]
+    candidates = [t for group, t in found if group in held]
     kept = [t for t in candidates if passes(t, t.canonical_solution) and not passes(t, FAILING_BODY)]
-    return kept, len(candidates)
+    return Built(kept, len(candidates), len(found))
 
 
 def rows(tasks: list[Task]) -> str:

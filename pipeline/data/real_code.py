@@ -308,12 +308,13 @@ def write(out: Path, rows: int, seed: int, max_chars: int, fractions: Fractions,
 
     modules = code_modules(max_chars)
     convs = generate(rows, seed, max_chars, modules)
-    tasks, candidates = functional_code.build(fractions, split_seed, max_chars)
-    functional = {"file": functional_path(out).name, "tasks": len(tasks), "candidates": candidates,
+    built = functional_code.build(fractions, split_seed, max_chars)
+    functional = {"file": functional_path(out).name, "tasks": len(built.tasks), "candidates": built.candidates,
+                  "candidates_all_modules": built.candidates_all,
                   "split": {"seed": split_seed, "calibration": fractions.calibration, "heldout": fractions.heldout},
-                  "modules": sorted({t.task_id.split("/")[1].split(".")[0] for t in tasks})}
+                  "modules": sorted({t.task_id.split("/")[1].split(".")[0] for t in built.tasks})}
     record = source_record(convs, seed, max_chars, modules, functional)
     atomic_write_text(out, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in convs))
-    atomic_write_text(functional_path(out), functional_code.rows(tasks))
+    atomic_write_text(functional_path(out), functional_code.rows(built.tasks))
     atomic_write_text(source_path(out), json.dumps(record, indent=2) + "\n")
     return record
