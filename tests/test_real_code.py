@@ -91,6 +91,9 @@ def test_functions_are_read_from_the_real_files_with_realistic_lengths(modules):
         # the stub and body as written, only the blank lines between docstring and body dropped
         assert source.startswith(functions[name].stub) and source.endswith(functions[name].body)
     assert all(len(f.code) <= CAP and len(f.body.splitlines()) >= real_code.MIN_BODY_LINES for f in functions.values())
+    # a docstring that opens with an old-style signature line is summarized by its first sentence-paragraph
+    assert functions["functools.reduce"].doc.startswith("reduce(function, iterable[, initial]) -> value\n\n")
+    assert functions["functools.reduce"].summary.startswith("Apply a function of two arguments cumulatively")
     assert "textwrap.TextWrapper._split" not in functions  # private
     assert "textwrap.TextWrapper.fill" not in functions  # a one-line body
     assert len(functions) > 1000 and len(modules) > 100

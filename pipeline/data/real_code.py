@@ -63,10 +63,12 @@ EXPLAIN_Q = ["What does this function do?\n\n```python\n{code}\n```",
              "I found this in Python's {module} module. What is `{display}` for?\n\n```python\n{code}\n```"]
 DOCSTRING_Q = ["Write a docstring for this {what}:\n\n```python\n{code}\n```",
                "Document this {what}: what it does, its arguments and what it returns.\n\n```python\n{code}\n```"]
-FOLLOW_Q = ["Now implement `{display}`, which {relation}:\n\n```python\n{stub}\n```",
+FOLLOW_Q = ["Now implement `{display}`; {relation}:\n\n```python\n{stub}\n```",
             "Thanks. Next, `{display}` ({relation}):\n\n```python\n{stub}\n```",
-            "Good. Can you also write `{display}`? It {relation}.\n\n```python\n{stub}\n```"]
-RELATIONS = {"callee": "it calls", "caller": "calls it", "module": "is in the same module"}
+            "Good. Can you also write `{display}`? {Relation}.\n\n```python\n{stub}\n```"]
+# how the follow-up's function relates to the first one (`{first}`)
+RELATIONS = {"callee": "`{first}` calls it", "caller": "it calls `{first}`", "module": "it is in the same module"}
+SIGNATURE_LINE = re.compile(r"[\w.]+\(.*\)(\s*->.*)?")  # "reduce(function, iterable[, initial]) -> value"
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,10 @@ class Function:
 
     @property
     def summary(self) -> str:
-        return " ".join(self.doc.split("\n\n")[0].split())
+        """The docstring's first paragraph on one line, past an old-style signature line (`renames(old, new)`),
+        which says nothing a summary should."""
+        paragraphs = [" ".join(p.split()) for p in self.doc.split("\n\n") if p.strip()]
+        return next((p for p in paragraphs if not SIGNATURE_LINE.fullmatch(p)), paragraphs[0])
 
 
 @dataclass(frozen=True)
@@ -256,7 +261,9 @@ def conversation(rng: random.Random, mod: CodeModule, kind: str, max_chars: int)
         follow = _related(rng, mod, fn, budget)
         if follow:  # a module whose other functions are all too long keeps a single turn
             other, relation = follow
-            question = rng.choice(FOLLOW_Q).format(display=other.display, relation=RELATIONS[relation], stub=other.stub)
+            said = RELATIONS[relation].format(first=fn.display)
+            question = rng.choice(FOLLOW_Q).format(display=other.display, relation=said, Relation=said[0].upper()
+                                                   + said[1:], stub=other.stub)
             turns.append((question, _block(other.code)))
     return [m for q, a in turns for m in ({"role": "user", "content": q}, {"role": "assistant", "content": a})]
 
