@@ -77,6 +77,22 @@ def test_every_answer_is_real_source_or_docstring_of_a_function_of_the_rows_modu
     assert min(kinds.values()) > ROWS / 20, kinds
 
 
+def test_a_follow_up_that_says_one_function_calls_the_other_is_true(modules, rows):
+    import re
+
+    by_display = {(m.name, f.display): f for m in modules for f in m.functions}
+    said = 0
+    for row in rows:
+        follow = row["messages"][2]["content"].split("\n")[0] if len(row["messages"]) > 2 else ""
+        for caller, callee in re.findall(r"`([\w.]+)` calls it|it calls `([\w.]+)`", follow, re.IGNORECASE):
+            asked = re.match(r"[^`]*`([\w.]+)`", follow).group(1)
+            caller, callee = (caller, asked) if caller else (asked, callee)
+            code = by_display[row["group"], caller].body
+            assert re.search(rf"\b{re.escape(by_display[row['group'], callee].short)}\(", code), (caller, callee)
+            said += 1
+    assert said > ROWS / 20
+
+
 def test_functions_are_read_from_the_real_files_with_realistic_lengths(modules):
     import inspect
     import json.decoder

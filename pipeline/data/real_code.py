@@ -80,7 +80,7 @@ class Function:
     stub: str       # decorators, signature and docstring as written
     body: str       # the statements after the docstring, as written
     doc: str        # the cleaned docstring (ast.get_docstring)
-    calls: frozenset[str]  # names it calls (f(...), self.f(...), mod.f(...)): relates it to other functions
+    calls: frozenset[str]  # what it calls by name (f) or on self (self.f): relates it to other functions
 
     @property
     def short(self) -> str:
@@ -133,12 +133,25 @@ def _dedent(lines: list[str], indent: int) -> list[str] | None:
 
 
 def _calls(node: ast.AST) -> frozenset[str]:
+    """What node calls by a bare name (`f`) or on its own instance or class (`self.f`, as `self.f` for both)."""
     names = set()
     for n in ast.walk(node):
-        if isinstance(n, ast.Call):
-            f = n.func
-            names.add(f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else "")
-    return frozenset(names - {""})
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
+            names.add(n.func.id)
+        elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and isinstance(n.func.value, ast.Name)
+              and n.func.value.id in ("self", "cls")):
+            names.add(f"self.{n.func.attr}")
+    return frozenset(names)
+
+
+def calls(caller: Function, callee: Function) -> bool:
+    """caller calls callee: a function of its module by name, or a method of its class on self."""
+    if caller.module != callee.module:
+        return False
+    if callee.what == "function":
+        return callee.short in caller.calls
+    same_class = caller.display.rsplit(".", 1)[0] == callee.display.rsplit(".", 1)[0]
+    return same_class and caller.what != "function" and f"self.{callee.short}" in caller.calls
 
 
 def _trivial(body: list[ast.stmt]) -> bool:
@@ -228,7 +241,7 @@ def _block(code: str) -> str:
 def _related(rng: random.Random, mod: CodeModule, fn: Function, budget: int) -> tuple[Function, str] | None:
     """Another function of mod for a follow-up within budget characters: one fn calls, one that calls fn, else any."""
     others = [g for g in mod.functions if g.name != fn.name and len(g.code) * 2 <= budget]
-    for relation, pick in (("callee", lambda g: g.short in fn.calls), ("caller", lambda g: fn.short in g.calls),
+    for relation, pick in (("callee", lambda g: calls(fn, g)), ("caller", lambda g: calls(g, fn)),
                            ("module", lambda g: True)):
         candidates = [g for g in others if pick(g)]
         if candidates:
