@@ -64,6 +64,9 @@ def test_allocating_10_gb_is_a_memory_outcome():
     ("import os\nos.symlink('/tmp/modelprep-sandbox-link.txt', 'inside')\nopen('inside', 'w').write('x')\n", "inside"),
     ("import os\nos.remove('/tmp/modelprep-sandbox-remove.txt')\n", "os.remove"),
     ("import ctypes\n", "import ctypes"),
+    ("import os\nos.chmod('/tmp', 0o777)\n", "os.chmod /tmp"),
+    ("import os\nos.mkdir('../sibling')\n", "os.mkdir ../sibling"),
+    ("import os\nos.rename('/tmp/modelprep-sandbox-x', 'x')\n", "os.rename /tmp/modelprep-sandbox-x"),
 ])
 def test_forbidden_actions_are_stopped_and_typed(code, refused, tmp_path):
     result = run(code)
@@ -89,6 +92,7 @@ def test_a_fork_the_audit_hook_never_sees_is_refused_by_the_kernel_limit():
 
 def test_writing_inside_the_scratch_directory_is_allowed_and_the_directory_is_removed():
     code = ("import os, tempfile\nopen('notes.txt', 'w').write('kept')\nassert open('notes.txt').read() == 'kept'\n"
+            "os.mkdir('sub')\nos.chmod('sub', 0o700)\nos.rename('notes.txt', 'sub/notes.txt')\nos.remove('sub/notes.txt')\n"
             "tempfile.NamedTemporaryFile().close()\nprint(os.getcwd())\nassert set(os.environ) <= {'TMPDIR', 'LC_CTYPE'}\n")
     result = run(code)
     assert result.outcome is Outcome.PASSED, result

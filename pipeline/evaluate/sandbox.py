@@ -107,9 +107,13 @@ def _main():
                "os.kill", "os.killpg", "signal.pthread_kill", "pty.spawn", "os.startfile", "sys.remote_exec"}
     NATIVE = {"ctypes", "_ctypes", "cffi", "_cffi_backend"}
     WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
-    PATHS = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.truncate": 1,
-             "os.utime": 1, "os.setxattr": 1, "os.removexattr": 1, "os.chflags": 1, "os.lchflags": 1,
-             "os.rename": 2, "os.link": 2, "os.symlink": 0, "shutil.rmtree": 1}
+    # event -> (the positions of the paths it changes, the positions of its dir_fd arguments), as PEP 578's table
+    # lists the arguments; os.symlink(src, dst) changes dst only (a link out is checked when opened through it)
+    PATHS = {"os.remove": ((0,), (1,)), "os.rmdir": ((0,), (1,)), "os.mkdir": ((0,), (2,)),
+             "os.chmod": ((0,), (2,)), "os.chown": ((0,), (3,)), "os.utime": ((0,), (3,)), "os.truncate": ((0,), ()),
+             "os.setxattr": ((0,), ()), "os.removexattr": ((0,), ()), "os.chflags": ((0,), ()),
+             "os.lchflags": ((0,), ()), "os.rename": ((0, 1), (2, 3)), "os.link": ((0, 1), (2, 3)),
+             "os.symlink": ((1,), (2,)), "shutil.rmtree": ((0,), (1,))}
     def inside(path):
         if isinstance(path, int):
             return True  # an open descriptor: opened (and checked) before
@@ -128,13 +132,12 @@ def _main():
                 if not inside(path):
                     return f"open {os.fsdecode(path) if not isinstance(path, int) else path!r} for writing"
         if event in PATHS:
-            n = PATHS[event]
-            if any(isinstance(a, int) and a >= 0 for a in args[n if n else 2:]):
+            changed, dir_fds = PATHS[event]
+            if any(i < len(args) and isinstance(args[i], int) and args[i] >= 0 for i in dir_fds):
                 return f"{event} with a dir_fd"
-            targets = args[:n] if n else args[1:2]  # os.symlink(src, dst): dst is what gets written
-            bad = [t for t in targets if not inside(t)]
+            bad = [args[i] for i in changed if i < len(args) and not inside(args[i])]
             if bad:
-                return f"{event} {os.fsdecode(bad[0])}"
+                return f"{event} {bad[0] if isinstance(bad[0], int) else os.fsdecode(bad[0])}"
         return None
     busy = []
     def hook(event, args):
