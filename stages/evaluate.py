@@ -11,10 +11,10 @@ from pipeline.data.formatting import prompt_and_response_ids
 from pipeline.data.traffic import read_split
 from pipeline.drafts import eagle3, methods, ngram
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate import acceptance, lmeval, quality, serving_costs, vllm_spec
+from pipeline.evaluate import acceptance, functional, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.settings import EvaluateParams
-from pipeline.evaluate.summary import (EvalSummary, MethodEstimate, OfflineVllm, PredictedSpeedup, Quality,
-                                       SpeculativeSummary)
+from pipeline.evaluate.summary import (EvalSummary, Functional, MethodEstimate, OfflineVllm, PredictedSpeedup,
+                                       Quality, SpeculativeSummary)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
@@ -125,7 +125,7 @@ def lm_eval_engine(run: Settings) -> dict:
 
 
 def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.SpeculativeEstimate], method: str,
-              lm_eval: dict, gpu: VllmMeasurement) -> EvalSummary:
+              lm_eval: dict, gpu: VllmMeasurement, works: Functional | None = None) -> EvalSummary:
     """The summary the gate, the bundle and `dvc metrics` read: the headline speculative numbers are `method`'s
     (the best by the estimate), then every method's."""
     spec = estimates[method]
@@ -145,7 +145,8 @@ def summarize(variant: str, fidelity: dict, estimates: dict[str, acceptance.Spec
                      for m, e in estimates.items()],
             vllm=(None if gpu.skipped is not None else  # bs1: measured only with evaluate.vllm.throughput_batch_sizes
                   OfflineVllm(gpu.accepted_per_draft_token, gpu.speculative_speedup.get("bs1")))),
-        lm_eval={f"{task}_{metric}": v for task, scores in lm_eval["scores"].items() for metric, v in scores.items()})
+        lm_eval={f"{task}_{metric}": v for task, scores in lm_eval["scores"].items() for metric, v in scores.items()},
+        functional=works)
 
 
 @stage_main()
@@ -163,6 +164,7 @@ def main(argv: list[str]) -> None:
     variant_dir = paths.QUANTIZED / variant
     tokenizer = load_tokenizer(paths.TARGET)
     heldout = read_split(paths.HELDOUT)[: cfg.heldout_limit]
+    tasks = functional.tasks_of(cfg.functional)  # a bad task file fails here, before any model loads
     baseline, model = load_causal_lm(paths.TARGET), load_causal_lm(variant_dir)
     target_params = baseline.num_parameters()  # the unquantized count: packed INT4 weights would undercount
 
@@ -172,6 +174,10 @@ def main(argv: list[str]) -> None:
     written = continuations(run, model, prompts)
     fidelity["greedy_match"] = quality.greedy_match(
         baseline, model, prompts[: cfg.greedy_prompts], cfg.greedy_tokens, tokenizer.eos_token_id)
+    works = None
+    if tasks is not None:  # generated code runs only in the sandbox (pipeline/evaluate/sandbox.py)
+        works, base_run, own_run = functional.measure(baseline, model, tokenizer, tasks, cfg.functional,
+                                                      same_weights=recipe.algorithm == "none")
     estimates, profile = with_predictions(run, method_estimates(run, model, variant_dir, prompts, written),
                                           target_params)
     best = best_method(estimates)
@@ -189,7 +195,7 @@ def main(argv: list[str]) -> None:
         gpu = (gpu_measurement(variant_dir, prompts, draft.num_speculative_tokens, engines) if draft
                else VllmMeasurement(skipped=methods.not_requested(methods.DRAFT_MODEL)))
 
-    summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu)
+    summary = summarize(variant, fidelity, estimates, best, lm_eval, gpu, works)
     with atomic_dir(paths.EVAL / variant) as tmp:
         write_json(tmp / "quality.json", fidelity)
         records.write(tmp / "speculative.json", spec)  # the best method's
@@ -198,6 +204,11 @@ def main(argv: list[str]) -> None:
         write_json(tmp / "lm_eval.json", lm_eval)
         records.write(tmp / "vllm.json", gpu)
         summary.write(tmp / "summary.json")
+        if works is not None:  # each task's outcome and completion, the baseline's beside the variant's
+            write_json(tmp / "functional.json", {"tasks_file": cfg.functional.tasks,
+                                                 "sha256": functional.file_sha256(cfg.functional.tasks),
+                                                 "baseline": dataclasses.asdict(base_run),
+                                                 "variant": dataclasses.asdict(own_run)})
     write_json(f"metrics/eval-{variant}.json", summary.to_metrics())  # per-method detail in lists
     max_k = cfg.acceptance.max_k
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
@@ -212,7 +223,9 @@ def main(argv: list[str]) -> None:
                        if e.expected_speedup is not None)
            if profile.profile else f"no served prediction ({profile.reason})")
         + f"; best {spec.method} accepted/draft token {spec.accepted_per_draft_token:.3f}; vLLM: "
-        + (f"skipped ({gpu.skipped})" if gpu.skipped else f"accepted/draft token {gpu.accepted_per_draft_token:.3f}"))
+        + (f"skipped ({gpu.skipped})" if gpu.skipped else f"accepted/draft token {gpu.accepted_per_draft_token:.3f}")
+        + (f"; pass@1 {works.pass_at_1:.3f} vs {works.pass_at_1_baseline:.3f} unquantized over {works.tasks} tasks"
+           if works else ""))
 
 
 if __name__ == "__main__":

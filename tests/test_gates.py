@@ -36,6 +36,8 @@ def passing_metrics(params: dict, variant: str) -> dict:
             "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
             "estimated_num_speculative_tokens": 4, "estimated_speedup": 2.0, "greedy_match": 1.0,
             "perplexity": t["max_heldout_perplexity"] * 0.5, "cost_profile": "test-profile",
+            "functional_tasks": 20, "pass_at_1_baseline": 0.5, "pass_at_1": 0.5 - t["max_pass_at_1_drop"] * 0.9,
+            "pass_at_1_drop": t["max_pass_at_1_drop"] * 0.9,
             "estimated_speedup_by_concurrency": [{"concurrency": 1, "speedup": 2.0},
                                                  {"concurrency": 64, "speedup": 1.2}]}
 
@@ -122,7 +124,7 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     assert "min_accepted_per_draft_token" in verdict.speculation.reason
     # Issue #29: the line said "PASS (5 checks, 5 skipped)" here; every check is counted once, as what it was.
     assert gates.verdict_line(INT4, verdict) == (
-        f"gate {INT4}: PASS: 4 of {len(CHECKS)} checks passed, 2 speculation checks failed (min_accepted_per_draft_token, "
+        f"gate {INT4}: PASS: 5 of {len(CHECKS)} checks passed, 2 speculation checks failed (min_accepted_per_draft_token, "
         "min_vllm_speculative_speedup: no speculation ships), 5 skipped; ships without speculation (estimated)")
     assert gates.summary(report)["variants"][0]["failed_speculation_checks"] == [
         "min_accepted_per_draft_token", "min_vllm_speculative_speedup"]
@@ -148,7 +150,7 @@ def test_verdict_line_counts_failed_and_skipped_checks(capsys):
                        allow_fail=[INT4])
     assert gates.conclude(report) == 0
     line = capsys.readouterr().out.splitlines()[0]
-    assert line.startswith(f"gate {INT4}: FAIL (allowed, flagged): 2 of {len(CHECKS)} checks passed, 2 failed "
+    assert line.startswith(f"gate {INT4}: FAIL (allowed, flagged): 3 of {len(CHECKS)} checks passed, 2 failed "
                            "(max_kl_divergence, min_top1_agreement), 7 skipped; ships without speculation")
 
 

@@ -207,3 +207,31 @@ def test_failed_gate_fails_repro_naming_the_check(project):
     r = run([sys.executable, "-m", "stages.publish"], project)
     assert r.returncode == 2 and r.stderr.startswith("error: ") and "another gate run" in r.stderr, r.stderr
     assert (project / "registry" / "index.json").read_text() == index
+
+
+def test_the_functional_check_runs_in_the_evaluate_stage_and_its_drop_is_gated(project):
+    """evaluate.functional.tasks set: the evaluate stage writes each task's outcome, pass@1 of the target and the
+    variant into its summary and metrics, and the gate applies max_pass_at_1_drop to it (last: it edits params)."""
+    tasks = [{"task_id": "E2E/0", "prompt": 'def add(a, b):\n    """a + b"""\n', "canonical_solution": "    return a + b\n",
+              "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"}]
+    (project / "evals" / "functional.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    params["evaluate"]["functional"].update(tasks="evals/functional.jsonl", max_new_tokens=8)
+    params["gates"]["thresholds"]["max_pass_at_1_drop"] = 0.0
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for variant in ("bf16", "gptq-w4a16"):
+        r = run([sys.executable, "-m", "stages.evaluate", variant], project)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        record = json.loads((project / "artifacts" / "eval" / variant / "functional.json").read_text())
+        assert record["tasks_file"] == "evals/functional.jsonl" and len(record["variant"]["results"]) == 1
+        metrics = json.loads((project / "metrics" / f"eval-{variant}.json").read_text())
+        assert metrics["functional_tasks"] == 1
+        assert metrics["pass_at_1_drop"] == metrics["pass_at_1_baseline"] - metrics["pass_at_1"]
+    run([sys.executable, "-m", "stages.gate"], project)
+    verdict = json.loads((project / "artifacts" / "gate" / "verdict.json").read_text())
+    for variant in ("bf16", "gptq-w4a16"):
+        check = next(c for c in verdict["variants"][variant]["checks"] if c["check"] == "max_pass_at_1_drop")
+        assert check["value"] is not None and check["skipped"] is None
+    # fp8-static was not re-evaluated: no functional numbers, so the check is skipped saying why
+    check = next(c for c in verdict["variants"]["fp8-static"]["checks"] if c["check"] == "max_pass_at_1_drop")
+    assert check["passed"] is None and "evaluate.functional.tasks is not set" in check["skipped"]

@@ -11,6 +11,7 @@ check that the tokens are the same as one prompt at a time.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 
 import torch
 
@@ -19,8 +20,8 @@ BATCH_SIZE = 32
 
 
 @torch.no_grad()
-def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, overrun: int, pad_id: int
-                  ) -> list[tuple[list[int], int]]:
+def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, overrun: int, pad_id: int,
+                  done: Callable[[list[int]], bool] | None = None) -> list[tuple[list[int], int]]:
     rows, width = len(prompts), max(map(len, prompts))
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
     mask = torch.zeros(rows, width, dtype=torch.long)
@@ -43,7 +44,7 @@ def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, over
             if ends[i] is not None and len(t) >= ends[i] + overrun:
                 continue  # this row is done; it still rides along in the batch
             t.append(token)
-            if ends[i] is None and (token in stop_ids or len(t) >= n_tokens):
+            if ends[i] is None and (token in stop_ids or len(t) >= n_tokens or (done is not None and done(t))):
                 ends[i] = len(t)
         if all(end is not None and len(t) >= end + overrun for t, end in zip(tokens, ends)):
             return list(zip(tokens, ends))
@@ -54,11 +55,13 @@ def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, over
 
 
 def greedy_continuations(model, prompts: list[list[int]], n_tokens: int, stop_ids=frozenset(), overrun: int = 0,
-                         batch_size: int = BATCH_SIZE, pad_id: int = 0) -> list[tuple[list[int], int]]:
+                         batch_size: int = BATCH_SIZE, pad_id: int = 0,
+                         done: Callable[[list[int]], bool] | None = None) -> list[tuple[list[int], int]]:
     """(tokens, response_length) per prompt, as acceptance.target_continuation at temperature 0: the model's
-    greedy tokens up to its first stop token or n_tokens, then `overrun` more. The pad id only fills masked
-    positions (any valid id)."""
+    greedy tokens up to its first stop token or n_tokens (or, given `done`, the first length at which done(tokens)
+    holds: a stop that is text, not a token), then `overrun` more. The pad id only fills masked positions (any
+    valid id)."""
     out: list[tuple[list[int], int]] = []
     for start in range(0, len(prompts), batch_size):
-        out += _greedy_batch(model, prompts[start:start + batch_size], n_tokens, stop_ids, overrun, pad_id)
+        out += _greedy_batch(model, prompts[start:start + batch_size], n_tokens, stop_ids, overrun, pad_id, done)
     return out

@@ -40,6 +40,18 @@ class VllmEval:
 
 
 @dataclass(frozen=True)
+class FunctionalCheck:
+    """evaluate.functional: pass@1 on HumanEval-format tasks, each completion run in the sandbox
+    (pipeline/evaluate/functional.py, sandbox.py). tasks None: off (nothing measured, the gate's check skipped)."""
+    tasks: str | None = None  # a JSONL file of task_id, prompt, canonical_solution, test, entry_point
+    limit: int | None = None  # the first N tasks; None: all
+    max_new_tokens: int = 384  # per completion (it ends earlier at EOS or a HumanEval stop sequence)
+    timeout_s: float = 10.0  # wall clock per program, the sandbox's process group killed past it
+    cpu_s: int = 5  # CPU seconds per program
+    memory_mb: int = 1024  # address space per program
+
+
+@dataclass(frozen=True)
 class EvaluateParams:
     SECTION: ClassVar[str] = "evaluate"
     heldout_limit: int
@@ -48,6 +60,7 @@ class EvaluateParams:
     lm_eval: LmEval
     acceptance: Acceptance
     vllm: VllmEval
+    functional: FunctionalCheck = FunctionalCheck()
 
     @classmethod
     def parse(cls, section: dict) -> EvaluateParams:
@@ -64,4 +77,15 @@ class EvaluateParams:
                                   acc.int("prompts", minimum=1), acc.int("max_k", minimum=1), ratio),
             vllm=VllmEval(vl.choice("enabled", ENABLED), vl.int("prompts", minimum=1), vl.int("max_tokens", minimum=1),
                           vl.number("gpu_memory_utilization"), vl.ints("throughput_batch_sizes", []),
-                          vl.bool("enforce_eager", False)))
+                          vl.bool("enforce_eager", False)),
+            functional=parse_functional(s.section("functional", {})))
+
+
+def parse_functional(f: Section) -> FunctionalCheck:
+    d = FunctionalCheck()
+    timeout = f.number("timeout_s", d.timeout_s)
+    if timeout <= 0:
+        raise f.fail("timeout_s", "a number of seconds above 0", timeout)
+    return FunctionalCheck(f.str_or_none("tasks"), f.int_or_none("limit", minimum=1),
+                           f.int("max_new_tokens", d.max_new_tokens, minimum=1), timeout,
+                           f.int("cpu_s", d.cpu_s, minimum=1), f.int("memory_mb", d.memory_mb, minimum=64))

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_json
 
 LM_EVAL = "lm_eval_"  # a score's metric name: lm_eval_<task>_<metric>
+FUNCTIONAL = "functional_"  # functional_tasks: how many tasks pass_at_1 is over
 PREDICTED = "estimated_speedup_by_concurrency"
 
 
@@ -32,6 +34,31 @@ class Quality:
     top1_agreement: float | None = None
     tokens: int | None = None
     greedy_match: float | None = None
+
+
+@dataclass(frozen=True)
+class Functional:
+    """pass@1 on evaluate.functional.tasks (pipeline/evaluate/functional.py): the unquantized target's, this
+    variant's, and the drop between them (baseline minus variant: 0.05 is five tasks in a hundred lost)."""
+    tasks: int
+    pass_at_1_baseline: float
+    pass_at_1: float
+    pass_at_1_drop: float
+    outcomes: dict[str, int] = field(default_factory=dict)  # this variant's tasks by sandbox outcome
+    baseline_outcomes: dict[str, int] = field(default_factory=dict)
+
+    def metrics(self) -> dict:
+        return {f"{FUNCTIONAL}tasks": self.tasks, "pass_at_1_baseline": self.pass_at_1_baseline,
+                "pass_at_1": self.pass_at_1, "pass_at_1_drop": self.pass_at_1_drop}
+
+    @classmethod
+    def from_metrics(cls, data: dict) -> dict | None:
+        """Functional's fields popped from a flat metrics dict (None when it holds none: the check was off)."""
+        names = list(cls(0, 0.0, 0.0, 0.0).metrics())
+        if not any(n in data for n in names):
+            return None
+        values = {n: data.pop(n, None) for n in names}
+        return {"tasks": values[f"{FUNCTIONAL}tasks"], **{n: values[n] for n in names[1:]}}
 
 
 @dataclass(frozen=True)
@@ -100,6 +127,7 @@ class EvalSummary:
     quality: Quality = field(default_factory=Quality)
     speculation: SpeculativeSummary = field(default_factory=SpeculativeSummary)
     lm_eval: dict[str, float] = field(default_factory=dict)  # "<task>_<metric>" -> score
+    functional: Functional | None = None  # None: evaluate.functional.tasks not set (written only when measured)
 
     @classmethod
     def load(cls, path: str | Path) -> EvalSummary:
@@ -108,11 +136,16 @@ class EvalSummary:
         return records.read(cls, path)
 
     def write(self, path: str | Path) -> None:
-        records.write(path, self)
+        data = dataclasses.asdict(self)
+        if self.functional is None:
+            del data["functional"]  # a build without the check writes what it wrote before there was one
+        write_json(path, data)
 
     def quality_metrics(self) -> dict:
-        """The variant, its fidelity and its lm-eval scores: what is about the model, not about speculation."""
+        """The variant, its fidelity, its pass@1 (where measured) and its lm-eval scores: what is about the model,
+        not about speculation."""
         return {"variant": self.variant, **dataclasses.asdict(self.quality),
+                **(self.functional.metrics() if self.functional else {}),
                 **{f"{LM_EVAL}{name}": score for name, score in self.lm_eval.items()}}
 
     def speculation_metrics(self) -> dict:
@@ -146,6 +179,7 @@ class EvalSummary:
             raise PipelineError(f"{where}: expected a JSON object of evaluation metrics")
         data = dict(metrics)
         quality = {f.name: data.pop(f.name) for f in dataclasses.fields(Quality) if f.name in data}
+        functional = Functional.from_metrics(data)
         spec = {name: data.pop(key) for key, name in HEADLINE.items() if key in data}
         spec["methods"] = [_method_estimate(m) for m in data.pop("methods", [])]
         spec["predicted"] = data.pop(PREDICTED, [])
@@ -157,7 +191,7 @@ class EvalSummary:
         if data:
             raise PipelineError(f"{where}: unknown evaluation metrics {sorted(data)}")
         return records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
-                                       "lm_eval": lm_eval}, where)
+                                       "lm_eval": lm_eval, "functional": functional}, where)
 
 
 def _method_metrics(m: MethodEstimate) -> dict:

@@ -243,6 +243,9 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
         raise PipelineError(f"{path}: gates.allow_fail must be a list of variant names")
     _known(allow_fail, variants, "gates.allow_fail", path)
 
+    tasks = ((_section(params, "evaluate", path).get("functional") or {}).get("tasks"))
+    if isinstance(tasks, str) and not Path(tasks).is_file():  # read (and each line checked) by evaluate, before models
+        raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} not found")
     draft_quant = _section(params, "draft_quantize", path).get("variant")
     if draft_quant is not None:
         _known([draft_quant], variants, "draft_quantize.variant", path)

@@ -253,6 +253,14 @@ def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tu
     return {"capacity_vs_bf16": ratio}, None
 
 
+NO_FUNCTIONAL = "not measured: evaluate.functional.tasks is not set (no functional check of generated code)"
+
+
+def quality_skip_reasons(summary: EvalSummary) -> dict[str, str]:
+    """Why an optional quality check has no value, where the summary says (the functional check was off)."""
+    return {"max_pass_at_1_drop": NO_FUNCTIONAL} if summary.functional is None else {}
+
+
 def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
                  allowed: bool) -> VariantVerdict:
     """Decide the speculative setting, check it, then check quality and the config that ships.
@@ -293,7 +301,7 @@ def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, threshold
     not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
                   else "no serving benchmark of the baseline variant on the same GPU and vLLM")
     reasons = {"min_capacity_vs_bf16": f"not measured: {undecided or no_ratio}"} if (undecided or no_ratio) else {}
-    checks = (check_variant(metrics, thresholds, QUALITY) + spec_checks
+    checks = (check_variant(metrics, thresholds, QUALITY, reasons=quality_skip_reasons(summary)) + spec_checks
               + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons))
     passed = not any(c.failed for c in checks if c.group != SPECULATION)
     return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)

@@ -44,6 +44,9 @@ CHECKS = {
     # Absolute quality: the checks above compare each variant with its own target, so a broken target passes
     # them all; these catch it. Perplexity of the held-out responses (not relative to anything).
     "max_heldout_perplexity": Check(("perplexity",), "<=", False),
+    # Does it still write code that works: pass@1 of the unquantized target minus the variant's on
+    # evaluate.functional.tasks (completions run in pipeline/evaluate/sandbox.py); skipped, with why, where unset.
+    "max_pass_at_1_drop": Check(("pass_at_1_drop",), "<=", False),
 }
 # Absolute lm-eval thresholds, one per task score: min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>
 # read metrics' lm_eval_<task>_<metric> (e.g. min_lm_eval_domain_heldout_acc). A score that is missing fails.

@@ -1,0 +1,167 @@
+"""Does a variant still write code that works: pass@1 on HumanEval-format tasks, the code run only in the sandbox.
+
+A task file is JSONL, one task a line with HumanEval's fields: `task_id`, `prompt` (a signature and docstring),
+`canonical_solution` (a body that passes), `test` (defines `check(candidate)`) and `entry_point` (the function's
+name). The model completes `prompt` greedily as plain text (no chat template: the prompt is code to continue), the
+completion is cut where HumanEval cuts it (a new top-level `def`, `class`, `if`, `print` or comment), and
+`prompt + completion + test + check(entry_point)` runs in pipeline/evaluate/sandbox.py. pass@1 with greedy
+decoding is the fraction of tasks whose program passed; every other outcome (failed, timeout, memory, forbidden,
+error) counts as a failure and is counted by kind.
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.core.errors import PipelineError
+from pipeline.core.stage import progress
+from pipeline.evaluate import generation, sandbox
+from pipeline.evaluate.sandbox import Limits, Outcome
+from pipeline.evaluate.settings import FunctionalCheck
+from pipeline.evaluate.summary import Functional
+
+FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+# HumanEval's stop sequences (Chen et al. 2021): the function ends where a new top-level statement begins
+STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+KEPT_CHARS = 2000  # of each completion in the per-task record
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    prompt: str
+    canonical_solution: str
+    test: str
+    entry_point: str
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    task_id: str
+    outcome: str  # sandbox.Outcome's value
+    detail: str
+    completion: str  # as run (cut at the stop sequence), at most KEPT_CHARS
+
+
+@dataclass(frozen=True)
+class PassAtOne:
+    """One model's pass@1 over the task file: passed / tasks, every outcome counted by kind."""
+    tasks: int
+    passed: int
+    pass_at_1: float
+    outcomes: dict[str, int]
+    results: list[TaskResult] = field(default_factory=list)
+
+
+def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
+    """The first `limit` tasks of a JSONL file; a missing file, a bad line or a missing field is one error naming the
+    file, the line and the field."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"evaluate.functional.tasks: {path} not found")
+    tasks = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise PipelineError(f"{path}:{n}: not valid JSON ({e})") from None
+        if not isinstance(row, dict):
+            raise PipelineError(f"{path}:{n}: expected a JSON object with {', '.join(FIELDS)}")
+        bad = [f for f in FIELDS if not isinstance(row.get(f), str) or not row[f].strip()]
+        if bad:
+            raise PipelineError(f"{path}:{n}: field {bad[0]!r} missing or not a non-empty string")
+        tasks.append(Task(*(row[f] for f in FIELDS)))
+        if limit is not None and len(tasks) >= limit:
+            break
+    ids = [t.task_id for t in tasks]
+    if len(set(ids)) != len(ids):
+        raise PipelineError(f"{path}: task_id {next(i for i in ids if ids.count(i) > 1)!r} repeated")
+    if not tasks:
+        raise PipelineError(f"{path}: no tasks")
+    return tasks
+
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def cut(completion: str) -> str:
+    """The completion up to HumanEval's first stop sequence."""
+    ends = [i for i in (completion.find(s) for s in STOP) if i >= 0]
+    return completion[: min(ends)] if ends else completion
+
+
+def program(task: Task, completion: str) -> str:
+    """What the sandbox runs: the prompt, the completion, the task's tests, and the call that applies them."""
+    return f"{task.prompt}{completion}\n\n{task.test}\n\ncheck({task.entry_point})\n"
+
+
+def run_task(task: Task, completion: str, limits: Limits) -> TaskResult:
+    result = sandbox.run(program(task, completion), limits)
+    return TaskResult(task.task_id, result.outcome.value, result.detail, completion[:KEPT_CHARS])
+
+
+def score(tasks: list[Task], completions: list[str], limits: Limits) -> PassAtOne:
+    """Each task's program run in the sandbox; pass@1 over them."""
+    results = [run_task(t, c, limits) for t, c in progress(list(zip(tasks, completions)), desc="functional check")]
+    counts = collections.Counter(r.outcome for r in results)
+    passed = counts[Outcome.PASSED.value]
+    return PassAtOne(len(results), passed, passed / len(results),
+                     {o.value: counts[o.value] for o in Outcome}, results)
+
+
+def _stops_at_text(tokenizer):
+    """generation's `done`: a row ends once its decoded text holds a stop sequence (no tokens wasted past it)."""
+    def done(tokens: list[int]) -> bool:
+        tail = tokenizer.decode(tokens[-8:], skip_special_tokens=True)  # a stop sequence spans a few tokens at most
+        return any(s in tail for s in STOP)
+    return done
+
+
+def complete(model, tokenizer, tasks: list[Task], max_new_tokens: int) -> list[str]:
+    """Each prompt's greedy completion as text, cut at HumanEval's stop sequences (the prompt as plain text: a
+    tokenizer that adds <bos> adds it here too)."""
+    prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
+    written = generation.greedy_continuations(model, prompts, max_new_tokens, frozenset() if eos is None else {eos},
+                                              pad_id=pad, done=_stops_at_text(tokenizer))
+    out = []
+    for ids, (tokens, end) in zip(prompts, written):
+        # decoded with the prompt: a tokenizer that merges a leading space into the next piece decodes it right only
+        # in context
+        head = tokenizer.decode(ids, skip_special_tokens=True)
+        full = tokenizer.decode(ids + tokens[:end], skip_special_tokens=True)
+        text = full[len(head):] if full.startswith(head) else tokenizer.decode(tokens[:end], skip_special_tokens=True)
+        out.append(cut(text))
+    return out
+
+
+def pass_at_1(model, tokenizer, tasks: list[Task], max_new_tokens: int, limits: Limits) -> PassAtOne:
+    return score(tasks, complete(model, tokenizer, tasks, max_new_tokens), limits)
+
+
+def limits_of(cfg: FunctionalCheck) -> Limits:
+    return Limits(wall_s=cfg.timeout_s, cpu_s=cfg.cpu_s, memory_mb=cfg.memory_mb)
+
+
+def tasks_of(cfg: FunctionalCheck) -> list[Task] | None:
+    """evaluate.functional's tasks, read and checked before any model loads; None: the check is off."""
+    return None if cfg.tasks is None else load_tasks(cfg.tasks, cfg.limit)
+
+
+def measure(baseline, variant, tokenizer, tasks: list[Task], cfg: FunctionalCheck, same_weights: bool
+            ) -> tuple[Functional, PassAtOne, PassAtOne]:
+    """pass@1 of the unquantized target and of the variant, and the drop (same_weights: the variant is the target
+    itself, bf16's `algorithm: none`, so its completions are the baseline's and are written once)."""
+    limits = limits_of(cfg)
+    base = pass_at_1(baseline, tokenizer, tasks, cfg.max_new_tokens, limits)
+    own = base if same_weights else pass_at_1(variant, tokenizer, tasks, cfg.max_new_tokens, limits)
+    return Functional(tasks=len(tasks), pass_at_1_baseline=base.pass_at_1, pass_at_1=own.pass_at_1,
+                      pass_at_1_drop=base.pass_at_1 - own.pass_at_1, outcomes=own.outcomes,
+                      baseline_outcomes=base.outcomes), base, own
