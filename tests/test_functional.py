@@ -146,9 +146,14 @@ def test_the_gate_fails_a_variant_that_lost_more_pass_at_1_than_allowed():
 
 
 def test_functional_params_are_checked_up_front(tmp_path):
-    p = tiny_params(evaluate={"functional": {"tasks": str(tmp_path / "missing.jsonl")}})
-    with pytest.raises(PipelineError, match=r"evaluate.functional.tasks .*missing.jsonl not found"):
+    p = tiny_params(evaluate={"functional": {"tasks": "evals/missing.jsonl"}})
+    with pytest.raises(PipelineError, match=r"evaluate.functional.tasks evals/missing.jsonl not found"):
         validate(p, tmp_path / "params.yaml")
+    # outside evals/ (which every evaluate stage depends on), an edited task file would re-run nothing
+    for outside in (str(tmp_path / "tasks.jsonl"), "data/human-eval/functional.jsonl", "evals/../x.jsonl"):
+        p = tiny_params(evaluate={"functional": {"tasks": outside}})
+        with pytest.raises(PipelineError, match=r"must be a file under evals/"):
+            validate(p, tmp_path / "params.yaml")
     p = tiny_params(evaluate={"functional": {"timeout_s": 0}})
     with pytest.raises(PipelineError, match=r"evaluate.functional.timeout_s"):
         validate(p, tmp_path / "params.yaml")

@@ -23,7 +23,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.data import human_eval
 from pipeline.data.human_eval import FIELDS, HUMAN_EVAL
 
-COMMITTED = ROOT / "data" / "human-eval"
+COMMITTED = ROOT / "evals" / "human-eval"
 BATCH = 21  # tasks per interpreter: 164 tasks x 2 completions in 16 subprocesses
 TIMEOUT_S = 60  # per batch; the slowest canonical solutions take well under a second each
 

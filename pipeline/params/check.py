@@ -244,8 +244,13 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     _known(allow_fail, variants, "gates.allow_fail", path)
 
     tasks = ((_section(params, "evaluate", path).get("functional") or {}).get("tasks"))
-    if isinstance(tasks, str) and not Path(tasks).is_file():  # read (and each line checked) by evaluate, before models
-        raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} not found")
+    if isinstance(tasks, str):  # read (and each line checked) by evaluate, before models
+        # under evals/ (a dependency of every evaluate stage): a task file elsewhere could change and re-run nothing
+        if Path(tasks).is_absolute() or Path(tasks).parts[:1] != ("evals",) or ".." in Path(tasks).parts:
+            raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} must be a file under evals/ (the folder "
+                                "the evaluate stages depend on), e.g. evals/human-eval/functional.jsonl")
+        if not Path(tasks).is_file():
+            raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} not found")
     draft_quant = _section(params, "draft_quantize", path).get("variant")
     if draft_quant is not None:
         _known([draft_quant], variants, "draft_quantize.variant", path)
