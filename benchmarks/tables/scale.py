@@ -1,5 +1,6 @@
 """benchmarks/gpu/SCALE.md: a model of Llama-3-70B's shape (random weights) per variant and tensor parallel size on a
-4x H100 host (benchmarks/gpu/scale_serve.py, raw/scale-70b/): per GPU against BF16 at its own GPU count."""
+4x H100 host (benchmarks/gpu/scale_serve.py, raw/scale-70b*/): per GPU against BF16 at its own GPU count in the same
+run; one configuration beside others against alone; a TP-2 bundle's greedy outputs against TP 1 (raw/tp-greedy/)."""
 from __future__ import annotations
 
 import json
@@ -8,23 +9,24 @@ import re
 from render import Column as C, Facts, Spec
 from tables import read
 
-RUN = read.RAW / "scale-70b"
-RUNS = ("scale-70b",)
-PLAN = read.ROOT / "benchmarks/gpu/plans/scale-70b.json"
-BASELINE = "bf16-tp4"
+SERVED = ("scale-70b", "scale-70b-alternatives")  # each run's plan: benchmarks/gpu/plans/<run>.json
+RUNS = (*SERVED, "tp-greedy")
+RUN = read.RAW / SERVED[0]  # the conditions (both served runs share them: scale_serve.py's constants)
+BASELINE = "bf16-tp4"  # in every served run, so ratios stay within one run
+BESIDE, ALONE = [f"w4a16-tp1-g{i}" for i in range(4)], "w4a16-tp1-alone"
 CONCURRENCY = (1, 16, 32, 64)
 WEIGHTS_GIB = r"Actual usage is ([0-9.]+) GiB for weight"  # vLLM 0.26's gpu_worker line, per GPU
 KV_TOKENS = r"GPU KV cache size: ([0-9,]+) tokens"
 
 
-def level(name: str, c: int) -> dict | None:
-    path = RUN / "out" / name / f"c{c}.json"
+def level(run: str, name: str, c: int) -> dict | None:
+    path = read.RAW / run / "out" / name / f"c{c}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def users_at_slo(name: str, slo: dict) -> str | None:
+def users_at_slo(run: str, name: str, slo: dict) -> str | None:
     """The largest measured concurrency meeting the SLO and the smallest missing it: a bracket, not a search."""
-    levels = {c: lvl for c in CONCURRENCY if (lvl := level(name, c))}
+    levels = {c: lvl for c in CONCURRENCY if (lvl := level(run, name, c))}
     met = [c for c, v in levels.items() if not v.get("failed") and v["p99_ttft_ms"] <= slo["p99_ttft_ms"]
            and v["p99_itl_ms"] <= slo["p99_itl_ms"]]
     lo = max(met, default=None)
@@ -32,42 +34,82 @@ def users_at_slo(name: str, slo: dict) -> str | None:
     return None if not levels else f"{lo}" + " (>= measured max)" if hi is None else f"{lo or 0} to {hi - 1}"
 
 
-def server_log(name: str, pattern: str) -> str | None:
-    log = RUN / "out" / name / "server.brief.log"
+def server_log(run: str, name: str, pattern: str) -> str | None:
+    log = read.RAW / run / "out" / name / "server.brief.log"
     m = re.search(pattern, log.read_text()) if log.exists() else None
     return m[1] if m else None
 
 
 def configs() -> list[dict]:
-    """Each planned config with its levels, the configs that served beside it, and its GPU count."""
+    """Each planned config of each served run with its levels, the configs that served beside it, its GPU count."""
     slo = read.project_params()["serving"]["slo"]
     rows = []
-    for config in (c for wave in json.loads(PLAN.read_text()) for c in wave):
-        name, meta = config["name"], RUN / "out" / config["name"] / "config.json"
-        rows.append({**config, "gpus": len(config["gpus"]), "levels": {c: level(name, c) for c in CONCURRENCY},
-                     "beside": ", ".join(json.loads(meta.read_text())["beside"]) if meta.exists() else "",
-                     "users": users_at_slo(name, slo), "weights": server_log(name, WEIGHTS_GIB),
-                     "kv": server_log(name, KV_TOKENS)})
+    for run in SERVED:
+        plan = json.loads((read.ROOT / "benchmarks/gpu/plans" / f"{run}.json").read_text())
+        for config in (c for wave in plan for c in wave):
+            name, meta = config["name"], read.RAW / run / "out" / config["name"] / "config.json"
+            rows.append({**config, "run": run, "gpus": len(config["gpus"]),
+                         "levels": {c: level(run, name, c) for c in CONCURRENCY},
+                         "beside": ", ".join(json.loads(meta.read_text())["beside"]) if meta.exists() else "",
+                         "users": users_at_slo(run, name, slo), "weights": server_log(run, name, WEIGHTS_GIB),
+                         "kv": server_log(run, name, KV_TOKENS)})
     return rows
 
 
 def per_gpu() -> list[dict]:
-    rows = configs()
-    base = next(r for r in rows if r["name"] == BASELINE)
-    return [{"name": r["name"], "c": c, "per": r["levels"][c]["output_throughput"] / r["gpus"],
-             "vs": (r["levels"][c]["output_throughput"] / r["gpus"])
-             / (base["levels"][c]["output_throughput"] / base["gpus"]),
-             "gpu_hours": r["gpus"] / (r["levels"][c]["output_throughput"] * 3600) * 1e6}
-            for r in rows for c in CONCURRENCY if r["levels"][c] and base["levels"][c]]
+    """Per GPU against the same run's BF16 at TP 4 (its GPU count); the alternatives run's four W4A16 copies that
+    ran beside each other are shown by the beside/alone table instead."""
+    rows, out = configs(), []
+    for run in SERVED:
+        base = next(r for r in rows if r["run"] == run and r["name"] == BASELINE)
+        for r in (r for r in rows if r["run"] == run and r["name"] not in BESIDE[1:]):
+            for c in CONCURRENCY:
+                if r["levels"][c] and base["levels"][c]:
+                    per = r["levels"][c]["output_throughput"] / r["gpus"]
+                    out.append({"run": run, "name": r["name"], "c": c, "per": per,
+                                "vs": per / (base["levels"][c]["output_throughput"] / base["gpus"]),
+                                "gpu_hours": r["gpus"] / (r["levels"][c]["output_throughput"] * 3600) * 1e6})
+    return out
+
+
+def beside_alone() -> list[dict]:
+    """W4A16 at TP 1 on each of the four GPUs at once against the same config alone on GPU 0, per concurrency: the
+    check that lets serve_bench run a variant's configurations on disjoint GPU sets at the same time."""
+    run = "scale-70b-alternatives"
+    rows = []
+    for c in CONCURRENCY:
+        beside = [level(run, n, c)["output_throughput"] for n in BESIDE]
+        alone = level(run, ALONE, c)["output_throughput"]
+        rows.append({"c": c, "beside": " / ".join(f"{x:,.1f}" for x in beside), "alone": alone,
+                     "worst": max(abs(x / alone - 1) for x in beside) * 100})
+    return rows
+
+
+def greedy() -> dict:
+    return json.loads((read.RAW / "tp-greedy" / "tp_greedy.json").read_text())
+
+
+def greedy_facts():
+    g = greedy()
+    return [("bundle", f"the CPU demo's `{g['bundle']}` bundle built with `serving.tensor_parallel_size: 2` "
+                       "(`raw/tp-greedy/build-params.diff`), its serve.yaml as shipped (`bundle-serve.yaml`)"),
+            ("served", f"shipped (TP {g['tensor_parallel_size_shipped']}) on GPUs {g['configs']['shipped']['gpus']}, "
+                       f"the same serve.yaml at TP 1 on GPU {g['configs']['tp1']['gpus']}, at the same time"),
+            ("prompts", f"{g['prompts']} held-out prompts, {g['tokens']} greedy tokens each"),
+            ("identical outputs", f"{g['identical']} of {g['prompts']}")]
+
+
+def greedy_differences() -> list[dict]:
+    return [r for r in greedy()["rows"] if not r["identical"]]
 
 
 def unrun() -> list[dict]:
     rows = []
     for r in configs():
         missing = [c for c in CONCURRENCY if not r["levels"][c]]
-        log = RUN / "out" / r["name"] / f"c{missing[0]}.log" if missing else None
+        log = read.RAW / r["run"] / "out" / r["name"] / f"c{missing[0]}.log" if missing else None
         if missing:
-            rows.append({"name": r["name"], "missing": ", ".join(map(str, missing)), "why": (
+            rows.append({"run": r["run"], "name": r["name"], "missing": ", ".join(map(str, missing)), "why": (
                 "its `vllm bench serve` client hung before sending a request (empty log); the device time ran out"
                 if log.exists() and not log.read_text().strip() else "not reached: the device time ran out")})
     return rows
@@ -91,15 +133,24 @@ def tok(r: dict, c: int) -> str | None:
 
 
 NAME = C("config", lambda r: f"`{r['name']}`")
+RUN_COL = C("run", lambda r: f"`{r['run']}`")
 BLOCKS = {
     "conditions": Facts(conditions, ("condition", "value")),
     "served": Spec(lambda: [r for r in configs() if any(r["levels"].values())], (
-        NAME, C("TP (GPUs)", "tp"), C("beside", lambda r: r["beside"] or "alone"),
+        RUN_COL, NAME, C("TP (GPUs)", "tp"), C("beside", lambda r: r["beside"] or "alone"),
         *(C(f"c={c} tok/s (per GPU)", lambda r, c=c: tok(r, c)) for c in CONCURRENCY),
         C("users at the SLO (measured levels)", "users"), C("weights GiB per GPU (vLLM)", "weights"),
         C("KV cache tokens", "kv"))),
-    "per-gpu": Spec(per_gpu, (NAME, C("concurrency", "c"), C("output tok/s per GPU", "per", "{:,.0f}"),
-                              C("per GPU x BF16 at TP 4", "vs", "x{:.2f}"),
+    "per-gpu": Spec(per_gpu, (RUN_COL, NAME, C("concurrency", "c"), C("output tok/s per GPU", "per", "{:,.0f}"),
+                              C("per GPU x BF16 at TP 4 (same run)", "vs", "x{:.2f}"),
                               C("GPU-hours per million output tokens", "gpu_hours", "{:.2f}"))),
-    "unrun": Spec(unrun, (NAME, C("concurrency not measured", "missing"), C("why", "why"))),
+    "beside-alone": Spec(beside_alone, (
+        C("concurrency", "c"), C("tok/s beside three others (GPU 0 / 1 / 2 / 3)", "beside"),
+        C("tok/s alone (GPU 0)", "alone", "{:,.1f}"), C("largest difference", "worst", "{:.2f}%"))),
+    "tp-greedy": Facts(greedy_facts, ("quantity", "value")),
+    "tp-greedy-differences": Spec(greedy_differences, (
+        C("held-out prompt", "prompt"), C("first differing token", "first_difference"),
+        C("top-1 minus top-2 logprob there, TP 2", "margin_shipped"),
+        C("same, TP 1", "margin_tp1"))),
+    "unrun": Spec(unrun, (RUN_COL, NAME, C("concurrency not measured", "missing"), C("why", "why"))),
 }
