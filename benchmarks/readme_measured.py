@@ -74,7 +74,7 @@ def gpu_paragraph(g: dict) -> str:
     first = g[next(iter(g))]
     bf16, params = first["variants"]["bf16"], first["params"]
     return (
-        f"GPU ({', '.join(sorted(gpus))}, vLLM {', '.join(sorted(vllms))}; `benchmarks/gpu/GPU-SERVED.md`): the GPU "
+        f"GPU ({', '.join(sorted(gpus))}, vLLM {', '.join(sorted(vllms))}; `benchmarks/gpu/SERVING.md`): the GPU "
         f"demo profile (a {params['target'] / 1e9:.2f}B target, a {params['draft'] / 1e6:.0f}M draft) through `dvc repro` to the gate, each quantized variant served "
         "beside BF16 in the same run (`vllm serve`, `vllm bench serve`). Plain decoding, output tokens/s against BF16's: "
         + "; ".join(f"{v} {_x(e['vs_bf16_plain'])} (`raw/{run_name}`)" for v, run_name, e in quantized)
