@@ -7,7 +7,9 @@ transformers loads a GGUF with the `gguf` package installed and dequantizes its 
 conversion for BPE ("gpt2") vocabularies names the bos token as eos (transformers 5.17,
 integrations/ggml.py GGUFGPTConverter.tokenizer) and sets no pad token. Both are fixed from the GGUF's own
 metadata where it, config.json and the chat template agree on one token (tokenizer_check.agreed_eos), and
-the result must then pass the same tokenizer check as any model.
+the result must then pass the same tokenizer check as any model. SentencePiece ("llama") vocabularies, which
+transformers converts by architecture and gets wrong, are built from the GGUF's own tokens and scores
+(gguf_vocab.py), and every conversion is proved against the GGUF's vocabulary (model_proof.py).
 """
 from __future__ import annotations
 

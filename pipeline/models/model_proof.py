@@ -28,8 +28,8 @@ SAMPLE = (
     "        raise ValueError(\"mean of an empty list\")\n"
     "    return sum(values) / len(values)\n"
 )
-# A vocabulary of tens of thousands of pieces gives 0.2-0.35 tokens per character on English and code; from this size
-# on, more than LARGE_VOCAB_MAX_TOKENS_PER_CHAR is not a working tokenizer of such a vocabulary.
+# A vocabulary of tens of thousands of pieces reads English and code in well under one piece per two characters; from
+# this size on, more than LARGE_VOCAB_MAX_TOKENS_PER_CHAR is not a working tokenizer of such a vocabulary.
 LARGE_VOCAB = 16384
 LARGE_VOCAB_MAX_TOKENS_PER_CHAR = 0.6
 # Any vocabulary that joins characters at all makes some pieces of several characters on English; below this share
