@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_project import copy_project, run, tiny_params
+from tiny_spm import spm_vocab, spm_writer
 
 from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import converted
 from pipeline.models.gguf_vocab import read_vocab, spm_reference
 from pipeline.models.loading import load_tokenizer
 from pipeline.models.model_proof import SAMPLE, prove_tokenizer
-from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
-from tiny_project import copy_project, run, tiny_params
-from tiny_spm import spm_vocab, spm_writer
 
 
 @pytest.fixture
@@ -89,8 +89,8 @@ def test_transformers_own_conversion_of_a_sentencepiece_gguf_is_refused_by_the_p
                                                                                        gguf_file=gguf.name))
     with pytest.raises(PipelineError) as e:
         prove_tokenizer(raw, "target", str(gguf), TEXT, read_vocab(gguf))
-    assert str(e.value) == (f"target model {gguf}: its tokenizer the GGUF (tokenizer.ggml.add_bos_token) says "
-                            "add_bos_token is true, but the tokenizer does not put '<s>' (id 1) before a text")
+    assert str(e.value) == (f"target model {gguf}: the GGUF (tokenizer.ggml.add_bos_token) says add_bos_token is "
+                            "true, but its tokenizer does not put '<s>' (id 1) before a text")
     # A gemma3 GGUF's tokenizer needs the metadata alone.
     writer = GGUFWriter(str(tmp_path / "gemma3.gguf"), "gemma3")
     for add in (writer.add_context_length, writer.add_embedding_length, writer.add_block_count,
@@ -112,13 +112,13 @@ def test_transformers_own_conversion_of_a_sentencepiece_gguf_is_refused_by_the_p
 
 
 @pytest.mark.parametrize("kind, writer_args, message", [
-    ("bpe", {"merges": False}, "its tokenizer.ggml.model is 'gpt2' (BPE) but it has no tokenizer.ggml.merges: "
-                               "without merges every text becomes single characters; not converted"),
-    ("spm", {"scores": "dropped"}, "its tokenizer.ggml.model is 'llama' (SentencePiece) but it has no "
-                                   "tokenizer.ggml.scores for its 402 tokens"),
+    ("bpe", {"merges": False}, ("its tokenizer.ggml.model is 'gpt2' (BPE) but it has no tokenizer.ggml.merges: "
+                                "without merges every text becomes single characters; not converted")),
+    ("spm", {"scores": "dropped"}, ("its tokenizer.ggml.model is 'llama' (SentencePiece) but it has no "
+                                    "tokenizer.ggml.scores for its 402 tokens")),
     ("spm", {"scores": "equal"}, "its tokenizer.ggml.scores are all equal"),
-    ("spm", {"bos": False}, "it says tokenizer.ggml.add_bos_token is true but names no tokenizer.ggml.bos_token_id; "
-                            "not converted"),
+    ("spm", {"bos": False}, ("it says tokenizer.ggml.add_bos_token is true but names no tokenizer.ggml.bos_token_id; "
+                             "not converted")),
 ])
 def test_a_broken_gguf_vocabulary_is_refused_in_one_line_before_its_weights_load(tmp_path, cache, bpe, spm, kind,
                                                                                  writer_args, message):
@@ -139,8 +139,8 @@ def test_a_declared_add_bos_token_the_tokenizer_does_not_follow_is_refused(tmp_p
     prove_tokenizer(local, "draft", "m", TEXT)
     config = json.loads((local / "tokenizer_config.json").read_text())
     (local / "tokenizer_config.json").write_text(json.dumps({**config, "add_bos_token": True}))
-    with pytest.raises(PipelineError, match=r"^draft model m: its tokenizer tokenizer_config.json says add_bos_token "
-                                            r"is true, but the tokenizer does not put '<\|im_start\|>' \(id 1\)"):
+    with pytest.raises(PipelineError, match=r"^draft model m: tokenizer_config.json says add_bos_token is true, but "
+                                            r"its tokenizer does not put '<\|im_start\|>' \(id 1\)"):
         prove_tokenizer(local, "draft", "m", TEXT)
 
 
@@ -192,3 +192,19 @@ def test_models_stage_base_model_chat_traffic_needs_the_plain_format_and_a_sane_
         f"on the answers of {len(TEXT)} rows of {traffic} is above target.max_perplexity 2: its tokenizer, prompt "
         "format or weights do not fit this text")
     assert not (proj / "artifacts/models/target").exists()
+
+
+def test_a_tokenizer_that_loses_text_is_refused(tmp_path, bpe):
+    """Words split on whitespace and never joined back, characters outside its vocabulary read as <unk>."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(TEXT * 4, trainer=trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>"],
+                                                                  show_progress=False))
+    lossy = save_checkpoint(tmp_path / "lossy", bpe[1], PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>"))
+    with pytest.raises(PipelineError) as e:
+        prove_tokenizer(lossy, "target", "lossy", TEXT)
+    assert str(e.value).startswith("target model lossy: its tokenizer does not give text back: 'The quick brown fox ")
+    assert "\n" not in str(e.value)

@@ -160,7 +160,7 @@ def spm_tokenizer(vocab: GgufVocab):
     # Control tokens are special (never made from text unless written whole); user-defined ones are matched in the
     # raw text before anything else, as llama.cpp partitions them.
     tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for i, t in enumerate(vocab.tokens)
-                            if vocab.type_of(i) in (CONTROL, UNKNOWN)])
+                            if vocab.type_of(i) in (CONTROL, UNKNOWN) or i in name])  # named ones even without types
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for i, t in enumerate(vocab.tokens)
                     if vocab.type_of(i) == USER_DEFINED])
     add_eos = bool(vocab.add_eos) and vocab.eos is not None

@@ -61,15 +61,20 @@ def first_difference(a: str, b: str) -> int:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
+def loosely(text: str) -> str:
+    """text up to what tokenizers normalize on purpose: Unicode compatibility forms and runs of whitespace."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
 def round_trip_problem(tokenizer, text: str) -> str | None:
-    """Where decode(encode(text)) differs from text (up to Unicode compatibility normalization, which some
-    tokenizers apply on purpose), or None."""
+    """Where decode(encode(text)) differs from text (beyond loosely's normalization), or None: a character read as
+    <unk>, a byte sequence garbled, words run together."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     back = tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-    if back == text or unicodedata.normalize("NFKC", back) == unicodedata.normalize("NFKC", text):
+    if back == text or loosely(back) == loosely(text):
         return None
     at = first_difference(text, back)
-    return f"it does not give text back: {snippet(text, at)} decodes as {snippet(back, at)}"
+    return f"its tokenizer does not give text back: {snippet(text, at)} decodes as {snippet(back, at)}"
 
 
 def piece_counts(tokenizer, text: str) -> tuple[int, int]:
@@ -86,8 +91,8 @@ def bos_problem(tokenizer, expected: bool, declared_in: str) -> str | None:
         return None
     if expected:
         named = f"{tokenizer.bos_token!r} (id {bos})" if bos is not None else "a bos token (it names none)"
-        return f"{declared_in} says add_bos_token is true, but the tokenizer does not put {named} before a text"
-    return f"{declared_in} says add_bos_token is false, but the tokenizer puts {tokenizer.bos_token!r} before a text"
+        return f"{declared_in} says add_bos_token is true, but its tokenizer does not put {named} before a text"
+    return f"{declared_in} says add_bos_token is false, but its tokenizer puts {tokenizer.bos_token!r} before a text"
 
 
 def merges_of(tokenizer) -> int | None:
@@ -101,7 +106,7 @@ def gguf_problem(tokenizer, vocab: GgufVocab, texts: list[str]) -> str | None:
     ids = token_ids(vocab)  # a string the GGUF repeats is compared at its first id
     mismatched = [t for t, i in ids.items() if tokenizer.convert_tokens_to_ids(t) != i]
     if mismatched:
-        return (f"{len(mismatched)} of the GGUF's {len(vocab.tokens)} tokens have another id in the tokenizer "
+        return (f"{len(mismatched)} of the GGUF's {len(vocab.tokens)} tokens have another id in its tokenizer "
                 f"(first {mismatched[0]!r})")
     if vocab.kind == BPE_KIND:
         merges = merges_of(tokenizer)
@@ -117,7 +122,7 @@ def gguf_problem(tokenizer, vocab: GgufVocab, texts: list[str]) -> str | None:
             reference = spm_reference(vocab, text)
             if ours != reference:
                 at = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), min(len(ours), len(reference)))
-                return (f"it splits {snippet(text)} into {len(ours)} pieces where the GGUF's vocabulary "
+                return (f"its tokenizer splits {snippet(text)} into {len(ours)} pieces where the GGUF's vocabulary "
                         f"(tokenizer.ggml.scores, as llama.cpp joins them) gives {len(reference)}; first difference "
                         f"at piece {at}: {tokenizer.convert_ids_to_tokens(ours[at:at + 1])} vs "
                         f"{tokenizer.convert_ids_to_tokens(reference[at:at + 1])}")
@@ -144,7 +149,7 @@ def prove_tokenizer(model_dir: str | Path, role: str, shown: str, texts: list[st
     tokenizer = load_tokenizer(model_dir)
 
     def fail(problem: str) -> PipelineError:
-        return PipelineError(f"{role} model {shown}: its tokenizer {problem}")
+        return PipelineError(f"{role} model {shown}: {problem}")
 
     all_texts = [SAMPLE, *texts]
     for text in all_texts:
@@ -153,11 +158,12 @@ def prove_tokenizer(model_dir: str | Path, role: str, shown: str, texts: list[st
     pieces, multi = piece_counts(tokenizer, SAMPLE)
     per_char, share = pieces / len(SAMPLE), multi / max(pieces, 1)
     if share < MIN_MULTI_CHAR_SHARE:
-        raise fail(f"reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} characters, "
-                   f"{multi} of them longer than one character): a BPE without merges, or merges it does not apply")
+        raise fail(f"its tokenizer reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} "
+                   f"characters, {multi} of them longer than one character): a BPE without merges, or merges it does "
+                   "not apply")
     if len(tokenizer) >= LARGE_VOCAB and per_char > LARGE_VOCAB_MAX_TOKENS_PER_CHAR:
-        raise fail(f"gives {per_char:.2f} tokens per character on English and code ({pieces} for {len(SAMPLE)}); "
-                   f"a vocabulary of {len(tokenizer)} gives well under {LARGE_VOCAB_MAX_TOKENS_PER_CHAR}")
+        raise fail(f"its tokenizer gives {per_char:.2f} tokens per character on English and code ({pieces} for "
+                   f"{len(SAMPLE)}); a vocabulary of {len(tokenizer)} gives well under {LARGE_VOCAB_MAX_TOKENS_PER_CHAR}")
     if vocab is not None:
         if problem := gguf_problem(tokenizer, vocab, all_texts):
             raise fail(problem)
