@@ -138,6 +138,22 @@ def declared_add_bos(model_dir: Path) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
+def pieces_problem(tokenizer) -> tuple[str | None, float, float]:
+    """(what is implausible about how the tokenizer splits SAMPLE or None, tokens per character, share of pieces
+    longer than one character)."""
+    pieces, multi = piece_counts(tokenizer, SAMPLE)
+    per_char, share = pieces / len(SAMPLE), multi / max(pieces, 1)
+    if share < MIN_MULTI_CHAR_SHARE:
+        return (f"its tokenizer reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} "
+                f"characters, {multi} of them longer than one character): a BPE without merges, or merges it does "
+                "not apply"), per_char, share
+    if len(tokenizer) >= LARGE_VOCAB and per_char > LARGE_VOCAB_MAX_TOKENS_PER_CHAR:
+        return (f"its tokenizer gives {per_char:.2f} tokens per character on English and code ({pieces} for "
+                f"{len(SAMPLE)}); a vocabulary of {len(tokenizer)} gives well under "
+                f"{LARGE_VOCAB_MAX_TOKENS_PER_CHAR}"), per_char, share
+    return None, per_char, share
+
+
 def prove_tokenizer(model_dir: str | Path, role: str, shown: str, texts: list[str] = (),
                     vocab: GgufVocab | None = None) -> TokenizerProof:
     """One line naming the model and what is wrong when its tokenizer does not read text as a model can: it must give
@@ -147,34 +163,18 @@ def prove_tokenizer(model_dir: str | Path, role: str, shown: str, texts: list[st
 
     model_dir = Path(model_dir)
     tokenizer = load_tokenizer(model_dir)
-
-    def fail(problem: str) -> PipelineError:
-        return PipelineError(f"{role} model {shown}: {problem}")
-
     all_texts = [SAMPLE, *texts]
-    for text in all_texts:
-        if problem := round_trip_problem(tokenizer, text):
-            raise fail(problem)
-    pieces, multi = piece_counts(tokenizer, SAMPLE)
-    per_char, share = pieces / len(SAMPLE), multi / max(pieces, 1)
-    if share < MIN_MULTI_CHAR_SHARE:
-        raise fail(f"its tokenizer reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} "
-                   f"characters, {multi} of them longer than one character): a BPE without merges, or merges it does "
-                   "not apply")
-    if len(tokenizer) >= LARGE_VOCAB and per_char > LARGE_VOCAB_MAX_TOKENS_PER_CHAR:
-        raise fail(f"its tokenizer gives {per_char:.2f} tokens per character on English and code ({pieces} for "
-                   f"{len(SAMPLE)}); a vocabulary of {len(tokenizer)} gives well under {LARGE_VOCAB_MAX_TOKENS_PER_CHAR}")
-    if vocab is not None:
-        if problem := gguf_problem(tokenizer, vocab, all_texts):
-            raise fail(problem)
-        against = "tokenizer.ggml.merges" if vocab.kind == BPE_KIND else "tokenizer.ggml.scores"
-        adds_bos = vocab.adds_bos
-    else:
-        declared = declared_add_bos(model_dir)
-        if declared is not None and (problem := bos_problem(tokenizer, declared, "tokenizer_config.json")):
-            raise fail(problem)
-        against, adds_bos = None, bos_problem(tokenizer, True, "") is None
-    return TokenizerProof(per_char, share, adds_bos, len(all_texts), against)
+    problem = next(filter(None, (round_trip_problem(tokenizer, text) for text in all_texts)), None)
+    if problem is None:
+        problem, per_char, share = pieces_problem(tokenizer)
+    if problem is None and vocab is not None:
+        problem = gguf_problem(tokenizer, vocab, all_texts)
+    elif problem is None and (declared := declared_add_bos(model_dir)) is not None:
+        problem = bos_problem(tokenizer, declared, "tokenizer_config.json")
+    if problem:
+        raise PipelineError(f"{role} model {shown}: {problem}")
+    against = None if vocab is None else "tokenizer.ggml.merges" if vocab.kind == BPE_KIND else "tokenizer.ggml.scores"
+    return TokenizerProof(per_char, share, bos_problem(tokenizer, True, "") is None, len(all_texts), against)
 
 
 def prompt_format_line(tokenizer, model_dir: Path, shown: str, prompt_format: str, traffic: str) -> str:
@@ -188,7 +188,7 @@ def prompt_format_line(tokenizer, model_dir: Path, shown: str, prompt_format: st
             raise PipelineError(f"data.prompt_format is plain, but target model {shown} has a chat template "
                                 f"({template_file(model_dir)}), which lays out its prompts as served; set "
                                 "data.prompt_format: chat_template")
-        return f"prompt format: target model {shown}'s chat template ({template_file(model_dir)})"
+        return f"prompt format: the chat template of target model {shown} ({template_file(model_dir)})"
     if prompt_format != "plain":
         raise PipelineError(f"target model {shown} has no chat template (a base model), and {traffic} is chat traffic "
                             "(user and assistant turns): set data.prompt_format: plain to send each turn's text on its "
@@ -214,7 +214,7 @@ def traffic_perplexity(model_dir: str | Path, examples: list[tuple[list[int], li
     total, count = 0.0, 0
     with torch.no_grad():
         for prompt, response in (cut_example(p, r) for p, r in examples):
-            if not response:
+            if not prompt or not response:  # nothing to predict from, or nothing to predict
                 continue
             ids = torch.tensor([prompt + response], device=device)
             logits = model(ids).logits[0, len(prompt) - 1:-1].float()
