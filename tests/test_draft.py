@@ -119,6 +119,7 @@ def test_models_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, tm
     bad = other_tokenizer_draft(draft_dir, tmp_path / "bad-draft")
     params = draft_params()
     params["target"]["source"], params["draft"]["source"] = str(target_dir), str(bad)
+    params["data"]["traffic"] = str(ROOT / params["data"]["traffic"])  # `models` proves the target on its traffic
     (tmp_path / "params.yaml").write_text(json.dumps(params))
     r = run([sys.executable, "-m", "stages.models"], tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 2, r.stdout + r.stderr

@@ -58,12 +58,13 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id: int | None = 2) -> Path:
+def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id: int | None = 2,
+               merges: bool = True, vocabulary=None) -> Path:
     """model and tokenizer as a llama GGUF (F32 tensors, a "gpt2" BPE vocabulary, the ChatML template), as
-    llama.cpp's converter lays one out: tensor names, q/k permutation, no output.weight when embeddings are tied."""
-    import json
-
-    from gguf import GGUFWriter, LlamaFileType, TokenType
+    llama.cpp's converter lays one out: tensor names, q/k permutation, no output.weight when embeddings are tied.
+    merges=False leaves tokenizer.ggml.merges empty (a broken BPE vocabulary); vocabulary(writer) writes another
+    vocabulary instead (tests/tiny_spm.py's SentencePiece one)."""
+    from gguf import GGUFWriter, LlamaFileType
 
     c = model.config
     writer = GGUFWriter(str(path), "llama")
@@ -78,21 +79,10 @@ def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id
     writer.add_rope_dimension_count(c.hidden_size // c.num_attention_heads)
     writer.add_vocab_size(c.vocab_size)
     writer.add_file_type(LlamaFileType.ALL_F32)
-    vocab = tokenizer.get_vocab()
-    tokens = sorted(vocab, key=vocab.get)
-    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("default")
-    writer.add_token_list(tokens)
-    writer.add_token_types([TokenType.CONTROL if t in SPECIALS else TokenType.NORMAL for t in tokens])
-    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(eos_token_id)
-    if pad_token_id is not None:
-        writer.add_pad_token_id(pad_token_id)
-    writer.add_unk_token_id(0)
-    writer.add_add_bos_token(False)
-    writer.add_chat_template(CHATML)
+    if vocabulary is not None:
+        vocabulary(writer)
+    else:
+        write_chatml_vocab(writer, tokenizer, eos_token_id, pad_token_id, merges)
     sd = {k: v.float().numpy() for k, v in model.state_dict().items()}
     writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     for i in range(c.num_hidden_layers):
@@ -111,3 +101,26 @@ def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_chatml_vocab(writer, tokenizer, eos_token_id: int, pad_token_id: int | None, merges: bool) -> None:
+    """The ChatML tokenizer as a "gpt2" (byte-level BPE) GGUF vocabulary, as llama.cpp's converter writes SmolLM2's."""
+    import json
+
+    from gguf import TokenType
+
+    vocab = tokenizer.get_vocab()
+    tokens = sorted(vocab, key=vocab.get)
+    pairs = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"] if merges else []
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([TokenType.CONTROL if t in SPECIALS else TokenType.NORMAL for t in tokens])
+    writer.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in pairs])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(eos_token_id)
+    if pad_token_id is not None:
+        writer.add_pad_token_id(pad_token_id)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(CHATML)

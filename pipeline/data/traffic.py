@@ -121,6 +121,30 @@ def read_grouped(path: str | Path, max_row_bytes: int | None = None) -> tuple[li
     return conversations, groups, oversized
 
 
+def first_conversations(path: str | Path, count: int) -> list[list[dict]]:
+    """The file's first count conversations, the rest unread (`models` proves the target on them before `data`
+    reads the whole file); a bad line among them stops with its number, as read_traffic's."""
+    path = Path(path)
+    if not path.is_file():
+        raise PipelineError(f"traffic file {path} does not exist")
+    conversations = []
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(_lines(f, 1 << 20), 1):  # a row over 1 MiB is not a sample: skipped unread
+            line = "" if raw is None else _decode(raw, lineno, f"{path}:{lineno}")
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except (json.JSONDecodeError, RecursionError) as e:
+                    raise PipelineError(f"{path}:{lineno}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
+                        from None
+                conversations.append(_validate_row(row, f"{path}:{lineno}"))
+            if len(conversations) == count:
+                break
+    if not conversations:
+        raise PipelineError(f"traffic file {path} has no rows")
+    return conversations
+
+
 def source_path(traffic: str | Path) -> Path:
     """`<stem>.source.json` beside a traffic file: what a generator (pipeline/data/real_text.py) made it from."""
     traffic = Path(traffic)

@@ -7,7 +7,9 @@ transformers loads a GGUF with the `gguf` package installed and dequantizes its 
 conversion for BPE ("gpt2") vocabularies names the bos token as eos (transformers 5.17,
 integrations/ggml.py GGUFGPTConverter.tokenizer) and sets no pad token. Both are fixed from the GGUF's own
 metadata where it, config.json and the chat template agree on one token (tokenizer_check.agreed_eos), and
-the result must then pass the same tokenizer check as any model.
+the result must then pass the same tokenizer check as any model. SentencePiece ("llama") vocabularies, which
+transformers converts by architecture and gets wrong, are built from the GGUF's own tokens and scores
+(gguf_vocab.py), and every conversion is proved against the GGUF's vocabulary (model_proof.py).
 """
 from __future__ import annotations
 
@@ -26,7 +28,9 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.stage import say
 
-CONVERSION = 2  # bump when convert() writes something else: it is part of the cache key (2: the record lists files)
+# bump when convert() writes something else: it is part of the cache key (2: the record lists files; 3: SentencePiece
+# vocabularies built from the GGUF's scores, every conversion proved)
+CONVERSION = 3
 RECORD = ".modelprep-conversion.json"  # written last into a converted directory; hidden, so never hashed or copied
 SAVED_DTYPE = "bfloat16"  # the dequantized weights as a checkpoint is usually published (SmolLM2's own is bf16)
 
@@ -207,16 +211,24 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from pipeline.models.gguf_vocab import SPM_KIND, check_vocab, read_vocab, spm_tokenizer
+
     where, name = str(gguf.parent), gguf.name
+    try:
+        vocab = read_vocab(gguf)
+    except (ValueError, KeyError, OSError, RuntimeError, IndexError, struct.error) as e:
+        raise cannot_load(gguf, role, e) from None
+    check_vocab(vocab, gguf, role)  # a vocabulary that cannot tokenize is refused before any weight is read
     try:
         config = AutoConfig.from_pretrained(where, gguf_file=name)
         loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=getattr(torch, SAVED_DTYPE))
-        tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name)
+        # transformers picks its converter by architecture, not vocabulary, and gets SentencePiece ones wrong
+        # (pipeline/models/gguf_vocab.py): those are built from the GGUF's own tokens, scores and types.
+        tokenizer = spm_tokenizer(vocab) if vocab.kind == SPM_KIND else AutoTokenizer.from_pretrained(where, gguf_file=name)
         metadata = gguf_metadata(gguf)
     # not a GGUF, an architecture transformers can't map, a truncated file (struct.error from the reader)
     except (ValueError, KeyError, OSError, RuntimeError, struct.error) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise PipelineError(f"{role}.source {gguf}: transformers cannot load it ({type(e).__name__}: {first})") from None
+        raise cannot_load(gguf, role, e) from None
     # The loaded model carries a GGUF quantizer, which refuses to save: its dequantized weights go into a plain
     # model of the same config.
     config.dtype = SAVED_DTYPE
@@ -225,11 +237,23 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
     model.generation_config = loaded.generation_config
     model.save_pretrained(dst)
     tokenizer.save_pretrained(dst)
-    fixes = fix_special_tokens(dst, metadata, role, gguf)
+    fixes = [SPM_BUILT.format(adds_bos=vocab.adds_bos)] if vocab.kind == SPM_KIND else []
+    fixes += fix_special_tokens(dst, metadata, role, gguf)
+    from pipeline.models.model_proof import prove_tokenizer
     from pipeline.models.tokenizer_check import check_tokenizer
 
     check_tokenizer(dst, role, shown=str(gguf))  # what could not be fixed fails here, naming the GGUF
+    prove_tokenizer(dst, role, str(gguf), vocab=vocab)  # reads text as the GGUF's own vocabulary does
     return fixes
+
+
+SPM_BUILT = ("tokenizer built from the GGUF's SentencePiece tokens, scores and types, as llama.cpp tokenizes "
+             "(<bos> added: {adds_bos})")
+
+
+def cannot_load(gguf: Path, role: str, e: Exception) -> PipelineError:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return PipelineError(f"{role}.source {gguf}: transformers cannot load it ({type(e).__name__}: {first})")
 
 
 def fix_special_tokens(model_dir: Path, metadata: dict, role: str, gguf: Path) -> list[str]:

@@ -55,11 +55,17 @@ class TargetParams:
     SECTION: ClassVar[str] = "target"
     source: str
     revision: str | None = None  # a Hub source's branch, tag or commit
+    # `models` stops when the target's perplexity on the answers of a few rows of its own traffic is above this: a
+    # tokenizer, prompt format or weights that do not fit the text, found before any stage spends time on them
+    max_perplexity: float = 1000.0
 
     @classmethod
     def parse(cls, section: dict) -> TargetParams:
         s = Section(section, cls.SECTION)
-        return cls(source(s), s.str_or_none("revision"))
+        bound = s.number("max_perplexity", 1000.0)
+        if not bound > 1:
+            raise s.fail("max_perplexity", "a number above 1 (a perplexity)", bound)
+        return cls(source(s), s.str_or_none("revision"), float(bound))
 
 
 @dataclass(frozen=True)
