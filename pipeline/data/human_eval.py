@@ -58,7 +58,7 @@ class Tasks:
 
 
 def cached_wheel(pin: PackagedTasks) -> Path:
-    from pipeline.models.gguf_source import cache_root  # one cache for every packaged file (MODELPREP_CACHE)
+    from pipeline.core.paths import cache_root  # one cache for every packaged file (MODELPREP_CACHE)
 
     return cache_root() / "packages" / f"{pin.package}-{pin.version}" / pin.wheel
 

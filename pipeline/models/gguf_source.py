@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
+from pipeline.core.paths import cache_root
 from pipeline.core.stage import say
 
 # bump when convert() writes something else: it is part of the cache key (2: the record lists files; 3: SentencePiece
@@ -67,10 +68,6 @@ class Converted:
 
 def is_gguf_source(source: str) -> bool:
     return source in PACKAGED or source.endswith(".gguf")
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("MODELPREP_CACHE") or Path.home() / ".cache" / "modelprep").expanduser()
 
 
 def gguf_path(source: str, role: str) -> Path:
@@ -211,7 +208,12 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from pipeline.models.gguf_vocab import SPM_KIND, check_vocab, read_vocab, spm_tokenizer
+    from pipeline.models.gguf_vocab import (
+        SPM_KIND,
+        check_vocab,
+        read_vocab,
+        spm_tokenizer,
+    )
 
     where, name = str(gguf.parent), gguf.name
     try:
