@@ -1,6 +1,7 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target, in the per-layer layout
 mixed@<variant> chose for a variant with `mixed:` (one config group per scheme)."""
 from pipeline.core import paths
+from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.data.formatting import full_text
@@ -9,8 +10,20 @@ from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import RUN_DEPENDENT, quantize_model
-from pipeline.quantize.recipes import is_unquantized, variant_spec
+from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
+
+
+def searched_layout(spec: VariantSpec) -> dict | None:
+    """mixed@<variant>'s layout of a variant with `mixed:` (None without: every layer in the variant's scheme)."""
+    if spec.mixed is None:
+        return None
+    path = paths.MIXED / spec.name / paths.LAYOUT
+    layout = read_json(path) if path.is_file() else {}
+    if not layout.get("targets"):
+        raise PipelineError(f"{path} holds no per-layer layout, and quantize.variants.{spec.name} has a mixed: "
+                            f"section: run its search first (`dvc repro quantize@{spec.name}` runs mixed@{spec.name})")
+    return layout
 
 
 @stage_main()
@@ -18,15 +31,15 @@ def main(argv: list[str]) -> None:
     variant = variant_argument(argv, "quantize")
     settings = parse_section(load_params(), QuantizeParams)
     spec = variant_spec(settings.variants, variant)
+    layout = searched_layout(spec)  # before any model loads
     texts = []
     # The unquantized baseline is a copy that calibrates on nothing: no tokenizer (transformers, torch: seconds).
     if not is_unquantized(spec):
         tokenizer = load_tokenizer(paths.TARGET)
         # Calibrate on the domain's own traffic, formatted as the served model sees it.
         texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
-    layout = read_json(paths.MIXED / variant / paths.LAYOUT)  # targets null: every layer in the variant's scheme
     with atomic_dir(paths.QUANTIZED / variant) as tmp:
-        if layout["targets"] is not None:  # mixed@<variant> refused quantize.distributed.gpus > 1
+        if layout is not None:  # mixed@<variant> refused quantize.distributed.gpus > 1
             metrics = {**quantize_model(paths.TARGET, tmp, spec, texts, settings.calibration, layout["targets"]),
                        "mixed": layout["search"]}
         else:

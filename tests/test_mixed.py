@@ -200,6 +200,10 @@ def test_the_stage_writes_the_search_its_plots_and_the_uniform_variants_note(dem
     rows = split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)["calibration"]
     write_split(rows[:6], project / "artifacts" / "data" / "calibration.jsonl")
 
+    refused = run([sys.executable, "-m", "stages.quantize", "mixed-w4a16"], cwd=project)  # before its search
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "mixed/mixed-w4a16/layout.json" in errors[0], refused.stderr
+    assert not (project / "artifacts" / "quantized" / "mixed-w4a16").exists()
     for variant in ("mixed-w4a16", "fp8-dynamic"):
         for stage in ("mixed", "quantize"):
             result = run([sys.executable, "-m", f"stages.{stage}", variant], cwd=project)
