@@ -33,6 +33,29 @@ def write_serve_plots(project, record: ServeBenchRecord) -> None:
     write_plot(project / "plots/serve_pareto" / record.variant, *capacity.pareto_rows(record, slo), why)
 
 
+SEARCHED = "gptq-w4a16"  # the variant drawn with a per-layer search's charts; the others hold the note
+
+
+def write_search_plots(project, variant: str, searched: bool) -> None:
+    """What stages/mixed.py writes: a search's sensitivity bars and frontier (three layers, the middle one fragile,
+    one layout tried), or the uniform variant's notes."""
+    from pipeline.quantize import mixed
+    from pipeline.quantize.recipes import parse_variant
+
+    spec = parse_variant(variant, {"algorithm": "rtn", "scheme": "W4A16", "group_size": 128,
+                                   "mixed": {"schemes": ["W8A16", "UNQUANTIZED"]}})
+    units = tuple(mixed.Unit("model.layers", i, ("mlp.down_proj",), ((128, 256),)) for i in range(3))
+    ladder = mixed.ladder_of(spec)
+    sensitivity = {0: {"W4A16": 2e-3, "W8A16": 1e-5}, 1: {"W4A16": 9e-3, "W8A16": 3e-5}, 2: {"W4A16": 1e-3, "W8A16": 1e-5}}
+    points = mixed.frontier(units, ladder, sensitivity, itemsize=2)
+    tried = mixed.Attempt(1, points[1].bytes, {"kl_divergence": 3.5e-3}, ())
+    found = mixed.Search(units, ladder, sensitivity, points, (tried,), 1, True)
+    for directory, rows in ((mixed.SENSITIVITY_PLOT, mixed.sensitivity_rows(found)),
+                            (mixed.FRONTIER_PLOT, mixed.frontier_rows(found))):
+        write_plot(project / directory / variant, rows if searched else [], list(rows[0]) if searched else [],
+                   f"{variant}: no per-layer search")
+
+
 def axis_titles(spec, channel: str) -> list:
     """The titles of every `channel` encoding in a spec (DVC's linear template has them in layers)."""
     if isinstance(spec, list):
@@ -89,6 +112,7 @@ def page(tmp_path_factory):
     for variant in tiny_params()["quantize"]["enabled"]:
         if variant != served.variant:
             write_serve_plots(project, ServeBenchRecord(variant, skipped="no CUDA device"))
+        write_search_plots(project, variant, searched=variant == SEARCHED)
     install_page(project)
     r = run(["dvc", "plots", "show"], project)
     assert r.returncode == 0, r.stderr
@@ -106,8 +130,9 @@ def test_every_chart_has_data_a_title_and_axis_labels_and_renders(page):
     specs = [json.loads(s) for s in SPEC.findall(page)]
     assert page.count("vegaEmbed(") == len(specs)  # every chart's spec was read
     variants = tiny_params()["quantize"]["enabled"]
-    # two loss curves, acceptance per variant, KL per variant, and bf16's three serving charts (the others skipped)
-    assert len(specs) == 2 + len(variants) + 1 + 3
+    # two loss curves, acceptance per variant, KL per variant, bf16's three serving charts (the others skipped), and
+    # one variant's per-layer sensitivity and search frontier (the others have no search)
+    assert len(specs) == 2 + len(variants) + 1 + 3 + 2
     titles = []
     for spec in specs:
         assert spec.get("data", {}).get("values"), "a chart drawn empty"
@@ -121,6 +146,8 @@ def test_every_chart_has_data_a_title_and_axis_labels_and_renders(page):
     served = [t for t in titles if "serve_bench" in t]
     assert len(served) == 3 and all("(bf16, serve_bench)" in t for t in served), titles
     assert "p99 inter-token latency by concurrency (bf16, serve_bench)" in titles
+    searched = [t for t in titles if f"({SEARCHED})" in t and "Per-layer" in t]
+    assert len(searched) == 2, titles
 
 
 def test_plots_page_outside_a_dvc_project_is_one_error_line(tmp_path):

@@ -7,6 +7,7 @@ import shutil
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -210,11 +211,12 @@ def process_rank() -> tuple[int, int]:
 
 
 def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str],
-                   cfg: Calibration) -> dict:
+                   cfg: Calibration, targets: Mapping[str, list[str]] | None = None) -> dict:
     """Run the variant's recipe and save a compressed checkpoint into out_dir (which must be new/temp).
 
     cfg: quantize.calibration (num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload); the spec
-    may override num_samples and max_seq_length.
+    may override num_samples and max_seq_length. targets: a per-layer layout, scheme -> module patterns
+    (pipeline/quantize/mixed.py); None quantizes every layer with the variant's scheme.
 
     Inside a distributed run (every rank calls this), each rank calibrates on its own contiguous slice of
     the calibration rows and llm-compressor combines the ranks' statistics; the weights are loaded once,
@@ -230,7 +232,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     device, dtype = compute_setup()
     spec, grid = awq_grid(spec, cfg, device)
     ignore = sorted(set(cfg.ignore) | set(spec.ignore))
-    calibrate = any(m.requires_calibration_data for m in build_recipe(spec, ignore))
+    calibrate = any(m.requires_calibration_data for m in build_recipe(spec, ignore, targets))
     if calibrate and not calibration_texts:
         raise PipelineError(f"variant {spec.name!r} needs calibration data but the calibration split is empty")
 
@@ -243,7 +245,7 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     # Distributed: rank 0 loads, the other ranks map its shared copy (llm-compressor's documented way).
     model = load_for_quantization(model_dir, device, dtype, cfg.offload or world > 1)
     spec, group = resolve_group_size(model, spec, ignore)
-    recipe = build_recipe(spec, ignore)
+    recipe = build_recipe(spec, ignore, targets)
 
     kwargs, texts = {}, []
     if calibrate:

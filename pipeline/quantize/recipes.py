@@ -15,6 +15,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.names import check_variant_name
 from pipeline.core.sections import thawed
 from pipeline.quantize.presets import PRESETS, Scheme
+from pipeline.quantize.settings import UNQUANTIZED, MixedSearch
 
 # Knobs each algorithm's modifier takes (GPTQModifier / AWQModifier fields); rtn is plain
 # QuantizationModifier: round-to-nearest weights plus observed activation scales.
@@ -47,8 +48,11 @@ SMOOTHING_ALGORITHMS = ("gptq", "rtn")
 VLLM_WNA16_GROUP_SIZES = (128, 64, 32)
 CHANNELWISE = -1  # VariantSpec.group_size once chosen: one scale per output channel (vLLM's group_size -1)
 WNA16_KERNELS = "Marlin: 32, 64, 128; Machete on Hopper: 64, 128; or channel-wise"
+# A per-layer search (`mixed:`) applies the variant's own quantizer to every layer it quantizes: GPTQ and RTN act on
+# each Linear alone, while AWQ's smoothing rescales pairs of layers that may land in different schemes.
+MIXED_ALGORITHMS = ("gptq", "rtn")
 # Keys of a variant spec; anything else is a typo.
-SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", *CALIBRATION_KEYS,
+SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", "mixed", *CALIBRATION_KEYS,
              *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
 
 
@@ -65,6 +69,7 @@ class VariantSpec:
     num_samples: int | None = None    # overrides quantize.calibration
     max_seq_length: int | None = None
     knobs: dict = field(default_factory=dict)  # the algorithm's own modifier arguments
+    mixed: MixedSearch | None = None  # a per-layer precision search over these schemes (pipeline/quantize/mixed.py)
 
 
 def parse_variant(name: str, raw) -> VariantSpec:
@@ -75,13 +80,37 @@ def parse_variant(name: str, raw) -> VariantSpec:
     spec = VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
                        ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
                        smoothing_strength=raw.get("smoothing_strength"),
-                       num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs)
+                       num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs,
+                       mixed=parse_mixed(name, raw))
     if spec.group_size is not None and is_wna16(scheme_of(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
         raise PipelineError(f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
                             f"{scheme_of(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
                             f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does not divide a "
                             "layer's input width, the largest that divides them all is used)")
     return spec
+
+
+def parse_mixed(name: str, raw: dict) -> MixedSearch | None:
+    """quantize.variants.<name>.mixed, checked against the variant: every scheme an integer weight-only one vLLM
+    serves with the same kernels as the variant's own (Marlin/Machete, WNA16) or UNQUANTIZED, each wider than the one
+    before it, so a promotion always buys precision with bytes."""
+    if raw.get("mixed") is None:
+        return None
+    where = f"quantize.variants.{name}.mixed"
+    mixed = MixedSearch.parse(raw["mixed"], where)
+    if raw["algorithm"] not in MIXED_ALGORITHMS:
+        raise PipelineError(f"{where}: the per-layer search quantizes with {list(MIXED_ALGORITHMS)}, not "
+                            f"{raw['algorithm']!r} (AWQ's smoothing spans layers the search may split)")
+    ladder = [raw["scheme"], *mixed.schemes]
+    for scheme in ladder:
+        if scheme != UNQUANTIZED and (scheme not in PRESETS or not is_wna16(PRESETS[scheme])):
+            raise PipelineError(f"{where}: scheme {scheme!r} is not an integer weight-only scheme (W4A16, W8A16, ...) "
+                                f"nor {UNQUANTIZED}; the search mixes schemes vLLM serves with one kernel family")
+    bits = [16 if s == UNQUANTIZED else PRESETS[s].weights.num_bits for s in ladder]
+    if any(b <= a for a, b in zip(bits, bits[1:])):
+        raise PipelineError(f"{where}.schemes must widen the variant's {raw['scheme']} step by step (weight bits "
+                            f"{bits} for {ladder}), e.g. [W8A16, {UNQUANTIZED}]")
+    return mixed
 
 
 def validate_spec(name: str, spec: dict) -> None:
@@ -242,8 +271,27 @@ def _one_line(error: ValueError) -> str:
     return str(error).strip().splitlines()[-1]
 
 
-def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
-    """Modifier list for oneshot(); imports are local so `--help` paths stay fast.
+def config_groups(spec: VariantSpec, ignore: list[str], targets: Mapping[str, list[str]] | None) -> dict:
+    """The quantization modifier's config_groups and ignore: one group of the variant's scheme on every Linear, or,
+    with targets (a per-layer layout: scheme -> module patterns, pipeline/quantize/mixed.py), one group per scheme on
+    its patterns, the UNQUANTIZED ones added to ignore (compressed-tensors' config_groups, as llm-compressor's
+    examples/quantization_non_uniform write them)."""
+    ignore = sorted(set(ignore) | set(spec.ignore))
+    if targets is None:
+        return dict(config_groups={"group_0": scheme_for(spec)}, ignore=ignore)
+    groups = {}
+    for scheme, patterns in targets.items():
+        if scheme == UNQUANTIZED or not patterns:
+            continue
+        group = scheme_for(replace(spec, scheme=scheme))
+        group.targets = list(patterns)
+        groups[f"group_{len(groups)}"] = group
+    return dict(config_groups=groups, ignore=ignore + list(targets.get(UNQUANTIZED, [])))
+
+
+def build_recipe(spec: VariantSpec, ignore: list[str], targets: Mapping[str, list[str]] | None = None) -> list:
+    """Modifier list for oneshot(); imports are local so `--help` paths stay fast. targets: a per-layer layout
+    (config_groups).
 
     AWQ in 0.14 is a transform (it only rescales channels), so it is followed by the
     QuantizationModifier that actually quantizes; the old single-AWQModifier form is deprecated.
@@ -256,7 +304,7 @@ def build_recipe(spec: VariantSpec, ignore: list[str]) -> list:
     from llmcompressor.modifiers.transform.awq import AWQModifier
     from compressed_tensors.quantization import QuantizationArgs
 
-    quant = dict(config_groups={"group_0": scheme_for(spec)}, ignore=sorted(set(ignore) | set(spec.ignore)))
+    quant = config_groups(spec, ignore, targets)
     if spec.kv_cache:
         quant["kv_cache_scheme"] = QuantizationArgs(**KV_CACHE_SCHEMES[spec.kv_cache])
     algorithm, knobs = spec.algorithm, spec.knobs

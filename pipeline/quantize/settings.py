@@ -47,6 +47,33 @@ class Calibration:
                        max_seq_length=self.max_seq_length if max_seq_length is None else max_seq_length)
 
 
+# quantize.variants.<v>.mixed: a per-layer precision search on top of the variant's scheme (pipeline/quantize/mixed.py)
+MIXED_KEYS = ("schemes", "samples", "max_tries")
+UNQUANTIZED = "UNQUANTIZED"  # compressed-tensors' preset name for a layer left in the checkpoint's dtype (BF16)
+
+
+@dataclass(frozen=True)
+class MixedSearch:
+    """quantize.variants.<v>.mixed: the schemes a decoder layer may be promoted to from the variant's own (cheapest
+    first, e.g. [W8A16, UNQUANTIZED]), the calibration rows the sensitivity and each verification score, and how many
+    layouts the walk quantizes and evaluates before it says none passes."""
+    schemes: tuple[str, ...]
+    samples: int = 16
+    max_tries: int = 4
+
+    @classmethod
+    def parse(cls, raw: object, where: str) -> MixedSearch:
+        s = Section(raw, where)
+        unknown = sorted(set(s.raw) - set(MIXED_KEYS))
+        if unknown:
+            raise PipelineError(f"{where}: unknown keys {unknown} (known: {list(MIXED_KEYS)})")
+        schemes = s.strs("schemes")
+        if not schemes or len(set(schemes)) != len(schemes):
+            raise s.fail("schemes", "a non-empty list of distinct scheme names", list(schemes))
+        return cls(schemes=schemes, samples=s.int("samples", cls.samples, minimum=1),
+                   max_tries=s.int("max_tries", cls.max_tries, minimum=1))
+
+
 DISTRIBUTED_KEYS = ("gpus", "timeout_s")
 
 

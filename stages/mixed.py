@@ -1,0 +1,78 @@
+"""Stage `mixed@<variant>`: the per-layer precision search of a variant with `mixed:` (pipeline/quantize/mixed.py):
+each decoder layer's sensitivity, the frontier, and the walk to the cheapest layout passing the variant's own quality
+thresholds; quantize@<variant> quantizes the layout it writes. A variant without `mixed:` gets a note saying so."""
+import time
+
+from pipeline.core import paths
+from pipeline.core.errors import PipelineError
+from pipeline.core.io import atomic_dir, write_json
+from pipeline.core.plots import write_plot
+from pipeline.core.stage import record_timings, say, stage_main
+from pipeline.params.load import load_params, parse_section, variant_argument
+from pipeline.quantize import mixed
+from pipeline.quantize.recipes import VariantSpec, variant_spec
+from pipeline.quantize.settings import QuantizeParams
+from pipeline.release.settings import GatesParams
+from pipeline.release.thresholds import check_for
+
+
+def gate_bounds(params: dict, variant: str) -> tuple[mixed.Bound, ...]:
+    """The variant's own quality thresholds (gates.thresholds with its overrides) on the metrics the walk measures."""
+    thresholds = parse_section(params, GatesParams).for_variant(variant)
+    return tuple(mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
+                 for name, bound in thresholds.items()
+                 if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY)
+
+
+def uniform(variant: str) -> None:
+    """No search: the layout note quantize reads (unchanged by any threshold) and plot directories saying why."""
+    with atomic_dir(paths.MIXED / variant) as tmp:
+        write_json(tmp / paths.LAYOUT, {"variant": variant, "targets": None, "search": None})
+    for directory in (mixed.SENSITIVITY_PLOT, mixed.FRONTIER_PLOT):
+        write_plot(f"{directory}/{variant}", [], [], f"{variant} quantizes every layer alike (no mixed: section in "
+                   f"quantize.variants.{variant}): no per-layer search")
+
+
+def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
+    from pipeline.data.formatting import full_text, prompt_and_response_ids
+    from pipeline.data.traffic import read_split
+    from pipeline.models.loading import load_tokenizer
+
+    if settings.distributed.gpus > 1:
+        raise PipelineError(f"quantize.variants.{spec.name}.mixed quantizes in one process; set "
+                            "quantize.distributed.gpus: 1 or drop the variant's mixed section")
+    bounds = gate_bounds(params, spec.name)
+    t0 = time.perf_counter()
+    tokenizer = load_tokenizer(paths.TARGET)
+    rows = read_split(paths.CALIBRATION)
+    found = mixed.search(paths.TARGET, spec, [full_text(tokenizer, m) for m in rows],
+                         [prompt_and_response_ids(tokenizer, m) for m in rows], settings.calibration, bounds)
+    record = mixed.search_metrics(found)
+    with atomic_dir(paths.MIXED / spec.name) as tmp:
+        write_json(tmp / paths.LAYOUT, {"variant": spec.name, "targets": mixed.shipped_targets(found),
+                                        "search": record})
+    write_plot(f"{mixed.SENSITIVITY_PLOT}/{spec.name}", mixed.sensitivity_rows(found),
+               ["layer", "kl_divergence", *(r.scheme for r in found.ladder if r.weights is not None)], "")
+    write_plot(f"{mixed.FRONTIER_PLOT}/{spec.name}", mixed.frontier_rows(found),
+               ["point", "predicted_mb", "predicted_kl", "measured_kl", "promoted_layer"], "")
+    record_timings(f"mixed-{spec.name}", {"wall_time_s": round(time.perf_counter() - t0, 2)})
+    layout = ", ".join(f"{s} layers {v}" for s, v in record["layout"].items() if v)
+    say(f"mixed {spec.name}: {len(record['tries'])} layouts tried; " + (
+        f"frontier point {record['frontier_point']} passed ({layout})" if record["passed"] else
+        f"{record['reason'][0]}; quantizing the last tried ({layout})"))
+
+
+@stage_main()
+def main(argv: list[str]) -> None:
+    variant = variant_argument(argv, "mixed")
+    params = load_params()
+    settings = parse_section(params, QuantizeParams)
+    spec = variant_spec(settings.variants, variant)
+    if spec.mixed is None:
+        uniform(variant)
+    else:
+        search(params, settings, spec)
+
+
+if __name__ == "__main__":
+    main()
