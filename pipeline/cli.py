@@ -298,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     gate.set_defaults(func=cmd_gate)
     profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
                              description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2) or a .yaml overlay path")
+    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
     from pipeline.quantize.hardware import GPU_MEMORY_GB

@@ -28,7 +28,7 @@ from pipeline.drafts.finetune import checkpoint_dir, fine_tune, loss_curve_rows
 from pipeline.evaluate.acceptance import position_acceptance
 from pipeline.models.demo.models import train_tokenizer
 from pipeline.models.demo.traffic import generate_general_text, generate_traffic
-from pipeline.models.draft_compat import check_compatible
+from pipeline.models.draft_compat import check_compatible, check_tokenizers
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.settings import Calibration
@@ -111,6 +111,22 @@ def test_other_chat_template_is_rejected(demo_pair, tmp_path):
     (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
     with pytest.raises(PipelineError, match="chat template differs"):
         check_compatible(target_dir, other, MAX_MODEL_LEN)
+
+
+def test_a_template_that_differs_only_where_no_row_reaches_is_compatible():
+    """Issue #45: Qwen2.5-Coder-1.5B's and -0.5B's templates differ only in their tools branch (a literal {{ vs {),
+    which no conversation the pipeline formats reaches: the pair is compatible. A difference in how turns are laid
+    out is still refused, naming where the rendering differs."""
+    from tiny_chatml import chatml_tokenizer
+
+    target, draft = chatml_tokenizer(), chatml_tokenizer()
+    target.chat_template += "{% if tools %}{{- '{{\"name\": <function-name>}}' }}{% endif %}"
+    draft.chat_template += "{% if tools %}{{- '{\"name\": <function-name>}' }}{% endif %}"
+    check_tokenizers(target, draft)
+    draft.chat_template = draft.chat_template.replace("message['role'] + '\n'", "message['role'] + ':\n'")
+    with pytest.raises(PipelineError, match=r"draft chat template differs from the target's \(a 1-message "
+                                            r"conversation renders differently from character 16\)"):
+        check_tokenizers(target, draft)
 
 
 def test_models_stage_rejects_mismatched_draft_with_one_error_line(demo_pair, tmp_path):

@@ -111,7 +111,7 @@ def test_distillation_generator_choice():
 
 
 # The base profile each GPU overlay is applied over (session.sh gpu-profile's GP_BASE; `gpu` unless named here).
-OVERLAY_BASE = {"gpu-smollm2": "smollm2"}
+OVERLAY_BASE = {"gpu-smollm2": "smollm2", "gpu-qwen-coder": "qwen-coder"}
 
 
 @pytest.mark.parametrize("overlay", sorted(p.stem for p in (ROOT / "profiles").glob("gpu-*.yaml")))
@@ -165,3 +165,25 @@ def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_si
     # the source becomes one flow line; the comment of the key after it stays above that key
     assert "  source: {from: target, layers: 4}\n  # Speculative methods built and compared" in text
     assert apply_profile("smollm2", params_copy) == []
+
+
+def test_qwen_coder_profile_pairs_the_chunked_siblings_with_group_sizes_that_divide_both_widths(params_copy):
+    """Qwen2.5-Coder-1.5B-Instruct as the target and its 0.5B sibling, a separate model source, as the draft (issue
+    #45); every INT4 group size must divide both models' widths: 1536/8960 and 896/4864 (the draft may be quantized
+    with a variant's recipe, draft_quantize.variant)."""
+    from pipeline.models.gguf_source import PACKAGED
+    from pipeline.models.sources import classify
+
+    changed = apply_profile("qwen-coder", params_copy)
+    p = load_params(params_copy)
+    assert {"target.source", "draft.source", "data.traffic", "serving.name"} <= set(changed)
+    assert (p["target"]["source"], p["draft"]["source"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+    assert {classify(p["target"]["source"]), classify(p["draft"]["source"])} == {"gguf"}
+    assert p["target"]["source"] in PACKAGED and p["draft"]["source"] in PACKAGED
+    assert set(p["draft"]["method"]) == {"draft_model", "eagle3", "ngram"}
+    assert any(p["quantize"]["variants"][v].get("group_size") for v in p["quantize"]["enabled"])
+    for name, variant in p["quantize"]["variants"].items():
+        if variant.get("group_size"):
+            assert all(width % variant["group_size"] == 0 for width in (1536, 8960, 896, 4864)), name
+    assert p["data"]["traffic"] == "data/python-code/traffic.jsonl"
+    assert apply_profile("qwen-coder", params_copy) == []

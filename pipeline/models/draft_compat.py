@@ -39,8 +39,37 @@ def check_tokenizers(target_tok, draft_tok) -> None:
         raise PipelineError(f"draft special tokens {sorted(draft_tok.all_special_tokens)} differ from the target's "
                             f"{sorted(target_tok.all_special_tokens)}")
     if (target_tok.chat_template or "") != (draft_tok.chat_template or ""):
-        raise PipelineError("draft chat template differs from the target's; the draft would learn prompts laid out "
-                            "differently from how the target is served")
+        differs = template_difference(target_tok, draft_tok)
+        if differs:
+            raise PipelineError(f"draft chat template differs from the target's ({differs}); the draft would learn "
+                                "prompts laid out differently from how the target is served")
+
+
+# The conversations the pipeline lays out (pipeline/data/formatting.py: roles system, user, assistant; no tools),
+# each rendered as a prompt and as a whole conversation. Two templates that differ as text but render these the same
+# lay out every row alike (Qwen2.5-Coder 1.5B and 0.5B differ only in the braces of their tools branch, issue #45).
+PROBES = ([{"role": "user", "content": "Write a function."}],
+          [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Explain x = 1."}],
+          [{"role": "user", "content": "def f(a):"}, {"role": "assistant", "content": "    return a"},
+           {"role": "user", "content": "Add a docstring.\n  Keep it short."}])
+
+
+def template_difference(target_tok, draft_tok) -> str | None:
+    """Where two chat templates lay out the probe conversations differently, in a few words; None where they agree."""
+    from jinja2 import TemplateError
+
+    for messages in PROBES:
+        for ended in (False, True):
+            convo = [*messages, {"role": "assistant", "content": "Done."}] if ended else messages
+            try:
+                shown = [tok.apply_chat_template(convo, tokenize=False, add_generation_prompt=not ended)
+                         for tok in (target_tok, draft_tok)]
+            except (TemplateError, ValueError) as e:  # no template on one side, or one that refuses a probe
+                return f"one of them cannot render a {len(convo)}-message conversation: {type(e).__name__}"
+            if shown[0] != shown[1]:
+                at = next((i for i, (a, b) in enumerate(zip(*shown)) if a != b), min(map(len, shown)))
+                return f"a {len(convo)}-message conversation renders differently from character {at}"
+    return None
 
 
 def check_configs(target_config, draft_config, max_model_len: int) -> None:

