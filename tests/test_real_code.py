@@ -153,9 +153,9 @@ def test_every_profile_using_the_code_traffic_holds_the_functional_modules_out(m
         overlay = yaml.safe_load(profile.read_text()) or {}
         if (overlay.get("data") or {}).get("traffic") == "data/python-code/traffic.jsonl":
             settings.append(project_data({"data": {**params["data"], **overlay["data"]}}))
-    for data in settings:
-        assert record["split"] == {"seed": data.seed, "calibration": data.fractions.calibration,
-                                   "heldout": data.fractions.heldout}
+    assert record["split"] == {"seed": settings[0].seed, "calibration": settings[0].fractions.calibration,
+                               "heldout": settings[0].fractions.heldout}
+    for data in settings:  # a profile may split otherwise, as long as the tasks' modules stay held out
         held = functional_code.heldout_groups({m.name for m in modules} | set(record["modules"]), data.fractions,
                                               data.seed)
         assert record["modules"] and set(record["modules"]) <= held
