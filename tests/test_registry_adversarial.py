@@ -690,8 +690,12 @@ def test_a_full_disk_while_indexing_leaves_no_unindexed_version_and_names_the_pa
     assert (registry / "index.json").read_bytes() == before  # the old index, whole
     assert sorted(p.name for p in (registry / "m").iterdir()) == []  # no version, no latest, no temp file
     assert sorted(p.name for p in registry.iterdir()) == [".lock", "index.json", "m"]
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the registry's")
+    (registry / ".index.json.staged").symlink_to(outside)  # a killed publish's leftover, or a planted link
     local.publish(bundle, "m", "1", {}, publish_settings(registry_dir=str(registry)))  # room again: it publishes
     assert local.resolve(registry, "m") == registry / "m" / "1"
+    assert outside.read_text() == "not the registry's" and not os.path.lexists(registry / ".index.json.staged")
 
 
 class Misbehaving:

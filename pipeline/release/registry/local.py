@@ -241,7 +241,9 @@ def _stage_text(path: Path, text: str) -> Path:
     fixed: only the lock holder writes here. A failed write (a full disk) names path: write() errors carry none."""
     staged = path.with_name(f".{path.name}.staged")
     try:
-        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
+        with contextlib.suppress(FileNotFoundError):  # a killed publish's, maybe a teammate's: under the lock, stale
+            staged.unlink()
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
         try:
             with os.fdopen(fd, "w") as f:
                 fd = None
