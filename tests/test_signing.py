@@ -368,3 +368,21 @@ def subprocess_run(argv: list[str], cwd: Path):
 
     return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_the_base_model_digest_covers_every_file_of_the_model_directory(tmp_path):
+    """Round four's own attack on the attestation: a digest made with the bundle's file table would leave out a
+    model directory's own root `MANIFEST.json`, `model.sig` or `attestation.intoto.json`, so editing one of them
+    would not change the attested base-model digest."""
+    from pipeline.release import attestation
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "w.bin").write_text("w")
+    before = attestation.dir_input("base-model", model).sha256
+    for name in ("MANIFEST.json", "model.sig", "attestation.intoto.json"):
+        (model / name).write_text(name)
+        after = attestation.dir_input("base-model", model).sha256
+        assert after != before, name
+        before = after

@@ -58,12 +58,14 @@ def file_input(name: str, path: Path) -> Input:
 
 
 def dir_input(name: str, path: Path, annotations: dict | None = None) -> Input:
-    """A directory's digest the way MANIFEST.json digests a bundle (every file's name and sha256)."""
-    from pipeline.release.manifest import digest, file_table
+    """A directory's digest the way MANIFEST.json digests a bundle (every file's name and sha256), every file
+    included (a model directory's own MANIFEST.json or model.sig too: file_table would leave those out)."""
+    from pipeline.release.manifest import _regular_files, digest, sha256_file
 
     if not path.is_dir():
         raise PipelineError(f"attestation: {name} {path} is missing; run `dvc repro` so the bundle's inputs exist")
-    return Input(name, digest(file_table(path)), path.as_posix(), annotations)
+    files = {rel: {"sha256": sha256_file(path / rel)} for rel, _ in _regular_files(path)}
+    return Input(name, digest(files), path.as_posix(), annotations)
 
 
 def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
