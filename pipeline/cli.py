@@ -59,6 +59,9 @@ def cmd_verify(args) -> int:
     # unchecked (issue #47); an unreadable params.yaml fails in publish_param.
     no_policy = not args.public_key and not os.path.lexists(PARAMS_FILE)
     public_key = args.public_key or publish_param("signing", {}).get("public_key")
+    if args.attestation and not public_key:
+        raise PipelineError("--attestation needs the signing key's public half: pass --public-key PEM or set "
+                            "publish.signing.public_key")
     ref = registry_ref(args.bundle, args.registry)
     if ref:
         bundle = resolve_ref(*ref, public_key=public_key)
@@ -74,9 +77,20 @@ def cmd_verify(args) -> int:
     if no_policy and os.path.lexists(bundle / SIGNATURE):
         raise PipelineError(f"{bundle} is signed, and there is no {PARAMS_FILE} here to say which key to check it "
                             "with; pass --public-key PEM or run from the project directory")
+    chain = attested_chain(bundle, public_key) if args.attestation else None
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
           f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else ""))
+    for line in chain or []:
+        print(f"  {line}")
     return 0
+
+
+def attested_chain(bundle: Path, public_key: str) -> list[str]:
+    """--attestation: the bundle's in-toto statement checked against the same key as its signature, as lines."""
+    from pipeline.release import attestation
+
+    return ["attestation: in-toto Statement v1, SLSA provenance v1, DSSE-signed with " + str(public_key),
+            *attestation.chain(attestation.check(bundle, public_key))]
 
 
 MAX_LATEST = 256  # bytes of a registry's `latest` file: one version name and a newline
@@ -101,22 +115,35 @@ def registry_ref(arg: str, registry: str | None) -> tuple[str, Path] | None:
     return (arg, registry_dir(registry)) if "@" in arg else None
 
 
+MAX_PARAMS_BYTES = 1 << 20  # params.yaml is a few KB; a bigger "params" file is not read whole
+
+
 def publish_param(key: str, default):
     """publish.<key> from params.yaml in the cwd (default when absent). Only that section is read: the
-    full check (pipeline/params/check.py) imports quantization libraries (seconds) verify doesn't need."""
-    import yaml
+    full check (pipeline/params/check.py) imports quantization libraries (seconds) verify doesn't need.
+    Fail closed (issue #47): a params.yaml that is a FIFO (would hang), a device (/dev/zero never ends), too big,
+    or not YAML is an error, never "no policy"; the open never blocks and the read is bounded."""
+    import stat
 
-    from pipeline.params.load import PARAMS_FILE
+    from pipeline.params.load import PARAMS_FILE, parse_yaml_mapping
 
-    if os.path.lexists(PARAMS_FILE) and not PARAMS_FILE.is_file():  # a FIFO would hang, /dev/zero never end
-        raise PipelineError(f"{PARAMS_FILE} is not a regular file; cannot read publish settings from it")
+    if not os.path.lexists(PARAMS_FILE):
+        return default
     try:
-        params = yaml.safe_load(PARAMS_FILE.read_text()) if PARAMS_FILE.is_file() else None
+        fd = os.open(PARAMS_FILE, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise PipelineError(f"{PARAMS_FILE} is not a regular file; cannot read publish settings from it")
+            data = f.read(MAX_PARAMS_BYTES + 1)
     except OSError as e:
         raise PipelineError(f"cannot read {PARAMS_FILE}: {e.strerror}") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    if len(data) > MAX_PARAMS_BYTES:
+        raise PipelineError(f"{PARAMS_FILE} is over {MAX_PARAMS_BYTES} bytes; not a params file")
+    try:
+        params = parse_yaml_mapping(data.decode("utf-8"), PARAMS_FILE)
+    except UnicodeDecodeError as e:
         raise PipelineError(f"{PARAMS_FILE} is not valid YAML ({str(e).splitlines()[0]})") from None
-    publish = params.get("publish") if isinstance(params, dict) else None
+    publish = params.get("publish")
     return (publish if isinstance(publish, dict) else {}).get(key) or default
 
 
@@ -286,6 +313,9 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--public-key", metavar="PEM",
                         help="check the bundle's model.sig with this key (default: publish.signing.public_key of "
                              "./params.yaml; unset: the signature is not checked)")
+    verify.add_argument("--attestation", action="store_true",
+                        help="also check the bundle's in-toto attestation (attestation.intoto.json) with the same key "
+                             "and print the chain it attests: code commit, base model, data, recipe, eval, gate")
     verify.set_defaults(func=cmd_verify)
     gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__)
     gate.add_argument("--metrics-dir", required=True,

@@ -15,7 +15,7 @@ from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.release import signing
+from pipeline.release import attestation, signing
 from pipeline.core.names import registry_name
 from pipeline.release.binding import RELEASE, Binding
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
@@ -50,6 +50,15 @@ def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation:
         raise PipelineError(f"the bundle's {'serve-' + tier + '.yaml' if tier else 'serve.yaml'} differs from "
                             f"{measured}, which serve_bench measured; re-run `dvc repro` so both come from the same "
                             "params")
+
+
+def chain_inputs() -> list[attestation.Input]:
+    """The attested inputs (deps of this stage in dvc.yaml): the base model as fetched, with its source's
+    fingerprint, and the calibration and draft-training data."""
+    sources = read_json(paths.SOURCES) if paths.SOURCES.is_file() else {}
+    return [attestation.dir_input("base-model", paths.TARGET, {"source": sources.get("target")}),
+            attestation.file_input("calibration-data", paths.CALIBRATION),
+            attestation.file_input("training-data", paths.DRAFT_TRAIN)]
 
 
 @stage_main()
@@ -112,6 +121,7 @@ def main(argv: list[str]) -> None:
         manifest = finish_bundle(tmp, variant, card)
         if signing_keys.private_key:  # over every file, the manifest and the card included
             signing.sign(tmp, signing_keys.private_key)
+            attestation.attest(tmp, signing_keys.private_key, chain_inputs())  # what it was made from, same key
     say(f"bundle {variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
         f"gates {verdict.label}, " + shipped.label
         + f" ({verdict.speculation.basis})" + (", signed" if signing_keys.private_key else ""))

@@ -69,6 +69,12 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     heldout.parent.mkdir(parents=True, exist_ok=True)
     rows = (ROOT / "data/demo/traffic.jsonl").read_text().splitlines()[:12]
     heldout.write_text("".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in rows))
+    # what the attestation names (the bundle stage's deps): the base model, the calibration and draft-training data
+    shutil.copytree(target, root / "artifacts/models/target")
+    for split, part in (("calibration", rows[:6]), ("draft_train", rows[6:])):
+        (root / f"artifacts/data/{split}.jsonl").write_text(
+            "".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in part))
+    write_json(root / "artifacts/sources.json", {"target": {"kind": "demo"}, "draft": {"kind": "demo"}})
     records.write(root / "artifacts/gate/verdict.json", gate_report(params, summaries))
     return root
 

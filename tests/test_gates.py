@@ -187,6 +187,20 @@ def test_nan_metric_fails():
     assert not report.all_passed
 
 
+@pytest.mark.parametrize("bad, name", [({"kl_divergence": -0.5}, "kl_divergence"),
+                                       ({"top1_agreement": 1.7}, "top1_agreement"),
+                                       ({"greedy_match": -0.1}, "greedy_match"),
+                                       ({"perplexity": 0.2}, "perplexity"),
+                                       ({"accepted_per_draft_token": 2.5}, "accepted_per_draft_token")])
+def test_impossible_metric_values_are_refused_not_gated(bad, name):
+    """Round four's own attack (issue #47): a KL below zero, an agreement above 1, a perplexity below 1 or an
+    acceptance of 2.5 per drafted token passed every gate. No measurement gives them: one line naming the metric."""
+    p = tiny_params()
+    with pytest.raises(PipelineError, match=rf"{name} is {list(bad.values())[0]}, which no measurement can give"):
+        run_gates(p, {INT4: {**passing_metrics(p, INT4), **bad}})
+    run_gates(p, {INT4: {**passing_metrics(p, INT4), "kl_divergence": -1e-9}})  # float rounding of equal models
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda p: p["gates"]["thresholds"].update(max_latency_ms=10), "unknown gate thresholds.*max_latency_ms"),
     (lambda p: p["gates"]["thresholds"].update(max_kl_divergence="low"), "must be numbers"),

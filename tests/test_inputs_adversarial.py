@@ -368,3 +368,52 @@ def test_atomic_write_text_removes_temps_of_dead_processes_only(tmp_path):
     (tmp_path / f".m.json.tmp-{live}-cd34").write_text("live")
     atomic_write_text(tmp_path / "m.json", "{}")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.json", f".m.json.tmp-{live}-cd34"])
+
+
+# --- issue #47: absurd shapes and templates -----------------------------------------------------------
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 200_000), ("hidden_size", 10 ** 7),
+                                        ("vocab_size", 10 ** 9), ("intermediate_size", 10 ** 8),
+                                        ("num_hidden_layers", -3), ("hidden_size", "4096")])
+def test_an_absurd_config_shape_is_refused_before_anything_is_built(tmp_path, key, value):
+    """num_hidden_layers 200000 took 4.3 GB and was still building a meta-device model after 150 s: refused now
+    by the directory check and by the weights check, in one line naming the file and the key, in well under a
+    second."""
+    import time
+
+    from pipeline.models.loading import check_checkpoint_tensors
+
+    path = model_dir(tmp_path / "m")
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, key: value}))
+    t0 = time.monotonic()
+    line = one_line_error(check_model_dir, path, "target")
+    assert line.startswith(f"target model file {path / 'config.json'}: {key} ") and \
+        ("beyond any real model's" in line or "not a positive integer" in line), line
+    line = one_line_error(check_checkpoint_tensors, path, "target")
+    assert f"{key} " in line and "config.json" in line
+    assert time.monotonic() - t0 < 5
+    nested = {**config, "text_config": {"num_hidden_layers": 200_000}}  # a multimodal config's text part
+    (path / "config.json").write_text(json.dumps(nested))
+    assert "num_hidden_layers 200000 is beyond" in one_line_error(check_model_dir, path, "target")
+
+
+def test_a_chat_template_that_would_run_for_ever_is_stopped(tmp_path):
+    """A chat template with nested range(100000) loops hung the tokenizer check (jinja's sandbox bounds one range,
+    not ten billion iterations of two): the render is now bounded in time, one line naming the file."""
+    import time
+
+    from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
+    from pipeline.models.tokenizer_check import RENDER_LIMIT_S, check_tokenizer
+
+    tokenizer = chatml_tokenizer()
+    target = save_checkpoint(tmp_path / "t", tiny_llama(tokenizer, layers=1, tied=True), tokenizer)
+    check_tokenizer(target, "target")
+    template = target / "chat_template.jinja"
+    template.write_text("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+                        + template.read_text())
+    t0 = time.monotonic()
+    line = one_line_error(check_tokenizer, target, "target")
+    assert time.monotonic() - t0 < RENDER_LIMIT_S + 10
+    assert line == (f"{target}/chat_template.jinja: the chat template took over {RENDER_LIMIT_S:g} s to render a "
+                    "user question and an answer (real ones take milliseconds); refused")

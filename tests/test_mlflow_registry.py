@@ -138,3 +138,39 @@ def test_tracking_uri_falls_back_to_the_environment(monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow.example:5000")
     assert mlflow_registry.tracking_uri(publish_settings(mlflow={"tracking_uri": None})) == "http://mlflow.example:5000"
     assert mlflow_registry.tracking_uri(publish_settings(mlflow={"tracking_uri": "http://a:1"})) == "http://a:1"
+
+
+def test_an_already_published_version_whose_stored_signature_fails_the_policy_is_refused(
+        bundled_workspace, mlflow_server, tmp_path):
+    """Issue #47: MLflow's `already published` was decided by the digest alone, and the signature is outside it:
+    signing turned on (or the key changed) after a publish reported the unsigned (or old-signed) stored version
+    as published. It is refused now, naming why; a version whose stored signature satisfies the key is reused."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from pipeline.release import signing
+
+    def keypair(name: str) -> dict:
+        key = ec.generate_private_key(ec.SECP256R1())
+        private, public = tmp_path / f"{name}.pem", tmp_path / f"{name}.pub.pem"
+        private.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                              serialization.NoEncryption()))
+        public.write_bytes(key.public_key().public_bytes(serialization.Encoding.PEM,
+                                                         serialization.PublicFormat.SubjectPublicKeyInfo))
+        return {"private_key": str(private), "public_key": str(public)}
+
+    publish = yaml.safe_load((bundled_workspace / "params.yaml").read_text())["publish"]
+    unsigned_cfg = PublishParams.parse(publish)
+    bundle = shutil.copytree(bundled_workspace / "artifacts/bundles/fp8-static", tmp_path / "b")
+    assert mlflow_registry.publish(bundle, "sig-policy", "1", {}, unsigned_cfg)["status"] == "published"
+    release, other = keypair("release"), keypair("other")
+    signed_cfg = PublishParams.parse({**publish, "signing": release})
+    signing.sign(bundle, release["private_key"])  # the same content, now signed
+    with pytest.raises(PipelineError, match=r"sig-policy version 1 in MLflow registry .* holds this content but is "
+                                            r"unsigned; .*publish under a new version"):
+        mlflow_registry.publish(bundle, "sig-policy", "1", {}, signed_cfg)
+    assert mlflow_registry.publish(bundle, "sig-policy", "2", {}, signed_cfg)["status"] == "published"
+    assert mlflow_registry.publish(bundle, "sig-policy", "2", {}, signed_cfg)["status"] == "already published"
+    signing.sign(bundle, other["private_key"])  # the key rotated
+    with pytest.raises(PipelineError, match=r"sig-policy version 2 .* is signed with another key than"):
+        mlflow_registry.publish(bundle, "sig-policy", "2", {}, PublishParams.parse({**publish, "signing": other}))

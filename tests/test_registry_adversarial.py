@@ -587,20 +587,32 @@ def test_status_flags_allowed_failures(tmp_path):
 
 # 5. Issue #47's minor cases
 
-def test_a_bundle_nested_1200_directories_deep_is_verified_not_a_recursion_error(tmp_path):
+def test_a_bundle_nested_1200_directories_deep_is_one_line_not_a_recursion_error(tmp_path):
+    """The walk is a loop (a bundle as deep as MAX_DEPTH verifies, an edit deep down is found) and deeper than that
+    is one line: 1,200 levels were a RecursionError (issue #47)."""
+    from pipeline.release.manifest import MAX_DEPTH
+
     b = make_bundle(tmp_path / "deep")
     levels = [b.joinpath(*["d"] * n) for n in range(1, 1201)]
     try:
-        for level in levels:  # not mkdir(parents=True): pathlib's own recursion
+        for level in levels[:MAX_DEPTH]:  # not mkdir(parents=True): pathlib's own recursion
             level.mkdir()
-        (levels[-1] / "leaf.txt").write_text("x")
+        (levels[MAX_DEPTH - 1] / "leaf.txt").write_text("x")
         write_manifest(b, {"variant": "a"})
-        assert "/".join(["d"] * 1200) + "/leaf.txt" in verify(b)["files"]
-        (levels[-1] / "leaf.txt").write_text("y")
+        assert "/".join(["d"] * MAX_DEPTH) + "/leaf.txt" in verify(b)["files"]
+        (levels[MAX_DEPTH - 1] / "leaf.txt").write_text("y")
         with pytest.raises(PipelineError, match="sha256 mismatch for d/d/"):
             verify(b)
+        for level in levels[MAX_DEPTH:]:
+            level.mkdir()
+        (levels[-1] / "leaf.txt").write_text("x")
+        with pytest.raises(PipelineError, match=f"d/... is nested more than {MAX_DEPTH} directories deep"):
+            write_manifest(b, {"variant": "a"})
+        line = one_error_line(cli("verify", str(b), cwd=tmp_path))
+        assert f"nested more than {MAX_DEPTH} directories deep" in line
     finally:  # pytest's cleanup (shutil.rmtree, recursive) would fail on it, in this session or a later one
-        (levels[-1] / "leaf.txt").unlink(missing_ok=True)
+        for level in (levels[-1], levels[MAX_DEPTH - 1]):
+            (level / "leaf.txt").unlink(missing_ok=True)
         for level in reversed(levels):
             if level.is_dir():
                 level.rmdir()
@@ -620,6 +632,18 @@ def test_verify_fails_closed_when_the_signing_policy_cannot_be_read(tmp_path, bu
     assert cli("verify", str(bundles[0]), cwd=tmp_path).returncode == 0  # unsigned, no policy: nothing to check
     (bundles[0] / "model.sig").write_text("{}")  # signed (the signature is outside the manifest)
     assert "is signed, and there is no params.yaml here" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+
+
+def test_verify_reads_a_bounded_params_file_and_refuses_what_is_not_params(tmp_path, bundles):
+    """The policy is read with a non-blocking open and a bounded read: a 2 MB params.yaml, a YAML alias bomb or a
+    list are one line, never `ok` with the signature unchecked nor a read without end."""
+    params = tmp_path / "params.yaml"
+    params.write_text("publish:\n  registry_dir: registry\n" + "# padding\n" * 250_000)
+    assert "params.yaml is over 1048576 bytes" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+    params.write_text("a: &a [x, x]\nb: &b [*a, *a]\npublish: {signing: {public_key: *b}}\n")
+    assert "YAML aliases (*a) are not allowed" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
+    params.write_text("- publish\n")
+    assert "params.yaml: expected a mapping" in one_error_line(cli("verify", str(bundles[0]), cwd=tmp_path))
 
 
 def test_status_with_a_malformed_or_fifo_verdict_is_one_line(tmp_path):
@@ -644,3 +668,102 @@ def test_a_registry_whose_index_was_deleted_does_not_read_as_empty(tmp_path, bun
         local.publish(bundles[1], "m", "2", {}, publish_settings(registry_dir=str(registry)))
     r = cli("status", cwd=tmp_path)
     assert "index.json is missing" in r.stderr and r.returncode == 2
+
+
+def test_a_full_disk_while_indexing_leaves_no_unindexed_version_and_names_the_path(tmp_path):
+    """Issue #47: on a nearly full registry filesystem the version's copy fitted and the index did not: a version
+    left unindexed (or an index without its `latest`), and `No space left on device` without a path. Simulated
+    with a real size limit (RLIMIT_FSIZE in a child process: writes past it fail with EFBIG as a full disk fails
+    with ENOSPC): the registry's index already holds many models, so the new index is the one write too big."""
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    models = {f"model-{i:03d}": {"latest": "1", "versions": {"1": {"bundle_digest": "0" * 64, "tags": {}}}}
+              for i in range(200)}
+    write_json(registry / "index.json", {"models": models})
+    before = (registry / "index.json").read_bytes()
+    assert len(before) > 16384  # SMALL_DISK's limit; the bundle's files are each below it
+    bundle = make_bundle(tmp_path / "small", "s", weights=2048)
+    r = subprocess.run([sys.executable, "-c", SMALL_DISK, str(bundle), str(registry)], capture_output=True,
+                       text=True, timeout=60, env=ENV)
+    line = one_error_line(r)
+    assert f"{registry}/index.json" in line and "File too large" in line
+    assert (registry / "index.json").read_bytes() == before  # the old index, whole
+    assert sorted(p.name for p in (registry / "m").iterdir()) == []  # no version, no latest, no temp file
+    assert sorted(p.name for p in registry.iterdir()) == [".lock", "index.json", "m"]
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the registry's")
+    (registry / ".index.json.staged").symlink_to(outside)  # a killed publish's leftover, or a planted link
+    local.publish(bundle, "m", "1", {}, publish_settings(registry_dir=str(registry)))  # room again: it publishes
+    assert local.resolve(registry, "m") == registry / "m" / "1"
+    assert outside.read_text() == "not the registry's" and not os.path.lexists(registry / ".index.json.staged")
+
+
+class Misbehaving:
+    """A real HTTP server on loopback (stdlib, in a thread) that plays a broken MLflow tracking server: `500`
+    answers every request with 500; `stall` answers /health and then never answers anything else."""
+
+    def __init__(self, mode: str) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        release = self.release = threading.Event()
+        self.requests: list[str] = []
+        requests = self.requests
+
+        class Handler(BaseHTTPRequestHandler):
+            def answer(self) -> None:
+                requests.append(f"{self.command} {self.path}")
+                if mode == "stall" and not self.path.startswith("/health"):
+                    release.wait(120)  # holds the connection open, silent, until the test ends
+                    return
+                status = 500 if mode == "500" else 200
+                body = b'{"error_code": "INTERNAL_ERROR", "message": "boom"}' if status == 500 else b"OK"
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_PATCH = answer
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "Misbehaving":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["500", "stall"])
+def test_a_misbehaving_mlflow_server_is_one_line_in_bounded_time(bundles, mode, monkeypatch, capsys):
+    """Issue #47: a server answering 500 gave its one line after 248 s (MLflow's client: 7 retries, backoff 2);
+    one answering /health and then stalling kept publish silent for 590 s (120 s per request, retried). Each
+    request is now bounded, and a line before each call says what publish waits for."""
+    import time
+
+    for var in ("MLFLOW_HTTP_REQUEST_TIMEOUT", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR"):
+        monkeypatch.delenv(var, raising=False)
+    if mode == "stall":  # the user's own bound wins over the default (30 s), which keeps this test short
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
+    with Misbehaving(mode) as server:
+        t0 = time.monotonic()
+        with pytest.raises(PipelineError) as e:
+            get_backend("mlflow").publish(bundles[0], "m", "1", {},
+                                          publish_settings(mlflow={"tracking_uri": server.uri}))
+        elapsed = time.monotonic() - t0
+    assert "\n" not in str(e.value) and str(e.value).startswith(f"MLflow registry {server.uri}:")
+    assert elapsed < 40, elapsed
+    timeout = "2" if mode == "stall" else "30"
+    assert f"mlflow: looking up m version 1 at {server.uri} (each request up to {timeout} s, 2 retries)" \
+        in capsys.readouterr().out
+    assert any("model-versions/search" in r for r in server.requests), server.requests
+    assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ or mode == "stall"  # the bounds don't outlive publish

@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from bundle_helpers import MODELPREP, BundleSpec, one_error_line, run_stage
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
-from pipeline.release import signing
+from pipeline.release import attestation, signing
 from pipeline.release.manifest import verify, write_manifest
 from pipeline.release.registry import local
 
@@ -85,8 +85,7 @@ def test_an_edited_eval_with_a_fresh_manifest_is_caught_by_the_signature(signed,
         signing.verify(b, public)
     line = one_error_line(run_stage(ws2, "stages.publish"))
     assert "signature does not verify" in line and not (ws2 / "registry").exists()
-    r = __import__("subprocess").run([MODELPREP, "verify", str(b), "--public-key", str(public)], cwd=ws2,
-                                     capture_output=True, text=True, timeout=120)
+    r = subprocess_run([MODELPREP, "verify", str(b), "--public-key", str(public)], ws2)  # this checkout's code
     assert r.returncode != 0 and "signature does not verify" in r.stderr
 
 
@@ -212,9 +211,13 @@ def test_turning_signing_on_or_changing_the_key_reaches_the_stored_version(signe
     new_private, new_public = keypair(keys, "rotated")  # a new key: the stored copy no longer satisfies it
     signing.sign(b, new_private)
     set_signing(ws, new_private, new_public)
+    line = one_error_line(run_stage(ws, "stages.publish"))  # the bundle's attestation is still the old key's
+    assert f"attestation.intoto.json: its signature does not verify with {new_public}" in line
+    attestation.attest(b, new_private, [])  # as the bundle stage does after signing
     r = run_stage(ws, "stages.publish")
     assert r.returncode == 0 and "signature replaced" in r.stdout, r.stdout + r.stderr
     local.resolve(registry, NAME, public_key=new_public)
+    attestation.check(registry / NAME / version, new_public)  # the attestation went with the signature
     with pytest.raises(PipelineError, match="signature does not verify"):
         local.resolve(registry, NAME, public_key=public)
     assert "signature replaced" not in run_stage(ws, "stages.publish").stdout  # satisfied now: nothing to do
@@ -276,3 +279,110 @@ def test_an_encrypted_ec_key_signs_and_other_key_types_are_named(signed, tmp_pat
         for call, path, role in ((signing.sign, priv, "private_key"), (signing.verify, pub, "public_key")):
             with pytest.raises(PipelineError, match=rf"publish.signing.{role} .* is a \w+ key; only elliptic-curve"):
                 call(b, path)
+
+
+# Issue #47: an in-toto attestation of the whole chain, signed with the same key, checked by `verify --attestation`.
+
+def verify_attested(bundle: Path, public: Path, cwd: Path):
+    return subprocess_run([MODELPREP, "verify", str(bundle), "--public-key", str(public), "--attestation"], cwd)
+
+
+def test_the_attestation_names_the_whole_chain_and_verify_prints_it(signed):
+    """The bundle stage (with a signing key) writes attestation.intoto.json: a DSSE envelope over an in-toto
+    Statement v1 whose subject is the bundle's digest and whose SLSA provenance v1 predicate names the code
+    commit, base model, calibration and training data (by sha256), recipe, eval and gate results."""
+    import base64
+    import hashlib
+
+    from pipeline.release.manifest import digest, file_table
+
+    ws, _, public = signed
+    b = ws / "artifacts/bundles" / V
+    envelope = read_json(b / attestation.ATTESTATION)
+    assert envelope["payloadType"] == "application/vnd.in-toto+json" and len(envelope["signatures"]) == 1
+    body = json.loads(base64.b64decode(envelope["payload"]))
+    assert body["_type"] == "https://in-toto.io/Statement/v1"
+    assert body["predicateType"] == "https://slsa.dev/provenance/v1"
+    manifest = read_json(b / "MANIFEST.json")
+    assert body["subject"] == [{"name": NAME, "digest": {"sha256": manifest["bundle_digest"]}}]
+    deps = {d["name"]: d for d in body["predicate"]["buildDefinition"]["resolvedDependencies"]}
+    assert deps["base-model"]["digest"]["sha256"] == digest(file_table(ws / "artifacts/models/target"))
+    for name, split in (("calibration-data", "calibration"), ("training-data", "draft_train")):
+        data = (ws / f"artifacts/data/{split}.jsonl").read_bytes()
+        assert deps[name]["digest"]["sha256"] == hashlib.sha256(data).hexdigest()
+    assert body["predicate"]["buildDefinition"]["externalParameters"]["recipe"]["name"] == V
+    products = {p["name"]: p for p in body["predicate"]["runDetails"]["byproducts"]}
+    assert products["gate"]["annotations"]["passed"] is True
+    assert products["evaluation"]["annotations"]["top1_agreement"] == 0.97
+    assert products["evaluation"]["digest"]["sha256"] == manifest["files"]["EVAL.json"]["sha256"]
+    r = verify_attested(b, public, ws)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "attestation: in-toto Statement v1, SLSA provenance v1" in out
+    assert f"bundle     {NAME} sha256:{manifest['bundle_digest']}" in out
+    assert f"base-model sha256:{deps['base-model']['digest']['sha256']}" in out
+    assert "calibration-data sha256:" in out and "training-data sha256:" in out
+    assert "gate       passed" in out and "evaluation" in out and f"recipe     {V}:" in out
+
+
+def test_an_attestation_edited_moved_or_foreign_signed_is_refused(signed, release_keys, tmp_path):
+    """The attacks on the attestation: its statement edited (the gate said passed), one signed by another key,
+    one attesting another bundle moved beside this one, one missing, and no key to check it with."""
+    import base64
+
+    ws, keys, public = signed
+    _, private, _ = release_keys
+    b = shutil.copytree(ws / "artifacts/bundles" / V, tmp_path / "b")
+    good = (b / attestation.ATTESTATION).read_text()
+    envelope = json.loads(good)
+    body = json.loads(base64.b64decode(envelope["payload"]))
+    body["predicate"]["runDetails"]["byproducts"][1]["annotations"]["passed"] = False
+    envelope["payload"] = base64.b64encode(json.dumps(body).encode()).decode()
+    (b / attestation.ATTESTATION).write_text(json.dumps(envelope))
+    assert "its signature does not verify" in one_error_line(verify_attested(b, public, tmp_path))
+    other_private, _ = keypair(keys, "attest-intruder")
+    attestation.attest(b, other_private, [])  # a valid envelope, by someone else
+    assert "its signature does not verify" in one_error_line(verify_attested(b, public, tmp_path))
+    # another bundle's genuine attestation (same key): EVAL.json differs, so does the digest
+    c = shutil.copytree(b, tmp_path / "c")
+    ev = read_json(c / "EVAL.json")
+    (c / "EVAL.json").write_text(json.dumps({**ev, "top1_agreement": 0.5}))
+    write_manifest(c, read_json(c / "MANIFEST.json")["provenance"])
+    attestation.attest(c, private, [])
+    shutil.copyfile(c / attestation.ATTESTATION, b / attestation.ATTESTATION)
+    line = one_error_line(verify_attested(b, public, tmp_path))
+    assert "attests bundle" in line and "MANIFEST.json digest is" in line
+    (b / attestation.ATTESTATION).unlink()
+    assert f"has no {attestation.ATTESTATION}" in one_error_line(verify_attested(b, public, tmp_path))
+    (b / attestation.ATTESTATION).write_text(good)
+    assert verify_attested(b, public, tmp_path).returncode == 0
+    r = subprocess_run([MODELPREP, "verify", str(b), "--attestation"], tmp_path)
+    assert "--attestation needs the signing key's public half" in one_error_line(r)
+
+
+def subprocess_run(argv: list[str], cwd: Path):
+    import os
+    import subprocess
+
+    from tiny_project import ROOT
+
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_the_base_model_digest_covers_every_file_of_the_model_directory(tmp_path):
+    """Round four's own attack on the attestation: a digest made with the bundle's file table would leave out a
+    model directory's own root `MANIFEST.json`, `model.sig` or `attestation.intoto.json`, so editing one of them
+    would not change the attested base-model digest."""
+    from pipeline.release import attestation
+
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "w.bin").write_text("w")
+    before = attestation.dir_input("base-model", model).sha256
+    for name in ("MANIFEST.json", "model.sig", "attestation.intoto.json"):
+        (model / name).write_text(name)
+        after = attestation.dir_input("base-model", model).sha256
+        assert after != before, name
+        before = after

@@ -12,6 +12,7 @@ hold (benchmarks/gpu/raw/*/metrics, bundles built before the rename) to these.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,7 +134,7 @@ class EvalSummary:
     def load(cls, path: str | Path) -> EvalSummary:
         """The record evaluate wrote (artifacts/eval/<v>/summary.json); a missing or malformed one is one error
         line naming the file and the field."""
-        return records.read(cls, path)
+        return check_possible(records.read(cls, path), str(path))
 
     def write(self, path: str | Path) -> None:
         data = dataclasses.asdict(self)
@@ -190,8 +191,36 @@ class EvalSummary:
         lm_eval = {key[len(LM_EVAL):]: data.pop(key) for key in list(data) if key.startswith(LM_EVAL)}
         if data:
             raise PipelineError(f"{where}: unknown evaluation metrics {sorted(data)}")
-        return records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
-                                       "lm_eval": lm_eval, "functional": functional}, where)
+        return check_possible(records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
+                                                      "lm_eval": lm_eval}, where), where)
+
+
+# The values each metric can take at all (issue #47, round four's own attack: a KL of -0.5, a top-1 agreement of 1.7
+# or an acceptance of 2.5 per drafted token passed every gate). NaN is left to the gate, which fails it; a tiny
+# negative KL is float rounding of two equal distributions.
+FRACTIONS = ("top1_agreement", "greedy_match")
+KL_ROUNDING = 1e-6
+
+
+def check_possible(summary: EvalSummary, where: str) -> EvalSummary:
+    """The summary, or one line naming the first metric whose value no measurement can produce."""
+    q = summary.quality
+    values = [(name, getattr(q, name), 0.0, 1.0) for name in FRACTIONS]
+    values += [("kl_divergence", q.kl_divergence, -KL_ROUNDING, math.inf),
+               ("perplexity", q.perplexity, 1.0, math.inf), ("perplexity_baseline", q.perplexity_baseline, 1.0, math.inf),
+               ("tokens", q.tokens, 0, math.inf),
+               ("accepted_per_draft_token", summary.speculation.accepted_per_draft_token, 0.0, 1.0)]
+    values += [(f"methods[{m.method}].accepted_per_draft_token", m.accepted_per_draft_token, 0.0, 1.0)
+               for m in summary.speculation.methods]
+    if summary.functional is not None:
+        f = summary.functional
+        values += [("pass_at_1", f.pass_at_1, 0.0, 1.0), ("pass_at_1_baseline", f.pass_at_1_baseline, 0.0, 1.0),
+                   ("pass_at_1_drop", f.pass_at_1_drop, -1.0, 1.0)]
+    for name, value, low, high in values:
+        if value is not None and not math.isnan(value) and not low <= value <= high:
+            raise PipelineError(f"{where}: {name} is {value}, which no measurement can give (it lies in "
+                                f"[{low:g}, {high:g}]); the metrics were not produced by evaluate")
+    return summary
 
 
 def _method_metrics(m: MethodEstimate) -> dict:

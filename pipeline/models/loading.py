@@ -62,6 +62,41 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
     return model.to(device).eval()
 
 
+# Upper bounds on a config's shape, well above any published model's (Llama 3.1 405B: 126 layers, hidden 16384,
+# intermediate 53248; Gemma 3: vocab 262144; Llama 4 Scout: 10M positions): a config beyond them is refused before
+# anything is built from it (issue #47: num_hidden_layers 200000 made a meta-device model of 4.3 GB, still being
+# built after 150 s).
+SHAPE_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 19,
+                "moe_intermediate_size": 1 << 19, "vocab_size": 1 << 22, "num_attention_heads": 1024,
+                "num_key_value_heads": 1024, "head_dim": 4096, "num_local_experts": 4096, "n_routed_experts": 4096,
+                "num_experts": 4096, "max_position_embeddings": 1 << 26}
+MAX_PARAMETERS = 10 ** 13  # a dense estimate (layers x (4 h^2 + 3 h x intermediate) + 2 vocab x h): 10T
+
+
+def check_shape(config: dict, where: str) -> None:
+    """One line naming the first absurd dimension (not a positive integer, or over SHAPE_LIMITS), or a shape whose
+    parameter count is beyond any model's; multimodal configs' text_config is checked too."""
+    from pipeline.core.errors import PipelineError
+
+    text = config.get("text_config")
+    for part in (config, text) if isinstance(text, dict) else (config,):
+        for key, limit in SHAPE_LIMITS.items():
+            value = part.get(key)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PipelineError(f"{where}: {key} is {value!r}, not a positive integer")
+            if value > limit:
+                raise PipelineError(f"{where}: {key} {value} is beyond any real model's (at most {limit} accepted); "
+                                    "refused before a model is built from it")
+        layers, hidden = part.get("num_hidden_layers") or 0, part.get("hidden_size") or 0
+        estimate = layers * (4 * hidden ** 2 + 3 * hidden * (part.get("intermediate_size") or 0)) \
+            + 2 * (part.get("vocab_size") or 0) * hidden
+        if estimate > MAX_PARAMETERS:
+            raise PipelineError(f"{where}: its shape describes about {estimate:.2g} parameters, beyond any real "
+                                f"model's (at most {MAX_PARAMETERS:.0g} accepted)")
+
+
 def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     """The safetensors weights hold exactly the tensors, of exactly the shapes, that the model config.json describes
     needs. transformers initialises a missing tensor at random and only logs it, so a config with more layers
@@ -76,6 +111,7 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     from pipeline.core.errors import PipelineError
 
     path = Path(path)
+    check_shape(json.loads((path / "config.json").read_bytes()), f"{role} model file {path}/config.json")
     config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     # A quantized checkpoint is checked too (issue #47: skipping it let a 12-layer config over 6-layer weights load
     # with the missing layers at random): its packed weights and scales are mapped back to the parameters they hold.

@@ -124,6 +124,9 @@ def check_config(path: Path, role: str) -> None:
     config = read_json_file(path, role)
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise PipelineError(f"{role} model file {path} has no model_type (not a transformers config)")
+    from pipeline.models.loading import check_shape  # beside the meta-device build it protects
+
+    check_shape(config, f"{role} model file {path}")
 
 
 def check_safetensors(path: Path, role: str) -> None:

@@ -9,13 +9,43 @@ before any weights load.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 
 PROBE = "modelprep-end-of-answer-probe"  # an assistant answer whose end is easy to find in the rendered text
+# A real chat template renders two messages in milliseconds; one with nested range(100000) loops hung the check
+# (issue #47). transformers renders in jinja2's sandbox, which bounds one range() to 100,000 items but not nesting.
+RENDER_LIMIT_S = 5.0
+
+
+class RenderTimeout(BaseException):  # not Exception: no library handler may swallow it
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """RenderTimeout when the block runs longer than seconds (SIGALRM: jinja renders in Python, so the signal
+    lands between its bytecodes). Only the main thread receives signals: elsewhere the block runs unbounded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise RenderTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 @dataclass(frozen=True)
@@ -66,7 +96,11 @@ def turn_end_id(tokenizer, model_dir: Path, shown: str) -> int | None:
         return None
     messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": PROBE}]
     try:
-        text = tokenizer.apply_chat_template(messages, tokenize=False)
+        with time_limit(RENDER_LIMIT_S):
+            text = tokenizer.apply_chat_template(messages, tokenize=False)
+    except RenderTimeout:
+        raise PipelineError(f"{shown}/{template_file(model_dir)}: the chat template took over {RENDER_LIMIT_S:g} s to "
+                            "render a user question and an answer (real ones take milliseconds); refused") from None
     except Exception as e:  # noqa: BLE001 - jinja's errors and the template's own raise_exception
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PipelineError(f"{shown}/{template_file(model_dir)}: the chat template cannot render a user question and "

@@ -70,7 +70,14 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
     if not path.is_file():
         raise PipelineError(f"{what} {path} not found{hint}".lstrip())
     try:
-        text = path.read_text(encoding="utf-8")
+        return parse_yaml_mapping(path.read_text(encoding="utf-8"), path)
+    except UnicodeDecodeError as e:
+        raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
+
+
+def parse_yaml_mapping(text: str, path: Path) -> dict:
+    """read_yaml_mapping's checks on text already read from path (no aliases, valid YAML, a mapping)."""
+    try:
         # An alias (*name) is expanded in memory by every reader, DVC's too: nested ones are a billion-laughs bomb
         # (dvc status aborted, the bundle stage ran out of memory). Params need none, so none is read.
         alias = next((e for e in yaml.parse(text) if isinstance(e, yaml.AliasEvent)), None)
@@ -78,7 +85,7 @@ def read_yaml_mapping(path: Path, what: str = "", hint: str = "") -> dict:
             raise PipelineError(f"{path}:{alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not allowed "
                                 "in params; write the values out")
         data = yaml.safe_load(text)
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+    except yaml.YAMLError as e:
         raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise PipelineError(f"{path}: expected a mapping")

@@ -13,6 +13,7 @@ from pipeline.core.io import write_json
 
 MANIFEST = "MANIFEST.json"
 SHA256_HEX = frozenset("0123456789abcdef")
+MAX_DEPTH = 64  # directories below a bundle's root; real bundles are 2-3 levels deep
 
 
 def sha256_file(path: Path) -> str:
@@ -26,10 +27,14 @@ def sha256_file(path: Path) -> str:
 def _regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """(relative path, lstat) of every file under root, never following a link. A symlink could
     point outside the bundle and a fifo or socket has no content to hash, so both are refused.
-    Walked with a stack, not recursion: 1,200 nested directories were a RecursionError (issue #47)."""
+    Walked with a stack, not recursion: 1,200 nested directories were a RecursionError (issue #47); deeper than
+    MAX_DEPTH is one line (what reads the bundle next, model-signing's hashing and copytree, recurse)."""
     pending = [""]
     while pending:
         rel = pending.pop()
+        if rel.count("/") + 1 > MAX_DEPTH:
+            raise PipelineError(f"{root}: {rel.split('/')[0]}/... is nested more than {MAX_DEPTH} directories deep; "
+                                "a bundle is a few levels deep")
         subdirs = []
         with os.scandir(root / rel if rel else root) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
@@ -46,14 +51,15 @@ def _regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
 
 
 SIGNATURE = "model.sig"  # pipeline/release/signing.py: it signs the manifest, so the manifest can't list it
+ATTESTATION = "attestation.intoto.json"  # pipeline/release/attestation.py: it names the digest, likewise
 
 
 def file_table(root: Path) -> dict[str, dict]:
-    """Every file but the root MANIFEST.json (and the root signature); a nested one would vouch for files it
-    shouldn't."""
+    """Every file but the root MANIFEST.json (and the root signature and attestation); a nested one would vouch
+    for files it shouldn't."""
     table = {}
     for name, st in _regular_files(Path(root)):
-        if name in (MANIFEST, SIGNATURE):
+        if name in (MANIFEST, SIGNATURE, ATTESTATION):
             continue
         if PurePosixPath(name).name == MANIFEST:
             raise PipelineError(f"{root}: nested {name}; a bundle has one MANIFEST.json, at its root")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
-from pipeline.release.manifest import SIGNATURE  # the manifest leaves it out: the one name for both
+from pipeline.release.manifest import ATTESTATION, SIGNATURE  # the manifest leaves both out: one name each
 PASSWORD_ENV = "MODELPREP_SIGNING_KEY_PASSWORD"
 KEY_HASHES = paths.SIGNING_KEYS  # a dep of bundle and publish
 
@@ -23,8 +23,9 @@ KEY_HASHES = paths.SIGNING_KEYS  # a dep of bundle and publish
 def _hashing():
     from model_signing import hashing
 
-    # Every file, .git-like names too: nothing in a bundle is exempt but the signature itself.
-    return hashing.Config().set_ignored_paths(paths=[SIGNATURE], ignore_git_paths=False)
+    # Every file, .git-like names too: nothing in a bundle is exempt but the signature itself and the attestation
+    # (signed on its own, with the same key: pipeline/release/attestation.py).
+    return hashing.Config().set_ignored_paths(paths=[SIGNATURE, ATTESTATION], ignore_git_paths=False)
 
 
 def _key(path: str | Path, what: str) -> Path:
@@ -84,13 +85,14 @@ def sign(bundle: Path, private_key: str | Path) -> None:
         raise PipelineError(f"signing {bundle} with {key} failed: {str(e).splitlines()[0][:200]}") from None
 
 
-def verify(bundle: Path, public_key: str | Path) -> None:
-    """One line when the bundle is unsigned, or its files or signer don't match the signature."""
+def verify(bundle: Path, public_key: str | Path, signature: Path | None = None) -> None:
+    """One line when the bundle is unsigned, or its files or signer don't match the signature (the bundle's
+    model.sig, or another copy of it: a remote registry's stored one)."""
     import model_signing
 
     key = _key(public_key, "public_key")
     check_key_type(key, "public_key")
-    signature = Path(bundle) / SIGNATURE
+    signature = Path(bundle) / SIGNATURE if signature is None else signature
     if not signature.is_file() or signature.is_symlink():
         raise PipelineError(f"{bundle} is not signed ({SIGNATURE} missing) and publish.signing.public_key is set")
     try:

@@ -6,6 +6,9 @@ immutable: the same content again is "already published", different content is r
 """
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from pipeline.core.errors import PipelineError
 from pipeline.core.names import check_name, check_version  # noqa: F401 - the backends' checks, defined with the other names
 
@@ -39,3 +42,28 @@ def first_line(error: BaseException) -> str:
     """A backend's exception as one line (MLflow and HTTP errors can span many)."""
     text = str(getattr(error, "message", None) or error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+def check_stored_signature(stored: bytes | None, bundle: Path, public_key: str | None, name: str, version: str,
+                           where: str) -> None:
+    """A remote registry's "already published" is decided by the digest, and the signature is outside it: with
+    publish.signing.public_key set, the stored copy's model.sig (None: it has none) must verify with that key over
+    this same content, else the version is refused, never reported as published (issue #47). Remote versions are
+    not re-signed in place: publish under a new version."""
+    if not public_key:
+        return
+    from pipeline.release import signing
+
+    problem = "is unsigned" if stored is None else None
+    if stored is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / signing.SIGNATURE
+            copy.write_bytes(stored)
+            try:
+                signing.verify(bundle, public_key, signature=copy)
+            except PipelineError:
+                problem = f"is signed with another key than {public_key}"
+    if problem:
+        raise PipelineError(f"{name} version {version} in {where} holds this content but {problem}; "
+                            "publish.signing.public_key asks for a signature it can't be given there: "
+                            "publish under a new version (publish.version)")

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import MANIFEST, verify
-from pipeline.release.registry import already_published, check_name, check_version, first_line
+from pipeline.release.registry import (already_published, check_name, check_stored_signature, check_version,
+                                       first_line)
 from pipeline.release.settings import PublishParams
 
 
@@ -49,6 +50,8 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParam
                                exist_ok=True).repo_id
         if already_published(name, version, _tagged_digest(api, repo, version), manifest["bundle_digest"],
                              f"Hub repo {repo}"):
+            check_stored_signature(_tagged_signature(api, repo, version), bundle, cfg.signing.public_key, name,
+                                   version, f"Hub repo {repo}")
             return {"name": name, "version": version, "uri": f"hf://{repo}@{version}", "status": "already published"}
         tag_text = ", ".join(f"{k}={v}" for k, v in tags.items())
         commit = api.upload_folder(repo_id=repo, folder_path=str(bundle), delete_patterns="*",
@@ -64,3 +67,15 @@ def _tagged_digest(api, repo: str, version: str) -> str | None:
         return None
     path = api.hf_hub_download(repo, MANIFEST, revision=version)
     return json.loads(Path(path).read_text())["bundle_digest"]
+
+
+def _tagged_signature(api, repo: str, version: str) -> bytes | None:
+    """The model.sig of the version's tag; None when the tagged commit has none."""
+    from huggingface_hub import errors
+
+    from pipeline.release.signing import SIGNATURE
+
+    try:
+        return Path(api.hf_hub_download(repo, SIGNATURE, revision=version)).read_bytes()
+    except errors.EntryNotFoundError:
+        return None

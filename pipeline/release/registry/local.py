@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.io import atomic_write_text
 from pipeline.release.binding import check_binding
 from pipeline.release.manifest import verify
 from pipeline.release.registry import already_published, check_name, check_version
@@ -116,13 +115,17 @@ def _locked(root: Path):
 
 
 def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags: dict, cfg: PublishParams) -> str:
-    """Under the lock: reuse a verified stored version or install a new one; index it; move `latest`."""
+    """Under the lock: reuse a verified stored version or install a new one; index it; move `latest`.
+    Transactional against a full disk: the version's copy, the new index and the new `latest` are all written
+    to temp files first, then renamed into place (renames take no space); a write that fails removes what was
+    written, so no version is left unindexed and no index without its `latest` (issue #47)."""
     index = read_index(root)
     dest = root / name / version
     entry = index["models"].setdefault(name, {"versions": {}})
     record = {"bundle_digest": digest, "tags": tags,
               "published_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     stored = _verified(root, index, name, version)["bundle_digest"] if os.path.lexists(dest) else None
+    copy = None
     if already_published(name, version, stored, digest, str(root)):
         _refuse_rollback(entry, name, version, cfg)
         status = "already published"
@@ -130,12 +133,25 @@ def _store(root: Path, bundle: Path, name: str, version: str, digest: str, tags:
         if cfg.signing.public_key and _resign(bundle, dest, cfg.signing.public_key):
             status = "already published, signature replaced"
     else:
-        _install(bundle, dest, digest)
+        copy = _stage_copy(bundle, dest, digest)
         status = "published"
         entry["versions"][version] = record
     entry["latest"] = version
-    _write_shared(root / INDEX, json.dumps(index, indent=2) + "\n")
-    _write_shared(root / name / LATEST, version + "\n")
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in ((root / INDEX, json.dumps(index, indent=2) + "\n"), (root / name / LATEST, version + "\n")):
+            staged.append((_stage_text(path, text), path))
+        if copy is not None:
+            os.rename(copy, dest)  # dest is absent: checked under the lock
+            copy = None
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    finally:
+        if copy is not None:
+            shutil.rmtree(copy, ignore_errors=True)
+        for tmp, _ in staged:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
     return status
 
 
@@ -151,7 +167,8 @@ def _resign(bundle: Path, dest: Path, public_key: str) -> bool:
     """Give a stored version the bundle's signature when its own does not verify with public_key (it was published
     unsigned or under another key): the same content, so the same version, now signed as the policy asks. The
     bundle's signature is verified first; the swap is one rename. True when replaced."""
-    from pipeline.release import signing
+    from pipeline.release import attestation, signing
+    from pipeline.release.manifest import ATTESTATION
 
     try:
         signing.verify(dest, public_key)
@@ -159,16 +176,31 @@ def _resign(bundle: Path, dest: Path, public_key: str) -> bool:
     except PipelineError:
         pass
     signing.verify(bundle, public_key)  # the new signature satisfies the policy, or nothing is changed
-    staged = dest / f".{signing.SIGNATURE}.staged"
-    shutil.copyfile(bundle / signing.SIGNATURE, staged)
-    os.chmod(staged, FILE_MODE)
-    os.replace(staged, dest / signing.SIGNATURE)
+    names = [signing.SIGNATURE]
+    if os.path.lexists(bundle / ATTESTATION):  # the attestation is signed by the same key: it goes with it
+        attestation.check(bundle, public_key)
+        names.append(ATTESTATION)
+    staged = {name: dest / f".{name}.staged" for name in names}
+    try:
+        for name, path in staged.items():  # every copy written before any rename (a full disk changes nothing)
+            shutil.copyfile(bundle / name, path)
+            os.chmod(path, FILE_MODE)
+        for name, path in staged.items():
+            os.replace(path, dest / name)
+        if ATTESTATION not in names:  # one by the old key would contradict the new signature
+            with contextlib.suppress(FileNotFoundError):
+                (dest / ATTESTATION).unlink()
+    finally:
+        for path in staged.values():
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
     signing.verify(dest, public_key)
     return True
 
 
-def _install(bundle: Path, dest: Path, digest: str) -> None:
-    """Copy into a private temp dir, verify, make readable, then one rename: never a partial version."""
+def _stage_copy(bundle: Path, dest: Path, digest: str) -> Path:
+    """The bundle copied into a private temp dir beside dest, verified and made readable; the caller renames it
+    into place (never a partial version) or removes it."""
     _make_dir(dest.parent)
     for stale in dest.parent.glob(".*.tmp-*"):  # killed publishes' of any version; under the lock none is live
         shutil.rmtree(stale, ignore_errors=True)
@@ -178,10 +210,10 @@ def _install(bundle: Path, dest: Path, digest: str) -> None:
         if verify(tmp)["bundle_digest"] != digest:
             raise PipelineError(f"{bundle} changed while it was being published; publish it again")
         _share(tmp)
-        os.rename(tmp, dest)  # dest is absent: checked under the lock
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return tmp
 
 
 def _share(tree: Path) -> None:
@@ -204,13 +236,29 @@ def _make_dir(path: Path) -> None:
     os.chmod(path, DIR_MODE)
 
 
-def _write_shared(path: Path, text: str) -> None:
-    """Atomic, and 0644 from the moment it appears (atomic_write_text's mkstemp makes 0600).
-    The staging name is fixed: only the lock holder writes here."""
+def _stage_text(path: Path, text: str) -> Path:
+    """text in a temp file beside path, 0644, flushed to disk; the caller renames it over path. The staging name is
+    fixed: only the lock holder writes here. A failed write (a full disk) names path: write() errors carry none."""
     staged = path.with_name(f".{path.name}.staged")
-    atomic_write_text(staged, text)
-    os.chmod(staged, FILE_MODE)
-    os.replace(staged, path)
+    try:
+        with contextlib.suppress(FileNotFoundError):  # a killed publish's, maybe a teammate's: under the lock, stale
+            staged.unlink()
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
+        try:
+            with os.fdopen(fd, "w") as f:
+                fd = None
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            if fd is not None:
+                os.close(fd)
+        os.chmod(staged, FILE_MODE)  # O_CREAT honours the umask
+    except OSError as e:
+        with contextlib.suppress(FileNotFoundError):
+            staged.unlink()
+        raise OSError(e.errno, f"writing {path.name} failed: {e.strerror}", str(path)) from None
+    return staged
 
 
 def _describe(e: OSError) -> str:

@@ -8,6 +8,7 @@ is uploaded, so the registry never points at a half-uploaded bundle.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.error
 import urllib.request
@@ -17,11 +18,17 @@ from urllib.parse import urlsplit
 from pipeline.core.errors import PipelineError
 from pipeline.core.redact import redact_uri
 from pipeline.release.manifest import verify
-from pipeline.release.registry import already_published, check_name, check_version, first_line
+from pipeline.release.registry import (already_published, check_name, check_stored_signature, check_version,
+                                       first_line)
 from pipeline.release.settings import PublishParams
 
 ARTIFACT_PATH = "bundle"
 HEALTH_TIMEOUT_S = 10
+# Each request MLflow's client makes, bounded (issue #47: a server answering 500 took 248 s to give up, one that
+# answered /health and then stalled kept publish silent for 590 s): its defaults are a 120 s timeout and 7 retries
+# with a backoff factor of 2. The user's own MLFLOW_HTTP_REQUEST_* variables win.
+REQUEST_BOUNDS = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "30", "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                  "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
 
 
 def tracking_uri(cfg: PublishParams) -> str:
@@ -50,6 +57,25 @@ def check_reachable(uri: str) -> None:
             from None
 
 
+@contextlib.contextmanager
+def bounded_requests():
+    """REQUEST_BOUNDS for the variables the environment does not set, for the duration of a publish."""
+    added = {k: v for k, v in REQUEST_BOUNDS.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield int(os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"]), int(os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
+
+
+def waiting(uri: str, what: str, bounds: tuple[int, int]) -> None:
+    """The line that says what publish is waiting for, before each call to the server."""
+    from pipeline.core.stage import say
+
+    say(redact_uri(f"mlflow: {what} at {uri} (each request up to {bounds[0]} s, {bounds[1]} retries)"))
+
+
 def _label_filter(name: str, version: str) -> str:
     return f"name = '{name}' and tags.version_label = '{version}'"
 
@@ -66,26 +92,52 @@ def publish(bundle: Path, name: str, version: str, tags: dict, cfg: PublishParam
     check_reachable(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     try:
-        existing = client.search_model_versions(_label_filter(name, version))
-        if already_published(name, version, existing[0].tags.get("bundle_digest") if existing else None,
-                             digest, f"MLflow registry {redact_uri(uri)}"):
-            return {"name": name, "version": version, "uri": f"models:/{name}/{existing[0].version}",
-                    "status": "already published"}
-        run_id = _log_bundle(client, bundle, name, version, tags, manifest, cfg)
-        try:
-            client.create_registered_model(name)
-        except MlflowException as e:
-            if e.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        source = f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
-        mv = client.create_model_version(
-            name, source, run_id=run_id,
-            tags={**{k: str(v) for k, v in tags.items()}, "version_label": version, "bundle_digest": digest},
-            description=f"modelprep bundle {version} (sha256 digest {digest})")
+        with bounded_requests() as bounds:
+            waiting(uri, f"looking up {name} version {version}", bounds)
+            existing = client.search_model_versions(_label_filter(name, version))
+            where = f"MLflow registry {redact_uri(uri)}"
+            if already_published(name, version, existing[0].tags.get("bundle_digest") if existing else None,
+                                 digest, where):
+                check_stored_signature(_stored_signature(client, existing[0].run_id), bundle,
+                                       cfg.signing.public_key, name, version, where)
+                return {"name": name, "version": version, "uri": f"models:/{name}/{existing[0].version}",
+                        "status": "already published"}
+            waiting(uri, f"uploading {len(manifest['files'])} bundle files", bounds)
+            run_id = _log_bundle(client, bundle, name, version, tags, manifest, cfg)
+            waiting(uri, f"registering {name} version {version}", bounds)
+            try:
+                client.create_registered_model(name)
+            except MlflowException as e:
+                if e.error_code != "RESOURCE_ALREADY_EXISTS":
+                    raise
+            source = f"{client.get_run(run_id).info.artifact_uri}/{ARTIFACT_PATH}"
+            mv = client.create_model_version(
+                name, source, run_id=run_id,
+                tags={**{k: str(v) for k, v in tags.items()}, "version_label": version, "bundle_digest": digest},
+                description=f"modelprep bundle {version} (sha256 digest {digest})")
     except (MlflowException, OSError) as e:  # OSError covers requests' connection errors mid-upload
         # MLflow's messages repeat the request URL, credentials included.
         raise PipelineError(redact_uri(f"MLflow registry {uri}: {first_line(e)}")) from None
     return {"name": name, "version": version, "uri": f"models:/{name}/{mv.version}", "status": "published"}
+
+
+def _stored_signature(client, run_id: str) -> bytes | None:
+    """The model.sig a registered version's run holds; None when it has none."""
+    import tempfile
+
+    from mlflow.exceptions import MlflowException
+
+    from pipeline.release.signing import SIGNATURE
+
+    names = {Path(f.path).name for f in client.list_artifacts(run_id, ARTIFACT_PATH)}
+    if SIGNATURE not in names:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, f"{ARTIFACT_PATH}/{SIGNATURE}", tmp)
+        except MlflowException:
+            return None
+        return Path(path).read_bytes()
 
 
 def _log_bundle(client, bundle: Path, name: str, version: str, tags: dict, manifest: dict, cfg: PublishParams) -> str:
