@@ -112,6 +112,9 @@ def test_the_summary_carries_pass_at_1_and_reads_it_back(tmp_path):
     assert (back.tasks, back.pass_at_1_baseline, back.pass_at_1, back.pass_at_1_drop) == (10, 0.6, 0.4, 0.2)
     summary_with(works).write(tmp_path / "summary.json")
     assert EvalSummary.load(tmp_path / "summary.json").functional == works
+    # a pass@1 no run can give (a hand-edited metrics file) is one line, before any gate reads it
+    with pytest.raises(PipelineError, match=r"pass_at_1 is 1.5, which no measurement can give"):
+        EvalSummary.from_metrics({**metrics, "pass_at_1": 1.5}, "eval-gptq-w4a16.json")
 
 
 def test_without_the_check_the_summary_and_metrics_are_as_before(tmp_path):

@@ -192,7 +192,7 @@ class EvalSummary:
         if data:
             raise PipelineError(f"{where}: unknown evaluation metrics {sorted(data)}")
         return check_possible(records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
-                                                      "lm_eval": lm_eval}, where), where)
+                                                      "lm_eval": lm_eval, "functional": functional}, where), where)
 
 
 # The values each metric can take at all (issue #47, round four's own attack: a KL of -0.5, a top-1 agreement of 1.7
