@@ -38,7 +38,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
-from pipeline.data.real_text import MIN_DOC_CHARS, capped, module_name, stdlib_root
+from pipeline.data.real_text import MIN_DOC_CHARS, capped, distinct_conversations, module_name, stdlib_root
 from pipeline.data.settings import Fractions
 from pipeline.data.traffic import source_path
 
@@ -287,20 +287,8 @@ def generate(rows: int, seed: int, max_chars: int, modules: list[CodeModule] | N
     if rows < 1 or max_chars < 200:
         raise PipelineError("traffic python-code: rows must be >= 1 and max_answer_chars >= 200")
     modules = modules if modules is not None else code_modules(max_chars)
-    rng = random.Random(seed)
-    kinds, weights = zip(*KINDS.items())
-    out, seen = [], set()
-    for _ in range(rows * 20):  # draws that repeat a conversation are skipped; give up well past rows
-        mod = rng.choice(modules)
-        messages = conversation(rng, mod, rng.choices(kinds, weights)[0], max_chars)
-        key = json.dumps(messages)
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append({"messages": messages, "group": mod.name})
-        if len(out) == rows:
-            return out
-    raise PipelineError(f"traffic python-code: only {len(out)} distinct conversations for rows {rows}")
+    return distinct_conversations(random.Random(seed), modules, KINDS,
+                                  lambda rng, mod, kind: conversation(rng, mod, kind, max_chars), rows, "python-code")
 
 
 def functional_path(traffic: Path) -> Path:

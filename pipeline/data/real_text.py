@@ -207,20 +207,28 @@ def generate(rows: int, seed: int, max_answer_chars: int, documents: list[Docume
     if rows < 1 or max_answer_chars < MIN_DOC_CHARS:
         raise PipelineError(f"traffic python-docs: rows must be >= 1 and max_answer_chars >= {MIN_DOC_CHARS}")
     documents = documents if documents is not None else stdlib_documents()
-    rng = random.Random(seed)
-    kinds, weights = zip(*KINDS.items())
+    return distinct_conversations(random.Random(seed), documents, KINDS,
+                                  lambda rng, doc, kind: conversation(rng, doc, kind, max_answer_chars),
+                                  rows, "python-docs")
+
+
+def distinct_conversations(rng: random.Random, sources: list, kinds: dict[str, float], make, rows: int,
+                           what: str) -> list[dict]:
+    """`rows` distinct rows, each `make(rng, source, kind)`'s messages about a source drawn at random (kind drawn by
+    its weight), grouped by the source's name; one error line when the sources can't give that many."""
+    names, weights = zip(*kinds.items())
     out, seen = [], set()
     for _ in range(rows * 20):  # draws that repeat a conversation are skipped; give up well past rows
-        doc = rng.choice(documents)
-        messages = conversation(rng, doc, rng.choices(kinds, weights)[0], max_answer_chars)
+        source = rng.choice(sources)
+        messages = make(rng, source, rng.choices(names, weights)[0])
         key = json.dumps(messages)
         if key in seen:
             continue
         seen.add(key)
-        out.append({"messages": messages, "group": doc.name})
+        out.append({"messages": messages, "group": source.name})
         if len(out) == rows:
             return out
-    raise PipelineError(f"traffic python-docs: only {len(out)} distinct conversations for rows {rows}")
+    raise PipelineError(f"traffic {what}: only {len(out)} distinct conversations for rows {rows}")
 
 
 def source_record(rows: list[dict], seed: int, max_answer_chars: int, documents: list[Document]) -> dict:

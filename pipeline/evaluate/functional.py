@@ -18,6 +18,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
+from pipeline.data.functional_code import Task  # the HumanEval row, declared once where the files are written
 from pipeline.evaluate import generation, sandbox
 from pipeline.evaluate.sandbox import Limits, Outcome
 from pipeline.evaluate.settings import FunctionalCheck
@@ -27,15 +28,6 @@ FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 # HumanEval's stop sequences (Chen et al. 2021): the function ends where a new top-level statement begins
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 KEPT_CHARS = 2000  # of each completion in the per-task record
-
-
-@dataclass(frozen=True)
-class Task:
-    task_id: str
-    prompt: str
-    canonical_solution: str
-    test: str
-    entry_point: str
 
 
 @dataclass(frozen=True)
