@@ -80,8 +80,8 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     from pipeline.data.traffic import read_split
     from pipeline.models.loading import load_tokenizer
     from pipeline.params.load import load_params
-    from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.settings import Calibration
 
     params = load_params(PARAMS_FILE)
@@ -105,6 +105,8 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
 def run_smollm2_child(job_path: Path, result: Path) -> None:
     """Child process: one SmolLM2 setting, quantized by the stage's own quantize_model, then the held-out
     fidelity evaluate computes (pipeline.evaluate.quality.fidelity) of the result against the unquantized target."""
+    import torch
+
     from pipeline.data.formatting import full_text, prompt_and_response_ids
     from pipeline.data.traffic import read_split
     from pipeline.evaluate import quality
@@ -112,8 +114,6 @@ def run_smollm2_child(job_path: Path, result: Path) -> None:
     from pipeline.params.load import load_params
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import enabled_variant
-
-    import torch
 
     job = json.loads(job_path.read_text())
     if job["threads"]:

@@ -49,11 +49,9 @@ def gate_verdicts() -> dict:
 
 
 def cmd_verify(args) -> int:
-    from pipeline.release.manifest import load_manifest, verify
-    from pipeline.release.registry.local import resolve_ref
-
     from pipeline.params.load import PARAMS_FILE
-    from pipeline.release.manifest import SIGNATURE
+    from pipeline.release.manifest import SIGNATURE, load_manifest, verify
+    from pipeline.release.registry.local import resolve_ref
 
     # No policy to read (run from elsewhere) is not "no signing": a signed bundle is then refused, not passed
     # unchecked (issue #47); an unreadable params.yaml fails in publish_param.
@@ -221,8 +219,8 @@ def cmd_plan(args) -> int:
     """Per stage, the GPUs, GPU memory per GPU, disk and time a build needs for the configured model (or a named shape,
     or a config.json) on a host of --gpus-per-host --gpu GPUs (--hosts of them), from committed measured runs scaled by
     parameters; exits 2 with one line when a stage can't fit. Nothing is built or downloaded."""
-    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
     from pipeline.params.load import read_yaml_mapping
+    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
     from pipeline.serving.parallelism import DEFAULT_GPU, source_config
 
     params = read_yaml_mapping(Path(args.params))

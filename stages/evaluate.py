@@ -13,17 +13,24 @@ from pipeline.drafts import eagle3, methods, ngram
 from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import acceptance, functional, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.settings import EvaluateParams
-from pipeline.evaluate.summary import (EvalSummary, Functional, MethodEstimate, OfflineVllm, PredictedSpeedup,
-                                       Quality, SpeculativeSummary)
+from pipeline.evaluate.summary import (
+    EvalSummary,
+    Functional,
+    MethodEstimate,
+    OfflineVllm,
+    PredictedSpeedup,
+    Quality,
+    SpeculativeSummary,
+)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
+from pipeline.quantize.hardware import scoped_env
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.quantize.hardware import scoped_env
 from pipeline.serving.config import server_env
-from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.parallelism import engine_serving, evaluate_tensor_parallel, serving_for
+from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import parse_tiers
 
 

@@ -27,11 +27,11 @@ PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
+    from eval_helpers import gate_report
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
     from pipeline.data.formatting import row_to_messages
     from pipeline.evaluate.summary import EvalSummary
-    from eval_helpers import gate_report
     from pipeline.serving.bench_record import ServeBenchRecord
 
     target, draft = demo_pair

@@ -10,10 +10,8 @@ import shutil
 import pytest
 import yaml
 
-from tiny_project import tiny_params, tiny_serving
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
 from eval_helpers import eval_summary
-from speculation_estimates import PER_POSITION, speculative_estimate
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary, Quality
 from pipeline.evaluate.vllm_spec import VllmMeasurement
@@ -23,6 +21,8 @@ from pipeline.release.gates import VariantVerdict
 from pipeline.release.speculation_choice import SpeculationDecision
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import engine_args
+from speculation_estimates import PER_POSITION, speculative_estimate
+from tiny_project import tiny_params, tiny_serving
 
 VARIANTS = {
     "fp8-static": {},                          # kv_cache: fp8 in params -> calibrated KV scales

@@ -11,7 +11,6 @@ import pytest
 
 from eval_helpers import eval_summaries, gate_report
 from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
-from tiny_project import ROOT, tiny_params, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
@@ -20,7 +19,7 @@ from pipeline.serving.bench_record import AT_BOUND, BRACKET, FOUND, NEVER, PLAIN
 from pipeline.serving.capacity import CONCURRENCY, POISSON
 from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.tiers import Slo
-
+from tiny_project import ROOT, serving_of, tiny_params
 
 # ---- the search
 

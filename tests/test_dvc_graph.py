@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# `python tests/dvc_deps.py --write` writes them
+from dvc_deps import PACKAGES, PIPELINE_FILES, closure, covered, is_code_dep, pipeline_stages, stage_entries
 from tiny_project import ROOT
-from dvc_deps import (PACKAGES, PIPELINE_FILES, closure, covered,  # `python tests/dvc_deps.py --write` writes them
-                      is_code_dep, pipeline_stages, stage_entries)
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))

@@ -10,8 +10,6 @@ import torch
 import yaml
 
 from eval_helpers import gate_report
-from speculation_estimates import choose_k
-from tiny_project import ROOT, run, tiny_params, serving_of
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.summary import EvalSummary
@@ -23,6 +21,8 @@ from pipeline.release.bundle import model_card
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import CHECKS
 from pipeline.serving.bench_record import ServeBenchRecord
+from speculation_estimates import choose_k
+from tiny_project import ROOT, run, serving_of, tiny_params
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 

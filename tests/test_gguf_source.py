@@ -12,15 +12,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiny_project import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import file_sha256
 from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.core.io import file_sha256
 from pipeline.models.settings import LayerDraft
 from pipeline.models.sources import classify, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_project import copy_project, run, tiny_params
 
 
 @pytest.fixture

@@ -12,15 +12,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
+from bundle_helpers import (
+    BundleSpec,
+    bundle_workspace,
+    one_error_line,
+    run_stage,
+    run_stage_in_process,
+    stage_workspace,
+)
 from latency_model import H100_RUN, Server, lat, search, swept
-from tiny_project import ROOT, tiny_params, tiny_serving, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from tiny_project import ROOT, serving_of, tiny_params, tiny_serving
 
 V = "fp8-dynamic"
 PROMTOOL = shutil.which("promtool")

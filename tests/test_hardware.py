@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_project import tiny_params, tiny_serving
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env
 from pipeline.quantize.presets import PRESETS, Quant, Scheme
-from pipeline.quantize.recipes import (CHANNELWISE, VariantSpec, build_recipe, needs_calibration, parse_variant,
-                                       scheme_for, scheme_of)
+from pipeline.quantize.recipes import (
+    CHANNELWISE,
+    VariantSpec,
+    build_recipe,
+    needs_calibration,
+    parse_variant,
+    scheme_for,
+    scheme_of,
+)
 from pipeline.serving.config import server_env
+from tiny_project import tiny_params, tiny_serving
 
 VARIANTS = tiny_params()["quantize"]["variants"]
 

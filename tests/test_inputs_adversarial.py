@@ -17,14 +17,14 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tiny_project import copy_project, run, tiny_params
-from trainer_callbacks import Interrupt, RecordStart
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, atomic_write_text
 from pipeline.data.traffic import load_traffic
 from pipeline.drafts.finetune import fine_tune
 from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.models.sources import check_model_dir, fetch_model, source_fingerprint
+from tiny_project import copy_project, run, tiny_params
+from trainer_callbacks import Interrupt, RecordStart
 
 
 def one_line_error(call, *args) -> str:

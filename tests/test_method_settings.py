@@ -4,9 +4,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tiny_project import tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
+from tiny_project import tiny_params
 
 
 @pytest.mark.parametrize("draft,says", [

@@ -15,11 +15,11 @@ import yaml
 
 from eval_helpers import gate_report
 from latency_model import Server, searched_record
-from tiny_project import ROOT, copy_project
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import OLD_NAMES, EvalSummary, current_names, load_metrics
 from pipeline.release import gates, headline
 from pipeline.release.publish import eval_record, summary_of
+from tiny_project import ROOT, copy_project
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # the demo's five variants: the table's width
 VARIANTS = PARAMS["quantize"]["enabled"]

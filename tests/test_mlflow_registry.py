@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, free_port, one_error_line, run_stage, verify_cli
-from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
 from pipeline.release.registry import mlflow_registry
 from pipeline.release.settings import PublishParams
+from tiny_project import publish_settings
 
 STARTUP_TIMEOUT_S = 120
 

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
-from tiny_project import copy_project, run, tiny_params
-from tiny_spm import spm_vocab, spm_writer
 
 from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import converted
 from pipeline.models.gguf_vocab import read_vocab, spm_reference
 from pipeline.models.loading import load_tokenizer
 from pipeline.models.model_proof import SAMPLE, prove_tokenizer
+from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_project import copy_project, run, tiny_params
+from tiny_spm import spm_vocab, spm_writer
 
 
 @pytest.fixture

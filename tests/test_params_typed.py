@@ -9,14 +9,14 @@ import dataclasses
 import pytest
 import yaml
 
-from tiny_project import ROOT
-from test_dvc_graph import closure
 from pipeline.core.errors import PipelineError
 from pipeline.params.load import load_params, parse_section
 from pipeline.params.profiles import overlay
 from pipeline.params.typed import KINDS, Params, load_typed
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.serving.settings import ServingParams
+from test_dvc_graph import closure
+from tiny_project import ROOT
 
 SETTINGS = sorted(p.relative_to(ROOT) for p in (ROOT / "pipeline").glob("*/settings.py"))
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core import records
 from pipeline.core.plots import VEGA_LITE, install_page, write_plot
 from pipeline.params.load import parse_section
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 # A real serve_bench record: BF16 on an H100 with vLLM 0.26.0, plain and three methods (benchmarks/gpu/SERVING.md).
 SERVED = ROOT / "benchmarks/gpu/raw/gpu-served-3/metrics/serve-bf16.json"

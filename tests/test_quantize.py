@@ -13,7 +13,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.settings import DataParams
@@ -24,6 +23,7 @@ from pipeline.quantize.oneshot import awq_pinning_off_without_accelerator, quant
 from pipeline.quantize.recipes import needs_calibration, parse_variant, scheme_for
 from pipeline.quantize.settings import Calibration
 from pipeline.release.settings import GatesParams
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]

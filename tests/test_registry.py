@@ -7,11 +7,11 @@ import shutil
 import pytest
 
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
-from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
 from pipeline.release.registry import get_backend, local
+from tiny_project import publish_settings
 
 VARIANTS = ("fp8-static", "fp8-dynamic")
 
@@ -171,10 +171,10 @@ def test_unknown_backend_is_one_line():
 def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
     (candidate_metrics), never another method's number (the unsuffixed one is the CPU-best method's); n/a without."""
+    from eval_helpers import eval_summary
     from pipeline.release.gates import GateCheck, VariantVerdict
     from pipeline.release.publish import accepted_per_draft_token
     from pipeline.release.speculation_choice import SpeculationDecision
-    from eval_helpers import eval_summary
 
     def verdict(method, k, checked=None):
         checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",

@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, run_stage_in_process
-from tiny_project import tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
@@ -23,6 +22,7 @@ from pipeline.serving.config import speculative_config_for
 from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import parse_tiers
 from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
+from tiny_project import tiny_params
 
 V = "fp8-dynamic"
 TP2 = {"tensor_parallel_size": 2, "speculation": {"draft_tensor_parallel_size": 2},

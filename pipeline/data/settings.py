@@ -6,7 +6,6 @@ from typing import ClassVar
 
 from pipeline.core.sections import Section
 
-
 PROMPT_FORMATS = ("chat_template", "plain")
 
 

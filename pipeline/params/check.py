@@ -460,10 +460,9 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
                                                 and ref.match(v) for k, v in secrets.items()):
         raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
                             "<kubernetes-secret-name>/<key> references")
+    from pipeline.serving.parallelism import resolved
     from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import serving_slo
-
-    from pipeline.serving.parallelism import resolved
 
     try:
         serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff

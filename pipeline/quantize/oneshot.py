@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.sizes import dir_size, megabytes
-from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths,
-                                      is_unquantized, with_group_size)
+from pipeline.quantize.recipes import (
+    GroupSize,
+    VariantSpec,
+    build_recipe,
+    choose_group_size,
+    input_widths,
+    is_unquantized,
+    with_group_size,
+)
 from pipeline.quantize.settings import Calibration
 
 if TYPE_CHECKING:  # imported where a model is quantized: the unquantized baseline, a file copy, needs no torch

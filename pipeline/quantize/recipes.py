@@ -298,11 +298,11 @@ def build_recipe(spec: VariantSpec, ignore: list[str], targets: Mapping[str, lis
     """
     if is_unquantized(spec):
         return []
+    from compressed_tensors.quantization import QuantizationArgs
     from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
-    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
-    from compressed_tensors.quantization import QuantizationArgs
+    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
 
     quant = config_groups(spec, ignore, targets)
     if spec.kv_cache:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 import yaml
 
-
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 KV_CACHE = "vllm:kv_cache_usage_perc"

@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import SIGNATURE  # the manifest leaves it out: the one name for both
+
 PASSWORD_ENV = "MODELPREP_SIGNING_KEY_PASSWORD"
 KEY_HASHES = paths.SIGNING_KEYS  # a dep of bundle and publish
 
