@@ -23,7 +23,7 @@ from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
 from pipeline.release.speculation_choice import decide
 from pipeline.serving import serve_bench
-from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from tiny_project import ROOT, run, tiny_params
 
 INT4, BF16 = "gptq-w4a16", "bf16"
