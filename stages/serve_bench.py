@@ -344,7 +344,8 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
             return serve_bench.bench_level(server, served_model_name(serving, batch.variant), batch.traffic,
                                            out / "raw" / f"{label}-{tag}.json", bench_log, load, prompts, cfg,
-                                           run.temperature, slo.goodput(), warmups, poisson=tag.startswith("capacity-r"))
+                                           run.temperature, slo.goodput(), warmups,
+                                           poisson=tag.startswith("capacity-r"))
 
         levels = {}
         for c in ([tier.concurrency] if tier else cfg.concurrency):
