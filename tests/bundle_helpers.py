@@ -61,7 +61,8 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         summaries[variant].write(ev / "summary.json")
         records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
-        records.write(root / "artifacts/serve" / variant / "record.json", ServeBenchRecord(variant, skipped="no CUDA device"))
+        records.write(root / "artifacts/serve" / variant / "record.json",
+                      ServeBenchRecord(variant, skipped="no CUDA device"))
         write_json(root / f"metrics/quantize-{variant}.json",
                    {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
     write_json(root / "metrics/models.json", {"source": "demo"})

@@ -92,7 +92,8 @@ def test_the_artifact_layout_is_dvc_yamls():
     from pipeline.core import paths
 
     named = {v for v in vars(paths).values() if isinstance(v, Path)}
-    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING, paths.TIMINGS}
+    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING,
+                 paths.TIMINGS}
     outs, mentioned = set(), set()
     for stage in pipeline_stages().values():
         body = stage.get("do", stage)

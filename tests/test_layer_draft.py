@@ -87,7 +87,8 @@ def test_draft_source_params_are_checked_before_any_stage(draft, message):
 def test_a_draft_from_the_demo_target_is_refused_and_a_real_one_parsed():
     with pytest.raises(PipelineError, match="takes the layers of a real target; target.source demo builds its own"):
         validate(tiny_params(draft={"source": {"from": "target", "layers": 1}}), ROOT / "params.yaml", False)
-    params = tiny_params(target={"source": "/models/t", "revision": None}, draft={"source": {"from": "target", "layers": 3}})
+    params = tiny_params(target={"source": "/models/t", "revision": None},
+                         draft={"source": {"from": "target", "layers": 3}})
     validate(params, ROOT / "params.yaml", check_recipes=False)
     assert DraftSourceParams.parse(params["draft"]).source == LayerDraft(3)
     assert DraftSourceParams.parse(tiny_params()["draft"]).source == "demo"

@@ -78,7 +78,8 @@ def test_only_the_headline_folders_are_registered_as_metrics():
     registered = [next(iter(m)) if isinstance(m, dict) else m
                   for s in stages.values() for m in (s.get("do", s).get("metrics") or [])]
     assert registered == [f"metrics/{f}" for f in (headline.QUALITY, headline.RELEASE, headline.SPEED)]
-    outs = [next(iter(o)) if isinstance(o, dict) else o for s in stages.values() for o in s.get("do", s).get("outs", [])]
+    outs = [next(iter(o)) if isinstance(o, dict) else o
+            for s in stages.values() for o in s.get("do", s).get("outs", [])]
     assert {"metrics/eval-${item}.json", "metrics/gates.json", "metrics/draft.json", "metrics/models.json",
             "metrics/quantize-${item}.json", "metrics/serve-${item}.json"} <= set(outs)
 

@@ -64,7 +64,8 @@ def mlflow_server(tmp_path_factory, request):
 def bundle_spec(mlflow_server):
     uri, _ = mlflow_server
     return BundleSpec({"fp8-static": {}},
-                      {"publish": {"backend": "mlflow", "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}}})
+                      {"publish": {"backend": "mlflow",
+                                   "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}}})
 
 
 def test_publish_registers_a_version_that_reads_back(bundled_workspace, mlflow_server, tmp_path):

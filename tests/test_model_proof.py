@@ -203,7 +203,8 @@ def test_a_tokenizer_that_loses_text_is_refused(tmp_path, bpe):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(TEXT * 4, trainer=trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>"],
                                                                   show_progress=False))
-    lossy = save_checkpoint(tmp_path / "lossy", bpe[1], PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>"))
+    lossy = save_checkpoint(tmp_path / "lossy", bpe[1],
+                            PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>"))
     with pytest.raises(PipelineError) as e:
         prove_tokenizer(lossy, "target", "lossy", TEXT)
     assert str(e.value).startswith("target model lossy: its tokenizer does not give text back: 'The quick brown fox ")

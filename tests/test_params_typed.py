@@ -63,7 +63,8 @@ def test_params_yaml_parses_into_every_section_and_the_values_are_the_files():
     assert params.draft_training.vllm.enforce_eager == mapping["draft_training"]["vllm"]["enforce_eager"]
     assert params.evaluate.vllm.throughput_batch_sizes == tuple(mapping["evaluate"]["vllm"]["throughput_batch_sizes"])
     variant = next(iter(mapping["gates"]["overrides"]))
-    assert params.gates.for_variant(variant) == {**mapping["gates"]["thresholds"], **mapping["gates"]["overrides"][variant]}
+    assert params.gates.for_variant(variant) == {**mapping["gates"]["thresholds"],
+                                                 **mapping["gates"]["overrides"][variant]}
     assert params.serving.slo.p99_ttft_ms == mapping["serving"]["slo"]["p99_ttft_ms"]
     assert params.serving.speculation.min_gain == mapping["serving"]["speculation"]["min_gain"]
     assert params.serve_bench.concurrency == tuple(mapping["serve_bench"]["concurrency"])

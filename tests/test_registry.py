@@ -109,7 +109,8 @@ def test_a_verdict_reached_under_other_thresholds_is_not_published(bundled_works
                                               "max_kl_divergence": 0.0001}
     (ws / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     line = one_error_line(run_stage(ws, "stages.publish"))
-    assert "fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, params.yaml now says 0.0001" in line
+    assert ("fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, "
+            "params.yaml now says 0.0001") in line
     assert not (ws / "registry").exists() and not (ws / "artifacts/publish/receipt.json").exists()
 
 
@@ -177,8 +178,8 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     from pipeline.release.speculation_choice import SpeculationDecision
 
     def verdict(method, k, checked=None):
-        checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",
-                                                       checked, 0.5, ">=", True)]
+        checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token",
+                                                       "served_accepted_per_draft_token", checked, 0.5, ">=", True)]
         return VariantVerdict(True, False, checks, SpeculationDecision(k, k, "measured", 2.0, 1, "", method=method))
 
     summary = eval_summary({"estimated_method": "draft_model", "accepted_per_draft_token": 0.9,
@@ -189,6 +190,7 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     assert accepted_per_draft_token(verdict("ngram", 5), summary) == "n/a"  # not the draft model's 0.9
     assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
     # a summary without per-method numbers: the unsuffixed one, only when it is the shipped method's
-    assert accepted_per_draft_token(verdict("draft_model", 4), eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
+    assert accepted_per_draft_token(verdict("draft_model", 4),
+                                    eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
     assert accepted_per_draft_token(verdict("eagle3", 4), eval_summary({"estimated_method": "draft_model",
                                                                         "accepted_per_draft_token": 0.9})) == "n/a"

@@ -159,7 +159,8 @@ def test_distillation_engine_is_sharded_as_served(tmp_path):
 def test_too_few_gpus_names_what_needs_them():
     assert vllm_spec.too_few_gpus(2, 2) is None and vllm_spec.too_few_gpus(1, 8) is None
     assert vllm_spec.too_few_gpus(2, 1) == "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
-    assert vllm_spec.too_few_gpus(4, 0, "tensor_parallel_size") == "tensor_parallel_size 4 needs more GPUs than the 0 here"
+    assert (vllm_spec.too_few_gpus(4, 0, "tensor_parallel_size")
+            == "tensor_parallel_size 4 needs more GPUs than the 0 here")
 
 
 # ---- serve_bench on a host with fewer GPUs than serving shards over
@@ -174,7 +175,8 @@ def one_gpu_host(monkeypatch):
     monkeypatch.setattr(vllm_spec, "GPU_DEVICE_FILES", ("/dev/null",))  # a device file torch would look behind
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
 
 
 def test_serve_bench_records_the_default_sweep_skipped_when_serving_needs_more_gpus(one_gpu_host, tmp_path, capfd):
