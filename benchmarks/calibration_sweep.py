@@ -69,7 +69,8 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
                 wall = time.perf_counter() - t0
                 quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", dev), examples)
             raw["runs"].append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),
-                                **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence", "top1_agreement")}})
+                                **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence",
+                                                           "top1_agreement")}})
             print(json.dumps(raw["runs"][-1]), flush=True)
             raw_path.write_text(json.dumps(raw, indent=2) + "\n")
     return raw
@@ -78,8 +79,9 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
 def sweep_table(raw: dict) -> tuple[list[str], dict[str, dict[int, float]]]:
     """The markdown rows of a sweep, and KL by variant and sample count."""
     rows = ["| variant | samples | KL vs target | ppl change % | top-1 | quantize s |", "|---|---|---|---|---|---|"]
-    rows += [f"| {r['variant']} | {r['num_samples']} | {r['kl_divergence']:.2e} | {r['perplexity_increase_pct']:+.3f} | "
-             f"{r['top1_agreement']:.4f} | {r['wall_time_s']:.1f} |" for r in raw["runs"]]
+    rows += [f"| {r['variant']} | {r['num_samples']} | {r['kl_divergence']:.2e} | "
+             f"{r['perplexity_increase_pct']:+.3f} | {r['top1_agreement']:.4f} | {r['wall_time_s']:.1f} |"
+             for r in raw["runs"]]
     variants = list(dict.fromkeys(r["variant"] for r in raw["runs"]))
     return rows, {v: {r["num_samples"]: r["kl_divergence"] for r in raw["runs"] if r["variant"] == v} for v in variants}
 
@@ -103,7 +105,8 @@ def render_gpu(raw: dict) -> str:
     return f"""# Calibration sample count vs. quality (GPU profile target, H100)
 
 `bash benchmarks/gpu/session.sh gpu-calib OUT S` on the lent {raw['device']}: the GPU demo profile's 1.08B target
-trained from scratch (`dvc repro data`, target md5 {raw['target_md5'][:12]}) with `profiles/gpu-calibration.yaml`'s larger
+trained from scratch (`dvc repro data`, target md5 {raw['target_md5'][:12]}) with `profiles/gpu-calibration.yaml`'s \
+larger
 calibration share ({largest} rows), each variant quantized on the GPU with the first N rows and scored against the
 target on {raw['heldout']} held-out conversations by the evaluate stage's scorer. Raw:
 `benchmarks/gpu/raw/calibration/calibration-sweep-gpu.json`.
@@ -112,8 +115,10 @@ target on {raw['heldout']} held-out conversations by the evaluate stage's scorer
 
 Lowest KL at: {", ".join(f"{v} N={n}" for v, n in best.items())}. From the smallest count to the default
 (`num_samples: {default}`) KL changed by {", ".join(f"{v} x{1 / x:.2f}" for v, x in fall.items())}; across all counts it
-varied by {", ".join(f"{v} {x:+.0%}" for v, x in spread.items())} (largest over smallest, one seed each). At the default each
-variant was within {max(at_default.values()):+.1%} of its lowest KL, so the default stays {default}. Top-1 agreement was at least
+varied by {", ".join(f"{v} {x:+.0%}" for v, x in spread.items())} (largest over smallest, one seed each). At the \
+default each
+variant was within {max(at_default.values()):+.1%} of its lowest KL, so the default stays {default}. Top-1 agreement \
+was at least
 {top1:.4f} everywhere: this target is easy to quantize, so the differences show in KL only.
 """
 
@@ -129,16 +134,20 @@ def render(raw: dict) -> str:
     return f"""# Calibration sample count vs. quality (demo target, CPU)
 
 `python benchmarks/calibration_sweep.py` at commit {raw['commit'][:7]} (target md5 {raw['target_md5'][:12]}): each
-calibrated variant quantized with the first N of the {raw['calibration_rows']} calibration rows, scored against the target
+calibrated variant quantized with the first N of the {raw['calibration_rows']} calibration rows, scored against the \
+target
 on {raw['heldout']} held-out conversations by the evaluate stage's scorer. Raw: `benchmarks/raw/calibration-sweep.json`.
 
 {chr(10).join(rows)}
 
 Lowest KL at: {", ".join(f"{v} N={n}" for v, n in best.items())}. With the default of the time
-(`num_samples: {default}`) KL was {", ".join(f"{v} {x:+.0%}" for v, x in over.items())} against all {largest} rows. The smallest
+(`num_samples: {default}`) KL was {", ".join(f"{v} {x:+.0%}" for v, x in over.items())} against all {largest} rows. \
+The smallest
 counts are not monotonic: KL rose by up to {noise:+.0%} with more samples ({nv}, {na} -> {nb}), the noise of this
-single-seed sweep, so each step alone means little; the largest count is best for every variant. The default is now 256 (params.yaml): every row of a split this small, and
-inside llm-compressor's 128-512 guidance for real traffic (not measured here beyond {largest} rows; the GPU profile's sweep below goes to 296).
+single-seed sweep, so each step alone means little; the largest count is best for every variant. The default is now \
+256 (params.yaml): every row of a split this small, and
+inside llm-compressor's 128-512 guidance for real traffic (not measured here beyond {largest} rows; the GPU profile's \
+sweep below goes to 296).
 """
 
 

@@ -80,8 +80,8 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     from pipeline.data.traffic import read_split
     from pipeline.models.loading import load_tokenizer
     from pipeline.params.load import load_params
-    from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.oneshot import quantize_model
+    from pipeline.quantize.recipes import enabled_variant
     from pipeline.quantize.settings import Calibration
 
     params = load_params(PARAMS_FILE)
@@ -98,13 +98,16 @@ def run_child(variant: str, target: Path, calibration: Path, result: Path, offlo
     # built the demo target would show up in every child; VmHWM is this process image's own peak.
     hwm_kb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
                   if line.startswith("VmHWM:"))
-    metrics["peak_memory_mb"] = round(hwm_kb * 1024 / 1e6, 1)  # MB (10^6 bytes), as the stage's; runs before 2026-11-25 recorded MiB
+    # MB (10^6 bytes), as the stage's; runs before 2026-11-25 recorded MiB
+    metrics["peak_memory_mb"] = round(hwm_kb * 1024 / 1e6, 1)
     result.write_text(json.dumps(metrics))
 
 
 def run_smollm2_child(job_path: Path, result: Path) -> None:
     """Child process: one SmolLM2 setting, quantized by the stage's own quantize_model, then the held-out
     fidelity evaluate computes (pipeline.evaluate.quality.fidelity) of the result against the unquantized target."""
+    import torch
+
     from pipeline.data.formatting import full_text, prompt_and_response_ids
     from pipeline.data.traffic import read_split
     from pipeline.evaluate import quality
@@ -112,8 +115,6 @@ def run_smollm2_child(job_path: Path, result: Path) -> None:
     from pipeline.params.load import load_params
     from pipeline.quantize.oneshot import quantize_model
     from pipeline.quantize.recipes import enabled_variant
-
-    import torch
 
     job = json.loads(job_path.read_text())
     if job["threads"]:
@@ -195,7 +196,8 @@ def machine() -> dict:
         "memory": f"{mem_kb / 2**20:.0f} GiB",
         "load average at start (1 min)": f"{os.getloadavg()[0]:.1f}",
         "versions": ", ".join(f"{p} {version(p)}" for p in ("torch", "transformers", "llmcompressor",
-                                                            "compressed-tensors")) + f", Python {platform.python_version()}",
+                                                            "compressed-tensors"))
+                    + f", Python {platform.python_version()}",
     }
 
 
@@ -289,10 +291,12 @@ def render_smollm2(raw: dict) -> str:
         f"the `evaluate` stage computes (`pipeline.evaluate.quality.fidelity`, {raw['heldout_limit']} held-out "
         f"conversations of {raw['heldout_rows']}) of the result against the unquantized target. Produced by "
         + "; ".join(f"`{c}` (code at commit {k})" for c, k in commands)
-        + ". Raw runs: `benchmarks/raw/quantize-smollm2.json`; rendered by `python benchmarks/quantize_bench.py --render`.",
+        + ". Raw runs: `benchmarks/raw/quantize-smollm2.json`; rendered by `python "
+          "benchmarks/quantize_bench.py --render`.",
         "",
-        "| variant | calibration | samples | max tokens | n_grid | torch threads | wall time s | oneshot s | CPU time s "
-        "| peak memory MB | perplexity increase % | KL | top-1 agreement | fidelity s | load average (1 min) start / after quantizing |",
+        "| variant | calibration | samples | max tokens | n_grid | torch threads | wall time s | oneshot s "
+        "| CPU time s | peak memory MB | perplexity increase % | KL | top-1 agreement | fidelity s "
+        "| load average (1 min) start / after quantizing |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in raw["runs"]:
@@ -302,7 +306,8 @@ def render_smollm2(raw: dict) -> str:
                      f"| {r['settings']['max_seq_length']} | {n_grid} | {r.get('torch_threads', '-')} "
                      f"| {r['wall_time_s']:.1f} | {r['oneshot_time_s']:.1f} | {r['cpu_time_s']:.1f} "
                      f"| {r['peak_memory_mb']:.0f} | {q['perplexity_increase_pct']:.2f} | {q['kl_divergence']:.4f} "
-                     f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / {la['quantized'][0]:.1f} |")
+                     f"| {q['top1_agreement']:.3f} | {r['quality_time_s']:.0f} | {la['start'][0]:.1f} / "
+                     f"{la['quantized'][0]:.1f} |")
     lines += smollm2_comparisons(raw["runs"]) + smollm2_advice(raw["runs"])
     loads = [x for r in raw["runs"] for x in (r["load_average"]["start"][0], r["load_average"]["quantized"][0])]
     if loads and max(loads) > 2:
@@ -331,7 +336,8 @@ def smollm2_comparisons(runs: list[dict]) -> list[str]:
 
     out = []
     for setting, field, what in (("threads", "torch_threads", "torch threads"),
-                                 ("calibration", "calibration", "calibration size"), ("n_grid", "n_grid", "AWQ n_grid")):
+                                 ("calibration", "calibration", "calibration size"),
+                                 ("n_grid", "n_grid", "AWQ n_grid")):
         pairs = [(a, b) for i, a in enumerate(runs) for b in runs[i + 1:] if key(a, setting) == key(b, setting)
                  and (a.get(field), a["settings"].get(field)) != (b.get(field), b["settings"].get(field))]
         if pairs:
@@ -344,7 +350,8 @@ def smollm2_advice(runs: list[dict]) -> list[str]:
     """What these runs say a CPU host should take; only where the runs it cites are in the raw file."""
     def find(variant, calibration, threads, n_grid="-"):
         return next((r for r in runs if (r["variant"], r["calibration"], r.get("torch_threads"),
-                                         r["settings"].get("n_grid", "-")) == (variant, calibration, threads, n_grid)), None)
+                                         r["settings"].get("n_grid", "-")) == (variant, calibration, threads, n_grid)),
+                    None)
 
     two, one = find("gptq-w4a16", "profile", 2), find("gptq-w4a16", "profile", 1)
     gptq, awq20, awq4 = find("gptq-w4a16", "default", 1), find("awq-w4a16", "default", 1, None), \
@@ -363,10 +370,11 @@ def smollm2_advice(runs: list[dict]) -> list[str]:
         "threads may well be faster). The thread count changes the "
         f"floating-point summation order, so it changes the result a little ({kl(two)} against {kl(one)}): builds "
         "that must agree bit for bit must use the same count.",
-        f"- **GPTQ at the default calibration size is practical**: every calibration row ({gptq['calibration_samples']}) "
-        f"took {gptq['wall_time_s']:.0f} s ({gptq['cpu_time_s']:.0f} s of CPU) for {kl(gptq)}, against "
-        f"{one['wall_time_s']:.0f} s for {kl(one)} at the profile's {one['calibration_samples']} samples.",
-        f"- **AWQ's cost is calibration rows times grid points**: at the default size, n_grid 20 (llm-compressor's "
+        "- **GPTQ at the default calibration size is practical**: every calibration row "
+        f"({gptq['calibration_samples']}) took {gptq['wall_time_s']:.0f} s ({gptq['cpu_time_s']:.0f} s of CPU) for "
+        f"{kl(gptq)}, against {one['wall_time_s']:.0f} s for {kl(one)} at the profile's "
+        f"{one['calibration_samples']} samples.",
+        "- **AWQ's cost is calibration rows times grid points**: at the default size, n_grid 20 (llm-compressor's "
         f"default) took {awq20['cpu_time_s']:.0f} s of CPU ({awq20['wall_time_s']:.0f} s wall) for {kl(awq20)}, n_grid "
         f"4 {awq4['cpu_time_s']:.0f} s ({awq4['wall_time_s']:.0f} s wall) for {kl(awq4)}, top-1 agreement "
         f"{awq4['quality']['top1_agreement']:.3f}"

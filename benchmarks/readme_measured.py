@@ -75,8 +75,9 @@ def gpu_paragraph(g: dict) -> str:
     bf16, params = first["variants"]["bf16"], first["params"]
     return (
         f"GPU ({', '.join(sorted(gpus))}, vLLM {', '.join(sorted(vllms))}; `benchmarks/gpu/SERVING.md`): the GPU "
-        f"demo profile (a {params['target'] / 1e9:.2f}B target, a {params['draft'] / 1e6:.0f}M draft) through `dvc repro` to the gate, each quantized variant served "
-        "beside BF16 in the same run (`vllm serve`, `vllm bench serve`). Plain decoding, output tokens/s against BF16's: "
+        f"demo profile (a {params['target'] / 1e9:.2f}B target, a {params['draft'] / 1e6:.0f}M draft) through `dvc "
+        "repro` to the gate, each quantized variant served beside BF16 in the same run (`vllm serve`, `vllm bench "
+        "serve`). Plain decoding, output tokens/s against BF16's: "
         + "; ".join(f"{v} {_x(e['vs_bf16_plain'])} (`raw/{run_name}`)" for v, run_name, e in quantized)
         + ". Speculative methods against plain decoding of the same variant, BF16: "
         + "; ".join(f"{m} (k={r['k']}) {_x(r['vs_plain'])}" for m, r in bf16["methods"].items())
@@ -97,11 +98,11 @@ def render() -> str:
     g = served_summary()
     second = ", ".join(f"`{s}`" for s in build["second_repro_ran"]) or "no stage"
     lines = [
-        f"CPU: on the {build['cpus']}-core, {build['memory_gib']:.0f} GiB dev machine (no GPU), the first command above on a "
-        f"fresh clone of {build['commit'][:7]} took {build['first_command_s'] / 60:.1f} min (install plus the whole "
-        f"`dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran only {second} "
-        "(`benchmarks/cpu/raw/demo-build.json`). The demo build (its `metrics/`, kept in `benchmarks/cpu/raw/demo-metrics/`; the `dvc repro` recorded in `dvc.lock`):",
-        "",
+        f"CPU: on the {build['cpus']}-core, {build['memory_gib']:.0f} GiB dev machine (no GPU), the first "
+        f"command above on a fresh clone of {build['commit'][:7]} took {build['first_command_s'] / 60:.1f} min "
+        f"(install plus the whole `dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran "
+        f"only {second} (`benchmarks/cpu/raw/demo-build.json`). The demo build (its `metrics/`, kept in "
+        "`benchmarks/cpu/raw/demo-metrics/`; the `dvc repro` recorded in `dvc.lock`):", "",
         "- quantize (`benchmarks/quantize.md`): " + ", ".join(
             f"{v} {r['wall_time_s']:.1f} s" for v, r in q["variants"].items()) + "; " + ", ".join(
             f"{v} {r['size_before_mb']:.1f} -> {r['size_after_mb']:.1f} MB" for v, r in q["variants"].items()) + ";",
@@ -109,11 +110,13 @@ def render() -> str:
          f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
          f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
          f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};"),
-        f"- variants: perplexity change {_range([e.quality.perplexity_increase_pct for e in evals.values()], signed=True)}"
-        f" %, KL <= {max(e.quality.kl_divergence for e in evals.values()):.1e}, top-1 agreement >= "
+        "- variants: perplexity change "
+        f"{_range([e.quality.perplexity_increase_pct for e in evals.values()], signed=True)} %, KL <= "
+        f"{max(e.quality.kl_divergence for e in evals.values()):.1e}, top-1 agreement >= "
         f"{min(e.quality.top1_agreement for e in evals.values()):.3f}, accepted per draft token "
         f"{_range([e.speculation.accepted_per_draft_token for e in evals.values()], 3)} at k = "
-        f"{', '.join(sorted({str(e.speculation.num_speculative_tokens) for e in evals.values()}))}; {gate_text(gates)};",
+        f"{', '.join(sorted({str(e.speculation.num_speculative_tokens) for e in evals.values()}))}; "
+        f"{gate_text(gates)};",
         "- speculative methods, served speedup at concurrency 1 predicted from the CPU acceptance estimate and the "
         f"H100 cost profile `{next(iter(evals.values())).speculation.cost_profile}` (`draft.method`, each at its "
         "predicted best k): " + "; ".join(
@@ -123,8 +126,8 @@ def render() -> str:
         + " (steps timed with random weights, the model drafters' scaled to what `vllm serve` served with the demo's "
         "trained drafters: `benchmarks/gpu/COSTS.md`, `benchmarks/gpu/CAPACITY.md`);",
         "- shipped speculative setting (predicted, no GPU here): " + ", ".join(
-            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}" if d["num_speculative_tokens"]
-                       else "none") for v, d in
+            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}"
+                       if d["num_speculative_tokens"] else "none") for v, d in
             gate_speculation(gates)) + " (each card says why); the "
         "serving benchmark (`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
         "",

@@ -118,8 +118,9 @@ def write(folder: Path, commands: list[str], profile: str | None, run: str | Non
     except OSError:  # no NVIDIA driver here: the spec says so rather than failing the run
         gpu = Gpu()
     commit = current_commit()
-    spec = RunSpec(run=run or folder.name, commands=tuple(commands), date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
-                   commit=commit, gpu=gpu, software=installed(), profile=profile,
+    spec = RunSpec(run=run or folder.name, commands=tuple(commands),
+                   date=dt.datetime.now(dt.timezone.utc).date().isoformat(), commit=commit, gpu=gpu,
+                   software=installed(), profile=profile,
                    sources={"gpu": "nvidia-smi" if gpu.name else "no nvidia-smi",
                             "software": "importlib.metadata on the run's PYTHONPATH",
                             "commit": "RUN_COMMIT" if os.environ.get("RUN_COMMIT") else "git rev-parse (this checkout)",

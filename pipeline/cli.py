@@ -49,11 +49,9 @@ def gate_verdicts() -> dict:
 
 
 def cmd_verify(args) -> int:
-    from pipeline.release.manifest import load_manifest, verify
-    from pipeline.release.registry.local import resolve_ref
-
     from pipeline.params.load import PARAMS_FILE
-    from pipeline.release.manifest import SIGNATURE
+    from pipeline.release.manifest import SIGNATURE, load_manifest, verify
+    from pipeline.release.registry.local import resolve_ref
 
     # No policy to read (run from elsewhere) is not "no signing": a signed bundle is then refused, not passed
     # unchecked (issue #47); an unreadable params.yaml fails in publish_param.
@@ -79,7 +77,8 @@ def cmd_verify(args) -> int:
                             "with; pass --public-key PEM or run from the project directory")
     chain = attested_chain(bundle, public_key) if args.attestation else None
     print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
-          f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else ""))
+          f"(digest {manifest['bundle_digest'][:12]})"
+          + (f"; signature verified with {public_key}" if public_key else ""))
     for line in chain or []:
         print(f"  {line}")
     return 0
@@ -248,8 +247,8 @@ def cmd_plan(args) -> int:
     """Per stage, the GPUs, GPU memory per GPU, disk and time a build needs for the configured model (or a named shape,
     or a config.json) on a host of --gpus-per-host --gpu GPUs (--hosts of them), from committed measured runs scaled by
     parameters; exits 2 with one line when a stage can't fit. Nothing is built or downloaded."""
-    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
     from pipeline.params.load import read_yaml_mapping
+    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
     from pipeline.serving.parallelism import DEFAULT_GPU, source_config
 
     params = read_yaml_mapping(Path(args.params))
@@ -317,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also check the bundle's in-toto attestation (attestation.intoto.json) with the same key "
                              "and print the chain it attests: code commit, base model, data, recipe, eval, gate")
     verify.set_defaults(func=cmd_verify)
-    gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__)
+    gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds",
+                          description=cmd_gate.__doc__)
     gate.add_argument("--metrics-dir", required=True,
                       help="directory holding eval-<variant>.json files, and serve-<variant>.json where the serving "
                            "benchmark ran")
@@ -328,7 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     gate.set_defaults(func=cmd_gate)
     profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
                              description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml overlay path")
+    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml "
+                                         "overlay path")
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
     from pipeline.quantize.hardware import GPU_MEMORY_GB
@@ -343,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--gpu", choices=sorted(GPU_MEMORY_GB), help="default: serving.gpu, else h100")
     plan.add_argument("--gpus-per-host", type=int, choices=[1, 2, 4, 8],
                       help="default: serving.max_tensor_parallel_size")
-    plan.add_argument("--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)")
+    plan.add_argument("--hosts", type=int, default=1,
+                      help="hosts serving may span with pipeline parallelism (default 1)")
     plan.set_defaults(func=cmd_plan)
     traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
                                              "code tasks (human-eval)", description=cmd_traffic.__doc__)

@@ -5,6 +5,7 @@ from pathlib import Path
 from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json
+from pipeline.core.names import registry_name
 from pipeline.core.stage import say, stage_main
 from pipeline.data.traffic import heldout_prompts
 from pipeline.drafts import methods
@@ -16,7 +17,6 @@ from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import attestation, signing
-from pipeline.core.names import registry_name
 from pipeline.release.binding import RELEASE, Binding
 from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_card, provenance
 from pipeline.release.gates import GateReport
@@ -25,8 +25,7 @@ from pipeline.release.settings import DeployParams, MonitoringParams, PublishPar
 from pipeline.release.speculation_choice import config_name, config_of
 from pipeline.release.warmup import rendered_prompts
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, server_env,
-                                     speculative_config_for)
+from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml, server_env, speculative_config_for
 from pipeline.serving.parallelism import decision_for, resolved
 from pipeline.serving.settings import ServingParams
 

@@ -2,11 +2,19 @@
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.stage import say, stage_main
-from pipeline.data.traffic import (conversation_key, dedup, drop_too_long, max_token_bytes, read_grouped, read_source,
-                                   split, write_split)
+from pipeline.data.settings import DataParams
+from pipeline.data.traffic import (
+    conversation_key,
+    dedup,
+    drop_too_long,
+    max_token_bytes,
+    read_grouped,
+    read_source,
+    split,
+    write_split,
+)
 from pipeline.evaluate.lmeval import write_task_data
 from pipeline.models.loading import load_tokenizer
-from pipeline.data.settings import DataParams
 from pipeline.params.load import load_params, parse_section
 
 

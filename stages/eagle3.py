@@ -45,8 +45,8 @@ def main(argv: list[str]) -> None:
     write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
     record_timings("eagle3", {"train_s": round(result["train_s"], 1)})
     write_csv("plots/eagle3_loss.csv", result["curve"])
-    say(f"eagle3: {cfg.train_steps} steps in {result['train_s']:.0f} s on {device}, loss {result['curve'][0]['loss']:.2f} "
-        f"-> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}")
+    say(f"eagle3: {cfg.train_steps} steps in {result['train_s']:.0f} s on {device}, loss "
+        f"{result['curve'][0]['loss']:.2f} -> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}")
 
 
 if __name__ == "__main__":

@@ -13,17 +13,24 @@ from pipeline.drafts import eagle3, methods, ngram
 from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import acceptance, functional, lmeval, quality, serving_costs, vllm_spec
 from pipeline.evaluate.settings import EvaluateParams
-from pipeline.evaluate.summary import (EvalSummary, Functional, MethodEstimate, OfflineVllm, PredictedSpeedup,
-                                       Quality, SpeculativeSummary)
+from pipeline.evaluate.summary import (
+    EvalSummary,
+    Functional,
+    MethodEstimate,
+    OfflineVllm,
+    PredictedSpeedup,
+    Quality,
+    SpeculativeSummary,
+)
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
+from pipeline.quantize.hardware import scoped_env
 from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.quantize.hardware import scoped_env
 from pipeline.serving.config import server_env
-from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.parallelism import engine_serving, evaluate_tensor_parallel, serving_for
+from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import parse_tiers
 
 
@@ -102,7 +109,8 @@ def with_predictions(run: Settings, estimates: dict[str, acceptance.SpeculativeE
 
 def best_method(estimates: dict[str, acceptance.SpeculativeEstimate]) -> str:
     """The method predicted fastest as served (the first requested when none has a prediction)."""
-    return max(estimates, key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
+    return max(estimates,
+               key=lambda m: -1.0 if estimates[m].expected_speedup is None else estimates[m].expected_speedup)
 
 
 def gpu_measurement(variant_dir: Path, prompts: list[list[int]], k: int, run: Settings) -> VllmMeasurement:
@@ -212,7 +220,8 @@ def main(argv: list[str]) -> None:
     write_json(f"metrics/eval-{variant}.json", summary.to_metrics())  # per-method detail in lists
     max_k = cfg.acceptance.max_k
     write_csv(f"plots/acceptance-{variant}.csv",  # the best method's curve, then each method's at its own k
-              [{"position": j + 1, "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
+              [{"position": j + 1,
+                "accepted": spec.accepted_per_position[j] if j < len(spec.accepted_per_position) else None,
                 **{m: e.accepted_per_position[j] if j < len(e.accepted_per_position) else None
                    for m, e in estimates.items()}} for j in range(max_k)])
     concurrency = run.serving.target_concurrency

@@ -11,8 +11,14 @@ from pipeline.data.settings import DataParams
 from pipeline.data.traffic import first_conversations
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.loading import load_tokenizer
-from pipeline.models.model_proof import (PERPLEXITY_ROWS, check_perplexity, prompt_format_line, prove_source,
-                                         prove_tokenizer, traffic_perplexity)
+from pipeline.models.model_proof import (
+    PERPLEXITY_ROWS,
+    check_perplexity,
+    prompt_format_line,
+    prove_source,
+    prove_tokenizer,
+    traffic_perplexity,
+)
 from pipeline.models.settings import DemoParams, DraftSourceParams, LayerDraft, TargetParams
 from pipeline.models.sources import check_sources, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer

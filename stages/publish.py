@@ -5,11 +5,11 @@ current gate run's verdicts say whether it is still the build to ship (pipeline/
 from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_json
+from pipeline.core.names import registry_name
 from pipeline.core.stage import say, stage_main
 from pipeline.params.load import load_params, parse_section
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release import signing
-from pipeline.core.names import registry_name
 from pipeline.release.binding import check_binding
 from pipeline.release.gates import GateReport
 from pipeline.release.publish import pinned_copy, release_tags

@@ -56,7 +56,8 @@ def main(argv: list[str]) -> None:
                  + "; ".join(metrics["group_size_reason"]))
     mixed = ""
     if metrics.get("mixed"):
-        mixed = "; per layer: " + ", ".join(f"{s} {layers}" for s, layers in metrics["mixed"]["layout"].items() if layers)
+        mixed = "; per layer: " + ", ".join(f"{s} {layers}" for s, layers in metrics["mixed"]["layout"].items()
+                                            if layers)
     say(f"quantize {variant}: {measured['wall_time_s']} s{ranks}, peak {measured['peak_memory_mb']:.0f} MB, "
         f"{metrics['size_before_mb']} MB -> "
           f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group}{mixed}")

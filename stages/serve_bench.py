@@ -18,10 +18,10 @@ The tiers of serve_bench.tiers are then served the same way at their own engine 
 and the gate falls back to the CPU estimate.
 """
 import dataclasses
-import math
-import re
 import datetime
 import importlib.metadata
+import math
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -44,8 +44,15 @@ from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.speculation_choice import config_name, k_schedule
 from pipeline.serving import capacity, gpu_sets, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
-from pipeline.serving.config import (checkpoint_quantization, engine_args, serve_yaml, served_model_name, server_env,
-                                     speculative_config_for, user_env)
+from pipeline.serving.config import (
+    checkpoint_quantization,
+    engine_args,
+    serve_yaml,
+    served_model_name,
+    server_env,
+    speculative_config_for,
+    user_env,
+)
 from pipeline.serving.parallelism import serving_for
 from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import Tier, benchmarked
@@ -337,7 +344,8 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
             return serve_bench.bench_level(server, served_model_name(serving, batch.variant), batch.traffic,
                                            out / "raw" / f"{label}-{tag}.json", bench_log, load, prompts, cfg,
-                                           run.temperature, slo.goodput(), warmups, poisson=tag.startswith("capacity-r"))
+                                           run.temperature, slo.goodput(), warmups,
+                                           poisson=tag.startswith("capacity-r"))
 
         levels = {}
         for c in ([tier.concurrency] if tier else cfg.concurrency):

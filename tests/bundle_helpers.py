@@ -27,11 +27,11 @@ PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
     """variants: name -> metric overrides (e.g. a KL that fails its gate). Returns root."""
+    from eval_helpers import gate_report
     from pipeline.core import records
     from pipeline.core.io import read_json, write_json
     from pipeline.data.formatting import row_to_messages
     from pipeline.evaluate.summary import EvalSummary
-    from eval_helpers import gate_report
     from pipeline.serving.bench_record import ServeBenchRecord
 
     target, draft = demo_pair
@@ -61,7 +61,8 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         summaries[variant].write(ev / "summary.json")
         records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
-        records.write(root / "artifacts/serve" / variant / "record.json", ServeBenchRecord(variant, skipped="no CUDA device"))
+        records.write(root / "artifacts/serve" / variant / "record.json",
+                      ServeBenchRecord(variant, skipped="no CUDA device"))
         write_json(root / f"metrics/quantize-{variant}.json",
                    {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
     write_json(root / "metrics/models.json", {"source": "demo"})

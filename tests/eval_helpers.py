@@ -2,10 +2,10 @@
 EvalSummary.from_metrics: a name the summary does not have fails the test that wrote it), and the gates run on them."""
 from __future__ import annotations
 
-from tiny_project import serving_of
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
 from pipeline.release.settings import GatesParams
+from tiny_project import serving_of
 
 
 def eval_summary(metrics: dict) -> EvalSummary:

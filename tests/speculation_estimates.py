@@ -22,6 +22,6 @@ def speculative_estimate():
     return SpeculativeEstimate(
         temperature=0.0, token_acceptance=TOKEN_ACCEPTANCE, accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
         num_speculative_tokens=k, accepted_per_position=PER_POSITION[:k],
-        accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups}, expected_accepted_tokens=sum(PER_POSITION[:k]),
-        cost_ratio=COST_RATIO, expected_speedup=speedups[k], expected_speedup_by_k={str(j): s for j, s in speedups.items()},
-        prompts=8)
+        accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups},
+        expected_accepted_tokens=sum(PER_POSITION[:k]), cost_ratio=COST_RATIO, expected_speedup=speedups[k],
+        expected_speedup_by_k={str(j): s for j, s in speedups.items()}, prompts=8)

@@ -5,11 +5,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from speculation_estimates import choose_k
-from tiny_project import demo_prompts
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance
 from pipeline.models.loading import load_causal_lm
+from speculation_estimates import choose_k
+from tiny_project import demo_prompts
 
 N_PROMPTS, N_TOKENS, MAX_K = 3, 10, 4
 

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.serving import serve_bench
 from pipeline.serving.vllm_server import VLLM_MODULE, serve
+from tiny_project import ROOT
 
 PYTHON = os.environ.get("VLLM_BENCH_PYTHON")
 pytestmark = pytest.mark.skipif(not PYTHON, reason="VLLM_BENCH_PYTHON is not set: vLLM's client is not installed "

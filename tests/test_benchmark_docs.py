@@ -194,7 +194,8 @@ def test_every_raw_file_has_a_producer():
         covered |= matched
     raw_files = {f for d in BENCH.rglob("raw") if d.is_dir() for f in d.rglob("*") if f.is_file()}
     orphans = sorted(str(f.relative_to(ROOT)) for f in raw_files - covered)
-    assert not orphans, f"raw files with no producer in {[str(t.relative_to(ROOT)) for t in PRODUCER_TABLES]}: {orphans}"
+    assert not orphans, (f"raw files with no producer in {[str(t.relative_to(ROOT)) for t in PRODUCER_TABLES]}: "
+                         f"{orphans}")
 
 
 def test_summaries_for_the_readme_are_plain_values():
@@ -215,7 +216,8 @@ def test_readme_measured_section_is_rendered_from_raw():
     metrics among them (benchmarks/cpu/raw/demo-metrics/), never the workspace's metrics/, which the user's own
     `dvc repro` rewrites."""
     readme = load_module(BENCH / "readme_measured.py")
-    assert readme.current() == readme.render(), "README's Measured section differs: python benchmarks/readme_measured.py --write"
+    assert readme.current() == readme.render(), ("README's Measured section differs: "
+                                                 "python benchmarks/readme_measured.py --write")
 
 
 def test_the_readmes_metrics_are_those_of_the_committed_lock():
@@ -243,4 +245,5 @@ def test_the_readmes_metrics_are_those_of_the_committed_lock():
         assert sorted(p.name for p in (kept_root / folder).iterdir()) == sorted(names), folder
         for name in names:
             assert (kept_root / folder / name).read_bytes() == committed(f"metrics/{folder}/{name}"), name
-    assert kept == recorded, "benchmarks/cpu/raw/demo-metrics differs from dvc.lock: benchmarks/cpu/demo_build.sh --lock"
+    assert kept == recorded, ("benchmarks/cpu/raw/demo-metrics differs from dvc.lock: "
+                              "benchmarks/cpu/demo_build.sh --lock")

@@ -10,10 +10,8 @@ import shutil
 import pytest
 import yaml
 
-from tiny_project import tiny_params, tiny_serving
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
 from eval_helpers import eval_summary
-from speculation_estimates import PER_POSITION, speculative_estimate
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary, Quality
 from pipeline.evaluate.vllm_spec import VllmMeasurement
@@ -23,6 +21,8 @@ from pipeline.release.gates import VariantVerdict
 from pipeline.release.speculation_choice import SpeculationDecision
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import engine_args
+from speculation_estimates import PER_POSITION, speculative_estimate
+from tiny_project import tiny_params, tiny_serving
 
 VARIANTS = {
     "fp8-static": {},                          # kv_cache: fp8 in params -> calibrated KV scales
@@ -110,7 +110,8 @@ def test_model_card_is_a_runbook(bundled_workspace):
     spec = speculative_estimate()
     assert "vllm serve --config serve.yaml" in card and "engine_args.json" in card
     assert "modelprep verify" in card and "sha256sum --check" in card
-    assert f"**Shipped: the domain-tuned draft model with `num_speculative_tokens: {spec.num_speculative_tokens}`.**" in card
+    assert (f"**Shipped: the domain-tuned draft model with `num_speculative_tokens: "
+            f"{spec.num_speculative_tokens}`.**") in card
     assert " / ".join(f"{a:.2f}" for a in spec.accepted_per_position) in card
     assert f"x{spec.expected_speedup:.2f}" in card
     assert "not measured in this build (no CUDA device)" in card
@@ -134,8 +135,8 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
                                     "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}), spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
-                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, tiny_serving(name="svc"), gpu,
-                      serve)
+                      quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
+                      tiny_serving(name="svc"), gpu, serve)
 
 
 MEASURED_GPU = {"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81, "accepted_per_position": [0.9, 0.75],
@@ -214,7 +215,8 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
 
 
 def test_bf16_card_does_not_call_its_model_quantized():
-    card = render_card("bf16", VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("bf16", skipped="no CUDA device"))
+    card = render_card("bf16", VllmMeasurement(skipped="no CUDA device"),
+                       ServeBenchRecord("bf16", skipped="no CUDA device"))
     assert "| `model/` | the target, unquantized (this build's baseline): safetensors" in card
     assert "| `model/` | quantized target" not in card and " quantized target" not in card
     assert "| `model/` | quantized target: " in render_card("fp8-static", VllmMeasurement(skipped="no CUDA device"),
@@ -222,7 +224,8 @@ def test_bf16_card_does_not_call_its_model_quantized():
 
 
 def test_card_states_the_group_size_configured_and_used():
-    no_gpu, not_served = VllmMeasurement(skipped="no CUDA device"), ServeBenchRecord("gptq-w4a16", skipped="no CUDA device")
+    no_gpu = VllmMeasurement(skipped="no CUDA device")
+    not_served = ServeBenchRecord("gptq-w4a16", skipped="no CUDA device")
     why = "group size 128 does not divide the input width 576 of layer model.layers.0.self_attn.q_proj; 64 is ..."
     quant = {"size_before_mb": 269.1, "size_after_mb": 86.3, "compression_ratio": 3.1, "group_size": 64,
              "group_size_configured": 128, "group_size_reason": [why]}
@@ -377,7 +380,8 @@ def test_no_bound_on_the_card_is_below_what_it_bounds():
     assert predicted == [1.51, 1.62, 1.55, 0.77]
     assert bounds and all(value >= max(predicted) for _, value in bounds), bounds
     tokens = 1 + est.expected_accepted_tokens
-    assert f"- Upper bound at k={est.num_speculative_tokens}: x{tokens:.2f}, the response tokens a step makes" in section
+    assert (f"- Upper bound at k={est.num_speculative_tokens}: x{tokens:.2f}, the response tokens a step "
+            "makes") in section
     assert "(predicted above: at most x1.62)" in section
     assert "- Weight-bytes model, neither a bound nor a prediction: x1.07 at k=2" in section
     assert "raises it, as the prediction above does." in section
@@ -391,7 +395,8 @@ def test_a_predicted_fall_with_the_load_says_why():
     card = card_for(est)
     k = est.num_speculative_tokens
     tokens = 1 + est.expected_accepted_tokens
-    assert f"| concurrency | plain decoding | with this method at k={k} | speculative step cost (x a plain step) |" in card
+    assert (f"| concurrency | plain decoding | with this method at k={k} | speculative step cost "
+            "(x a plain step) |") in card
     cost = {c: (tokens * 40 / s + 1) / 41 for c, s in {"32": 1.55, "64": 0.77}.items()}
     assert f"| 64 | 17490 | {17490 * 0.77:.0f} | x{cost['64']:.2f} | x0.77 (slower than plain decoding) | 2 |" in card
     assert (f"from concurrency 32 to 64 it goes from x{cost['32']:.2f} to x{cost['64']:.2f} a plain\n"
@@ -432,8 +437,8 @@ def test_card_names_the_three_latency_targets_and_how_they_relate():
                       ServeBenchRecord("awq-w4a16", skipped="no CUDA device"), alerts=alerts)
     section = card[card.index("### Latency targets"):card.index("## 7.")]
     assert (f"| SLO | `serving.slo` | {slo['p99_ttft_ms']} ms | {slo['p99_itl_ms']} ms | capacity:") in section
-    assert (f"| latency gate | `gates.thresholds.max_p99_ttft_ms`, `max_p99_itl_ms` | {gate['max_p99_ttft_ms']:.0f} ms | "
-            f"{gate['max_p99_itl_ms']:.0f} ms | the build fails") in section
+    assert ("| latency gate | `gates.thresholds.max_p99_ttft_ms`, `max_p99_itl_ms` | "
+            f"{gate['max_p99_ttft_ms']:.0f} ms | {gate['max_p99_itl_ms']:.0f} ms | the build fails") in section
     assert "| latency alert | `monitoring/rules.yaml` (`monitoring.latency_margin`) | 2500 ms | 100 ms |" in section
     ratio = gate["max_p99_ttft_ms"] / slo["p99_ttft_ms"]
     assert f"The latency gate is x{ratio:.3g} the SLO's TTFT" in section

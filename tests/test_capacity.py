@@ -11,7 +11,6 @@ import pytest
 
 from eval_helpers import eval_summaries, gate_report
 from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
-from tiny_project import ROOT, tiny_params, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
@@ -20,7 +19,7 @@ from pipeline.serving.bench_record import AT_BOUND, BRACKET, FOUND, NEVER, PLAIN
 from pipeline.serving.capacity import CONCURRENCY, POISSON
 from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.tiers import Slo
-
+from tiny_project import ROOT, serving_of, tiny_params
 
 # ---- the search
 
@@ -232,8 +231,8 @@ def test_capacity_gate_passes_fails_and_says_why_it_was_skipped():
     # measured on another GPU: no ratio, and the reason says so
     other = gate(p, {BF16: base, INT4: searched_record(INT4, Server(), gpu="NVIDIA A100")})
     check = {c.check: c for c in other.variants[INT4].checks}["min_capacity_vs_bf16"]
-    assert check.passed is None and check.skipped == ("not measured: no capacity of bf16 plain decoding on the same GPU "
-                                              "and vLLM")
+    assert check.passed is None and check.skipped == ("not measured: no capacity of bf16 plain decoding on "
+                                                      "the same GPU and vLLM")
     # the CPU case: nothing measured
     cpu = gate(p, {BF16: ServeBenchRecord(BF16, skipped="no CUDA device"),
                    INT4: ServeBenchRecord(INT4, skipped="no CUDA device")})

@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from tiny_project import copy_project, run
 from pipeline.core.errors import PipelineError
 from pipeline.data.settings import Fractions
 from pipeline.data.traffic import dedup, load_traffic, split
+from tiny_project import copy_project, run
 
 FRACTIONS = Fractions(calibration=0.2, heldout=0.2)
 

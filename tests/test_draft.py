@@ -16,15 +16,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 
-from tiny_project import ROOT, copy_project, run, tiny_params
-from trainer_callbacks import Interrupt, RecordStart
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_csv
 from pipeline.data.formatting import prompt_ids, row_to_messages, split_prompt_response
 from pipeline.drafts.distill import build_distillation_set, generate_batched, pad_id, transformers_generate
 from pipeline.drafts.draft_model import finetune_draft, quantize_draft, save_draft
-from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.drafts.finetune import checkpoint_dir, fine_tune, loss_curve_rows
+from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.evaluate.acceptance import position_acceptance
 from pipeline.models.demo.models import train_tokenizer
 from pipeline.models.demo.traffic import generate_general_text, generate_traffic
@@ -32,6 +30,8 @@ from pipeline.models.draft_compat import check_compatible, check_tokenizers
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize.recipes import enabled_variant
 from pipeline.quantize.settings import Calibration
+from tiny_project import ROOT, copy_project, run, tiny_params
+from trainer_callbacks import Interrupt, RecordStart
 
 MAX_MODEL_LEN = tiny_params()["serving"]["max_model_len"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+# `python tests/dvc_deps.py --write` writes them
+from dvc_deps import PACKAGES, PIPELINE_FILES, closure, covered, is_code_dep, pipeline_stages, stage_entries
 from tiny_project import ROOT
-from dvc_deps import (PACKAGES, PIPELINE_FILES, closure, covered,  # `python tests/dvc_deps.py --write` writes them
-                      is_code_dep, pipeline_stages, stage_entries)
 
 
 @pytest.mark.parametrize("stage", sorted(stage_entries()))
@@ -92,7 +92,8 @@ def test_the_artifact_layout_is_dvc_yamls():
     from pipeline.core import paths
 
     named = {v for v in vars(paths).values() if isinstance(v, Path)}
-    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING, paths.TIMINGS}
+    untracked = {paths.ARTIFACTS, paths.LOGS, paths.CACHE, paths.DRAFT_CHECKPOINTS, paths.PUBLISH_STAGING,
+                 paths.TIMINGS}
     outs, mentioned = set(), set()
     for stage in pipeline_stages().values():
         body = stage.get("do", stage)

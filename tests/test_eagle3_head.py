@@ -9,12 +9,12 @@ import pytest
 import torch
 import yaml
 
-from tiny_project import ROOT, demo_prompts
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress
 from pipeline.drafts import eagle3
 from pipeline.drafts.settings import Eagle3Params
 from pipeline.evaluate import acceptance
+from tiny_project import ROOT, demo_prompts
 
 
 def train_head(tmp_path_factory, demo_pair, target, **cfg_overrides):

@@ -10,8 +10,6 @@ import torch
 import yaml
 
 from eval_helpers import gate_report
-from speculation_estimates import choose_k
-from tiny_project import ROOT, run, tiny_params, serving_of
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.summary import EvalSummary
@@ -23,6 +21,8 @@ from pipeline.release.bundle import model_card
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import CHECKS
 from pipeline.serving.bench_record import ServeBenchRecord
+from speculation_estimates import choose_k
+from tiny_project import ROOT, run, serving_of, tiny_params
 
 INT4, FP8 = "gptq-w4a16", "fp8-dynamic"
 
@@ -124,8 +124,9 @@ def test_failed_speculation_checks_turn_the_draft_off_not_the_variant():
     assert "min_accepted_per_draft_token" in verdict.speculation.reason
     # Issue #29: the line said "PASS (5 checks, 5 skipped)" here; every check is counted once, as what it was.
     assert gates.verdict_line(INT4, verdict) == (
-        f"gate {INT4}: PASS: 5 of {len(CHECKS)} checks passed, 2 speculation checks failed (min_accepted_per_draft_token, "
-        "min_vllm_speculative_speedup: no speculation ships), 5 skipped; ships without speculation (estimated)")
+        f"gate {INT4}: PASS: 5 of {len(CHECKS)} checks passed, 2 speculation checks failed "
+        "(min_accepted_per_draft_token, min_vllm_speculative_speedup: no speculation ships), 5 skipped; ships without "
+        "speculation (estimated)")
     assert gates.summary(report)["variants"][0]["failed_speculation_checks"] == [
         "min_accepted_per_draft_token", "min_vllm_speculative_speedup"]
 
@@ -225,9 +226,11 @@ def test_impossible_metric_values_are_refused_not_gated(bad, name):
     (lambda p: p["deploy"].update(port=99999), "deploy.port is 99999; allowed: type integer, minimum 1, maximum 65535"),
     (lambda p: p["deploy"].update(warmup_prompts="1e9"), "deploy.warmup_prompts is '1e9'"),
     (lambda p: p["deploy"].update(bundle_root="/models\n# <script>alert(1)</script>"), "deploy.bundle_root must be"),
-    (lambda p: p["publish"].update(registry_dir="artifacts/bundles/bf16/registry"), "registry_dir .* is inside artifacts/"),
+    (lambda p: p["publish"].update(registry_dir="artifacts/bundles/bf16/registry"),
+     "registry_dir .* is inside artifacts/"),
     (lambda p: p["serving"]["speculation"].update(cost_profile="missing.json"), "cost_profile: missing.json not found"),
-    (lambda p: p["quantize"]["variants"].update({"../x": {"algorithm": "rtn", "scheme": "FP8"}}), "invalid variant name"),
+    (lambda p: p["quantize"]["variants"].update({"../x": {"algorithm": "rtn", "scheme": "FP8"}}),
+     "invalid variant name"),
     (lambda p: p["quantize"]["variants"].update({"bf16": {"algorithm": "none", "scheme": "FP8"}}),
      "algorithm 'none' is the unquantized target"),
     (lambda p: p["serving"].update(target_concurrency=3), "serving.target_concurrency.*serve_bench.concurrency"),
@@ -314,10 +317,11 @@ def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else find_spec(name, *a))
     assert vllm_spec.unavailable_reason() == "vllm is not installed"
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
     assert vllm_spec.unavailable_reason() is None
-    assert vllm_spec.unavailable_reason(tensor_parallel_size=2) == ("serving.tensor_parallel_size 2 needs more GPUs than "
-                                                                   "the 1 here")
+    assert vllm_spec.unavailable_reason(tensor_parallel_size=2) == ("serving.tensor_parallel_size 2 needs more GPUs "
+                                                                   "than the 1 here")
 
 
 # ---- `modelprep gate --metrics-dir DIR`, as a user on another machine would run it
@@ -379,7 +383,8 @@ def test_the_committed_eval_metrics_are_the_summarys_flat_view_byte_for_byte(pat
     assert (tmp_path / path.name).read_bytes() == path.read_bytes()
 
 
-@pytest.mark.parametrize("run", sorted({p.parent.parent.name for p in (ROOT / "benchmarks/gpu/raw").glob("*/metrics/eval-*.json")}))
+@pytest.mark.parametrize("run", sorted({p.parent.parent.name
+                                        for p in (ROOT / "benchmarks/gpu/raw").glob("*/metrics/eval-*.json")}))
 def test_the_cli_reads_every_gpu_runs_eval_metrics_older_flat_ones_too(run):
     """The GPU runs' metrics (benchmarks/gpu/raw/<run>/metrics, gated there with `modelprep gate --metrics-dir`): the
     older runs hold each method's numbers as <field>_<method>, read into the summary's methods, in the file's order,
@@ -391,7 +396,8 @@ def test_the_cli_reads_every_gpu_runs_eval_metrics_older_flat_ones_too(run):
             assert [dataclasses.asdict(m) for m in summary.speculation.methods] == raw["methods"]
             continue
         suffixed = [k for k in raw if k.startswith("expected_speedup_")]
-        assert [m.method for m in summary.speculation.methods] == [k.removeprefix("expected_speedup_") for k in suffixed]
+        assert [m.method for m in summary.speculation.methods] == [k.removeprefix("expected_speedup_")
+                                                                   for k in suffixed]
         for m in summary.speculation.methods:
             assert (m.accepted_per_draft_token, m.num_speculative_tokens, m.expected_speedup) == (
                 raw[f"accepted_per_draft_token_{m.method}"], raw[f"num_speculative_tokens_{m.method}"],
@@ -442,6 +448,7 @@ def test_a_yaml_alias_bomb_in_params_is_refused_before_it_is_expanded(tmp_path):
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
         f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
         for i in range(12))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()) + "serving_bomb:\n  " + bomb.replace("\n", "\n  "))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(tiny_params()) + "serving_bomb:\n  "
+                                          + bomb.replace("\n", "\n  "))
     with pytest.raises(PipelineError, match=r"params.yaml:\d+: YAML aliases \(\*a\) are not allowed"):
         load_params(tmp_path / "params.yaml")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_project import demo_prompts
 from pipeline.evaluate import acceptance, generation, quality
+from tiny_project import demo_prompts
 
 N_TOKENS, OVERRUN = 12, 3
 

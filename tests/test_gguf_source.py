@@ -12,15 +12,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiny_project import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import file_sha256
 from pipeline.models.gguf_source import RECORD, SMOLLM2, converted
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.core.io import file_sha256
 from pipeline.models.settings import LayerDraft
 from pipeline.models.sources import classify, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_project import copy_project, run, tiny_params
 
 
 @pytest.fixture
@@ -96,7 +96,8 @@ def test_a_missing_or_foreign_gguf_is_one_line(tmp_path, cache, tiny):
     (tmp_path / "junk.gguf").write_text("not a gguf at all")
     whole = write_gguf(tmp_path / "whole.gguf", tiny[1], tiny[0]).read_bytes()
     (tmp_path / "truncated.gguf").write_bytes(whole[:200])  # issue #47: an uncaught struct.error
-    for name, message in (("nope.gguf", "no such GGUF file"), ("junk.gguf", "transformers cannot load it (ValueError: "),
+    for name, message in (("nope.gguf", "no such GGUF file"),
+                          ("junk.gguf", "transformers cannot load it (ValueError: "),
                           ("truncated.gguf", "transformers cannot load it (error: unpack_from requires")):
         with pytest.raises(PipelineError) as e:
             source_fingerprint(str(tmp_path / name), "target")
@@ -113,7 +114,8 @@ def test_a_local_model_whose_eos_is_not_the_turn_end_fails_the_models_stage_in_o
     config_file = target / "tokenizer_config.json"
     good = json.loads(config_file.read_text())
     config_file.write_text(json.dumps({**good, "eos_token": "<|im_start|>"}))
-    params = tiny_params(target={"source": str(target), "revision": None}, draft={"source": {"from": "target", "layers": 1}})
+    params = tiny_params(target={"source": str(target), "revision": None},
+                         draft={"source": {"from": "target", "layers": 1}})
     (tmp_path / "proj").mkdir()
     proj = copy_project(tmp_path / "proj", params)
     r = run([sys.executable, "-m", "stages.models"], proj)
@@ -162,7 +164,8 @@ def test_sources_and_models_stages_take_a_gguf_target_and_a_draft_of_its_first_l
     copies it and cuts the draft from it; the draft passes the speculation compatibility check."""
     tokenizer, model = tiny
     gguf = write_gguf(tmp_path / "tiny.gguf", model, tokenizer)
-    params = tiny_params(target={"source": str(gguf), "revision": None}, draft={"source": {"from": "target", "layers": 1}})
+    params = tiny_params(target={"source": str(gguf), "revision": None},
+                         draft={"source": {"from": "target", "layers": 1}})
     (tmp_path / "proj").mkdir()
     proj = copy_project(tmp_path / "proj", params)
     env = {**os.environ, "MODELPREP_CACHE": str(cache)}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tiny_project import demo_prompts
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.models.loading import load_causal_lm
+from tiny_project import demo_prompts
 
 REASON = vllm_spec.unavailable_reason()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"GPU path: {REASON}")]

@@ -242,7 +242,6 @@ def test_waves_of_one_run_on_this_thread():
 def test_serve_bench_places_each_config_at_the_tensor_parallelism_its_serve_yaml_has(tmp_path, monkeypatch):
     """The GPUs a config needs come from the engine arguments its serve.yaml renders (serving's, a tier's own
     override), not from one global setting; configs of one call share a wave where the host has the GPUs."""
-    from tiny_project import tiny_params
     from pipeline.drafts import methods
     from pipeline.drafts.settings import DraftParams
     from pipeline.params.load import parse_section
@@ -251,6 +250,7 @@ def test_serve_bench_places_each_config_at_the_tensor_parallelism_its_serve_yaml
     from pipeline.serving.settings import ServeBenchParams, ServingParams
     from pipeline.serving.tiers import Tier
     from stages import serve_bench as stage
+    from tiny_project import tiny_params
 
     p = tiny_params(serving={"tensor_parallel_size": 2})
     run = stage.Settings(bench=parse_section(p, ServeBenchParams), serving=parse_section(p, ServingParams),
@@ -279,9 +279,9 @@ def test_parallel_check_compares_each_config_beside_others_with_it_alone(tmp_pat
     import subprocess
 
     from latency_model import H100_RUN, Server, swept
-    from tiny_project import ROOT
     from pipeline.core import records
     from pipeline.serving.bench_record import ServeBenchRecord, ServeConfigResult
+    from tiny_project import ROOT
 
     def record(path, plain_speed, ngram_speed, beside):
         configs = {name: ServeConfigResult(0, 60.0, swept(Server(speed=speed)), gpus=[gpu], beside=beside(name))

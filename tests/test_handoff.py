@@ -12,15 +12,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bundle_helpers import BundleSpec, bundle_workspace, one_error_line, run_stage, run_stage_in_process, stage_workspace
+from bundle_helpers import (
+    BundleSpec,
+    bundle_workspace,
+    one_error_line,
+    run_stage,
+    run_stage_in_process,
+    stage_workspace,
+)
 from latency_model import H100_RUN, Server, lat, search, swept
-from tiny_project import ROOT, tiny_params, tiny_serving, serving_of
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from tiny_project import ROOT, serving_of, tiny_params, tiny_serving
 
 V = "fp8-dynamic"
 PROMTOOL = shutil.which("promtool")
@@ -52,7 +59,8 @@ def served_yaml(ws: Path, p: dict, name: str, k: int, tier=None) -> str:
 
     config = speculative_config(Speculation(name if k else None, k))
     return serve_yaml(engine_args(enabled_variant(p, V), serving_of(p), config,
-                                  checkpoint_quantization(ws / "artifacts/quantized" / V), tier.engine if tier else None))
+                                  checkpoint_quantization(ws / "artifacts/quantized" / V),
+                                  tier.engine if tier else None))
 
 
 def gate_on(ws: Path, p: dict, record: ServeBenchRecord) -> None:
@@ -214,7 +222,8 @@ def test_without_a_measured_capacity_the_tiers_keep_their_size_and_no_autoscaler
     b = bundle(bundled_workspace)
     card = (b / "README.md").read_text()
     assert ("Not measured in this build (no CUDA device): no users per GPU, `min_capacity_vs_bf16` was skipped, "
-            "and the tiers of\n`deploy.autoscale.tiers` ship their configured max-num-seqs without an autoscaler.") in card
+            "and the tiers of\n`deploy.autoscale.tiers` ship their configured max-num-seqs without an "
+            "autoscaler.") in card
     row = next(line for line in card.splitlines() if line.startswith("| throughput |"))
     assert row.endswith("| capacity not measured (no CUDA device): max-num-seqs as configured, no autoscaler |")
     # this workspace's verdict was reached without the serving records (bundle_helpers): skipped, with why
@@ -320,9 +329,9 @@ def test_measured_capacity_sizes_the_throughput_tier_and_its_autoscaler(tmp_path
     assert hpa["spec"]["metrics"] == [{"type": "Pods", "pods": {
         "metric": {"name": "vllm_num_requests_running"}, "target": {"type": "AverageValue", "averageValue": "32"}}}]
     row = next(line for line in card.splitlines() if line.startswith("| throughput |"))
-    assert ("| 40 users per replica at p99 TTFT <= 200 ms, p99 ITL <= 50 ms (plain, the default sweep's, serve_bench on "
-            "NVIDIA H100 80GB HBM3); max-num-seqs 40 (of 256 configured, batches measured up to serving.max_num_seqs 64); autoscaler "
-            "at 32 running requests per pod (0.8 of it) |") in row
+    assert ("| 40 users per replica at p99 TTFT <= 200 ms, p99 ITL <= 50 ms (plain, the default sweep's, "
+            "serve_bench on NVIDIA H100 80GB HBM3); max-num-seqs 40 (of 256 configured, batches measured up to "
+            "serving.max_num_seqs 64); autoscaler at 32 running requests per pod (0.8 of it) |") in row
     # the default tier is not autoscaled, and serve.yaml ships as measured
     assert [d["kind"] for d in yaml.safe_load_all((b / "deploy/default.yaml").read_text())] == ["Deployment", "Service"]
     rules = yaml.safe_load((b / "deploy/custom-metrics-rules.yaml").read_text())["rules"]
@@ -362,10 +371,12 @@ def test_warmup_script_warms_a_live_server_and_marks_readiness(bundled_workspace
     (lambda p: p["serving"]["tiers"].update(tp4={"tensor_parallel_size": 4, "gpus": 2}),
      "serving.tiers.tp4: tensor_parallel_size 4 exceeds the 2 GPUs"),
     (lambda p: p["deploy"].pop("image"), "deploy.image must name a container image"),
-    (lambda p: p["serving"]["tiers"].update(fast={"max_num_seq": 8}), r"serving.tiers.fast: unknown settings \['max_num_seq'\]"),
+    (lambda p: p["serving"]["tiers"].update(fast={"max_num_seq": 8}),
+     r"serving.tiers.fast: unknown settings \['max_num_seq'\]"),
     (lambda p: p["deploy"].update(namespace="Prod_NS"), "deploy.namespace must be a Kubernetes name"),
     (lambda p: p["monitoring"].update(kv_cache_usage_max=90), "monitoring.kv_cache_usage_max"),
-    (lambda p: p["serve_bench"].update(tiers=["throughput", "default"]), r"serve_bench.tiers names unknown tiers \['default'\]"),
+    (lambda p: p["serve_bench"].update(tiers=["throughput", "default"]),
+     r"serve_bench.tiers names unknown tiers \['default'\]"),
 ])
 def test_bad_handoff_params_are_one_line(edit, message, tmp_path):
     p = tiny_params()
@@ -459,8 +470,10 @@ def test_latency_alerts_name_the_slo_and_the_latency_gate_beside_their_own_thres
     assert ttft["description"] == (
         f"Latency alert: {gate['max_p99_ttft_ms']:.1f} ms from the latency gates' thresholds (no serving benchmark in "
         "this build), raised to the histogram's next bucket bound. Beside it: the SLO (serving.slo) p99 TTFT "
-        f"{slo['p99_ttft_ms']:g} ms; the latency gate (gates.thresholds.max_p99_ttft_ms) {gate['max_p99_ttft_ms']:g} ms.")
+        f"{slo['p99_ttft_ms']:g} ms; the latency gate (gates.thresholds.max_p99_ttft_ms) "
+        f"{gate['max_p99_ttft_ms']:g} ms.")
     assert (f"the SLO (serving.slo) p99 ITL {slo['p99_itl_ms']:g} ms; the latency gate "
             f"(gates.thresholds.max_p99_itl_ms) {gate['max_p99_itl_ms']:g} ms.") in \
         alerts["VllmInterTokenLatencyP99High"]["annotations"]["description"]
-    assert "Beside it (queue time is part of TTFT): the SLO" in alerts["VllmQueueTimeP99High"]["annotations"]["description"]
+    assert ("Beside it (queue time is part of TTFT): the SLO"
+            in alerts["VllmQueueTimeP99High"]["annotations"]["description"])

@@ -3,14 +3,21 @@ from __future__ import annotations
 
 import pytest
 
-from tiny_project import tiny_params, tiny_serving
 from pipeline.core.errors import PipelineError
 from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env
 from pipeline.quantize.presets import PRESETS, Quant, Scheme
-from pipeline.quantize.recipes import (CHANNELWISE, VariantSpec, build_recipe, needs_calibration, parse_variant,
-                                       scheme_for, scheme_of)
+from pipeline.quantize.recipes import (
+    CHANNELWISE,
+    VariantSpec,
+    build_recipe,
+    needs_calibration,
+    parse_variant,
+    scheme_for,
+    scheme_of,
+)
 from pipeline.serving.config import server_env
+from tiny_project import tiny_params, tiny_serving
 
 VARIANTS = tiny_params()["quantize"]["variants"]
 
@@ -87,7 +94,8 @@ def test_serving_gpu_refuses_what_it_cannot_run_before_any_stage(tmp_path):
     ok = tiny_params(quantize={"enabled": ["int8-w8a8", "nvfp4a16"]}, serving={"gpu": "t4"})
     validate(ok, tmp_path / "params.yaml")
     bad = tiny_params(serving={"gpu": "t4"})  # bf16 and INT4 Marlin need 8.0
-    with pytest.raises(PipelineError, match=r"variant bf16 can't be served on serving.gpu t4 \(compute capability 7.5\)"):
+    with pytest.raises(PipelineError,
+                       match=r"variant bf16 can't be served on serving.gpu t4 \(compute capability 7.5\)"):
         validate(bad, tmp_path / "params.yaml")
     with pytest.raises(PipelineError, match="serving.gpu must be one of"):
         validate(tiny_params(serving={"gpu": "h800x"}), tmp_path / "params.yaml")
@@ -100,7 +108,8 @@ def test_fp8_block_is_steered_off_deepgemm_where_it_was_measured_slower():
         "VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
     assert server_env(spec("fp8-block"), tiny_serving(gpu=None)) == DEEPGEMM_OFF
     assert server_env(spec("fp8-block"), tiny_serving(gpu="b200")) == {}  # not measured there: vLLM's own choice
-    assert server_env(spec("fp8-dynamic"), tiny_serving(gpu="h100")) == {} and server_env(spec("bf16"), tiny_serving()) == {}
+    assert server_env(spec("fp8-dynamic"), tiny_serving(gpu="h100")) == {}
+    assert server_env(spec("bf16"), tiny_serving()) == {}
     mine = {"VLLM_DISABLED_KERNELS": "CutlassFp8BlockScaledMMKernel", "VLLM_LOGGING_LEVEL": "INFO"}
     assert server_env(spec("fp8-block"), tiny_serving(gpu="h100", env=mine)) == mine
     assert "DeepGEMM" in requirements(spec("fp8-block")).kernels

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.data import human_eval
 from pipeline.data.human_eval import FIELDS, HUMAN_EVAL
+from tiny_project import ROOT
 
 COMMITTED = ROOT / "evals" / "human-eval"
 BATCH = 21  # tasks per interpreter: 164 tasks x 2 completions in 16 subprocesses

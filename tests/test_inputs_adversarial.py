@@ -17,14 +17,14 @@ import torch
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from tiny_project import copy_project, run, tiny_params
-from trainer_callbacks import Interrupt, RecordStart
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, atomic_write_text
 from pipeline.data.traffic import load_traffic
 from pipeline.drafts.finetune import fine_tune
 from pipeline.drafts.settings import DraftTrainingParams
 from pipeline.models.sources import check_model_dir, fetch_model, source_fingerprint
+from tiny_project import copy_project, run, tiny_params
+from trainer_callbacks import Interrupt, RecordStart
 
 
 def one_line_error(call, *args) -> str:
@@ -403,8 +403,8 @@ def test_a_chat_template_that_would_run_for_ever_is_stopped(tmp_path):
     not ten billion iterations of two): the render is now bounded in time, one line naming the file."""
     import time
 
-    from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
     from pipeline.models.tokenizer_check import RENDER_LIMIT_S, check_tokenizer
+    from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 
     tokenizer = chatml_tokenizer()
     target = save_checkpoint(tmp_path / "t", tiny_llama(tokenizer, layers=1, tied=True), tokenizer)

@@ -8,7 +8,6 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tiny_project import ROOT, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.draft_compat import check_compatible
 from pipeline.models.layer_draft import build_layer_draft
@@ -16,6 +15,7 @@ from pipeline.models.loading import check_checkpoint_tensors, load_causal_lm
 from pipeline.models.settings import DraftSourceParams, LayerDraft
 from pipeline.params.check import validate
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
+from tiny_project import ROOT, tiny_params
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +87,8 @@ def test_draft_source_params_are_checked_before_any_stage(draft, message):
 def test_a_draft_from_the_demo_target_is_refused_and_a_real_one_parsed():
     with pytest.raises(PipelineError, match="takes the layers of a real target; target.source demo builds its own"):
         validate(tiny_params(draft={"source": {"from": "target", "layers": 1}}), ROOT / "params.yaml", False)
-    params = tiny_params(target={"source": "/models/t", "revision": None}, draft={"source": {"from": "target", "layers": 3}})
+    params = tiny_params(target={"source": "/models/t", "revision": None},
+                         draft={"source": {"from": "target", "layers": 3}})
     validate(params, ROOT / "params.yaml", check_recipes=False)
     assert DraftSourceParams.parse(params["draft"]).source == LayerDraft(3)
     assert DraftSourceParams.parse(tiny_params()["draft"]).source == "demo"

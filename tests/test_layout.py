@@ -7,8 +7,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-from tiny_project import ROOT
 from dvc_deps import imported_modules, module_file
+from tiny_project import ROOT
 
 STEPS = ("core", "params", "models", "data", "quantize", "drafts", "evaluate", "serving", "release")
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tiny_project import ROOT, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import row_to_messages
 from pipeline.evaluate import lmeval
 from pipeline.models.loading import load_causal_lm, load_tokenizer
+from tiny_project import ROOT, tiny_params
 
 N_DOCS = 4
 

@@ -15,11 +15,11 @@ import yaml
 
 from eval_helpers import gate_report
 from latency_model import Server, searched_record
-from tiny_project import ROOT, copy_project
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import OLD_NAMES, EvalSummary, current_names, load_metrics
 from pipeline.release import gates, headline
 from pipeline.release.publish import eval_record, summary_of
+from tiny_project import ROOT, copy_project
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # the demo's five variants: the table's width
 VARIANTS = PARAMS["quantize"]["enabled"]
@@ -78,7 +78,8 @@ def test_only_the_headline_folders_are_registered_as_metrics():
     registered = [next(iter(m)) if isinstance(m, dict) else m
                   for s in stages.values() for m in (s.get("do", s).get("metrics") or [])]
     assert registered == [f"metrics/{f}" for f in (headline.QUALITY, headline.RELEASE, headline.SPEED)]
-    outs = [next(iter(o)) if isinstance(o, dict) else o for s in stages.values() for o in s.get("do", s).get("outs", [])]
+    outs = [next(iter(o)) if isinstance(o, dict) else o
+            for s in stages.values() for o in s.get("do", s).get("outs", [])]
     assert {"metrics/eval-${item}.json", "metrics/gates.json", "metrics/draft.json", "metrics/models.json",
             "metrics/quantize-${item}.json", "metrics/serve-${item}.json"} <= set(outs)
 

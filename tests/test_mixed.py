@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.settings import DataParams
@@ -23,6 +22,7 @@ from pipeline.quantize import mixed
 from pipeline.quantize.oneshot import quantize_model
 from pipeline.quantize.recipes import parse_variant
 from pipeline.quantize.settings import UNQUANTIZED, Calibration
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 FRAGILE = 1  # the tiny target's middle layer of three
 SPEC = {"algorithm": "rtn", "scheme": "W4A16", "group_size": 128,

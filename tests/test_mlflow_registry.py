@@ -14,12 +14,12 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, free_port, one_error_line, run_stage, verify_cli
-from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
 from pipeline.release.registry import mlflow_registry
 from pipeline.release.settings import PublishParams
+from tiny_project import publish_settings
 
 STARTUP_TIMEOUT_S = 120
 
@@ -64,7 +64,8 @@ def mlflow_server(tmp_path_factory, request):
 def bundle_spec(mlflow_server):
     uri, _ = mlflow_server
     return BundleSpec({"fp8-static": {}},
-                      {"publish": {"backend": "mlflow", "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}}})
+                      {"publish": {"backend": "mlflow",
+                                   "mlflow": {"tracking_uri": uri, "experiment": "modelprep-test"}}})
 
 
 def test_publish_registers_a_version_that_reads_back(bundled_workspace, mlflow_server, tmp_path):

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
-from tiny_project import copy_project, run, tiny_params
-from tiny_spm import spm_vocab, spm_writer
 
 from pipeline.core.errors import PipelineError
 from pipeline.models.gguf_source import converted
 from pipeline.models.gguf_vocab import read_vocab, spm_reference
 from pipeline.models.loading import load_tokenizer
 from pipeline.models.model_proof import SAMPLE, prove_tokenizer
+from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_project import copy_project, run, tiny_params
+from tiny_spm import spm_vocab, spm_writer
 
 
 @pytest.fixture
@@ -203,7 +203,8 @@ def test_a_tokenizer_that_loses_text_is_refused(tmp_path, bpe):
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train_from_iterator(TEXT * 4, trainer=trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>"],
                                                                   show_progress=False))
-    lossy = save_checkpoint(tmp_path / "lossy", bpe[1], PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>"))
+    lossy = save_checkpoint(tmp_path / "lossy", bpe[1],
+                            PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>"))
     with pytest.raises(PipelineError) as e:
         prove_tokenizer(lossy, "target", "lossy", TEXT)
     assert str(e.value).startswith("target model lossy: its tokenizer does not give text back: 'The quick brown fox ")

@@ -94,7 +94,8 @@ def test_pinned_size_is_honoured_and_refused_when_it_cannot_fit_a_named_gpu():
     assert "\n" not in line and line.startswith("variant bf16 does not fit serving.gpu h100 at the pinned "
                                                 "serving.tensor_parallel_size 1: weights 141.1 GB")
     # no GPU named: the pinned size is the user's to know
-    assert decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=1, gpu=None), SHAPE_70B).tensor_parallel_size == 1
+    assert decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=1, gpu=None),
+                  SHAPE_70B).tensor_parallel_size == 1
     with pytest.raises(PipelineError, match="tensor_parallel_size 4 does not divide the model's 6 attention heads"):
         decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=4), ModelShape(2, 384, 6, 2, 64, 1024, 4096))
 

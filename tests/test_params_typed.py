@@ -9,14 +9,14 @@ import dataclasses
 import pytest
 import yaml
 
-from tiny_project import ROOT
-from test_dvc_graph import closure
 from pipeline.core.errors import PipelineError
 from pipeline.params.load import load_params, parse_section
 from pipeline.params.profiles import overlay
 from pipeline.params.typed import KINDS, Params, load_typed
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.serving.settings import ServingParams
+from test_dvc_graph import closure
+from tiny_project import ROOT
 
 SETTINGS = sorted(p.relative_to(ROOT) for p in (ROOT / "pipeline").glob("*/settings.py"))
 
@@ -63,7 +63,8 @@ def test_params_yaml_parses_into_every_section_and_the_values_are_the_files():
     assert params.draft_training.vllm.enforce_eager == mapping["draft_training"]["vllm"]["enforce_eager"]
     assert params.evaluate.vllm.throughput_batch_sizes == tuple(mapping["evaluate"]["vllm"]["throughput_batch_sizes"])
     variant = next(iter(mapping["gates"]["overrides"]))
-    assert params.gates.for_variant(variant) == {**mapping["gates"]["thresholds"], **mapping["gates"]["overrides"][variant]}
+    assert params.gates.for_variant(variant) == {**mapping["gates"]["thresholds"],
+                                                 **mapping["gates"]["overrides"][variant]}
     assert params.serving.slo.p99_ttft_ms == mapping["serving"]["slo"]["p99_ttft_ms"]
     assert params.serving.speculation.min_gain == mapping["serving"]["speculation"]["min_gain"]
     assert params.serve_bench.concurrency == tuple(mapping["serve_bench"]["concurrency"])

@@ -103,7 +103,8 @@ def test_a_second_build_reproduces_every_output_bit_for_bit(first_build, tmp_pat
     r = run(["dvc", "repro", "--no-run-cache", REBUILT], second)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     differ = {stage: paths for lock in LOCKS
-              for stage, paths in compare_locks().differing_outputs(first_locks[lock], (second / lock).read_text()).items()}
+              for stage, paths in compare_locks().differing_outputs(first_locks[lock],
+                                                                    (second / lock).read_text()).items()}
     assert len(differ) >= 9 and {"sources", REBUILT} <= set(differ), sorted(differ)  # the whole slice ran
     assert not {stage: paths for stage, paths in differ.items() if paths}, "outputs differ between two builds"
     # The run-dependent numbers went to artifacts/timings, outside what DVC hashes; the console still shows them.
@@ -147,7 +148,8 @@ def test_dvc_plots_leave_out_the_serving_curves_serve_bench_skipped(project):
     for variant in tiny_params()["quantize"]["enabled"]:
         assert f"plots/acceptance-{variant}.csv" in shown["data"]
         for chart in ("serve_itl", "serve_throughput", "serve_pareto"):
-            assert (project / "plots" / chart / variant / "skipped.txt").read_text().startswith(f"serve_bench {variant}: ")
+            skipped = (project / "plots" / chart / variant / "skipped.txt").read_text()
+            assert skipped.startswith(f"serve_bench {variant}: ")
     assert all(plot["content"]["data"]["values"] for plots in shown["data"].values() for plot in plots)
 
 
@@ -217,7 +219,8 @@ def test_failed_gate_fails_repro_naming_the_check(project):
 def test_the_functional_check_runs_in_the_evaluate_stage_and_its_drop_is_gated(project):
     """evaluate.functional.tasks set: the evaluate stage writes each task's outcome, pass@1 of the target and the
     variant into its summary and metrics, and the gate applies max_pass_at_1_drop to it (last: it edits params)."""
-    tasks = [{"task_id": "E2E/0", "prompt": 'def add(a, b):\n    """a + b"""\n', "canonical_solution": "    return a + b\n",
+    tasks = [{"task_id": "E2E/0", "prompt": 'def add(a, b):\n    """a + b"""\n',
+              "canonical_solution": "    return a + b\n",
               "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n", "entry_point": "add"}]
     (project / "evals" / "functional.jsonl").write_text("".join(json.dumps(t) + "\n" for t in tasks))
     params = yaml.safe_load((project / "params.yaml").read_text())

@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from tiny_project import ROOT, tiny_params
 from pipeline.params.plan import SHAPES
+from tiny_project import ROOT, tiny_params
 
 SHAPES_8B = SHAPES["llama-3-8b"]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core import records
 from pipeline.core.plots import VEGA_LITE, install_page, write_plot
 from pipeline.params.load import parse_section
 from pipeline.serving import capacity, serve_bench
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 # A real serve_bench record: BF16 on an H100 with vLLM 0.26.0, plain and three methods (benchmarks/gpu/SERVING.md).
 SERVED = ROOT / "benchmarks/gpu/raw/gpu-served-3/metrics/serve-bf16.json"
@@ -46,7 +46,8 @@ def write_search_plots(project, variant: str, searched: bool) -> None:
                                    "mixed": {"schemes": ["W8A16", "UNQUANTIZED"]}})
     units = tuple(mixed.Unit("model.layers", i, ("mlp.down_proj",), ((128, 256),)) for i in range(3))
     ladder = mixed.ladder_of(spec)
-    sensitivity = {0: {"W4A16": 2e-3, "W8A16": 1e-5}, 1: {"W4A16": 9e-3, "W8A16": 3e-5}, 2: {"W4A16": 1e-3, "W8A16": 1e-5}}
+    sensitivity = {0: {"W4A16": 2e-3, "W8A16": 1e-5}, 1: {"W4A16": 9e-3, "W8A16": 3e-5},
+                   2: {"W4A16": 1e-3, "W8A16": 1e-5}}
     points = mixed.frontier(units, ladder, sensitivity, itemsize=2)
     tried = mixed.Attempt(1, points[1].bytes, {"kl_divergence": 3.5e-3}, ())
     found = mixed.Search(units, ladder, sensitivity, points, (tried,), 1, True)

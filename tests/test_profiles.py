@@ -64,7 +64,8 @@ def test_profile_cli(params_copy):
     cli = [sys.executable, "-c", "from pipeline.cli import main; main()", "profile"]
     ok = subprocess.run([*cli, "gpu", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
     assert ok.returncode == 0 and "params set from profile gpu" in ok.stdout
-    bad = subprocess.run([*cli, "../etc/passwd", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
+    bad = subprocess.run([*cli, "../etc/passwd", "--params", str(params_copy)], capture_output=True, text=True,
+                         cwd=ROOT)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "profile name" in bad.stderr
     missing = subprocess.run([*cli, "nosuch", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and "nosuch.yaml not found" in missing.stderr

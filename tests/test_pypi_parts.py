@@ -20,13 +20,13 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from tiny_chatml import chatml_tokenizer, tiny_llama, write_gguf
 
 from pipeline.core.errors import PipelineError
 from pipeline.models import gguf_source
 from pipeline.models.gguf_source import converted
 from pipeline.models.pypi_parts import CHUNKED, ChunkedGguf, cache_dir
 from pipeline.models.sources import classify, fetch_model, source_fingerprint
+from tiny_chatml import chatml_tokenizer, tiny_llama, write_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = 3

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tiny_project import ROOT
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import prompt_and_response_ids, prompt_ids, row_to_messages, split_prompt_response
 from pipeline.evaluate import quality
 from pipeline.models.loading import load_causal_lm, load_tokenizer
+from tiny_project import ROOT
 
 
 @pytest.fixture(scope="module")

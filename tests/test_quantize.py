@@ -13,7 +13,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.settings import DataParams
@@ -24,6 +23,7 @@ from pipeline.quantize.oneshot import awq_pinning_off_without_accelerator, quant
 from pipeline.quantize.recipes import needs_calibration, parse_variant, scheme_for
 from pipeline.quantize.settings import Calibration
 from pipeline.release.settings import GatesParams
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 PARAMS = tiny_params()
 CALIBRATION = PARAMS["quantize"]["calibration"]
@@ -72,7 +72,8 @@ def test_baseline_variant_is_the_target_byte_for_byte(demo_pair, tmp_path):
     metrics = quantize(demo_pair[0], tmp_path / "bf16", "bf16", raw, [], CALIBRATION)
 
     def digests(d: Path) -> dict:
-        return {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in d.rglob("*") if p.is_file()}
+        return {p.relative_to(d).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in d.rglob("*") if p.is_file()}
     assert digests(tmp_path / "bf16") == digests(demo_pair[0])
     assert "quantization_config" not in json.loads((tmp_path / "bf16" / "config.json").read_text())
     assert metrics["compression_ratio"] == 1.0 and metrics["calibration_samples"] == 0 and metrics["scheme"] is None
@@ -359,9 +360,11 @@ def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, 
     metrics = quantize(narrow, tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
                        {**CALIBRATION, "num_samples": 8})
     assert quantization_config(tmp_path / "q")["config_groups"]["group_0"]["weights"]["group_size"] == 64
-    assert (metrics["group_size"], metrics["group_size_configured"], metrics["group_size_reason"]) == (64, 128, [WHY_64])
+    assert (metrics["group_size"], metrics["group_size_configured"],
+            metrics["group_size_reason"]) == (64, 128, [WHY_64])
     with torch.no_grad():
-        assert math.isfinite(load_causal_lm(tmp_path / "q", torch.device("cpu"))(torch.tensor([[1, 2, 3]])).logits.sum())
+        model = load_causal_lm(tmp_path / "q", torch.device("cpu"))
+        assert math.isfinite(model(torch.tensor([[1, 2, 3]])).logits.sum())
 
     odd = shaped_target(demo_pair[0], tmp_path / "odd", hidden=80, intermediate=240, heads=5)  # 80 = 16 x 5
     rtn = {"algorithm": "rtn", "scheme": "W4A16", "group_size": 64}
@@ -387,7 +390,8 @@ def test_awq_on_a_cpu_searches_the_cpu_grid_unless_the_variant_sets_one():
     assert cfg.cpu_awq_n_grid == 4
     unset = parse_variant("awq-w4a16", PARAMS["quantize"]["variants"]["awq-w4a16"])
     spec, grid = awq_grid(unset, cfg, "cpu")
-    assert spec.knobs["n_grid"] == 4 and grid == {"awq_n_grid": 4, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"}
+    assert spec.knobs["n_grid"] == 4 and grid == {"awq_n_grid": 4,
+                                                  "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"}
     spec, grid = awq_grid(unset, cfg, "cuda")
     assert "n_grid" not in spec.knobs and grid["awq_n_grid"] == 20  # llm-compressor 0.14's default
     own = parse_variant("awq-w4a16", {**PARAMS["quantize"]["variants"]["awq-w4a16"], "n_grid": 8})

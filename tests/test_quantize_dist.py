@@ -15,7 +15,6 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from tiny_project import ROOT, copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.data.formatting import full_text, prompt_and_response_ids
 from pipeline.data.settings import DataParams
@@ -27,6 +26,7 @@ from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import quantize_model
 from pipeline.quantize.recipes import parse_variant
 from pipeline.quantize.settings import Calibration, Distributed
+from tiny_project import ROOT, copy_project, run, tiny_params
 
 VARIANT = "gptq-w4a16"
 # Fails the worker of rank 1 in GPTQ's distributed step (after calibration, where the ranks exchange Hessians),

@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_project import ROOT
 from pipeline.data import functional_code, real_code
 from pipeline.data.real_text import stdlib_root
 from pipeline.data.settings import DataParams
 from pipeline.data.traffic import conversation_key, read_grouped, split
+from tiny_project import ROOT
 
 ROWS, CAP = 200, 1600
 COMMITTED = ROOT / "data" / "python-code"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_project import ROOT, copy_project, run
 from pipeline.core.errors import PipelineError
+from pipeline.data import real_text
 from pipeline.data.settings import Fractions
 from pipeline.data.traffic import conversation_key, read_grouped, read_source, split
-from pipeline.data import real_text
+from tiny_project import ROOT, copy_project, run
 
 ROWS, CAP = 240, 600
 FRACTIONS = Fractions(calibration=0.2, heldout=0.2)

@@ -7,11 +7,11 @@ import shutil
 import pytest
 
 from bundle_helpers import BundleSpec, one_error_line, run_stage, verify_cli
-from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.release.manifest import write_manifest
 from pipeline.release.registry import get_backend, local
+from tiny_project import publish_settings
 
 VARIANTS = ("fp8-static", "fp8-dynamic")
 
@@ -109,7 +109,8 @@ def test_a_verdict_reached_under_other_thresholds_is_not_published(bundled_works
                                               "max_kl_divergence": 0.0001}
     (ws / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
     line = one_error_line(run_stage(ws, "stages.publish"))
-    assert "fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, params.yaml now says 0.0001" in line
+    assert ("fp8-dynamic: its gate verdict was reached with max_kl_divergence = 0.05, "
+            "params.yaml now says 0.0001") in line
     assert not (ws / "registry").exists() and not (ws / "artifacts/publish/receipt.json").exists()
 
 
@@ -171,14 +172,14 @@ def test_unknown_backend_is_one_line():
 def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
     (candidate_metrics), never another method's number (the unsuffixed one is the CPU-best method's); n/a without."""
+    from eval_helpers import eval_summary
     from pipeline.release.gates import GateCheck, VariantVerdict
     from pipeline.release.publish import accepted_per_draft_token
     from pipeline.release.speculation_choice import SpeculationDecision
-    from eval_helpers import eval_summary
 
     def verdict(method, k, checked=None):
-        checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token", "served_accepted_per_draft_token",
-                                                       checked, 0.5, ">=", True)]
+        checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token",
+                                                       "served_accepted_per_draft_token", checked, 0.5, ">=", True)]
         return VariantVerdict(True, False, checks, SpeculationDecision(k, k, "measured", 2.0, 1, "", method=method))
 
     summary = eval_summary({"estimated_method": "draft_model", "accepted_per_draft_token": 0.9,
@@ -189,6 +190,7 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     assert accepted_per_draft_token(verdict("ngram", 5), summary) == "n/a"  # not the draft model's 0.9
     assert accepted_per_draft_token(verdict("eagle3", 0, checked=0.7), summary) == "n/a"  # nothing ships
     # a summary without per-method numbers: the unsuffixed one, only when it is the shipped method's
-    assert accepted_per_draft_token(verdict("draft_model", 4), eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
+    assert accepted_per_draft_token(verdict("draft_model", 4),
+                                    eval_summary({"accepted_per_draft_token": 0.9})) == "0.900"
     assert accepted_per_draft_token(verdict("eagle3", 4), eval_summary({"estimated_method": "draft_model",
                                                                         "accepted_per_draft_token": 0.9})) == "n/a"

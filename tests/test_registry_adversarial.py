@@ -14,11 +14,11 @@ import pytest
 
 import pipeline
 from bundle_helpers import free_port, one_error_line
-from tiny_project import publish_settings
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json, write_json
 from pipeline.release.manifest import MANIFEST, verify, write_manifest
 from pipeline.release.registry import get_backend, local
+from tiny_project import publish_settings
 
 TREE = Path(pipeline.__file__).resolve().parents[1]  # child processes run the code under test
 ENV = {**os.environ, "PYTHONPATH": str(TREE), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -559,8 +559,8 @@ def test_a_process_holding_the_log_pipe_does_not_delay_the_stage_end(tmp_path):
 ])
 def test_params_never_carry_credentials(tmp_path, where, value):
     """Params are recorded in dvc.lock, PROVENANCE.json and logs: a credential there is refused up front."""
-    from tiny_project import tiny_params
     from pipeline.params.check import validate
+    from tiny_project import tiny_params
 
     p = tiny_params()
     node = p

@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tiny_project import ROOT
 from pipeline.data.formatting import prompt_text
-from pipeline.release.warmup import rendered_prompts
 from pipeline.models.loading import load_tokenizer
+from pipeline.release.warmup import rendered_prompts
+from tiny_project import ROOT
 
 CONVERSATIONS = [[{"role": "user", "content": "How do I rotate the API key?"}],
                  [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Reset my password."}]]

@@ -17,14 +17,14 @@ import yaml
 
 from bundle_helpers import run_stage, stage_workspace
 from eval_helpers import eval_summaries, eval_summary, gate_report
-from tiny_project import ROOT, run, tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
 from pipeline.release.speculation_choice import decide
 from pipeline.serving import serve_bench
-from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from tiny_project import ROOT, run, tiny_params
 
 INT4, BF16 = "gptq-w4a16", "bf16"
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tiny_project import tiny_params, tiny_serving, serving_of
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
@@ -17,7 +16,7 @@ from pipeline.release.speculation_choice import config_name, config_of, decide, 
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.config import engine_args, serve_yaml, server_env, speculative_config_for
 from stages.serve_bench import kernels_in_log, kernels_to_compare, schedule_to_measure
-
+from tiny_project import serving_of, tiny_params, tiny_serving
 
 # ---- vLLM 0.26.0's own rules, transcribed as the oracle (vllm/v1/spec_decode/dynamic/utils.py)
 

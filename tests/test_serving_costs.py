@@ -48,8 +48,9 @@ def run(batch: int, n: int, k: int, accepted_per_step: float = 0.0, slower: floa
         return {"wall_s": 0.05 + n * plain_ms(batch) / 1000, "tokens": batch * n}
     steps = math.ceil(n / (1 + accepted_per_step))
     overshoot = steps * (1 + accepted_per_step) - n
-    return {"wall_s": 0.05 + steps * spec_ms(batch, k) * slower / 1000, "tokens": batch * n, "num_drafts": batch * steps,
-            "num_draft_tokens": batch * steps * k, "num_accepted_tokens": batch * (n + overshoot - steps)}
+    return {"wall_s": 0.05 + steps * spec_ms(batch, k) * slower / 1000, "tokens": batch * n,
+            "num_drafts": batch * steps, "num_draft_tokens": batch * steps * k,
+            "num_accepted_tokens": batch * (n + overshoot - steps)}
 
 
 def write_run(root: Path, methods=("draft_model", "eagle3"), ks=KS, accepted=None, slower=None) -> Path:
@@ -123,7 +124,8 @@ def test_a_plain_step_that_reads_faster_at_a_larger_batch_is_pooled_with_its_nei
     assert prof.plain_step_ms_measured["4"] == pytest.approx(plain_ms(4) + 0.05)
     pooled = (plain_ms(4) + 0.05 + plain_ms(8)) / 2
     assert prof.plain_step_ms["4"] == pytest.approx(pooled) and prof.plain_step_ms["8"] == pytest.approx(pooled)
-    assert prof.plain_step_ms["16"] == pytest.approx(plain_ms(16)) and list(prof.plain_step_ms) == [str(b) for b in BATCHES]
+    assert prof.plain_step_ms["16"] == pytest.approx(plain_ms(16))
+    assert list(prof.plain_step_ms) == [str(b) for b in BATCHES]
 
 
 def test_a_step_that_is_not_linear_in_k_shows_in_the_interpolation_error(tmp_path):
@@ -144,7 +146,8 @@ def test_each_method_is_taken_with_the_plain_steps_of_its_own_run(tmp_path):
             r[key]["wall_s"] = 0.05 + (r[key]["wall_s"] - 0.05) * 2
     (second / "plain-k0.json").write_text(json.dumps(rec))
     prof = serving_costs.assemble([first, second], shape_dir(tmp_path), "p", "h100")
-    assert prof.methods["eagle3"].run.endswith("lease-2/toy") and prof.methods["draft_model"].run.endswith("lease-1/toy")
+    assert prof.methods["eagle3"].run.endswith("lease-2/toy")
+    assert prof.methods["draft_model"].run.endswith("lease-1/toy")
     for m in ("eagle3", "draft_model"):
         assert prof.speedup(m, 8, 4.0, 4) == pytest.approx(4.0 * plain_ms(8) / spec_ms(8, 4), rel=1e-9)
     assert prof.plain_step_ms["8"] == pytest.approx(2 * plain_ms(8))  # the newest run's, for plain tokens/s
@@ -358,7 +361,8 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
     prof = profile.__class__(**{**profile.__dict__, "methods": {**profile.methods, "ngram": profile.methods["eagle3"]}})
     calibrated = serving_costs.calibrate(prof, [serving_costs.ServedRun(record, "raw/record.json")])
     eagle, draft = calibrated.methods["eagle3"], calibrated.methods["draft_model"]
-    assert eagle.served_runs == ["raw/record.json"] and eagle.served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 2.0})
+    assert eagle.served_runs == ["raw/record.json"]
+    assert eagle.served_scale == pytest.approx({"1": 2.0, "8": 2.0, "32": 2.0})
     assert draft.served_scale == pytest.approx({"1": 0.8, "8": 0.8})  # c=32 failed requests: not a measurement
     assert calibrated.methods["ngram"].served_scale == {}
     choice = serving_costs.Choice(calibrated, "test", 1.0)
@@ -377,7 +381,8 @@ def test_a_served_run_scales_model_drafters_step_costs_to_what_vllm_served(profi
 def test_ngram_is_calibrated_with_the_cpu_estimates_tokens_per_step(profile):
     """n-gram drafts on some steps only, so the served record alone does not give its tokens per step: with the
     variant's CPU estimate (tokens and drafted tokens per step at the served k) the calibrated profile predicts the
-    served n-gram speedup exactly where it was served (slower than plain decoding here); a level whose requests failed is not a measurement."""
+    served n-gram speedup exactly where it was served (slower than plain decoding here); a level whose requests failed
+    is not a measurement."""
     k = 4
     estimate = {"tokens_per_step_by_k": {"2": 1.4, "4": 1.6}, "drafted_per_step_by_k": {"2": 0.6, "4": 1.0}}
     levels = {"plain": {}, "ngram": {}}
@@ -395,7 +400,8 @@ def test_ngram_is_calibrated_with_the_cpu_estimates_tokens_per_step(profile):
     calibrated = serving_costs.calibrate(prof, [serving_costs.ServedRun(record, "raw/record.json", estimate,
                                                                         "raw/speculative-ngram.json")])
     ngram = calibrated.methods["ngram"]
-    assert sorted(ngram.served_scale) == ["1", "8"] and ngram.served_estimates == {"raw/record.json": "raw/speculative-ngram.json"}
+    assert sorted(ngram.served_scale) == ["1", "8"]
+    assert ngram.served_estimates == {"raw/record.json": "raw/speculative-ngram.json"}
     pred = serving_costs.predict(serving_costs.Choice(calibrated, "test", 1.0), "ngram",
                                  estimate["tokens_per_step_by_k"], estimate["drafted_per_step_by_k"], [1, 8])
     for c in (1, 8):
@@ -446,7 +452,8 @@ def test_calibrate_pairs_each_ngram_estimate_with_the_record_before_it(tmp_path,
         files[name] = tmp_path / name
         files[name].write_text(json.dumps(data))
     rec = json.loads(files["a.json"].read_text())
-    rec["configs"]["ngram"] = {"num_speculative_tokens": 8, "levels": {"c1": served_level(1, 0.6 * 1000 / plain_ms(1), 3.0, 0.3)}}
+    rec["configs"]["ngram"] = {"num_speculative_tokens": 8,
+                               "levels": {"c1": served_level(1, 0.6 * 1000 / plain_ms(1), 3.0, 0.3)}}
     files["a.json"].write_text(json.dumps(rec))
     before = path.read_text()
     assert serving_costs.main(["calibrate", str(path), str(files["est.json"]), str(files["a.json"])]) == 2

@@ -2,15 +2,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
-from tiny_project import copy_project, run, tiny_params
 from pipeline.core.errors import PipelineError
 from pipeline.models.sources import classify, fetch_model
+from tiny_project import copy_project, run, tiny_params
 
 
 @pytest.mark.parametrize("source, kind", [("demo", "demo"), ("./models/x", "local"), ("/abs/path", "local"),

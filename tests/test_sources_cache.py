@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tiny_project import copy_project, run, tiny_params
 from pipeline.core.io import read_sealed_json, write_sealed_json
 from pipeline.models.sources import HashCache, model_files, settled, source_fingerprint
+from tiny_project import copy_project, run, tiny_params
 
 
 def make_model(path: Path) -> Path:

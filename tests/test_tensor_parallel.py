@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, run_stage_in_process
-from tiny_project import tiny_params
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
@@ -23,6 +22,7 @@ from pipeline.serving.config import speculative_config_for
 from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import parse_tiers
 from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
+from tiny_project import tiny_params
 
 V = "fp8-dynamic"
 TP2 = {"tensor_parallel_size": 2, "speculation": {"draft_tensor_parallel_size": 2},
@@ -159,7 +159,8 @@ def test_distillation_engine_is_sharded_as_served(tmp_path):
 def test_too_few_gpus_names_what_needs_them():
     assert vllm_spec.too_few_gpus(2, 2) is None and vllm_spec.too_few_gpus(1, 8) is None
     assert vllm_spec.too_few_gpus(2, 1) == "serving.tensor_parallel_size 2 needs more GPUs than the 1 here"
-    assert vllm_spec.too_few_gpus(4, 0, "tensor_parallel_size") == "tensor_parallel_size 4 needs more GPUs than the 0 here"
+    assert (vllm_spec.too_few_gpus(4, 0, "tensor_parallel_size")
+            == "tensor_parallel_size 4 needs more GPUs than the 0 here")
 
 
 # ---- serve_bench on a host with fewer GPUs than serving shards over
@@ -174,7 +175,8 @@ def one_gpu_host(monkeypatch):
     monkeypatch.setattr(vllm_spec, "GPU_DEVICE_FILES", ("/dev/null",))  # a device file torch would look behind
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else find_spec(name, *a))
 
 
 def test_serve_bench_records_the_default_sweep_skipped_when_serving_needs_more_gpus(one_gpu_host, tmp_path, capfd):

@@ -27,10 +27,13 @@ def test_trained_methods_stages_make_nothing_when_only_ngram_is_requested(tmp_pa
                      ("draft-finetuned", "draft_model is not in draft.method")):
         assert [p.name for p in (tmp_path / "artifacts" / out).iterdir()] == ["skipped.json"]
         assert json.loads((tmp_path / "artifacts" / out / "skipped.json").read_text()) == {"skipped": why}
-    assert json.loads((tmp_path / "artifacts/draft/served.json").read_text())["skipped"] == "draft_model is not in draft.method"
-    assert json.loads((tmp_path / "artifacts/eagle3/record.json").read_text())["skipped"] == "eagle3 is not in draft.method"
+    skipped = {name: json.loads((tmp_path / "artifacts" / name).read_text())["skipped"]
+               for name in ("draft/served.json", "eagle3/record.json")}
+    assert skipped == {"draft/served.json": "draft_model is not in draft.method",
+                       "eagle3/record.json": "eagle3 is not in draft.method"}
     for metrics in ("draft_training", "draft"):
-        assert json.loads((tmp_path / f"metrics/{metrics}.json").read_text()) == {"skipped": "draft_model is not in draft.method"}
+        assert json.loads((tmp_path / f"metrics/{metrics}.json").read_text()) == {
+            "skipped": "draft_model is not in draft.method"}
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2, as SmolLM2's
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "
-          "'\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
 TEXT = ["the quick brown fox jumps over the lazy dog", "how do I reset my password", "answers end with a token",
         "a draft model predicts the target's next tokens", "hello world, this is a tiny corpus for a tiny tokenizer"]
 SHAPE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
@@ -89,10 +89,13 @@ def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id
         layer = f"model.layers.{i}."
         for gguf_name, hf_name in (("attn_norm", "input_layernorm"), ("attn_v", "self_attn.v_proj"),
                                    ("attn_output", "self_attn.o_proj"), ("ffn_norm", "post_attention_layernorm"),
-                                   ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"), ("ffn_down", "mlp.down_proj")):
+                                   ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
+                                   ("ffn_down", "mlp.down_proj")):
             writer.add_tensor(f"blk.{i}.{gguf_name}.weight", sd[layer + hf_name + ".weight"])
-        writer.add_tensor(f"blk.{i}.attn_q.weight", permute(sd[layer + "self_attn.q_proj.weight"], c.num_attention_heads))
-        writer.add_tensor(f"blk.{i}.attn_k.weight", permute(sd[layer + "self_attn.k_proj.weight"], c.num_key_value_heads))
+        writer.add_tensor(f"blk.{i}.attn_q.weight",
+                          permute(sd[layer + "self_attn.q_proj.weight"], c.num_attention_heads))
+        writer.add_tensor(f"blk.{i}.attn_k.weight",
+                          permute(sd[layer + "self_attn.k_proj.weight"], c.num_key_value_heads))
     writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
     if not c.tie_word_embeddings:
         writer.add_tensor("output.weight", sd["lm_head.weight"])

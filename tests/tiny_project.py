@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # sizes that are multiples of 128 so INT4 group-128 recipes still apply.
 TINY_OVERRIDES = {
     "demo": {"domain_rows": 800, "general_sentences": 800, "vocab_size": 1024,
-             "target": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 3,  # 3: an EAGLE-3 head's aux layers
+             "target": {"hidden_size": 128, "intermediate_size": 256,
+                        "num_hidden_layers": 3,  # 3: an EAGLE-3 head's aux layers
                         "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 60, "lr": 0.004},
              "draft": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
                        "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 30, "lr": 0.004,

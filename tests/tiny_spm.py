@@ -29,7 +29,8 @@ def spm_vocab() -> SpmVocab:
     learnt = sorted(trainer.get_vocab(), key=trainer.get_vocab().get)[len(SPECIALS):]
     pieces = [t for t in learnt if len(t) > 1] + [t for t in learnt if len(t) == 1]
     tokens = SPECIALS + [f"<0x{b:02X}>" for b in range(256)] + pieces
-    scores = [0.0] * (len(SPECIALS) + 256) + [-float(k) - (1000.0 if len(t) == 1 else 0.0) for k, t in enumerate(pieces)]
+    scores = [0.0] * (len(SPECIALS) + 256) + [-float(k) - (1000.0 if len(t) == 1 else 0.0)
+                                              for k, t in enumerate(pieces)]
     types = ([TokenType.UNKNOWN, TokenType.CONTROL, TokenType.CONTROL] + [TokenType.BYTE] * 256
              + [TokenType.NORMAL] * len(pieces))
     return SpmVocab(tokens, scores, [int(t) for t in types])

@@ -1,4 +1,5 @@
-"""transformers Trainer callbacks for the resume tests: a run killed after its first checkpoint, and where a run began."""
+"""transformers Trainer callbacks for the resume tests: a run killed after its first checkpoint, and where a run
+began."""
 from __future__ import annotations
 
 from transformers import TrainerCallback

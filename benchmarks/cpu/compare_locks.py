@@ -26,7 +26,8 @@ def differing_outputs(first_lock: str, second_lock: str) -> dict[str, list[str]]
 def main() -> None:
     with open(sys.argv[1]) as a, open(sys.argv[2]) as b:
         differ = differing_outputs(a.read(), b.read())
-    print(json.dumps({"first": sys.argv[1], "second": sys.argv[2], "identical": sorted(n for n, d in differ.items() if not d),
+    print(json.dumps({"first": sys.argv[1], "second": sys.argv[2],
+                      "identical": sorted(n for n, d in differ.items() if not d),
                       "differ": {n: d for n, d in differ.items() if d}}, indent=1))
 
 

@@ -78,14 +78,17 @@ def main(argv: list[str]) -> None:
                     token = int(out.logits[0, -1].argmax())
                     produced.append(token)
                     if stream:
-                        self._chunk({"choices": [{"index": 0, "text": tokenizer.decode([token]), "finish_reason": None}]})
+                        self._chunk({"choices": [{"index": 0, "text": tokenizer.decode([token]),
+                                                  "finish_reason": None}]})
                     if token == tokenizer.eos_token_id:
                         break
                     out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
-            usage = {"prompt_tokens": len(ids), "completion_tokens": len(produced), "total_tokens": len(ids) + len(produced)}
+            usage = {"prompt_tokens": len(ids), "completion_tokens": len(produced),
+                     "total_tokens": len(ids) + len(produced)}
             if not stream:
                 return self._json(200, {"object": "text_completion", "usage": usage,
-                                        "choices": [{"index": 0, "text": tokenizer.decode(produced), "finish_reason": "stop"}]})
+                                        "choices": [{"index": 0, "text": tokenizer.decode(produced),
+                                                     "finish_reason": "stop"}]})
             self._chunk({"choices": [], "usage": usage})
             self._chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")

@@ -35,7 +35,8 @@ converted_before = any(cache_root().joinpath("converted").glob(f"{spec.sha256[:1
 conv = converted(sys.argv[1], "target"); t2 = time.time()
 files = sorted(p.name for p in conv.path.iterdir())
 size = sum(p.stat().st_size for p in conv.path.iterdir() if p.is_file())
-print(json.dumps({"fetched": cold, "converted": not converted_before, "fetch_s": round(t1 - t0, 1), "verify_and_convert_s": round(t2 - t1, 1),
+print(json.dumps({"fetched": cold, "converted": not converted_before, "fetch_s": round(t1 - t0, 1), \
+"verify_and_convert_s": round(t2 - t1, 1),
                   "gguf_bytes": gguf.stat().st_size, "gguf_sha256": conv.gguf_sha256, "converted_files": files,
                   "converted_bytes": size, "tokenizer_fixes": list(conv.tokenizer_fixes)}))
 """
@@ -71,7 +72,8 @@ for source, d in dirs.items():
         "hidden_size": config.hidden_size, "intermediate_size": config.intermediate_size,
         "num_hidden_layers": config.num_hidden_layers, "tie_word_embeddings": config.tie_word_embeddings,
         "vocab_size": config.vocab_size, "tokenizer_tokens": len(tok), "eos_token": tok.eos_token,
-        "eos_token_id": tok.eos_token_id, "pad_token": tok.pad_token, "generation_eos": model.generation_config.eos_token_id,
+        "eos_token_id": tok.eos_token_id, "pad_token": tok.pad_token, \
+"generation_eos": model.generation_config.eos_token_id,
         "greedy_tokens": int(new.shape[0]), "greedy_s": round(time.time() - t0, 1),
         "stopped_at_eos": bool(new[-1].item() == tok.eos_token_id), "greedy": tok.decode(new, skip_special_tokens=True)}
     del model
@@ -83,7 +85,8 @@ import json
 from pipeline.models.gguf_source import converted
 from pipeline.models.draft_compat import check_compatible
 try:
-    check_compatible(converted("qwen2.5-coder-1.5b", "target").path, converted("qwen2.5-coder-0.5b", "draft").path, 2048)
+    check_compatible(converted("qwen2.5-coder-1.5b", "target").path, converted("qwen2.5-coder-0.5b", "draft").path, \
+2048)
     print(json.dumps({"compatible": True}))
 except Exception as e:
     print(json.dumps({"compatible": f"{type(e).__name__}: {e}"}))

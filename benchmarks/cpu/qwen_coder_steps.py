@@ -53,7 +53,8 @@ def step():
     loss.backward(); opt.step(); opt.zero_grad()
 s = timed(step, 2, "step")
 print(json.dumps({"what": "qwen2.5-coder-0.5b forward+backward+AdamW, float32", "batch": ids.shape[0],
-                  "seq": ids.shape[1], "step_s": s, "step_cpu_s": CPU["step"], "parameters": sum(p.numel() for p in model.parameters())}))
+                  "seq": ids.shape[1], "step_s": s, "step_cpu_s": CPU["step"], \
+"parameters": sum(p.numel() for p in model.parameters())}))
 """
 
 FORWARD = COMMON + """
@@ -69,9 +70,11 @@ with torch.no_grad():
     new = 16
     gen = timed(lambda: model.generate(batch, attention_mask=torch.ones_like(batch), max_new_tokens=new,
                                        min_new_tokens=new, do_sample=False), 1, "generate")
-print(json.dumps({"what": "qwen2.5-coder-1.5b", "dtype": str(dtype), "forward_seq": seq, "forward_s": fwd, "forward_cpu_s": CPU["forward"],
+print(json.dumps({"what": "qwen2.5-coder-1.5b", "dtype": str(dtype), "forward_seq": seq, "forward_s": fwd, \
+"forward_cpu_s": CPU["forward"],
                   "generate_batch": batch.shape[0], "generate_prompt": 128, "generate_new_tokens": new,
-                  "generate_s": gen, "generate_cpu_s": CPU["generate"], "parameters": sum(p.numel() for p in model.parameters())}))
+                  "generate_s": gen, "generate_cpu_s": CPU["generate"], \
+"parameters": sum(p.numel() for p in model.parameters())}))
 """
 
 GPTQ = COMMON + """

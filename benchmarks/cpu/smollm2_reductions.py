@@ -43,8 +43,8 @@ RUNS = {
     "draft_epochs": {
         "reduction": "draft fine-tune: 1 epoch -> 3 (the default)", "edit": _epochs,
         "stages": [("draft_finetune",), ("draft_quantize",), ("evaluate_draft",)],
-        "metrics": [("draft.json", "accepted_per_draft_token_finetuned"), ("draft_training.json", "eval_loss_finetuned"),
-                    ("draft_training.json", "train_steps")]},
+        "metrics": [("draft.json", "accepted_per_draft_token_finetuned"),
+                    ("draft_training.json", "eval_loss_finetuned"), ("draft_training.json", "train_steps")]},
     "eagle3_steps": {
         "reduction": "EAGLE-3 head: 40 steps -> 100 (default 150)", "edit": _eagle3,
         "stages": [("eagle3",), ("evaluate", "bf16")],
@@ -103,7 +103,8 @@ def main() -> None:
     for name in args.only.split(","):
         load_start = list(os.getloadavg())
         result = run_one(args.workspace.resolve(), name)
-        result["load_start"], result["load_end"] = [round(x, 2) for x in load_start], [round(x, 2) for x in os.getloadavg()]
+        result["load_start"], result["load_end"] = ([round(x, 2) for x in load_start],
+                                                    [round(x, 2) for x in os.getloadavg()])
         record["runs"] = [r for r in record["runs"] if r["name"] != name] + [result]
         record["date"] = time.strftime("%Y-%m-%d %H:%M")
         out.write_text(json.dumps(record, indent=2) + "\n")

@@ -77,9 +77,11 @@ def stage_section(build: dict) -> list[str]:
     if passes:
         lo, hi = min(passes.values()), max(passes.values())
         spread = hi / lo
-        lines += ["", ("The same work took very different times as the other jobs' load came and went: " if spread >= 1.5
-                       else "The same work took about the same time in each variant: ") + "the teacher-forced "
-                  "pass of `evaluate` (24 held-out rows through BF16 and the variant, the weights decompressed at load) "
+        lines += ["", ("The same work took very different times as the other jobs' load came and went: "
+                       if spread >= 1.5 else "The same work took about the same time in each variant: ")
+                  + "the teacher-forced "
+                  "pass of `evaluate` (24 held-out rows through BF16 and the variant, the weights "
+                  "decompressed at load) "
                   + ", ".join(f"{v} {t} s" for v, t in passes.items()) + f", {spread:.1f}x between the fastest and "
                   "the slowest."]
     return lines
@@ -139,16 +141,17 @@ def thresholds_section(verdict: dict) -> list[str]:
     used = {c["check"]: c["threshold"] for c in first["checks"] if c.get("group") != "speculation"
             and c["check"] in ("max_perplexity_increase_pct", "max_kl_divergence", "min_top1_agreement",
                                "max_heldout_perplexity")}
-    per_variant = {name: {c["check"]: c["threshold"] for c in v["checks"] if c["check"] == "max_perplexity_increase_pct"}
+    per_variant = {name: {c["check"]: c["threshold"] for c in v["checks"]
+                          if c["check"] == "max_perplexity_increase_pct"}
                    for name, v in verdict["variants"].items()}
-    return ["The profile's thresholds are set for a 135M model against its own BF16 on the same held-out real text, not "
-            "to make the variants pass: the demo's (3%, KL 0.05, top-1 0.9, perplexity 20) fit a model that memorized "
-            "its templated domain; a small model loses more to 4-bit weights, and a serving team would still want its "
-            "answers mostly unchanged. The absolute perplexity bound catches a broken conversion or chat template "
-            "(hundreds), not the model's level on technical text. The quality numbers come from "
+    return ["The profile's thresholds are set for a 135M model against its own BF16 on the same held-out "
+            "real text, not to make the variants pass: the demo's (3%, KL 0.05, top-1 0.9, perplexity 20) fit a model "
+            "that memorized its templated domain; a small model loses more to 4-bit weights, and a serving team would "
+            "still want its answers mostly unchanged. The absolute perplexity bound catches a broken conversion or "
+            "chat template (hundreds), not the model's level on technical text. The quality numbers come from "
             f"{_json('metrics/eval-bf16.json')['tokens']} scored answer tokens (the cut `evaluate.heldout_limit`): "
-            "small differences between variants" + (" (FP8 dynamic losing more than FP8 static here, the reverse of the "
-                                                    "usual order)" if fp8_reversed() else "")
+            "small differences between variants" + (" (FP8 dynamic losing more than FP8 static here, the "
+                                                    "reverse of the usual order)" if fp8_reversed() else "")
             + " may not survive a larger held-out set, so a variant near its bound is not decided by this run.", "",
             "Quality thresholds applied: " + ", ".join(f"`{k}` {v}" for k, v in used.items())
             + "; `max_perplexity_increase_pct` per variant: "
@@ -171,10 +174,11 @@ def speculation_section(verdict: dict) -> list[str]:
     if "skipped" not in draft:
         lines.append(f"Draft model (the target's first 4 layers): accepted per drafted token "
                      f"{_fmt(draft['accepted_per_draft_token_untrained'])} untrained -> "
-                     f"{_fmt(draft['accepted_per_draft_token_finetuned'])} fine-tuned ({training.get('train_steps')} steps "
-                     f"on {training.get('train_examples')} examples, eval loss {_fmt(training.get('eval_loss_untrained'))} -> "
-                     f"{_fmt(training.get('eval_loss_finetuned'))}). EAGLE-3 head: {eagle.get('train_steps')} steps, "
-                     f"final loss {_fmt(eagle.get('final_loss'))}, step accuracy "
+                     f"{_fmt(draft['accepted_per_draft_token_finetuned'])} fine-tuned "
+                     f"({training.get('train_steps')} steps on {training.get('train_examples')} examples, eval loss "
+                     f"{_fmt(training.get('eval_loss_untrained'))} -> {_fmt(training.get('eval_loss_finetuned'))}). "
+                     f"EAGLE-3 head: {eagle.get('train_steps')} steps, final loss {_fmt(eagle.get('final_loss'))}, "
+                     "step accuracy "
                      + "/".join(_fmt(a, 2) for a in eagle.get("accuracy_by_step", [])) + ".")
     rows = []
     for variant, v in verdict["variants"].items():
@@ -203,16 +207,16 @@ def reduction_costs_section() -> list[str]:
                          f"{run['reduced_s']:.0f}" if i == 0 else "", f"{run['default_s']:.0f}" if i == 0 else ""])
     loads = ", ".join(f"{run['name']} {run['load_start'][0]:.1f} -> {run['load_end'][0]:.1f}" for run in r["runs"])
     return ["", "## What the reductions cost", "",
-            "Each cut set back to its default alone in the built workspace (`python benchmarks/cpu/smollm2_reductions.py "
-            f"WORKSPACE`, {r['date']}), the stages it feeds re-run, the metric read beside the profile's; the "
-            "seconds are those stages' in the build the reductions ran in (not this page's) and in the re-run (1-minute load average at each re-run's start "
-            f"and end: {loads}).", "",
+            "Each cut set back to its default alone in the built workspace (`python "
+            f"benchmarks/cpu/smollm2_reductions.py WORKSPACE`, {r['date']}), the stages it feeds re-run, the metric "
+            "read beside the profile's; the seconds are those stages' in the build the reductions ran in (not this "
+            f"page's) and in the re-run (1-minute load average at each re-run's start and end: {loads}).", "",
             *_table(["reduction", "metric", "profile", "set back", "profile s", "set back s"], rows), "",
             "Not measured here: AWQ's `n_grid` (the default 20 would repeat the scale search five times over), "
-            "`quantize.calibration.max_seq_length` (most real-text rows are shorter than 256 tokens; the few longer ones are cut), "
-            "`draft_training.max_new_tokens` and `include_original_responses` (a shorter distilled answer and no "
-            "original ones: less for the draft and the head to learn from), and the evaluation sizes (fewer held-out "
-            "rows and acceptance prompts: wider uncertainty on every number above, not a bias)."]
+            "`quantize.calibration.max_seq_length` (most real-text rows are shorter than 256 tokens; the few longer "
+            "ones are cut), `draft_training.max_new_tokens` and `include_original_responses` (a shorter distilled "
+            "answer and no original ones: less for the draft and the head to learn from), and the evaluation sizes "
+            "(fewer held-out rows and acceptance prompts: wider uncertainty on every number above, not a bias)."]
 
 
 def render() -> str:
@@ -221,12 +225,12 @@ def render() -> str:
     lines = ["# SmolLM2-135M-Instruct on real text, the whole `dvc repro` on the CPU", "",
              "Rendered by `benchmarks/cpu/smollm2_report.py` from `benchmarks/cpu/raw/smollm2/` "
              "(`bash benchmarks/cpu/smollm2_build.sh`: a fresh clone of "
-             f"{build['commit'][:7]}, `modelprep profile smollm2`, `dvc repro`; {build['date']}, {build['cpus']} cores, "
-             f"{build['memory_gib']:.0f} GiB, Python {build['python']}, torch threads {build['torch_threads']}).", "",
-             "## Time", "", *stage_section(build), "", "## Reduced sizes", "", *reductions_section(build), "",
-             "## Quality of each variant against BF16", "", *data_section(), "", *quality_section(verdict), "",
-             *thresholds_section(verdict), "", "## Speculative decoding", "", *speculation_section(verdict),
-             *reduction_costs_section()]
+             f"{build['commit'][:7]}, `modelprep profile smollm2`, `dvc repro`; {build['date']}, "
+             f"{build['cpus']} cores, {build['memory_gib']:.0f} GiB, Python {build['python']}, torch threads "
+             f"{build['torch_threads']}).", "", "## Time", "", *stage_section(build), "", "## Reduced sizes", "",
+             *reductions_section(build), "", "## Quality of each variant against BF16", "", *data_section(), "",
+             *quality_section(verdict), "", *thresholds_section(verdict), "", "## Speculative decoding", "",
+             *speculation_section(verdict), *reduction_costs_section()]
     return "\n".join(lines) + "\n"
 
 

@@ -2,8 +2,8 @@
 
 The commands and commits are the producer table's in benchmarks/gpu/README.md and the profiles the ones those
 commands applied, transcribed below; the GPU, the versions and the date are read from what each run recorded
-(gpu.txt, versions*.txt, the serve_bench records, shipped.json, the header of the earlier RESULTS.md, now history/vllm-0.25.md), and a value
-no file records is left null. `sources` in each spec says where each value came from.
+(gpu.txt, versions*.txt, the serve_bench records, shipped.json, the header of the earlier RESULTS.md, now
+history/vllm-0.25.md), and a value no file records is left null. `sources` in each spec says where each value came from.
 
     python benchmarks/gpu/backfill_run_specs.py           # (re)writes the specs
     python benchmarks/gpu/backfill_run_specs.py --check   # exit 1 if a committed spec differs
@@ -37,7 +37,8 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
                    "python benchmarks/gpu/run_gpu.py bench8b DIR OUT M..."], "c6ed31c (run_gpu.py of 221c5bd)", None),
     "demo-bundles": (["bash benchmarks/gpu/session.sh demo OUT"], "37012b3", None),
     "evaluate-stage": (["bash benchmarks/gpu/session.sh evaluate OUT V...",
-                        "bash benchmarks/gpu/session.sh cpu-raw (CPU, after dvc repro: cpu-eval-*, cpu-estimate-*, at 9e7fb74)",
+                        "bash benchmarks/gpu/session.sh cpu-raw (CPU, after dvc repro: cpu-eval-*, "
+                        "cpu-estimate-*, at 9e7fb74)",
                         "bash benchmarks/gpu/session.sh gate-raw (CPU: gate-on-gpu-metrics.txt, at a4e48b6)"],
                        "b0ed85a", None),
     "gpu-tests": (["bash benchmarks/gpu/session.sh test",
@@ -63,7 +64,8 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
                 "profiles/gpu.yaml + profiles/gpu-tp1.yaml"),
     "gpu-tiers": ([f"{GP} 500 gpu-tiers", "bash benchmarks/gpu/session.sh gpu-watch OUT S"], "df26827",
                   "profiles/gpu.yaml + profiles/gpu-tiers.yaml"),
-    "calibration": (["bash benchmarks/gpu/session.sh gpu-calib OUT 540", "bash benchmarks/gpu/session.sh gpu-watch OUT 420"],
+    "calibration": (["bash benchmarks/gpu/session.sh gpu-calib OUT 540",
+                     "bash benchmarks/gpu/session.sh gpu-watch OUT 420"],
                     "30b2f3e", "profiles/gpu.yaml + profiles/gpu-calibration.yaml"),
     "schemes8b": (["bash benchmarks/gpu/session.sh schemes8b OUT int8-w8a8 fp8-block nvfp4a16",
                    "bash benchmarks/gpu/session.sh bench8b OUT bf16 int8-w8a8",
@@ -73,7 +75,8 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
     "handoff": (["bash benchmarks/gpu/session.sh handoff OUT artifacts/bundles/bf16",
                  "python benchmarks/gpu/handoff_check.py benchmarks/gpu/raw/handoff (CPU)"], "f2d3c54", None),
     "demo-serve": (["bash benchmarks/gpu/session.sh demo-serve OUT gptq-w4a16 bf16 awq-w4a16 fp8-dynamic",
-                    "bash benchmarks/gpu/session.sh demo-serve-watch OUT S"], "0bb4490", "profiles/gpu-demo-serve.yaml"),
+                    "bash benchmarks/gpu/session.sh demo-serve-watch OUT S"], "0bb4490",
+                    "profiles/gpu-demo-serve.yaml"),
     "demo-serve-bf16": (["SB_CONCURRENCY=\"1 8 32\" SB_PARAMS='{serve_bench: {k_schedule: \"off\", capacity: "
                          "{max_probes: 3}}}' bash benchmarks/gpu/session.sh demo-serve OUT bf16",
                          "bash benchmarks/gpu/session.sh demo-serve-watch OUT S",
@@ -82,30 +85,32 @@ RUNS: dict[str, tuple[list[str], str | None, str | None]] = {
                         "b4ba3cf", "profiles/gpu-demo-serve.yaml + SB_CONCURRENCY and SB_PARAMS"),
     "shipped": (["bash benchmarks/gpu/session.sh shipped OUT S artifacts/bundles/{bf16,gptq-w4a16,awq-w4a16,"
                  "fp8-dynamic,fp8-static}", "bash benchmarks/gpu/session.sh shipped-watch OUT S"], "c799f4e", None),
-    "costs/lease-1": (["bash benchmarks/gpu/session.sh costs OUT 300", "bash benchmarks/gpu/session.sh costs-watch OUT S"],
+    "costs/lease-1": (["bash benchmarks/gpu/session.sh costs OUT 300",
+                       "bash benchmarks/gpu/session.sh costs-watch OUT S"],
                       "c40a95e, modified (see the producer table)", None),
     "costs/lease-2": (["bash benchmarks/gpu/session.sh costs OUT 60 demo:eagle3 served:eagle3 llama3-8b:draft_model",
                        "bash benchmarks/gpu/session.sh costs-watch OUT S"], "80ded45", None),
     "costs/lease-3": (["bash benchmarks/gpu/session.sh costs OUT 420 smollm2-135m:eagle3 smollm2-135m:draft_model "
                        "smollm2-135m:ngram", "bash benchmarks/gpu/session.sh costs-watch OUT 420"], "b046465", None),
-    "costs/versions": (["DCV_ITEMS=gpu-profile-1b:draft_model bash benchmarks/gpu/session.sh draft-cost-versions OUT 500",
-                        "bash benchmarks/gpu/session.sh costs-watch OUT 540"], "b046465", None),
+    "costs/versions": (["DCV_ITEMS=gpu-profile-1b:draft_model bash benchmarks/gpu/session.sh "
+                        "draft-cost-versions OUT 500", "bash benchmarks/gpu/session.sh costs-watch OUT 540"],
+                       "b046465", None),
     "smollm2-gpu": ([*(f"CHUNK_DIR=s bash benchmarks/gpu/session.sh chunk {n}" for n in range(7)),
                      "bash benchmarks/gpu/session.sh unload", "bash benchmarks/gpu/session.sh install",
                      f"GP_BASE=smollm2 GP_REPRO='...' {GP} 420 gpu-smollm2 (its dvc repro failed at once: "
                      "serve_bench.k_schedule read as false)",
-                     "GP_BASE=smollm2 GP_REPRO='sed -i \"s/^  k_schedule: off/  k_schedule: \\\"off\\\"/\" params.yaml; ...; "
-                     "python3 -m dvc repro serve_bench@bf16; python3 -m dvc repro evaluate@gptq-w4a16 "
-                     "evaluate@fp8-dynamic evaluate@fp8-static evaluate@awq-w4a16; python3 -m dvc repro "
-                     f"serve_bench@gptq-w4a16; python3 -m dvc repro' {GP} 500 gpu-smollm2",
+                     "GP_BASE=smollm2 GP_REPRO='sed -i \"s/^  k_schedule: off/  k_schedule: \\\"off\\\"/\" "
+                     "params.yaml; ...; python3 -m dvc repro serve_bench@bf16; python3 -m dvc repro "
+                     "evaluate@gptq-w4a16 evaluate@fp8-dynamic evaluate@fp8-static evaluate@awq-w4a16; python3 "
+                     f"-m dvc repro serve_bench@gptq-w4a16; python3 -m dvc repro' {GP} 500 gpu-smollm2",
                      "bash benchmarks/gpu/session.sh gpu-watch OUT 530",
                      "bash benchmarks/gpu/session.sh gpu-watch OUT 430",
                      "modelprep gate --metrics-dir benchmarks/gpu/raw/smollm2-gpu/metrics --params "
                      "benchmarks/gpu/raw/smollm2-gpu/params.yaml --variant bf16 (CPU: gate.txt, at dfe0a7f)"],
                     "dfe0a7f", "profiles/smollm2.yaml + profiles/gpu-smollm2.yaml"),
 }
-SESSION_RUNS = {"llama3-8b", "demo-bundles", "evaluate-stage", "gpu-tests", "before-eos-fix", "after-graph-refactor", "gpu-profile", "gpu-methods", "gpu-eagle3-variants",
-                "gpu-schemes", "handoff"}
+SESSION_RUNS = {"llama3-8b", "demo-bundles", "evaluate-stage", "gpu-tests", "before-eos-fix", "after-graph-refactor",
+                "gpu-profile", "gpu-methods", "gpu-eagle3-variants", "gpu-schemes", "handoff"}
 
 
 def first(folder: Path, pattern: str) -> Path | None:

@@ -77,7 +77,7 @@ def main(present_file: str, out_dir: str, *roots: str) -> int:
     todo: list[Requirement] = []
     for root in roots:
         lines = Path(root).read_text().splitlines() if Path(root).is_file() else [root]
-        todo += [Requirement(l.split("#")[0].strip()) for l in lines if l.split("#")[0].strip()]
+        todo += [Requirement(line.split("#")[0].strip()) for line in lines if line.split("#")[0].strip()]
     seen: dict[str, Path] = {}
     with ThreadPoolExecutor(4) as pool:
         while todo:

@@ -141,7 +141,7 @@ def phase_serve(bundle: Path, out: Path, port: int = 8471) -> None:
         reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
         result["reply"] = reply["choices"][0]["message"]["content"]
         metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
-        result["spec_metrics"] = [l for l in metrics.splitlines() if l.startswith("vllm:spec_decode")][:12]
+        result["spec_metrics"] = [m for m in metrics.splitlines() if m.startswith("vllm:spec_decode")][:12]
         result["ok"] = True
     except Exception as e:  # report, don't hide: the log comes back too
         result["ok"], result["error"] = False, f"{type(e).__name__}: {e}"

@@ -4,11 +4,11 @@
 
 For each bundle directory, in order: `modelprep verify` (its manifest's hashes), then `vllm serve --config serve.yaml`
 from the bundle directory with its serve.env in the environment (as deploy/<tier>.yaml starts it), `vllm bench serve`
-over the held-out traffic (artifacts/data/heldout.jsonl, rendered with the bundle's chat template) at each
-concurrency of --concurrency, then the capacity search at params.yaml's serving.slo on the same server
-(pipeline/serving/capacity.py, serve_bench.capacity's bounds). A bundle whose serve.yaml speculates is also served without
-its speculative-config (serve-plain.yaml, written beside it in a copy of the directory's links), so "its own plain
-decoding" is measured in the same run; a bundle that ships plain decoding is its own plain.
+over the held-out traffic (artifacts/data/heldout.jsonl, rendered with the bundle's chat template) at each concurrency
+of --concurrency, then the capacity search at params.yaml's serving.slo on the same server
+(pipeline/serving/capacity.py, serve_bench.capacity's bounds). A bundle whose serve.yaml speculates is also served
+without its speculative-config (serve-plain.yaml, written beside it in a copy of the directory's links), so "its own
+plain decoding" is measured in the same run; a bundle that ships plain decoding is its own plain.
 
 OUT/<variant>/raw/<config>-<tag>.json are `vllm bench serve --save-result` files (tag c<N> or capacity-c<N>),
 OUT/<variant>/<config>-server.log vLLM's log, OUT/shipped.json one line of facts per bundle and config (served

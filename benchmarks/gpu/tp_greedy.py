@@ -3,12 +3,12 @@ outputs on held-out prompts identical? (issue #50, item 8)
 
     python benchmarks/gpu/tp_greedy.py OUT BUNDLE [--tokens N] [--gpus-shipped 1,2] [--gpus-tp1 0] [--heldout F]
 
-`modelprep verify BUNDLE`, then two servers at once on disjoint GPUs: `vllm serve --config serve.yaml` from the
-bundle directory with its serve.env (as its manifest starts it), and the same serve.yaml with tensor-parallel-size
-1. Each held-out prompt (--heldout, default artifacts/data/heldout.jsonl, rendered with the bundle's chat template) is completed by
-both at temperature 0 with the two most likely tokens per position. OUT/tp_greedy.json: per prompt, whether the
-texts match, the first differing position and each server's margin there (top-1 minus top-2 logprob: a tie that
-the summation order of TP's all-reduce can flip); OUT/<config>-server.log. GPU + vLLM only.
+`modelprep verify BUNDLE`, then two servers at once on disjoint GPUs: `vllm serve --config serve.yaml` from the bundle
+directory with its serve.env (as its manifest starts it), and the same serve.yaml with tensor-parallel-size 1. Each
+held-out prompt (--heldout, default artifacts/data/heldout.jsonl, rendered with the bundle's chat template) is completed
+by both at temperature 0 with the two most likely tokens per position. OUT/tp_greedy.json: per prompt, whether the texts
+match, the first differing position and each server's margin there (top-1 minus top-2 logprob: a tie that the summation
+order of TP's all-reduce can flip); OUT/<config>-server.log. GPU + vLLM only.
 """
 from __future__ import annotations
 
@@ -69,7 +69,8 @@ def compare(a: list[dict], b: list[dict]) -> list[dict]:
             first = min(len(x["tokens"]), len(y["tokens"]))
         row = {"prompt": i, "identical": x["text"] == y["text"] and first is None, "tokens": len(x["tokens"])}
         if first is not None:
-            row.update(first_difference=first, margin_shipped=x["margins"][first] if first < len(x["margins"]) else None,
+            row.update(first_difference=first,
+                       margin_shipped=x["margins"][first] if first < len(x["margins"]) else None,
                        margin_tp1=y["margins"][first] if first < len(y["margins"]) else None)
         rows.append(row)
     return rows

@@ -1,10 +1,10 @@
 """benchmarks/gpu/SERVING.md: each config's served speed, the kernel and the speculation a build ships."""
 from __future__ import annotations
 
-from render import Column as C, Spec, times
-from tables import read, served as s
 from pipeline.release.speculation_choice import decide
+from render import Column as C, Spec, times
 from stages.serve_bench import choose_kernel
+from tables import read, served as s
 
 DEMO = (("demo-serve", ("gptq-w4a16",)),)
 GPU_PROFILE = (("gpu-served", ("bf16", "fp8-dynamic")), ("gpu-served-3", ("bf16", "gptq-w4a16")))

@@ -191,7 +191,8 @@ def output_to_log(log_path: Path) -> Iterator[None]:
             os.dup2(saved[0], 1)  # the pipe's last write ends close here (children have exited)...
             os.dup2(saved[1], 2)
             done.set()
-            copier.join(timeout=10)  # ...so the copier reads to EOF, or drains what is left (_redacting_copy), and stops
+            # ...so the copier reads to EOF, or drains what is left (_redacting_copy), and stops
+            copier.join(timeout=10)
             for fd in saved:
                 os.close(fd)
             _console_out.close()

@@ -6,7 +6,6 @@ from typing import ClassVar
 
 from pipeline.core.sections import Section
 
-
 PROMPT_FORMATS = ("chat_template", "plain")
 
 
@@ -25,7 +24,8 @@ class DataParams:
     fractions: Fractions
     max_tokens: int  # longer conversations are dropped
     # How prompts are laid out: chat_template (the target's own; a model without one is refused for this chat
-    # traffic) or plain (each turn's text on its own line: a base model, said so at `models`; pipeline/data/formatting.py)
+    # traffic) or plain (each turn's text on its own line: a base model, said so at `models`;
+    # pipeline/data/formatting.py)
     prompt_format: str = "chat_template"
 
     @classmethod

@@ -117,7 +117,8 @@ def read_grouped(path: str | Path, max_row_bytes: int | None = None) -> tuple[li
             if "group" in row:
                 groups.setdefault(conversation_key(conversations[-1]), row["group"])
     if not conversations:
-        raise PipelineError(f"traffic file {path} has no rows" + (f" within {max_row_bytes} bytes" if oversized else ""))
+        raise PipelineError(f"traffic file {path} has no rows"
+                            + (f" within {max_row_bytes} bytes" if oversized else ""))
     return conversations, groups, oversized
 
 

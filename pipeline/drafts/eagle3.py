@@ -47,7 +47,8 @@ def aux_layer_ids(setting, num_layers: int) -> list[int]:
                                 "head (three distinct layers are needed)")
         return sorted(ids)
     if max(setting) >= num_layers:
-        raise PipelineError(f"draft.eagle3.aux_layers {setting}: the target has {num_layers} layers (ids 0..{num_layers - 1})")
+        raise PipelineError(f"draft.eagle3.aux_layers {setting}: the target has {num_layers} layers (ids "
+                            f"0..{num_layers - 1})")
     return sorted(setting)
 
 
@@ -236,8 +237,8 @@ def draft_logits(head, features: TargetFeatures, ids: list[int], steps: int) -> 
     try:
         n = len(ids) - 1
         with eager():
-            head(hidden_states=aux[:, :-1], input_ids=x[:, 1:], document_ids=torch.zeros(1, n, device=device, dtype=torch.long),
-                 ttt_steps=steps)
+            head(hidden_states=aux[:, :-1], input_ids=x[:, 1:],
+                 document_ids=torch.zeros(1, n, device=device, dtype=torch.long), ttt_steps=steps)
     finally:
         hook.remove()
     if head.d2t is not None:  # reduced draft vocabulary: draft id d is target id d + d2t[d]

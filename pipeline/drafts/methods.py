@@ -86,7 +86,8 @@ def parse_methods(raw) -> list[str]:
     """draft.method's value (one name or a list of them) as a list, in the order given; one line when it is wrong."""
     names = [raw] if isinstance(raw, str) else raw
     if not isinstance(names, list) or not names:
-        raise PipelineError(f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, got {raw!r}")
+        raise PipelineError(f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, "
+                            f"got {raw!r}")
     unknown = [n for n in names if n not in METHODS]
     if unknown:
         raise PipelineError(f"draft.method: unknown method {unknown[0]!r} (choose from {', '.join(METHODS)})")

@@ -313,5 +313,6 @@ def with_served_prediction(est: SpeculativeEstimate, prediction: ServedPredictio
     # to 1 where tokens per step falls by the factor `speedup`
     tokens = est.tokens_per_step_by_k[str(k)]
     even = max(0.0, (tokens / speedup - 1) / chosen.drafted_tokens_per_step) if chosen.drafted_tokens_per_step else None
-    return replace(chosen, expected_speedup=speedup, expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]),
-                   served=prediction, break_even_acceptance=even)
+    return replace(chosen, expected_speedup=speedup,
+                   expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]), served=prediction,
+                   break_even_acceptance=even)

@@ -231,7 +231,8 @@ class _Reader(threading.Thread):
 
     def text(self) -> str:
         out = self.head.decode("utf-8", "replace")
-        return out + (f"\n[... {self.total - len(self.head)} more bytes dropped]" if self.total > len(self.head) else "")
+        return out + (f"\n[... {self.total - len(self.head)} more bytes dropped]"
+                      if self.total > len(self.head) else "")
 
 
 def kill_group(proc: subprocess.Popen) -> None:

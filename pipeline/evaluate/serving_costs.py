@@ -210,7 +210,8 @@ def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], draf
         return None
     speedups, plain, best = {}, {}, {}
     for c in sorted(set(concurrencies)):
-        by_k = {k: profile.speedup(method, c, tokens_per_step[k], drafted_per_step[k], (steps_per_response or {}).get(k))
+        by_k = {k: profile.speedup(method, c, tokens_per_step[k], drafted_per_step[k],
+                                   (steps_per_response or {}).get(k))
                 for k in tokens_per_step}
         speedups[str(c)] = by_k
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
@@ -296,7 +297,8 @@ def _method(raw_dir: Path, method: str, plain: dict[str, float], drafter: dict) 
     errors: dict[str, float] = {}
     for i in range(1, len(ks) - 1):  # each inner k predicted from its neighbours alone
         k, around = ks[i], {key: cost.step_ms[key] for key in (ks[i - 1], ks[i + 1])}
-        partial = MethodCost(cost.run, drafter, plain, around, around, {key: cost.drafted_per_step[key] for key in around})
+        partial = MethodCost(cost.run, drafter, plain, around, around,
+                             {key: cost.drafted_per_step[key] for key in around})
         for b, ms in measured[k].items():
             err = abs(partial.spec_ms(int(b), cost.drafted_per_step[k]) - ms) / ms
             errors[b] = max(errors.get(b, 0.0), err)
@@ -381,7 +383,8 @@ def served_scales(profile: CostProfile, served: ServedRun) -> dict[str, tuple[di
         known = None  # n-gram's tokens and drafted tokens per step, from its CPU estimate at the served k
         if method == "ngram" and served.ngram_estimate:
             k = str(config["num_speculative_tokens"])
-            known = (served.ngram_estimate["tokens_per_step_by_k"][k], served.ngram_estimate["drafted_per_step_by_k"][k])
+            known = (served.ngram_estimate["tokens_per_step_by_k"][k],
+                     served.ngram_estimate["drafted_per_step_by_k"][k])
         if method not in profile.methods or (method not in DRAFT_EVERY_STEP and known is None):
             continue
         cost = profile.methods[method].uncalibrated()
@@ -427,7 +430,8 @@ def write(profile: CostProfile, path: Path) -> None:
 
 def main(argv: list[str]) -> int:
     """python -m pipeline.evaluate.serving_costs assemble NAME GPU SHAPE_DIR OUT.json RAW_DIR [RAW_DIR...]
-       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json RECORD.json [NGRAM_ESTIMATE.json] [RECORD.json ...]
+       python -m pipeline.evaluate.serving_costs calibrate PROFILE.json RECORD.json [NGRAM_ESTIMATE.json] \
+[RECORD.json ...]
          (each serve_bench record, optionally followed by its variant's speculative-ngram.json; the runs pool)"""
     if len(argv) >= 3 and argv[0] == "calibrate":
         path, served = Path(argv[1]), []
@@ -439,7 +443,8 @@ def main(argv: list[str]) -> int:
                 return 2
             if isinstance(data, dict) and "configs" in data:
                 served.append(ServedRun(data, arg.as_posix()))
-            elif isinstance(data, dict) and "tokens_per_step_by_k" in data and served and served[-1].ngram_estimate is None:
+            elif (isinstance(data, dict) and "tokens_per_step_by_k" in data and served
+                  and served[-1].ngram_estimate is None):
                 served[-1] = replace(served[-1], ngram_estimate=data, estimate_run=arg.as_posix())
             else:
                 print(f"calibrate: {arg}: neither a serve_bench record (configs) nor a CPU n-gram estimate "

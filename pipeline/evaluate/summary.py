@@ -2,12 +2,13 @@
 
 `artifacts/eval/<v>/summary.json` holds the record as written by `records.write`. `to_metrics()` is its flat view,
 `metrics/eval-<v>.json` (a plain output, not a DVC metric: `dvc metrics show` has the gate's headline files,
-pipeline/release/headline.py): the fidelity numbers, the CPU estimate's best method and k as `estimated_*` (the
-gate decides what ships: it need not be this), the weight-bytes model's speedup as `weight_bytes_speedup` (neither a bound nor a prediction: a served step costs more than its weight bytes), each method's
-estimate and the predicted speedup per concurrency in lists, lm-eval scores as `lm_eval_<task>_<metric>` (the
-names the gate thresholds `min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics
-directory (`modelprep gate --metrics-dir`) and a bundle's EVAL.json; `current_names` maps the names older files
-hold (benchmarks/gpu/raw/*/metrics, bundles built before the rename) to these.
+pipeline/release/headline.py): the fidelity numbers, the CPU estimate's best method and k as `estimated_*` (the gate
+decides what ships: it need not be this), the weight-bytes model's speedup as `weight_bytes_speedup` (neither a bound
+nor a prediction: a served step costs more than its weight bytes), each method's estimate and the predicted speedup per
+concurrency in lists, lm-eval scores as `lm_eval_<task>_<metric>` (the names the gate thresholds
+`min_lm_eval_<task>_<metric>` read). `from_metrics` reads that view back, for a metrics directory
+(`modelprep gate --metrics-dir`) and a bundle's EVAL.json; `current_names` maps the names older files hold
+(benchmarks/gpu/raw/*/metrics, bundles built before the rename) to these.
 """
 from __future__ import annotations
 
@@ -207,7 +208,8 @@ def check_possible(summary: EvalSummary, where: str) -> EvalSummary:
     q = summary.quality
     values = [(name, getattr(q, name), 0.0, 1.0) for name in FRACTIONS]
     values += [("kl_divergence", q.kl_divergence, -KL_ROUNDING, math.inf),
-               ("perplexity", q.perplexity, 1.0, math.inf), ("perplexity_baseline", q.perplexity_baseline, 1.0, math.inf),
+               ("perplexity", q.perplexity, 1.0, math.inf),
+               ("perplexity_baseline", q.perplexity_baseline, 1.0, math.inf),
                ("tokens", q.tokens, 0, math.inf),
                ("accepted_per_draft_token", summary.speculation.accepted_per_draft_token, 0.0, 1.0)]
     values += [(f"methods[{m.method}].accepted_per_draft_token", m.accepted_per_draft_token, 0.0, 1.0)

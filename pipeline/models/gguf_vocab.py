@@ -170,7 +170,8 @@ def spm_tokenizer(vocab: GgufVocab):
         return ([f"{name[vocab.bos]}:{type_id}"] if vocab.adds_bos else []) + [f"${seq}:{type_id}"] + \
             ([f"{name[vocab.eos]}:{type_id}"] if add_eos else [])
 
-    tok.post_processor = processors.TemplateProcessing(single=template("A", 0), pair=template("A", 0) + template("B", 1),
+    tok.post_processor = processors.TemplateProcessing(single=template("A", 0),
+                                                       pair=template("A", 0) + template("B", 1),
                                                        special_tokens=sorted({(name[i], i) for i in added}))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, bos_token=name.get(vocab.bos), eos_token=name.get(vocab.eos),

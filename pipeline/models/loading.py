@@ -117,7 +117,8 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     # with the missing layers at random): its packed weights and scales are mapped back to the parameters they hold.
     quantized = getattr(config, "quantization_config", None) is not None
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
+             else ["model.safetensors"])
     stored: dict[str, tuple] = {}
     for name in files:
         with safe_open(str(path / name), framework="pt") as f:

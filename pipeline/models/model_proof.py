@@ -121,7 +121,8 @@ def gguf_problem(tokenizer, vocab: GgufVocab, texts: list[str]) -> str | None:
             ours = tokenizer(text, add_special_tokens=False)["input_ids"]
             reference = spm_reference(vocab, text)
             if ours != reference:
-                at = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), min(len(ours), len(reference)))
+                at = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b),
+                          min(len(ours), len(reference)))
                 return (f"its tokenizer splits {snippet(text)} into {len(ours)} pieces where the GGUF's vocabulary "
                         f"(tokenizer.ggml.scores, as llama.cpp joins them) gives {len(reference)}; first difference "
                         f"at piece {at}: {tokenizer.convert_ids_to_tokens(ours[at:at + 1])} vs "

@@ -122,7 +122,8 @@ def end_tokens(tokenizer, model_dir: Path, shown: str) -> EndTokens:
     if ids(generation.get("eos_token_id")):
         declared, declared_file = ids(generation["eos_token_id"]), "generation_config.json"
     else:
-        declared, declared_file = ids(config.get("eos_token_id")), "config.json" if ids(config.get("eos_token_id")) else None
+        declared, declared_file = (ids(config.get("eos_token_id")),
+                                   "config.json" if ids(config.get("eos_token_id")) else None)
     pad = config.get("pad_token_id")
     return EndTokens(eos=tokenizer.eos_token_id, eos_text=tokenizer.eos_token,
                      turn_end=turn_end_id(tokenizer, model_dir, shown), declared_eos=declared,

@@ -181,7 +181,8 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     if leaked:  # params land in dvc.lock, PROVENANCE.json and the logs
         raise PipelineError(f"{path}: {leaked[0]} holds a credential (user:password@ or a secret query parameter); "
                             "params are recorded in dvc.lock and the bundle: give it in the environment instead "
-                            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
+                            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, "
+                            "MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
     variants = _section(params, "quantize.variants", path)
     specs = {}  # name -> parsed VariantSpec, reused by the serving.gpu check below
     for name, raw in variants.items():
@@ -444,7 +445,8 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
     # no whitespace, quotes or shell metacharacters that one of them would split or expand.
     value = re.compile(r"^[A-Za-z0-9_.,:=/@+%-]*$")
     if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
-                                            and not isinstance(v, bool) and value.match(str(v)) for k, v in env.items()):
+                                            and not isinstance(v, bool) and value.match(str(v))
+                                            for k, v in env.items()):
         raise PipelineError(f"{path}: serving.env must map environment variable names to plain values (letters, "
                             f"digits and _.,:=/@+%-), got {env!r}")
     from pipeline.core.redact import _secret_key
@@ -460,10 +462,9 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
                                                 and ref.match(v) for k, v in secrets.items()):
         raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
                             "<kubernetes-secret-name>/<key> references")
+    from pipeline.serving.parallelism import resolved
     from pipeline.serving.settings import ServingParams
     from pipeline.serving.tiers import serving_slo
-
-    from pipeline.serving.parallelism import resolved
 
     try:
         serving_slo(serving)  # each tier's own slo: parse_tiers, in check_handoff
@@ -508,7 +509,8 @@ def check_deploy(deploy: dict) -> None:
             raise PipelineError(f"deploy.{key} must be a Kubernetes name (lowercase letters, digits, '-'), "
                                 f"got {deploy.get(key)!r}")
     if not isinstance(deploy.get("warmup_from_traffic"), bool):
-        raise PipelineError(f"deploy.warmup_from_traffic must be true or false, got {deploy.get('warmup_from_traffic')!r}")
+        raise PipelineError("deploy.warmup_from_traffic must be true or false, got "
+                            f"{deploy.get('warmup_from_traffic')!r}")
     for key in ("port", "startup_seconds_default", "warmup_prompts"):
         v = deploy.get(key)
         if not is_positive_int(v):
@@ -534,7 +536,8 @@ def check_autoscale(deploy: dict, tiers: list, deployed: set[str]) -> None:
 
     cfg = deploy.get("autoscale")
     if not isinstance(cfg, dict):
-        raise PipelineError("deploy.autoscale must be a mapping (tiers, min_replicas, max_replicas, target_utilization)")
+        raise PipelineError("deploy.autoscale must be a mapping "
+                            "(tiers, min_replicas, max_replicas, target_utilization)")
     if cfg.get("tiers") != []:
         names = [t.name for t in select(tiers, cfg.get("tiers"), "deploy.autoscale.tiers")]
         undeployed = [n for n in names if n not in deployed]

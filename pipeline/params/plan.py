@@ -162,8 +162,9 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
                                     min(serving.max_tensor_parallel_size, host.gpus_per_host))
     share = fit or largest
     t, src = scaled_time(stage_points["distill"], n)
-    rows.append(Row("distill", f"{share.tensor_parallel_size} (TP)", f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
-                    0, t, src, None if fit else f"distill: the target's vLLM engine at draft_training.vllm."
+    rows.append(Row("distill", f"{share.tensor_parallel_size} (TP)",
+                    f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}", 0, t, src,
+                    None if fit else f"distill: the target's vLLM engine at draft_training.vllm."
                     f"gpu_memory_utilization {util} does not fit {host.gpus_per_host} {host.gpu}: {share.describe()}"))
     for stage in ("draft_finetune", "eagle3"):
         t, src = scaled_time(stage_points[stage], n) if stage == "eagle3" else \

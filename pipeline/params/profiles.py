@@ -13,8 +13,8 @@ import yaml
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
-from pipeline.params.load import read_yaml_mapping
 from pipeline.params.check import validate
+from pipeline.params.load import read_yaml_mapping
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
 

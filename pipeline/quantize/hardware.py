@@ -4,8 +4,8 @@ From vLLM's quantization support matrix (docs: "Supported Hardware for Quantizat
 Ampere (8.0); W4A16/W8A16 integer weights run on Marlin from 8.0 (Machete on Hopper); INT8 W8A8 on CUTLASS
 from Turing (7.5); FP8 W8A8 natively from Ada/Hopper (8.9), and on 8.0-8.6 through the weight-only FP8 Marlin
 path; NVFP4 activations need Blackwell (10.0). NVFP4 weights with 16-bit activations (NVFP4A16) are read from
-vLLM 0.26.0's own source instead (see requirements; unchanged from 0.25.0). `serving.gpu` names the fleet's GPU; a variant that can't
-run there is refused when params.yaml is loaded, before any stage does work.
+vLLM 0.26.0's own source instead (see requirements; unchanged from 0.25.0). `serving.gpu` names the fleet's GPU;
+a variant that can't run there is refused when params.yaml is loaded, before any stage does work.
 """
 from __future__ import annotations
 
@@ -90,8 +90,9 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
 
 
 # vLLM (0.25 and 0.26) picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B
-# shape on an H100 (vLLM 0.25.0) it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM disabled, at x1.17
-# (benchmarks/gpu/history/vllm-0.25.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only for Hopper or no named GPU.
+# shape on an H100 (vLLM 0.25.0) it decoded batch 32 at x0.08 BF16 and CutlassFp8BlockScaledMMKernel, with DeepGEMM
+# disabled, at x1.17 (benchmarks/gpu/history/vllm-0.25.md, raw/schemes8b). Unmeasured elsewhere (Blackwell), so only
+# for Hopper or no named GPU.
 DEEPGEMM_OFF = {"VLLM_DISABLED_KERNELS": "DeepGemmFp8BlockScaledMMKernel"}
 
 

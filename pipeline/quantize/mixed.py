@@ -15,9 +15,9 @@ the variant's own quality gate.
    tried; the layout shipped is the one that passed, else the last tried, with why none passed.
 
 The stage `mixed@<variant>` runs the search and writes the layout (paths.MIXED / <variant> / paths.LAYOUT);
-`quantize@<variant>` quantizes it. Apart, so the gate's thresholds, which the walk reads, are params of the search only: an edited threshold re-runs every
-variant's search stage (a note that does not change for a variant without `mixed:`), and no quantization whose
-layout stays the same.
+`quantize@<variant>` quantizes it. Apart, so the gate's thresholds, which the walk reads, are params of the search
+only: an edited threshold re-runs every variant's search stage (a note that does not change for a variant without
+`mixed:`), and no quantization whose layout stays the same.
 """
 from __future__ import annotations
 
@@ -235,7 +235,8 @@ def targets_of(units: tuple[Unit, ...], ladder: tuple[Rung, ...], rungs: tuple[i
         for u in chosen:
             by_container.setdefault((u.container, u.linears), []).append(u.index)
         out[rung.scheme] = [f"re:{re.escape(c)}\\.(?:{'|'.join(map(str, idx))})\\.(?:"
-                            f"{'|'.join(re.escape(n) for n in linears)})$" for (c, linears), idx in by_container.items()]
+                            f"{'|'.join(re.escape(n) for n in linears)})$"
+                            for (c, linears), idx in by_container.items()]
     return out
 
 

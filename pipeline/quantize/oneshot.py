@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.sizes import dir_size, megabytes
-from pipeline.quantize.recipes import (GroupSize, VariantSpec, build_recipe, choose_group_size, input_widths,
-                                      is_unquantized, with_group_size)
+from pipeline.quantize.recipes import (
+    GroupSize,
+    VariantSpec,
+    build_recipe,
+    choose_group_size,
+    input_widths,
+    is_unquantized,
+    with_group_size,
+)
 from pipeline.quantize.settings import Calibration
 
 if TYPE_CHECKING:  # imported where a model is quantized: the unquantized baseline, a file copy, needs no torch
@@ -96,7 +103,8 @@ def layer_progress(desc: str, total: int | None):
         bar.close()
 
 
-def resolve_group_size(model: torch.nn.Module, spec: VariantSpec, ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
+def resolve_group_size(model: torch.nn.Module, spec: VariantSpec,
+                       ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
     """The spec with the group size its layers take (recipes.choose_group_size), checked before calibration: a
     configured size that does not divide a layer's input width gives way to the largest vLLM serves that does."""
     group = choose_group_size(spec, input_widths(model, ignore))
@@ -138,7 +146,8 @@ def awq_grid(spec: VariantSpec, cfg: Calibration, device: str) -> tuple[VariantS
                 {"awq_n_grid": cfg.cpu_awq_n_grid, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"})
     from llmcompressor.modifiers.transform.awq import AWQModifier  # as recipes.build_recipe: only where AWQ runs
 
-    return spec, {"awq_n_grid": AWQModifier.model_fields["n_grid"].default, "awq_n_grid_from": "llm-compressor's default"}
+    return spec, {"awq_n_grid": AWQModifier.model_fields["n_grid"].default,
+                  "awq_n_grid_from": "llm-compressor's default"}
 
 
 def sequential_targets(cfg: Calibration) -> str | list[str] | None:
@@ -297,7 +306,8 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}),
+        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None,
+                                             "group_size_reason": []}),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,

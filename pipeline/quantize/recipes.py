@@ -52,8 +52,8 @@ WNA16_KERNELS = "Marlin: 32, 64, 128; Machete on Hopper: 64, 128; or channel-wis
 # each Linear alone, while AWQ's smoothing rescales pairs of layers that may land in different schemes.
 MIXED_ALGORITHMS = ("gptq", "rtn")
 # Keys of a variant spec; anything else is a typo.
-SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", "mixed", *CALIBRATION_KEYS,
-             *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
+SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", "mixed",
+             *CALIBRATION_KEYS, *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
 
 
 @dataclass(frozen=True)
@@ -77,16 +77,16 @@ def parse_variant(name: str, raw) -> VariantSpec:
     check_variant_name(name)
     validate_spec(name, raw)
     knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
-    spec = VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"), group_size=raw.get("group_size"),
-                       ignore=list(raw.get("ignore", [])), kv_cache=raw.get("kv_cache"),
-                       smoothing_strength=raw.get("smoothing_strength"),
+    spec = VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"),
+                       group_size=raw.get("group_size"), ignore=list(raw.get("ignore", [])),
+                       kv_cache=raw.get("kv_cache"), smoothing_strength=raw.get("smoothing_strength"),
                        num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs,
                        mixed=parse_mixed(name, raw))
     if spec.group_size is not None and is_wna16(scheme_of(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
         raise PipelineError(f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
                             f"{scheme_of(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
-                            f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does not divide a "
-                            "layer's input width, the largest that divides them all is used)")
+                            f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does "
+                            "not divide a layer's input width, the largest that divides them all is used)")
     return spec
 
 
@@ -139,12 +139,13 @@ def validate_spec(name: str, spec: dict) -> None:
     strength = spec.get("smoothing_strength")
     if strength is not None:
         if algorithm not in SMOOTHING_ALGORITHMS:
-            raise PipelineError(f"variant {name!r}: smoothing_strength (SmoothQuant) applies to {list(SMOOTHING_ALGORITHMS)}, "
-                                f"not {algorithm!r}")
+            raise PipelineError(f"variant {name!r}: smoothing_strength (SmoothQuant) applies to "
+                                f"{list(SMOOTHING_ALGORITHMS)}, not {algorithm!r}")
         if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not 0 < strength < 1:
             raise PipelineError(f"variant {name!r}: smoothing_strength must be a number in (0, 1), got {strength!r}")
     if spec.get("actorder") not in GPTQ_ACTORDERS:
-        raise PipelineError(f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got {spec['actorder']!r}")
+        raise PipelineError(f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got "
+                            f"{spec['actorder']!r}")
     for key in ("group_size", *CALIBRATION_KEYS):
         value = spec.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
@@ -298,11 +299,11 @@ def build_recipe(spec: VariantSpec, ignore: list[str], targets: Mapping[str, lis
     """
     if is_unquantized(spec):
         return []
+    from compressed_tensors.quantization import QuantizationArgs
     from llmcompressor.modifiers.gptq import GPTQModifier
     from llmcompressor.modifiers.quantization import QuantizationModifier
-    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
     from llmcompressor.modifiers.transform.awq import AWQModifier
-    from compressed_tensors.quantization import QuantizationArgs
+    from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
 
     quant = config_groups(spec, ignore, targets)
     if spec.kv_cache:

@@ -135,7 +135,8 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
 
 def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: SpeculativeEstimate, verdict: VariantVerdict,
                quant: dict, serving: ServingParams, gpu: VllmMeasurement, serve: ServeBenchRecord,
-               tiers: list | None = None, alerts=None, deploy: DeployParams | None = None, bundle_path: str | None = None,
+               tiers: list | None = None, alerts=None, deploy: DeployParams | None = None,
+               bundle_path: str | None = None,
                server_env: dict[str, str] | None = None, pareto: str | None = None, ranking=None,
                parallelism: str | None = None) -> str:
     """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2. tiers, alerts: the handoff
@@ -149,12 +150,14 @@ def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: Specu
                    alerts.latency_source if alerts else None)
     predicted = predicted_rows(est)
     return _template().render(
-        variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving, gpu=gpu,
+        variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving,
+        gpu=gpu,
         decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
         deploy=deploy, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if c.failed and c.group != SPECULATION],
         lm_eval=[(key, value, lm_eval_meaning(key)) for key, value in summary.lm_eval.items()],
-        served_name=served_model_name(serving, variant), predicted_rows=predicted, predicted_drop=steepest_drop(predicted),
+        served_name=served_model_name(serving, variant), predicted_rows=predicted,
+        predicted_drop=steepest_drop(predicted),
         bound=speedup_bound(est, predicted), latency_targets=rows, latency_relation=relation(rows),
         latency_gate_keys=list(GATE_KEYS.values()), alert_ms=alerts.alert_ms() if alerts else {},
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),

@@ -13,8 +13,8 @@ from pipeline.core.values import is_number
 from pipeline.drafts.methods import METHODS, NGRAM, NONE, Speculation
 from pipeline.evaluate.summary import METHOD_SPEEDUP, PREDICTED, EvalSummary, current_names
 from pipeline.release import speculation_choice
-from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.settings import GatesParams
+from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
 from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
 from pipeline.serving.settings import ServingParams

@@ -91,8 +91,8 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     bound = "at least " if at_least else ""
     searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
     how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
-           f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches measured up to "
-                                f"serving.max_num_seqs {serving.max_num_seqs})" if size is not None else
+           f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches "
+                                f"measured up to serving.max_num_seqs {serving.max_num_seqs})" if size is not None else
                                 "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
            + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
     return TierSizing(how, users, at_least, size, target)
@@ -136,7 +136,8 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         source = "the latency gates' thresholds (no serving benchmark in this build)"
     return monitoring.AlertLevels(
         served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
-        acceptance_source=acceptance.metric if acceptance else "", cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
+        acceptance_source=acceptance.metric if acceptance else "",
+        cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
         ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
         kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction,
         slo_ms={"ttft": slo.p99_ttft_ms, "itl": slo.p99_itl_ms} if slo is not None else {},
@@ -177,8 +178,8 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingPa
         if tier.name in deployed:
             manifest = f"deploy/{tier.name}.yaml"
             sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
-            atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path, startup_s,
-                                                               {"modelprep/serve-config-sha256": sha}, env,
+            atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path,
+                                                               startup_s, {"modelprep/serve-config-sha256": sha}, env,
                                                                sizing.running_target if sizing else None))
         # The default tier is the serving section itself: the default sweep measured it at its own settings.
         own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)

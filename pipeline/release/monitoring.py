@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 
 import yaml
 
-
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 DRAFTED = "vllm:spec_decode_num_draft_tokens_total"
 KV_CACHE = "vllm:kv_cache_usage_perc"
-TTFT, ITL, QUEUE = "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_queue_time_seconds"
+TTFT, ITL, QUEUE = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
+                    "vllm:request_queue_time_seconds")
 GENERATED = "vllm:generation_tokens_total"
 # Histogram bucket bounds vLLM 0.26 uses (loggers.py). histogram_quantile interpolates inside a bucket, so a
 # threshold inside one compares against an estimate, not a measurement: thresholds are raised to the next bound
@@ -33,7 +33,8 @@ BUCKETS = {
 }
 # Recording rules (level:metric:operations).
 ACCEPTANCE_RATIO = "model_name:vllm_spec_decode_acceptance:ratio_rate5m"
-P99 = {TTFT: "model_name:vllm_time_to_first_token_seconds:p99_5m", ITL: "model_name:vllm_inter_token_latency_seconds:p99_5m",
+P99 = {TTFT: "model_name:vllm_time_to_first_token_seconds:p99_5m",
+       ITL: "model_name:vllm_inter_token_latency_seconds:p99_5m",
        QUEUE: "model_name:vllm_request_queue_time_seconds:p99_5m"}
 
 
@@ -78,8 +79,10 @@ def rules(levels: AlertLevels, group: str) -> dict:
     alerts = [{"alert": "VllmKvCacheNearlyFull",
                "expr": f"max by (model_name) ({KV_CACHE}{sel}) > {levels.kv_cache_usage_max}", "for": "5m",
                "labels": {"severity": "warning"},
-               "annotations": {"summary": f"KV cache above {levels.kv_cache_usage_max:.0%} on {{{{ $labels.model_name }}}}",
-                               "description": "Requests will queue or be preempted; add replicas or lower max_num_seqs."}}]
+               "annotations": {"summary": f"KV cache above {levels.kv_cache_usage_max:.0%} on "
+                                          "{{ $labels.model_name }}",
+                               "description": "Requests will queue or be preempted; add replicas or lower "
+                                              "max_num_seqs."}}]
     if levels.acceptance is not None:
         recording.insert(0, {"record": ACCEPTANCE_RATIO,
                              "expr": f"sum by (model_name) (rate({ACCEPTED}{sel}[5m])) / "
@@ -88,9 +91,11 @@ def rules(levels: AlertLevels, group: str) -> dict:
         alerts.append({"alert": "SpeculativeAcceptanceLow", "expr": f"{ACCEPTANCE_RATIO}{sel} < {warn_at:.4g}",
                        "for": "15m", "labels": {"severity": "warning"},
                        "annotations": {"summary": f"Accepted/drafted tokens below {warn_at:.3f} "
-                                                  f"({levels.warning_fraction:.0%} of the evaluated {levels.acceptance:.3f})",
-                                       "description": f"Evaluated at {levels.acceptance:.3f} ({levels.acceptance_source}); "
-                                                      "traffic may have drifted from the draft's training domain."}})
+                                                  f"({levels.warning_fraction:.0%} of the evaluated "
+                                                  f"{levels.acceptance:.3f})",
+                                       "description": f"Evaluated at {levels.acceptance:.3f} "
+                                                      f"({levels.acceptance_source}); traffic may have drifted from "
+                                                      "the draft's training domain."}})
         # Only where the evaluated acceptance is above the break-even ratio: otherwise the alert would fire on a
         # deployment behaving exactly as evaluated (speculation then shipped because it was measured to pay).
         if levels.cost_ratio is not None and levels.acceptance > levels.cost_ratio:

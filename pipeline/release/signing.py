@@ -16,6 +16,7 @@ from pathlib import Path
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import ATTESTATION, SIGNATURE  # the manifest leaves both out: one name each
+
 PASSWORD_ENV = "MODELPREP_SIGNING_KEY_PASSWORD"
 KEY_HASHES = paths.SIGNING_KEYS  # a dep of bundle and publish
 

@@ -145,7 +145,8 @@ def decide(summary: EvalSummary | None, serve: ServeBenchRecord | None, concurre
     others = "".join(f"; {m} x{g:.2f}" for m, g in gains.items() if m != method)
     fixed = SpeculationDecision(
         num_speculative_tokens=k if pays else 0, candidate_k=k, basis=MEASURED, speedup=gain, concurrency=concurrency,
-        reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with {method} k={k}"
+        reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with "
+                f"{method} k={k}"
                 + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
                    f", below serving.speculation.min_gain {min_gain}") + others + skipped),
         method=method, compared=gains if len(gains) > 1 else None)
@@ -192,7 +193,8 @@ def _scheduled(serve: ServeBenchRecord, fixed: SpeculationDecision, concurrency:
     than = (f"{fixed.method} k={fixed.num_speculative_tokens}" if fixed.num_speculative_tokens
             else "plain decoding")
     per_level = ", ".join(f"c{c} x{v:.2f}" for c, v in sorted(mine.items()))
-    return replace(fixed, num_speculative_tokens=config.num_speculative_tokens, candidate_k=config.num_speculative_tokens,
+    return replace(fixed, num_speculative_tokens=config.num_speculative_tokens,
+                   candidate_k=config.num_speculative_tokens,
                    method=method, speedup=mine[concurrency], schedule=[list(r) for r in config.schedule],
                    reason=f"measured: {shipped.label} ({per_level} against plain decoding) beats {than}, the best "
                           f"fixed setting, over the sweep: geometric mean x{g_mine:.2f} against x{g_theirs:.2f}; "
@@ -231,8 +233,10 @@ def _estimated(summary: EvalSummary | None, min_gain: float, concurrency: int,
                f"target concurrency {concurrency}, and {LOCKSTEP}; serve_bench measures it on a GPU, or "
                "serving.max_num_seqs: 1 makes a one-request config")
     return SpeculationDecision(
-        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected, concurrency=concurrency,
-        reason=f"{source}: x{expected:.2f} served output tokens/s at concurrency {concurrency} with {method} k={k}" + why,
+        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected,
+        concurrency=concurrency,
+        reason=f"{source}: x{expected:.2f} served output tokens/s at concurrency {concurrency} with {method} k={k}"
+               + why,
         method=method, compared=compared if len(compared) > 1 else None, predicted=predicted or None, profile=profile)
 
 

@@ -133,7 +133,8 @@ class ServeBenchRecord:
 
     def speculative(self) -> dict[str, ServeConfigResult]:
         """The measured speculative configs by method (a legacy `speculative` config is the draft model's)."""
-        return {("draft_model" if name == SPECULATIVE else name): c for name, c in self.configs.items() if name != PLAIN}
+        return {("draft_model" if name == SPECULATIVE else name): c
+                for name, c in self.configs.items() if name != PLAIN}
 
 
 def level_key(concurrency: int) -> str:

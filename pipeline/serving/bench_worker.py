@@ -46,8 +46,7 @@ def main() -> int:
         from vllm.platforms.cpu import CpuPlatform
 
         platforms.current_platform = CpuPlatform()
-    from vllm.benchmarks.serve import add_cli_args
-    from vllm.benchmarks.serve import main as bench_main
+    from vllm.benchmarks.serve import add_cli_args, main as bench_main
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     answers.write("ready\n")

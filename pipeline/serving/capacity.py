@@ -18,8 +18,18 @@ import math
 from collections.abc import Callable, Iterable
 
 from pipeline.core.errors import PipelineError
-from pipeline.serving.bench_record import (AT_BOUND, CONFIG, BRACKET, FOUND, NEVER, PLAIN, Capacity, LoadLevel,
-                                           ServeBenchRecord, ServeConfigResult)
+from pipeline.serving.bench_record import (
+    AT_BOUND,
+    BRACKET,
+    CONFIG,
+    FOUND,
+    NEVER,
+    PLAIN,
+    Capacity,
+    LoadLevel,
+    ServeBenchRecord,
+    ServeConfigResult,
+)
 from pipeline.serving.settings import ServeBenchParams, Slo
 
 CONCURRENCY, POISSON = "concurrency", "poisson"

@@ -432,7 +432,8 @@ def resolved(serving: ServingParams, tensor_parallel_size: int) -> ServingParams
 
 def serving_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> ServingParams:
     """The serving section as `variant` is served: resolved at tensor_parallel_for's size."""
-    return resolved(ServingParams.parse(params[ServingParams.SECTION]), tensor_parallel_for(variant, params, checkpoint))
+    return resolved(ServingParams.parse(params[ServingParams.SECTION]),
+                    tensor_parallel_for(variant, params, checkpoint))
 
 
 TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as distill's vLLM engine runs it

@@ -137,7 +137,8 @@ class ServingParams:
     max_tensor_parallel_size: int = 8  # the largest auto may choose (GPUs of one host)
     env: Mapping[str, str | int] = field(default_factory=empty_mapping)
     secret_env: Mapping[str, str] = field(default_factory=empty_mapping)  # VAR: <kubernetes-secret>/<key>
-    tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)  # name -> settings as written: tiers.parse_tiers
+    # name -> settings as written: tiers.parse_tiers
+    tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)
 
     @classmethod
     def parse(cls, section: dict) -> ServingParams:

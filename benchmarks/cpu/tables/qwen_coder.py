@@ -57,7 +57,8 @@ def completions() -> Text:
     compat = raw("sources.json").get("compat", {})
     parts = [f"Prompt (chat template, greedy, at most 96 new tokens): {check['prompt']}\n\n"
              f"draft_compat.check_compatible(1.5B, 0.5B) in the `check` run: {check['compatible']}\n\n"
-             f"The same check alone (`compat`), at {compat.get('commit', '-')}: {compat.get('compatible', 'not run')}\n"]
+             f"The same check alone (`compat`), at {compat.get('commit', '-')}: "
+             f"{compat.get('compatible', 'not run')}\n"]
     for source, m in check["models"].items():
         parts.append(f"`{source}`:\n\n````\n{m['greedy'].strip()}\n````\n")  # the answers hold ``` fences
     return Text("\n".join(parts).rstrip())
