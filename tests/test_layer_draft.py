@@ -74,8 +74,8 @@ def test_layer_types_are_cut_with_the_layers(tmp_path, target):
     ({"from": "sibling", "layers": 2}, "draft.source.from is 'sibling'; allowed: enum ['target']"),
     ({"from": "target"}, "draft.source: 'layers' is a required property"),
     ({"from": "target", "layers": 2, "depth": 2}, "unknown key draft.source.depth"),
-    (3, "draft.source is 3; allowed: demo, smollm2, a model directory, a .gguf file, a Hub repo id, or "
-        "{from: target, layers: N}"),
+    (3, "draft.source is 3; allowed: demo, smollm2, qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, a model directory, a "
+        ".gguf file, a Hub repo id, or {from: target, layers: N}"),
     ("target", "draft.source: a draft from the target needs its depth: draft.source: {from: target, layers: N}"),
 ])
 def test_draft_source_params_are_checked_before_any_stage(draft, message):

