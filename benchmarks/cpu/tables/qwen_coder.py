@@ -93,4 +93,41 @@ def machine() -> Table:
                   ("Python", m["machine"]["python"]), ("transformers", m["software"]["transformers"])])
 
 
-BLOCKS = {"machine": machine, "conversion": conversion, "pair": pair, "completions": completions, "steps": steps}
+def repro_raw(name: str) -> dict:
+    return raw(f"repro/{name}")
+
+
+def repro_stages() -> Table:
+    b = repro_raw("build.json")
+    rows = [*b["stages"], {"stage": "**total** (`dvc repro`)", "s": b["total_s"]}]
+    return table(rows, [Column("stage", lambda r: r["stage"]), Column("wall s", lambda r: num(r["s"], 0)),
+                        Column("min", lambda r: num(r["s"] / 60, 1))])
+
+
+def repro_quality() -> Table:
+    b = repro_raw("build.json")
+    enabled = next(c["profile"] for k, c in b["profile_changes"].items() if k == "quantize.enabled")
+    rows = [{"variant": v, **repro_raw(f"metrics/eval-{v}.json")} for v in enabled]
+    verdict = repro_raw("verdict.json")["variants"]
+    return table(rows, [
+        Column("variant", lambda r: f"`{r['variant']}`"),
+        Column("held-out perplexity", lambda r: num(r["perplexity"], 3)),
+        Column("increase %", lambda r: num(r["perplexity_increase_pct"], 2)),
+        Column("KL", lambda r: num(r["kl_divergence"], 4)),
+        Column("top-1", lambda r: num(r["top1_agreement"], 3)),
+        Column("pass@1 (tasks)", lambda r: f"{num(r['pass_at_1'], 2)} ({r['functional_tasks']})"),
+        Column("acceptance per drafted token: draft / EAGLE-3 / n-gram",
+               lambda r: " / ".join(num(m["accepted_per_draft_token"], 3) for m in r["methods"])),
+        Column("gate", lambda r: "PASS" if verdict[r["variant"]]["passed"] else "FAIL"),
+    ])
+
+
+def repro_machine() -> Table:
+    b = repro_raw("build.json")
+    return facts([("commit", b["commit"][:7]), ("date", b["date"]), ("CPUs", b["cpus"]),
+                  ("torch threads", b["torch_threads"]), ("dvc repro exit", b["dvc_repro_rc"]),
+                  ("load avg (1 min) start / end", f"{b['load_start'][0]} / {b['load_end'][0]}")])
+
+
+BLOCKS = {"machine": machine, "conversion": conversion, "pair": pair, "completions": completions, "steps": steps,
+          "repro-machine": repro_machine, "repro-stages": repro_stages, "repro-quality": repro_quality}
