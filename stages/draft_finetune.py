@@ -30,8 +30,12 @@ def main(argv: list[str]) -> None:
                                           paths.DRAFT_CHECKPOINTS, tmp, n_prompts)
     write_csv("plots/draft_loss.csv", loss_curve_rows(history))
     write_json("metrics/draft_training.json", metrics)
-    say(f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
-        f"{metrics['eval_loss_finetuned']:.3f}")
+    line = (f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
+            f"{metrics['eval_loss_finetuned']:.3f}")
+    if metrics["shipped"] == "base":
+        line += (f"; worse than the base draft, which ships unchanged (draft_training.learning_rate "
+                 f"{cfg.learning_rate} may be too high for a pretrained draft)")
+    say(line)
 
 
 if __name__ == "__main__":

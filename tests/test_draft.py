@@ -215,7 +215,7 @@ def test_metrics_and_loss_curve(built, tmp_path):
     _, metrics, history = built
     for key in ("train_loss_first", "train_loss_last", "eval_loss_untrained", "eval_loss_finetuned"):
         assert isinstance(metrics[key], float) and math.isfinite(metrics[key]), key
-    assert metrics["eval_loss_finetuned"] < metrics["eval_loss_untrained"]
+    assert metrics["eval_loss_finetuned"] < metrics["eval_loss_untrained"] and metrics["shipped"] == "finetuned"
     rows = loss_curve_rows(history)
     assert len(rows) >= 3 and [r["step"] for r in rows] == sorted({r["step"] for r in rows})
     # `dvc plots show` on the project's own dvc.yaml reads both curves from the CSV.
@@ -226,6 +226,17 @@ def test_metrics_and_loss_curve(built, tmp_path):
     plot = json.loads(r.stdout)["data"]["Draft fine-tuning loss"][0]["content"]["data"]["values"]
     assert {p["field"] for p in plot} == {"train_loss", "eval_loss"}
     assert len(plot) == 2 * len(rows)
+
+
+def test_a_fine_tune_worse_than_the_base_draft_ships_the_base(demo_pair, distilled, traffic, tmp_path):
+    # Seen on Qwen2.5-Coder-0.5B: the demo's learning rate (made for a draft trained from scratch) took a pretrained
+    # sibling's held-out loss from 0.64 to 9.0. A learning rate far too high does the same to the tiny draft.
+    _, draft_dir = demo_pair
+    metrics, _ = finetune_draft(draft_dir, 0, *distilled, training(learning_rate=5.0, epochs=1), tmp_path / "w",
+                                tmp_path / "out", len(traffic[0]))
+    assert metrics["eval_loss_finetuned"] > metrics["eval_loss_untrained"] and metrics["shipped"] == "base"
+    for name in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (tmp_path / "out" / name).read_bytes() == (draft_dir / name).read_bytes(), name
 
 
 # --- fine_tune: LoRA, determinism, resume ------------------------------------------------------------

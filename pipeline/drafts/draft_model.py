@@ -55,10 +55,23 @@ def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict
     check_training_settings(cfg, n_prompts)
     work = checkpoint_dir(work_root, base_dir, cfg, train, evals)
     tuned, history = fine_tune(base_dir, pad, train, evals, cfg, work, callbacks=[ConsoleProgress()])
-    save_draft(tuned, load_tokenizer(base_dir), out, base_dir)
+    summary = summarize(history)
+    shipped = shipped_draft(summary)
+    if shipped == "base":
+        # A fine-tune that predicts the target's held-out answers worse than the base draft (a learning rate made
+        # for a draft trained from scratch destroys a pretrained sibling) must not ship: the base draft's own files.
+        shutil.copytree(base_dir, out, dirs_exist_ok=True)
+    else:
+        save_draft(tuned, load_tokenizer(base_dir), out, base_dir)
     shutil.rmtree(work_root, ignore_errors=True)
     return {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg.lora.enabled,
-            **summarize(history)}, history
+            **summary, "shipped": shipped}, history
+
+
+def shipped_draft(summary: dict) -> str:
+    """"base" when fine-tuning raised the held-out eval loss above the untrained draft's, else "finetuned"."""
+    before, after = summary.get("eval_loss_untrained"), summary.get("eval_loss_finetuned")
+    return "base" if before is not None and after is not None and after > before else "finetuned"
 
 
 def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
