@@ -21,7 +21,6 @@ import dataclasses
 import datetime
 import importlib.metadata
 import math
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -53,6 +52,7 @@ from pipeline.serving.config import (
     speculative_config_for,
     user_env,
 )
+from pipeline.serving.kernel_log import kernel_schemes_in_log, kernels_in_log
 from pipeline.serving.parallelism import serving_for
 from pipeline.serving.settings import ServeBenchParams, ServingParams
 from pipeline.serving.tiers import Tier, benchmarked
@@ -365,20 +365,8 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
                 floor_meets=floor if arrival == capacity.POISSON else None)
     return ServeConfigResult(num_speculative_tokens=job.speculation.k, startup_s=server.startup_s, levels=levels,
                              schedule=[list(r) for r in job.speculation.schedule] if job.speculation.schedule else None,
-                             kernels_used=kernels_in_log(server_log), capacity=found, gpus=list(placement.gpus),
-                             beside=list(placement.beside))
-
-
-KERNEL_LINE = re.compile(r"(?:Selected|Using) (\w+Kernel)\b")
-
-
-def kernels_in_log(path: Path) -> list[str]:
-    """The GEMM kernels vLLM says it selected ("Selected MacheteLinearKernel for ..."), in order, once each."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    return list(dict.fromkeys(KERNEL_LINE.findall(text)))
+                             kernels_used=kernels_in_log(server_log), kernel_schemes=kernel_schemes_in_log(server_log),
+                             capacity=found, gpus=list(placement.gpus), beside=list(placement.beside))
 
 
 def candidates(run: Settings, variant: str) -> dict[str, int]:

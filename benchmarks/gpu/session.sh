@@ -33,6 +33,12 @@
 #                                 sets (benchmarks/gpu/scale_serve.py run over .gpu/scale/models and PLAN, default
 #                                 benchmarks/gpu/plans/scale-70b.json) in the background; then scale-watch
 #   session.sh scale-watch OUT S  wait up to S seconds for it; pack /tmp/scale into OUT/scale.tgz either way
+#   session.sh mixed8b OUT S [GPU]  issue 46 on the GPU: a Llama-3-8B-shape model (random; /tmp/m8/bf16 reused)
+#                                 quantized by the pipeline to uniform RTN W4A16 and a W4A16 + W8A16 + BF16 layout in
+#                                 one checkpoint, each served with BF16 by `vllm serve` (greedy outputs, `vllm bench
+#                                 serve` at c=1 and 32, kernel lines) (benchmarks/gpu/mixed_serve.py) in the
+#                                 background on GPU (CUDA_VISIBLE_DEVICES; default: as set); then mixed8b-watch
+#   session.sh mixed8b-watch OUT S  wait up to S seconds for it; pack /tmp/mx into OUT/mixed8b.tgz either way
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's; then SB_PARAMS, YAML) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
@@ -325,6 +331,24 @@ PY
     (cd /tmp/scale && find out -name server.log | while read -r f; do
        grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log"; done) || true
     tar czf "$out/scale.tgz" -C /tmp/scale --exclude='server.log' . ;;
+  mixed8b)
+    out=$2; mkdir -p "$out"
+    if [ -f /tmp/mx/run.log ] && [ ! -f /tmp/mx/rc ]; then echo "mixed8b is running: session.sh mixed8b-watch OUT S"; exit 1; fi
+    rm -rf /tmp/mx && mkdir -p /tmp/mx/out
+    if [ -n "${4:-}" ]; then export CUDA_VISIBLE_DEVICES=$4; fi
+    { gpu_line; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}"; } > /tmp/mx/gpu.txt; run_spec /tmp/mx "" mixed8b
+    # its own session: the call's process group is killed when the call returns, the run must outlive it
+    setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/mixed_serve.py build /tmp/m8 /tmp/mx/out \
+        >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/mixed_serve.py serve /tmp/m8 \
+        /tmp/mx/out >> /tmp/mx/run.log 2>&1; echo $? > /tmp/mx/rc' < /dev/null > /dev/null 2>&1 &
+    exec bash "$0" mixed8b-watch "$2" "$3" ;;
+  mixed8b-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/mx/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    grep -E "RESULT|ERR|Error|layout|quantized|up in|c=" /tmp/mx/run.log | tail -n 30 | cut -c1-400 || true
+    (cd /tmp/mx/out && grep -E "(Selected|Using) \w+Kernel" */server.log 2>/dev/null | cut -c1-250) || true
+    [ -f /tmp/mx/rc ] && echo "mixed8b exit status: $(cat /tmp/mx/rc)" || echo "mixed8b still running"
+    tar czf "$out/mixed8b.tgz" -C /tmp/mx . ;;
   costs-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     if [ -f .gpu/served/prompts.json ] && [ ! -e /tmp/served-input ]; then

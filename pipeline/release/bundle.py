@@ -23,8 +23,9 @@ from pipeline.release.manifest import write_manifest
 from pipeline.release.publish import EVAL, GATE, eval_record
 from pipeline.release.settings import DeployParams
 from pipeline.release.thresholds import SPECULATION
-from pipeline.serving.bench_record import ServeBenchRecord
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
 from pipeline.serving.config import serve_env, serve_yaml, served_model_name
+from pipeline.serving.kernel_log import layout_kernels
 from pipeline.serving.settings import ServingParams
 
 CARD_TEMPLATE = "model_card.md.j2"  # pipeline/release/templates/
@@ -149,6 +150,9 @@ def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: Specu
     rows = targets(serving.slo, gate_ms(verdict.checks), alerts.alert_ms() if alerts else None,
                    alerts.latency_source if alerts else None)
     predicted = predicted_rows(est)
+    plain = None if serve.skipped else serve.configs.get(PLAIN)
+    layout = layout_kernels(quant["mixed"]["layout"], plain.kernel_schemes if plain else None) \
+        if quant.get("mixed") else []
     return _template().render(
         variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving,
         gpu=gpu,
@@ -164,7 +168,8 @@ def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: Specu
         method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
         slo=serving.slo, arrival=serving.arrival, pareto=pareto, per_gpu=ranking.per_gpu if ranking else [],
         recommended=ranking.recommended if ranking else None,
-        recommended_note=ranking.recommended_note if ranking else None, parallelism=parallelism)
+        recommended_note=ranking.recommended_note if ranking else None, parallelism=parallelism,
+        layout_kernels=layout)
 
 
 # What the demo's lm-eval task (evals/domain_heldout.yaml) scores: the held-out traffic's own responses, not the

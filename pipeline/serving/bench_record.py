@@ -77,6 +77,8 @@ class ServeConfigResult:
     levels: dict[str, LoadLevel]  # "c1", "c8", ...
     schedule: list[list[int]] | None = None  # num_speculative_tokens_per_batch_size, where the config has one
     kernels_used: list[str] = field(default_factory=list)  # GEMM kernels the server's log says vLLM selected
+    # the same by the vLLM scheme class each was selected for (serving/kernel_log.py): a mixed layout's per scheme
+    kernel_schemes: dict[str, list[str]] = field(default_factory=dict)
     capacity: Capacity | None = None  # at serving.slo, where serve_bench.capacity searched it
     # The GPU ids its server saw (CUDA_VISIBLE_DEVICES; None: records from before serve_bench placed configs) and the
     # configs served at the same time on other GPUs (serve_bench.parallel; empty: it ran alone).
