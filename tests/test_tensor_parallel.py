@@ -15,13 +15,16 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate import vllm_spec
+from pipeline.evaluate import (
+    run as evaluate,  # imported before a test fakes the host's GPUs
+    vllm_spec,
+)
 from pipeline.params.check import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import speculative_config_for
 from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import parse_tiers
-from stages import evaluate, serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
+from stages import serve_bench  # noqa: F401 - imported before a test fakes the host's GPUs
 from tiny_project import tiny_params
 
 V = "fp8-dynamic"
@@ -129,7 +132,7 @@ def test_manifests_request_each_tiers_gpus(tp2_bundle):
 
 def test_evaluation_engines_are_sharded_as_served():
     from pipeline.evaluate import lmeval
-    from stages.evaluate import Settings, lm_eval_engine
+    from pipeline.evaluate.run import Settings, lm_eval_engine
 
     p = tiny_params(serving=TP2)
     args = lmeval.vllm_model_args("/m", lm_eval_engine(Settings.of(p)))

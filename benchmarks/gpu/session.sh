@@ -39,6 +39,9 @@
 #                                 serve` at c=1 and 32, kernel lines) (benchmarks/gpu/mixed_serve.py) in the
 #                                 background on GPU (CUDA_VISIBLE_DEVICES; default: as set); then mixed8b-watch
 #   session.sh mixed8b-watch OUT S  wait up to S seconds for it; pack /tmp/mx into OUT/mixed8b.tgz either way
+#   session.sh tpeval OUT S       2 GPUs: distributed GPTQ of an 8B shape on 1 and 2 GPUs, fidelity through vLLM at TP 1
+#                                 and 2 (benchmarks/gpu/tp_eval.sh) in the background; then tpeval-watch
+#   session.sh tpeval-watch OUT S  wait up to S seconds for it; pack /tmp/tpe (less the checkpoints) into OUT/tpeval.tgz
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's; then SB_PARAMS, YAML) in /tmp/sb in the background, then demo-serve-watch
 #   session.sh demo-serve-watch OUT S  wait up to S seconds for it; pack its records, raw results and logs into OUT
@@ -349,6 +352,21 @@ PY
     (cd /tmp/mx/out && grep -E "(Selected|Using) \w+Kernel" */server.log 2>/dev/null | cut -c1-250) || true
     [ -f /tmp/mx/rc ] && echo "mixed8b exit status: $(cat /tmp/mx/rc)" || echo "mixed8b still running"
     tar czf "$out/mixed8b.tgz" -C /tmp/mx . ;;
+  tpeval)
+    # Issue 50 items 4 and 5 on 2 GPUs (benchmarks/gpu/tp_eval.sh: distributed GPTQ of an 8B shape on 1 and 2 GPUs, its
+    # fidelity through vLLM at TP 1 and 2, the demo target's against transformers) in its own session; then tpeval-watch
+    out=$2; rm -rf /tmp/tpe && mkdir -p "$out" /tmp/tpe; gpu_line > /tmp/tpe/gpu.txt
+    nvidia-smi topo -m > /tmp/tpe/topo.txt 2>&1 || true; run_spec /tmp/tpe "" tpeval
+    setsid bash -c 'bash benchmarks/gpu/tp_eval.sh > /tmp/tpe/script.log 2>&1; echo $? > /tmp/tpe/script.rc' \
+      < /dev/null > /dev/null 2>&1 &
+    exec bash "$0" tpeval-watch "$2" "$3" ;;
+  tpeval-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/tpe/rc ] && [ ! -f /tmp/tpe/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cat /tmp/tpe/steps.txt 2>/dev/null || true
+    grep -E " (RESULT|STEP|ERR)|Error" /tmp/tpe/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
+    [ -f /tmp/tpe/rc ] && echo "tpeval finished" || echo "tpeval still running"
+    tar czf "$out/tpeval.tgz" -C /tmp/tpe --exclude=ckpt . ;;
   costs-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     if [ -f .gpu/served/prompts.json ] && [ ! -e /tmp/served-input ]; then

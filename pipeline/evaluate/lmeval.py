@@ -87,17 +87,18 @@ def check_tasks(manager, tasks: list[str]) -> None:
 
 
 def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8,
-              vllm_args: dict | None = None, loaded=None) -> dict:
+              vllm_args: dict | None = None, loaded=None, name: str | None = None) -> dict:
     """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
     (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...) apply only to the vllm backend, which
     runs only where the host has tensor_parallel_size GPUs. loaded: model_dir's model as load_causal_lm(model_dir,
-    cpu) loads it, already in memory (the evaluate stage's), for the hf backend instead of a second load."""
+    cpu) loads it, already in memory (the evaluate stage's), for the hf backend instead of a second load. name: the
+    model type (hf | vllm) as evaluate.backend resolved it (pipeline/evaluate/backend.py); None: backend()'s."""
     import lm_eval
     import torch
 
     manager = manager_for(tasks)
     check_tasks(manager, tasks)
-    name = backend((vllm_args or {}).get("tensor_parallel_size", 1))
+    name = name or backend((vllm_args or {}).get("tensor_parallel_size", 1))
     if name == "vllm":
         from pipeline.core.multigpu import multicast_off
         from pipeline.evaluate.vllm_spec import spawn_engine_if_cuda_initialized

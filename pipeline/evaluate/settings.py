@@ -10,6 +10,7 @@ from pipeline.core.values import is_number
 
 COST_RATIOS = ("weight_bytes", "measured")  # evaluate.acceptance.cost_ratio, or a number
 ENABLED = (True, False, "auto")  # evaluate.vllm.enabled (and serve_bench.enabled)
+BACKENDS = ("auto", "transformers", "vllm")  # evaluate.backend (pipeline/evaluate/backend.py)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class EvaluateParams:
     acceptance: Acceptance
     vllm: VllmEval
     functional: FunctionalCheck = FunctionalCheck()
+    backend: str = "auto"  # fidelity and lm-eval: auto | transformers | vllm (pipeline/evaluate/backend.py)
 
     @classmethod
     def parse(cls, section: dict) -> EvaluateParams:
@@ -78,7 +80,8 @@ class EvaluateParams:
             vllm=VllmEval(vl.choice("enabled", ENABLED), vl.int("prompts", minimum=1), vl.int("max_tokens", minimum=1),
                           vl.number("gpu_memory_utilization"), vl.ints("throughput_batch_sizes", []),
                           vl.bool("enforce_eager", False)),
-            functional=parse_functional(s.section("functional", {})))
+            functional=parse_functional(s.section("functional", {})),
+            backend=s.choice("backend", BACKENDS, "auto"))
 
 
 def parse_functional(f: Section) -> FunctionalCheck:
