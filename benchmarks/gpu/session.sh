@@ -341,8 +341,8 @@ PY
     if [ -n "${4:-}" ]; then export CUDA_VISIBLE_DEVICES=$4; fi
     { gpu_line; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}"; } > /tmp/mx/gpu.txt; run_spec /tmp/mx "" mixed8b
     # its own session: the call's process group is killed when the call returns, the run must outlive it
-    setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:. python benchmarks/gpu/mixed_serve.py build /tmp/m8 /tmp/mx/out \
-        >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/mixed_serve.py serve /tmp/m8 \
+    setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py build /tmp/m8 /tmp/mx/out \
+        >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py serve /tmp/m8 \
         /tmp/mx/out >> /tmp/mx/run.log 2>&1; echo $? > /tmp/mx/rc' < /dev/null > /dev/null 2>&1 &
     exec bash "$0" mixed8b-watch "$2" "$3" ;;
   mixed8b-watch)

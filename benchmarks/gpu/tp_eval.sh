@@ -17,8 +17,8 @@ W=${TPE_DIR:-/tmp/tpe}
 mkdir -p "$W/out" "$W/ckpt"
 export NCCL_NVLS_ENABLE=0 VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
   HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 MODELPREP_PROGRESS_INTERVAL=0
-Q=/tmp/qsite:/tmp/vllm/site:.  # llm-compressor's site first (compressed-tensors 0.19), as the quantize stages
-V=/tmp/vllm/site:.
+Q=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite  # llm-compressor's site first (compressed-tensors 0.19), as the quantize stages
+V=/tmp/vllm/site:.:/tmp/dvcsite
 M8=/tmp/m8/bf16 DEMO=artifacts/models/target
 
 step() {  # step NAME SITE CMD...: run CMD with PYTHONPATH=SITE, log it, time it, sample the GPUs' memory
