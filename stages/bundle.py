@@ -22,7 +22,7 @@ from pipeline.release.bundle import PARETO, build_bundle, finish_bundle, model_c
 from pipeline.release.gates import GateReport
 from pipeline.release.handoff import GENERIC_PROMPTS, bundle_location, write_handoff
 from pipeline.release.settings import DeployParams, MonitoringParams, PublishParams
-from pipeline.release.speculation_choice import config_name, config_of
+from pipeline.release.shipped_config import config_name, config_of
 from pipeline.release.warmup import rendered_prompts
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import checkpoint_quantization, engine_args, serve_yaml, server_env, speculative_config_for

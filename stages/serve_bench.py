@@ -20,7 +20,6 @@ and the gate falls back to the CPU estimate.
 import dataclasses
 import datetime
 import importlib.metadata
-import math
 import re
 import shutil
 import tempfile
@@ -41,7 +40,8 @@ from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.hardware import KERNEL_SWITCH, kernel_choices
 from pipeline.quantize.recipes import VariantSpec, check_known, variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.release.speculation_choice import config_name, k_schedule
+from pipeline.release.decision import choose_kernel, schedule_to_measure
+from pipeline.release.shipped_config import config_name
 from pipeline.serving import capacity, gpu_sets, serve_bench
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult, level_key
 from pipeline.serving.config import (
@@ -179,47 +179,6 @@ def kernels_to_compare(spec, compute_capability: float, serving: ServingParams):
     if KERNEL_SWITCH in user_env(serving):
         return [], f"serving.env sets {KERNEL_SWITCH}: the kernel is the user's choice, not compared"
     return choices, None
-
-
-def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: float) -> str:
-    """The kernel with the most output tokens/s at the target concurrency; where others come within `tie` of it
-    there (serve_bench.kernel_tie: noise between runs), the one with the highest geometric mean over the sweep
-    among them, so a 1% lead at batch 1 does not ship a kernel 12% slower under load."""
-    best = max(throughput_at(c, target) for c in by_kernel.values())
-    close = [name for name, c in by_kernel.items() if throughput_at(c, target) >= best * (1 - tie)]
-
-    def sweep(name: str) -> float:
-        values = [lvl.output_throughput for lvl in by_kernel[name].levels.values() if not lvl.failed]
-        return math.prod(values) ** (1 / len(values)) if values and min(values) > 0 else 0.0
-
-    return max(close, key=lambda name: (sweep(name), throughput_at(by_kernel[name], target)))
-
-
-def throughput_at(config: ServeConfigResult, concurrency: int) -> float:
-    level = config.at(concurrency)
-    return level.output_throughput if level is not None and not level.failed else 0.0
-
-
-def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[str, int], min_gain: float,
-                        max_num_seqs: int):
-    """(method, schedule) of the method whose schedule the sweep says is best (its fixed config's speedups
-    where it drafts, 1 where it does not, geometric mean), or None when no method's sweep is mixed."""
-    best = None
-    plain = configs[PLAIN]
-    for method in candidates:
-        config = configs.get(method)
-        if config is None or config.failed_requests:
-            continue
-        speedups = {lvl.concurrency: lvl.output_throughput / plain.at(lvl.concurrency).output_throughput
-                    for lvl in config.levels.values()
-                    if plain.at(lvl.concurrency) is not None and plain.at(lvl.concurrency).output_throughput}
-        schedule = k_schedule(speedups, config.num_speculative_tokens, min_gain, max_num_seqs)
-        if schedule is None:
-            continue
-        expected = math.prod(v if v >= min_gain else 1.0 for v in speedups.values()) ** (1 / len(speedups))
-        if best is None or expected > best[0]:
-            best = (expected, method, schedule)
-    return None if best is None else best[1:]
 
 
 def keep_raw(out: Path, measured_as: str, name: str) -> None:

@@ -17,8 +17,8 @@ from pipeline.evaluate.summary import EvalSummary, Quality
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import parse_variant
 from pipeline.release.bundle import SPEC_METRICS, model_card
+from pipeline.release.decision import SpeculationDecision
 from pipeline.release.gates import VariantVerdict
-from pipeline.release.speculation_choice import SpeculationDecision
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import engine_args
 from speculation_estimates import PER_POSITION, speculative_estimate

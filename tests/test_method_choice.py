@@ -8,7 +8,7 @@ import pytest
 from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
-from pipeline.release.speculation_choice import decide
+from pipeline.release.decision import speculation_for as decide
 from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 

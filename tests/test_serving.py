@@ -21,7 +21,7 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
-from pipeline.release.speculation_choice import decide
+from pipeline.release.decision import speculation_for as decide
 from pipeline.serving import serve_bench
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from tiny_project import ROOT, run, tiny_params

@@ -16,9 +16,10 @@ from pipeline.drafts.methods import Speculation
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, latency, monitoring
+from pipeline.release.decision import tier_speculation
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.settings import DeployParams, MonitoringParams
-from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
+from pipeline.release.shipped_config import config_name, config_of
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.capacity import CONCURRENCY, users_meeting
