@@ -16,7 +16,7 @@ from pipeline.release.decision import k_schedule, schedule_to_measure, speculati
 from pipeline.release.shipped_config import config_name, config_of, k_at
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.config import engine_args, serve_yaml, server_env, speculative_config_for
-from stages.serve_bench import kernels_in_log, kernels_to_compare
+from pipeline.serving.sweep import kernels_in_log, kernels_to_compare
 from tiny_project import serving_of, tiny_params, tiny_serving
 
 # ---- vLLM 0.26.0's own rules, transcribed as the oracle (vllm/v1/spec_decode/dynamic/utils.py)

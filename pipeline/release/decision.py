@@ -48,6 +48,7 @@ from pipeline.release.shipped_config import (
 )
 from pipeline.release.thresholds import SPECULATION
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
 MEASURED, ESTIMATED = "measured", "estimated"
@@ -362,7 +363,8 @@ class Decision:
     gate checks (the candidate's, then the shipped config's, then its capacity ratio); speculation_checks: the
     speculation group as applied to the candidate; capacity_reason: why min_capacity_vs_bf16 has no value; kernel,
     kernel_env: the GEMM kernel serve_bench measured faster and its environment (None: none compared, vLLM's
-    default); tiers: each serving tier's setting (the bundle's view; empty at the gate)."""
+    default); tiers: each serving tier's setting (the bundle's view; empty at the gate); tensor_parallel_size,
+    parallelism: the variant's GPUs per replica and why, where the bundle read them from its checkpoint."""
     speculation: SpeculationDecision
     capacity: CapacityClaim | None = None
     metrics: Mapping[str, object] = field(default_factory=dict)
@@ -371,6 +373,8 @@ class Decision:
     kernel: str | None = None
     kernel_env: Mapping[str, str] | None = None
     tiers: tuple[TierChoice, ...] = ()
+    tensor_parallel_size: int | None = None  # GPUs per replica (pipeline/serving/parallelism.py decides it)
+    parallelism: str | None = None  # why that many (TpDecision.reason)
 
     @property
     def shipped(self) -> Speculation:
@@ -442,9 +446,19 @@ def tier_choices(speculation: SpeculationDecision, tiers: list[Tier], serve: Ser
 
 
 def shipped(speculation: SpeculationDecision, capacity: CapacityClaim | None, serve: ServeBenchRecord,
-            tiers: list[Tier], ctx: ServingContext) -> Decision:
+            tiers: list[Tier], ctx: ServingContext, tensor_parallel_size: int | None = None,
+            parallelism: str | None = None) -> Decision:
     """The gate's decision as artifacts/gate/verdict.json keeps it (speculation, capacity), with the kernel
-    serve_bench measured faster (where it compared them; else vLLM's default) and every tier's setting: what the
-    bundle, its handoff kit and its card read."""
-    return Decision(speculation, capacity, kernel=serve.kernel, kernel_env=serve.kernel_env if serve.kernel else None,
-                    tiers=tier_choices(speculation, tiers, serve, ctx))
+    serve_bench measured faster (where it compared them; else vLLM's default), every tier's setting and the
+    variant's tensor parallelism: what the bundle, its handoff kit and its card read."""
+    return Decision(speculation, capacity, kernel=serve.kernel,
+                    kernel_env=serve.kernel_env if serve.kernel else None,
+                    tiers=tier_choices(speculation, tiers, serve, ctx), tensor_parallel_size=tensor_parallel_size,
+                    parallelism=parallelism)
+
+
+def context_of(serving: ServingParams, baseline: ServeBenchRecord | None = None) -> ServingContext:
+    """The serving policy as the serving section sets it (baseline: the baseline variant's record, where read)."""
+    return ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
+                          baseline=baseline, max_num_seqs=serving.max_num_seqs,
+                          baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)

@@ -322,7 +322,5 @@ def run(cfg: GatesParams, serving: ServingParams, variants: Iterable[str], summa
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
     serve_by_variant = serve_by_variant or {}
-    ctx = ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
-                         baseline=serve_by_variant.get(serving.baseline_variant), max_num_seqs=serving.max_num_seqs,
-                         baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)
+    ctx = decision.context_of(serving, serve_by_variant.get(serving.baseline_variant))
     return evaluate_gates(summaries, cfg.for_variant, allowed, serve_by_variant, ctx)

@@ -7,16 +7,13 @@ from __future__ import annotations
 
 from pipeline.drafts.methods import DRAFT_MODEL, KSchedule, Speculation
 from pipeline.evaluate.summary import EvalSummary
-from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult
-
-SCHEDULE = "schedule"
-
-
-def config_name(speculation: Speculation) -> str:
-    """The serve_bench config (serve-<name>.yaml, record key) a speculative setting is measured as."""
-    if not speculation.enabled:
-        return PLAIN
-    return f"{speculation.method}-{SCHEDULE}" if speculation.schedule else speculation.method
+from pipeline.serving.bench_record import (  # noqa: F401 (config_name, SCHEDULE: re-exported)
+    PLAIN,
+    SCHEDULE,
+    ServeBenchRecord,
+    ServeConfigResult,
+    config_name,
+)
 
 
 def config_of(serve: ServeBenchRecord, speculation: Speculation) -> ServeConfigResult | None:
