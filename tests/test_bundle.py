@@ -16,9 +16,9 @@ from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary, Quality
 from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.quantize.recipes import parse_variant
-from pipeline.release.bundle import SPEC_METRICS, model_card
+from pipeline.release.bundle import SPEC_METRICS, CardInputs, model_card
+from pipeline.release.decision import SpeculationDecision
 from pipeline.release.gates import VariantVerdict
-from pipeline.release.speculation_choice import SpeculationDecision
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import engine_args
 from speculation_estimates import PER_POSITION, speculative_estimate
@@ -130,13 +130,13 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
     """The card of params.yaml's `variant` from these GPU records (and quantize metrics), with passing numbers for
     the rest."""
     spec = speculative_estimate()
-    return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
+    return model_card(CardInputs(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
                       eval_summary({"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                                     "kl_divergence": 0.0, "top1_agreement": 1.0, "greedy_match": 1.0}), spec,
                       VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test")),
                       quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
-                      tiny_serving(name="svc"), gpu, serve)
+                      tiny_serving(name="svc"), gpu, serve))
 
 
 MEASURED_GPU = {"measured_speedup_bs1": 1.734, "accepted_per_draft_token": 0.81, "accepted_per_position": [0.9, 0.75],
@@ -354,14 +354,14 @@ def demo_like_estimate(method: str = "draft_model"):
 
 def card_for(est, variant: str = "awq-w4a16", **summary) -> str:
     no_gpu = VllmMeasurement(skipped="no CUDA device")
-    return model_card(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
+    return model_card(CardInputs(variant, parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
                       eval_summary({"perplexity_baseline": 1.0, "perplexity": 1.0, "perplexity_increase_pct": 0.0,
                                     "kl_divergence": 0.0, "top1_agreement": 0.999, "greedy_match": 1.0, **summary}),
                       est, VariantVerdict(passed=True, allowed_failure=False, speculation=SpeculationDecision(
                           est.num_speculative_tokens, est.num_speculative_tokens, "estimated", 1.51, None, "test",
                           method=est.method)),
                       {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2}, tiny_serving(name="svc"),
-                      no_gpu, ServeBenchRecord(variant, skipped="no CUDA device"))
+                      no_gpu, ServeBenchRecord(variant, skipped="no CUDA device")))
 
 
 def test_no_bound_on_the_card_is_below_what_it_bounds():
@@ -431,10 +431,10 @@ def test_card_names_the_three_latency_targets_and_how_they_relate():
         est.num_speculative_tokens, est.num_speculative_tokens, "estimated", 1.51, None, "test"))
     alerts = AlertLevels("svc-awq-w4a16", None, "", None, gate["max_p99_ttft_ms"] / 1000, gate["max_p99_itl_ms"] / 1000,
                          "the latency gates' thresholds (no serving benchmark in this build)", 0.9, 0.8)
-    card = model_card("awq-w4a16", parse_variant("awq-w4a16", p["quantize"]["variants"]["awq-w4a16"]),
+    card = model_card(CardInputs("awq-w4a16", parse_variant("awq-w4a16", p["quantize"]["variants"]["awq-w4a16"]),
                       eval_summary({}), est, verdict, {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
                       tiny_serving(name="svc"), VllmMeasurement(skipped="no CUDA device"),
-                      ServeBenchRecord("awq-w4a16", skipped="no CUDA device"), alerts=alerts)
+                      ServeBenchRecord("awq-w4a16", skipped="no CUDA device"), alerts=alerts))
     section = card[card.index("### Latency targets"):card.index("## 7.")]
     assert (f"| SLO | `serving.slo` | {slo['p99_ttft_ms']} ms | {slo['p99_itl_ms']} ms | capacity:") in section
     assert ("| latency gate | `gates.thresholds.max_p99_ttft_ms`, `max_p99_itl_ms` | "

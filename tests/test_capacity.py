@@ -2,7 +2,7 @@
 
 The server is the deterministic latency model of latency_model.py (latency rising with load, as a GPU's does): what
 is under test is the search (pipeline/serving/capacity.py) and what the pipeline decides from its result, not `vllm
-bench serve`, which only a GPU host runs (stages/serve_bench.py calls the search with a probe that runs it)."""
+bench serve`, which only a GPU host runs (pipeline/serving/sweep.py calls the search with a probe that runs it)."""
 from __future__ import annotations
 
 import json
@@ -14,7 +14,7 @@ from latency_model import CHAT, SWEEP, Server, search, searched_record, swept
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.release import gates
-from pipeline.serving import capacity, serve_bench
+from pipeline.serving import capacity, load_generator, sweep
 from pipeline.serving.bench_record import AT_BOUND, BRACKET, FOUND, NEVER, PLAIN, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.capacity import CONCURRENCY, POISSON
 from pipeline.serving.settings import ServeBenchParams
@@ -137,28 +137,31 @@ def test_a_searched_record_round_trips_and_an_older_one_still_reads(tmp_path):
 
 
 def test_bench_command_sends_poisson_arrivals_and_the_goodput_objectives(tmp_path):
-    args = serve_bench.bench_command(["vllm"], "http://127.0.0.1:8000", "m", tmp_path, tmp_path / "p.jsonl", 256, 900,
-                                     128, 0.0, False, tmp_path / "r.json", request_rate=12.5, goodput=CHAT.goodput())
+    args = load_generator.bench_command(["vllm"], "http://127.0.0.1:8000", load_generator.LoadSpec(
+        "m", tmp_path, tmp_path / "p.jsonl", 256, 900, 128, 0.0, False, tmp_path / "r.json", request_rate=12.5,
+        goodput=CHAT.goodput()))
     flag = {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
     assert flag["--request-rate"] == "12.5" and flag["--burstiness"] == "1.0" and flag["--max-concurrency"] == "256"
     assert args[args.index("--goodput") + 1: args.index("--goodput") + 3] == ["ttft:200", "tpot:50"]
-    closed = serve_bench.bench_command(["vllm"], "u", "m", tmp_path, tmp_path, 8, 32, 128, 0.0, False, tmp_path / "r")
+    closed = load_generator.bench_command(["vllm"], "u", load_generator.LoadSpec(
+        "m", tmp_path, tmp_path, 8, 32, 128, 0.0, False, tmp_path / "r"))
     assert closed[closed.index("--request-rate") + 1] == "inf" and "--goodput" not in closed
     raw = json.loads((ROOT / "benchmarks/cpu/raw/vllm-bench-serve/ok-c4.json").read_text())
-    assert serve_bench.parse_result(raw, "x").request_rate is None  # "inf": a closed loop
-    lvl = serve_bench.parse_result({**raw, "request_rate": 12.5, "request_goodput": 11.0}, "x")
+    assert load_generator.parse_result(raw, "x").request_rate is None  # "inf": a closed loop
+    lvl = load_generator.parse_result({**raw, "request_rate": 12.5, "request_goodput": 11.0}, "x")
     assert (lvl.request_rate, lvl.request_goodput) == (12.5, 11.0)
 
 
 def test_a_load_level_is_a_closed_loop_of_users_or_a_poisson_probe_under_the_capacity_cap(tmp_path):
-    """serve_bench.level_command, which the stage and benchmarks/gpu/serve_shipped.py both run: a concurrency is that
+    """load_generator.level_command, which the stage and benchmarks/gpu/serve_shipped.py both run: a concurrency is that
     many users; a Poisson probe's load is its rate, with at most serve_bench.capacity.max_concurrency open."""
     cfg = ServeBenchParams.parse(tiny_params()["serve_bench"])
-    traffic = serve_bench.Traffic(tmp_path / "prompts.jsonl", tmp_path / "model", True)
+    traffic = load_generator.Traffic(tmp_path / "prompts.jsonl", tmp_path / "model", True)
 
     def flags(**kw):
-        args = serve_bench.level_command("http://127.0.0.1:8000", "m", traffic, tmp_path / "raw/c4.json", prompts=40,
-                                         cfg=cfg, temperature=0.0, goodput=CHAT.goodput(), **kw)
+        client = load_generator.Client("m", traffic, cfg, temperature=0.0, goodput=CHAT.goodput())
+        args = load_generator.level_command("http://127.0.0.1:8000", client, tmp_path / "raw/c4.json", prompts=40,
+                                            **kw)
         return {a: args[i + 1] for i, a in enumerate(args) if a.startswith("--") and i + 1 < len(args)}
 
     users = flags(load=4.0, warmups=2)
@@ -316,7 +319,7 @@ def test_dvc_yaml_plots_the_columns_the_stage_writes():
     plots = {k: v for p in yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["serve_bench"]["do"]["plots"]
              for k, v in p.items()}
     measured = searched_record("bf16", Server())
-    written = {f"{d}/${{item}}": serve_bench.plot_rows(measured, *curve)[1] for d, curve in serve_bench.PLOTS.items()}
+    written = {f"{d}/${{item}}": sweep.plot_rows(measured, *curve)[1] for d, curve in sweep.PLOTS.items()}
     written["plots/serve_pareto/${item}"] = capacity.pareto_rows(measured, CHAT)[1]
     assert set(plots) == set(written)
     template = json.loads((ROOT / ".dvc" / "plots" / "lines_by_config.json").read_text())

@@ -17,7 +17,7 @@ from pipeline.evaluate.vllm_spec import VllmMeasurement
 from pipeline.params.check import validate
 from pipeline.quantize.recipes import enabled_variant
 from pipeline.release import gates
-from pipeline.release.bundle import model_card
+from pipeline.release.bundle import CardInputs, model_card
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import CHECKS
 from pipeline.serving.bench_record import ServeBenchRecord
@@ -284,8 +284,9 @@ def card_for(report, variant: str) -> str:
                                        variant)
     quant = {"size_before_mb": 10.0, "size_after_mb": 3.0, "compression_ratio": 3.3}
     skipped = vllm_spec.unavailable_reason() or "measured elsewhere"
-    return model_card(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant], quant,
-                      serving_of(p), VllmMeasurement(skipped=skipped), ServeBenchRecord(variant, skipped=skipped))
+    return model_card(CardInputs(variant, enabled_variant(p, variant), summary, speculative, report.variants[variant],
+                                 quant, serving_of(p), VllmMeasurement(skipped=skipped),
+                                 ServeBenchRecord(variant, skipped=skipped)))
 
 
 def test_allowed_failure_carries_a_warning_in_the_card():

@@ -247,9 +247,9 @@ def test_serve_bench_places_each_config_at_the_tensor_parallelism_its_serve_yaml
     from pipeline.params.load import parse_section
     from pipeline.quantize.recipes import variant_spec
     from pipeline.quantize.settings import QuantizeParams
+    from pipeline.serving import sweep as stage
     from pipeline.serving.settings import ServeBenchParams, ServingParams
     from pipeline.serving.tiers import Tier
-    from stages import serve_bench as stage
     from tiny_project import tiny_params
 
     p = tiny_params(serving={"tensor_parallel_size": 2})

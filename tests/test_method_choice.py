@@ -8,7 +8,7 @@ import pytest
 from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
-from pipeline.release.speculation_choice import decide
+from pipeline.release.decision import speculation_for as decide
 from pipeline.serving.bench_record import PLAIN, SPECULATIVE, LoadLevel, ServeBenchRecord, ServeConfigResult
 
 
@@ -92,8 +92,8 @@ def test_the_gate_checks_the_candidate_methods_acceptance_not_another_methods():
 
 def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
     """A serve-eagle3.yaml left by a config that failed (or an older run) is not a measurement."""
-    from stages.bundle import check_measured_config
-    from stages.serve_bench import discard
+    from pipeline.release.assembly import check_measured_config
+    from pipeline.serving.sweep import discard
 
     text = "speculative-config: {}\n"
     (tmp_path / "raw").mkdir()
@@ -109,8 +109,8 @@ def test_the_bundle_refuses_a_config_file_the_record_does_not_measure(tmp_path):
 def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_default_settings(tmp_path, capsys):
     """serve_bench's one step per config: a method that fails is recorded and discarded and the sweep goes on,
     in a tier plain decoding too (the tier ends there); plain failing at the default settings fails the stage."""
+    from pipeline.serving import sweep
     from pipeline.serving.tiers import Tier
-    from stages import serve_bench
 
     def attempt(out, name, failed, tier=None, label=None, must=None):
         def serve_config():
@@ -121,8 +121,8 @@ def test_a_config_vllm_cannot_serve_is_recorded_and_leaves_no_file_but_plain_at_
                 raise PipelineError(f"vllm serve exited 1: {name} {'x' * 600}")
             return "measured"
 
-        job = serve_bench.Job(name, methods.NONE, {}, failed, tier=tier, label=label, must=must)
-        return serve_bench.served_or_failed(out, "v", job, serve_config)
+        job = sweep.Job(name, methods.NONE, {}, failed, tier=tier, label=label, must=must)
+        return sweep.served_or_failed(out, "v", job, serve_config)
 
     failed = {}
     assert attempt(tmp_path, "ngram", failed) == "measured" and failed == {}

@@ -14,7 +14,7 @@ import pytest
 from pipeline.core import records
 from pipeline.core.plots import VEGA_LITE, install_page, write_plot
 from pipeline.params.load import parse_section
-from pipeline.serving import capacity, serve_bench
+from pipeline.serving import capacity, sweep
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
 from tiny_project import ROOT, copy_project, run, tiny_params
@@ -25,11 +25,11 @@ SPEC = re.compile(r"var spec = (.*);\n\s*vegaEmbed")
 
 
 def write_serve_plots(project, record: ServeBenchRecord) -> None:
-    """What stages/serve_bench.py writes for a record."""
+    """What the serve_bench stage writes for a record (pipeline/serving/sweep.py write_plots)."""
     slo = parse_section(tiny_params(), ServingParams).slo
     why = f"serve_bench {record.variant}: {record.skipped or 'nothing measured'}"
-    for directory, curve in serve_bench.PLOTS.items():
-        write_plot(project / directory / record.variant, *serve_bench.plot_rows(record, *curve), why)
+    for directory, curve in sweep.PLOTS.items():
+        write_plot(project / directory / record.variant, *sweep.plot_rows(record, *curve), why)
     write_plot(project / "plots/serve_pareto" / record.variant, *capacity.pareto_rows(record, slo), why)
 
 

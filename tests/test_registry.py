@@ -173,9 +173,9 @@ def test_the_acceptance_tag_is_the_shipped_methods_as_the_gate_checked_it():
     """publish's accepted_per_draft_token tag: the gate's applied value, else the shipped method's own estimate
     (candidate_metrics), never another method's number (the unsuffixed one is the CPU-best method's); n/a without."""
     from eval_helpers import eval_summary
+    from pipeline.release.decision import SpeculationDecision
     from pipeline.release.gates import GateCheck, VariantVerdict
     from pipeline.release.publish import accepted_per_draft_token
-    from pipeline.release.speculation_choice import SpeculationDecision
 
     def verdict(method, k, checked=None):
         checks = [] if checked is None else [GateCheck("min_accepted_per_draft_token",

@@ -21,8 +21,8 @@ from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.release import gates
-from pipeline.release.speculation_choice import decide
-from pipeline.serving import serve_bench
+from pipeline.release.decision import speculation_for as decide
+from pipeline.serving import load_generator, sweep
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from tiny_project import ROOT, run, tiny_params
 
@@ -158,7 +158,7 @@ def test_sampler_reads_kv_cache_use_under_load_from_a_real_exposition():
     server, thread = prometheus_client.start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        with serve_bench.MetricsSampler(url, interval_s=0.05) as sampler:
+        with load_generator.MetricsSampler(url, interval_s=0.05) as sampler:
             time.sleep(0.3)
             kv.labels("0").set(0.93)
             waiting.labels("0").set(5)
@@ -175,13 +175,13 @@ def test_sampler_reads_kv_cache_use_under_load_from_a_real_exposition():
 def test_plots_have_a_row_per_config_and_concurrency_and_none_when_skipped():
     """Long form (dvc.yaml's lines_by_config template draws a line per config): the method's k in its label."""
     rec = record(INT4, plain={1: 100.0, 8: 600.0}, spec={8: 500.0, 1: 150.0}, k=5)
-    rows, header = serve_bench.plot_rows(rec, *serve_bench.PLOTS["plots/serve_throughput"])
+    rows, header = sweep.plot_rows(rec, *sweep.PLOTS["plots/serve_throughput"])
     assert header == ["concurrency", "config", "output_tokens_per_s"]
     assert rows == [{"concurrency": 1, "config": "plain", "output_tokens_per_s": 100.0},
                     {"concurrency": 8, "config": "plain", "output_tokens_per_s": 600.0},
                     {"concurrency": 1, "config": "draft_model k=5", "output_tokens_per_s": 150.0},
                     {"concurrency": 8, "config": "draft_model k=5", "output_tokens_per_s": 500.0}]
-    assert serve_bench.plot_rows(ServeBenchRecord(INT4, skipped="no CUDA device"), "x", None) == (
+    assert sweep.plot_rows(ServeBenchRecord(INT4, skipped="no CUDA device"), "x", None) == (
         [], ["concurrency", "config", "x"])
 
 
@@ -262,7 +262,7 @@ BENCH_RAW = ROOT / "benchmarks/cpu/raw/vllm-bench-serve"
 @pytest.mark.parametrize("name", ["ok-c1", "ok-c4", "failing-c1", "failing-c4"])
 def test_parses_vllm_bench_serve_results(name):
     raw = json.loads((BENCH_RAW / f"{name}.json").read_text())
-    lvl = serve_bench.parse_result(raw, name)
+    lvl = load_generator.parse_result(raw, name)
     assert lvl.concurrency == raw["max_concurrency"] and lvl.num_prompts == raw["num_prompts"]
     assert lvl.completed + lvl.failed == lvl.num_prompts
     assert lvl.output_throughput == raw["output_throughput"] and lvl.itl_ms["p99"] == raw["p99_itl_ms"]
@@ -280,7 +280,7 @@ def test_a_result_without_a_percentile_is_one_error_line():
     raw = json.loads((BENCH_RAW / "ok-c1.json").read_text())
     del raw["p99_itl_ms"]
     with pytest.raises(PipelineError, match=r"^x.json: `vllm bench serve` result has no 'p99_itl_ms'$"):
-        serve_bench.parse_result(raw, "x.json")
+        load_generator.parse_result(raw, "x.json")
 
 
 def test_bench_command_runs_the_real_client_when_vllm_is_here(tmp_path):

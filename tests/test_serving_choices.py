@@ -12,10 +12,11 @@ from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.hardware import DEEPGEMM_OFF, MACHETE_OFF, kernel_choices, kernel_env
 from pipeline.quantize.recipes import parse_variant
-from pipeline.release.speculation_choice import config_name, config_of, decide, k_at, k_schedule
+from pipeline.release.decision import k_schedule, schedule_to_measure, speculation_for as decide
+from pipeline.release.shipped_config import config_name, config_of, k_at
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from pipeline.serving.config import engine_args, serve_yaml, server_env, speculative_config_for
-from stages.serve_bench import kernels_in_log, kernels_to_compare, schedule_to_measure
+from pipeline.serving.sweep import kernels_in_log, kernels_to_compare
 from tiny_project import serving_of, tiny_params, tiny_serving
 
 # ---- vLLM 0.26.0's own rules, transcribed as the oracle (vllm/v1/spec_decode/dynamic/utils.py)
@@ -217,7 +218,7 @@ def test_the_kernels_vllm_selected_are_read_from_its_log(tmp_path: Path):
 def test_a_kernel_within_noise_at_the_target_loses_to_the_one_faster_under_load():
     """The demo's GPTQ checkpoint on an H100 (benchmarks/gpu/raw/demo-serve): Machete 405 tok/s at concurrency 1
     against Marlin's 402, Marlin 12-13% faster at 16 and 32."""
-    from stages.serve_bench import choose_kernel
+    from pipeline.release.decision import choose_kernel
 
     machete = config(0, {1: 405.0, 8: 2221.0, 16: 3025.0, 32: 5377.0})
     marlin = config(0, {1: 402.0, 8: 2226.0, 16: 3377.0, 32: 6096.0})

@@ -18,7 +18,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.drafts.methods import Speculation
 from pipeline.evaluate import serving_costs
 from pipeline.evaluate.summary import EvalSummary
-from pipeline.release.speculation_choice import decide, tier_speculation
+from pipeline.release.decision import speculation_for as decide, tier_speculation
 from pipeline.serving.tiers import Tier
 
 TARGET = {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,

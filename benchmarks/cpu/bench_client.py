@@ -24,7 +24,7 @@ from pipeline.core.io import write_json  # noqa: E402
 from pipeline.data.formatting import prompt_text  # noqa: E402
 from pipeline.data.traffic import heldout_prompts  # noqa: E402
 from pipeline.models.loading import load_tokenizer  # noqa: E402
-from pipeline.serving import serve_bench  # noqa: E402
+from pipeline.serving import load_generator  # noqa: E402
 from pipeline.serving.vllm_server import serve  # noqa: E402
 
 RAW = ROOT / "benchmarks/cpu/raw/vllm-bench-serve"
@@ -46,7 +46,7 @@ def main(out: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         dataset = tmp / "prompts.jsonl"
-        serve_bench.write_dataset(dataset, [text for text, _ in rendered])
+        load_generator.write_dataset(dataset, [text for text, _ in rendered])
         for run, fail_every in RUNS.items():
             config = tmp / f"serve-{run}.yaml"
             config.write_text(json.dumps({"model": str(TARGET), "served-model-name": "nimbus-support",
@@ -54,9 +54,10 @@ def main(out: Path) -> None:
             with serve(config, tmp, tmp / f"server-{run}.log", 300, None, command=SERVER) as server:
                 for c in LEVELS:
                     result = out / f"{run}-c{c}.json"
-                    command = serve_bench.bench_command(client, server.base_url, "nimbus-support", TARGET, dataset, c,
-                                                        PROMPTS, MAX_TOKENS, 0.0, rendered[0][1], result, warmups=1)
-                    level = serve_bench.run_level(command, server.base_url, result, tmp / f"bench-{run}.log")
+                    command = load_generator.bench_command(client, server.base_url, load_generator.LoadSpec(
+                        "nimbus-support", TARGET, dataset, c, PROMPTS, MAX_TOKENS, 0.0, rendered[0][1], result,
+                        warmups=1))
+                    level = load_generator.run_level(command, server.base_url, result, tmp / f"bench-{run}.log")
                     summary[f"{run}-c{c}"] = {"completed": level.completed, "failed": level.failed,
                                               "errors": level.errors}
     write_json(out / "summary.json", summary)

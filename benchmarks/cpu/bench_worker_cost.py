@@ -5,7 +5,7 @@
 
 Measure: a tiny ChatML Llama (tests/tiny_chatml.py, random weights) served by benchmarks/cpu/openai_cpu_server.py
 (transformers on CPU; not vLLM, so no serving speed is claimed), then LEVELS sweep levels of the serve_bench
-stage's own command line (serve_bench.bench_command: PROMPTS prompts, MAX_TOKENS tokens, one warm-up request)
+stage's own command line (load_generator.bench_command: PROMPTS prompts, MAX_TOKENS tokens, one warm-up request)
 run twice: each level as its own `vllm bench serve` process (how the stage ran them until this script's commit)
 and each level sent to one kept bench worker (pipeline/serving/bench_worker.py, how run_level runs them now).
 Each level's wall time from the call to its parsed result, and the load's own duration as the client measured
@@ -43,11 +43,11 @@ PROMPT_TEXTS = ["how do I reset my password", "the quick brown fox", "a draft mo
 
 def measure(python: str) -> dict:
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-    from pipeline.serving import serve_bench
+    from pipeline.serving import load_generator
     from pipeline.serving.vllm_server import serve
     from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 
-    client = [python, "-m", serve_bench.VLLM_MODULE]
+    client = [python, "-m", load_generator.VLLM_MODULE]
     server = [sys.executable, str(ROOT / "benchmarks/cpu/openai_cpu_server.py")]
     runs: dict[str, list[dict]] = {"process": [], "worker": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -55,7 +55,7 @@ def measure(python: str) -> dict:
         tokenizer = chatml_tokenizer()
         model_dir = save_checkpoint(tmp / "model", tiny_llama(tokenizer, layers=2, tied=True), tokenizer)
         dataset = tmp / "prompts.jsonl"
-        serve_bench.write_dataset(dataset, [tokenizer.apply_chat_template(
+        load_generator.write_dataset(dataset, [tokenizer.apply_chat_template(
             [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True) for t in PROMPT_TEXTS])
         config = tmp / "serve.yaml"
         config.write_text(json.dumps({"model": str(model_dir), "served-model-name": "tiny", "fail-every": 0}))
@@ -63,21 +63,21 @@ def measure(python: str) -> dict:
             for mode in runs:
                 for i in range(LEVELS):
                     result = tmp / f"{mode}-{i}.json"
-                    command = serve_bench.bench_command(client, handle.base_url, "tiny", model_dir, dataset, 1,
-                                                        PROMPTS, MAX_TOKENS, 0.0, False, result, warmups=1)
+                    command = load_generator.bench_command(client, handle.base_url, load_generator.LoadSpec(
+                        "tiny", model_dir, dataset, 1, PROMPTS, MAX_TOKENS, 0.0, False, result, warmups=1))
                     log = tmp / f"bench-{mode}.log"
                     start = time.perf_counter()
                     if mode == "process":  # the stage's earlier path: one client process per level
                         with open(log, "a") as out:
                             subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, check=True)
-                        level = serve_bench.parse_result(json.loads(result.read_text()), str(result))
+                        level = load_generator.parse_result(json.loads(result.read_text()), str(result))
                     else:
-                        level = serve_bench.run_level(command, handle.base_url, result, log)
+                        level = load_generator.run_level(command, handle.base_url, result, log)
                     wall = time.perf_counter() - start
                     runs[mode].append({"wall_s": round(wall, 3), "load_s": round(level.duration_s, 3),
                                        "completed": level.completed, "failed": level.failed})
                     print(f"{mode} level {i}: {wall:.2f} s (load {level.duration_s:.2f} s)", flush=True)
-            serve_bench.close_workers()
+            load_generator.close_workers()
     version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
                              capture_output=True, text=True, check=True).stdout.strip()
     return {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),

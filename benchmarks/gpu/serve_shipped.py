@@ -35,11 +35,11 @@ import yaml  # noqa: E402
 from pipeline.data.formatting import prompt_text  # noqa: E402
 from pipeline.data.traffic import heldout_prompts  # noqa: E402
 from pipeline.models.loading import load_tokenizer  # noqa: E402
-from pipeline.serving import capacity, serve_bench  # noqa: E402
+from pipeline.serving import capacity, load_generator  # noqa: E402
 from pipeline.serving.settings import ServeBenchParams  # noqa: E402
+from pipeline.serving.sweep import kernels_in_log  # noqa: E402
 from pipeline.serving.tiers import serving_slo  # noqa: E402
 from pipeline.serving.vllm_server import serve  # noqa: E402
-from stages.serve_bench import kernels_in_log  # noqa: E402
 
 SPEC_KEY = "speculative-config"
 
@@ -83,8 +83,8 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
     with tempfile.TemporaryDirectory(prefix="shipped-") as tmp:
         work = Path(tmp)
         dataset = work / "prompts.jsonl"
-        serve_bench.write_dataset(dataset, [text for text, _ in rendered])
-        traffic = serve_bench.Traffic(dataset, work / "model", rendered[0][1])
+        load_generator.write_dataset(dataset, [text for text, _ in rendered])
+        traffic = load_generator.Traffic(dataset, work / "model", rendered[0][1])
         env = serve_env(bundle)
         for config, path in configs_of(bundle, work).items():
             log = where / f"{config}-server.log"
@@ -93,14 +93,15 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
             with serve(path, work, log, cfg.startup_timeout_s, cfg.port, env) as server:
 
                 def bench(load: float, prompts: int, tag: str, warmups: int = 0):
-                    level = serve_bench.bench_level(server, name, traffic, where / "raw" / f"{config}-{tag}.json",
-                                                    bench_log, load, prompts, cfg, 0.0, slo.goodput(), warmups,
-                                                    poisson=tag.startswith("capacity-r"))
+                    client = load_generator.Client(name, traffic, cfg, 0.0, slo.goodput())
+                    level = load_generator.bench_level(server, client, where / "raw" / f"{config}-{tag}.json",
+                                                       bench_log, load, prompts, warmups,
+                                                       poisson=tag.startswith("capacity-r"))
                     print(f"RESULT {variant} {config} {tag} {level.output_throughput:.0f} tok/s "
                           f"p99 TTFT {level.ttft_ms['p99']:.1f} ms p99 ITL {level.itl_ms['p99']:.1f} ms", flush=True)
                     return level
 
-                levels = [bench(c, serve_bench.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
+                levels = [bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
                           for c in concurrency]
                 bounds = cfg.capacity
                 found = capacity.search(

@@ -22,7 +22,7 @@ from pipeline.core.sizes import mib_record_as_mb  # noqa: E402
 from pipeline.evaluate import serving_costs  # noqa: E402
 from pipeline.evaluate.summary import current_names  # noqa: E402  (the runs' older metric names)
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord  # noqa: E402
-from pipeline.serving.serve_bench import parse_result  # noqa: E402
+from pipeline.serving.load_generator import parse_result  # noqa: E402
 
 RAW = ROOT / "benchmarks/gpu/raw"
 BASELINE = "bf16"

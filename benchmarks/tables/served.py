@@ -1,6 +1,6 @@
 """Rows computed from serve_bench records and CPU estimates: one row type per question, shared by every page.
 
-Decisions and predictions are the pipeline's own functions (speculation_choice.decide, serve_bench.choose_kernel,
+Decisions and predictions are the pipeline's own functions (decision.speculation_for, decision.choose_kernel,
 serving_costs.predict) over the committed records; pages only pick columns.
 """
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """benchmarks/gpu/SERVING.md: each config's served speed, the kernel and the speculation a build ships."""
 from __future__ import annotations
 
-from pipeline.release.speculation_choice import decide
+from pipeline.release.decision import choose_kernel, speculation_for as decide
 from render import Column as C, Spec, times
-from stages.serve_bench import choose_kernel
 from tables import read, served as s
 
 DEMO = (("demo-serve", ("gptq-w4a16",)),)

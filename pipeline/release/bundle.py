@@ -134,41 +134,61 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
     return rows
 
 
-def model_card(variant: str, spec: VariantSpec, summary: EvalSummary, est: SpeculativeEstimate, verdict: VariantVerdict,
-               quant: dict, serving: ServingParams, gpu: VllmMeasurement, serve: ServeBenchRecord,
-               tiers: list | None = None, alerts=None, deploy: DeployParams | None = None,
-               bundle_path: str | None = None,
-               server_env: dict[str, str] | None = None, pareto: str | None = None, ranking=None,
-               parallelism: str | None = None) -> str:
-    """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2. tiers, alerts: the handoff
-    kit's TierPlans and AlertLevels (pipeline/release/handoff.py), when the bundle carries one; server_env: serve.env's
-    variables (the card says to load it when there are any); pareto: the capacity chart's file in the bundle, where
-    there is one; ranking: the gate's GateReport, whose per-GPU ranking of every variant the card shows; parallelism:
-    why serving.tensor_parallel_size is what it is (parallelism.TpDecision.reason)."""
+@dataclass(frozen=True)
+class CardInputs:
+    """What the bundle's README.md is rendered from. tiers, alerts: the handoff kit's TierPlans and AlertLevels
+    (pipeline/release/handoff.py), when the bundle carries one; server_env: serve.env's variables (the card says to
+    load it when there are any); pareto: the capacity chart's file in the bundle, where there is one; ranking: the
+    gate's GateReport, whose per-GPU ranking of every variant the card shows; parallelism: why
+    serving.tensor_parallel_size is what it is (parallelism.TpDecision.reason). The speculation it describes is the
+    verdict's (the gate's decision, pipeline/release/decision.py)."""
+    variant: str
+    spec: VariantSpec
+    summary: EvalSummary
+    est: SpeculativeEstimate
+    verdict: VariantVerdict
+    quant: dict
+    serving: ServingParams
+    gpu: VllmMeasurement
+    serve: ServeBenchRecord
+    tiers: list | None = None
+    alerts: object = None
+    deploy: DeployParams | None = None
+    bundle_path: str | None = None
+    server_env: dict[str, str] | None = None
+    pareto: str | None = None
+    ranking: object = None
+    parallelism: str | None = None
+
+
+def model_card(card: CardInputs) -> str:
+    """The bundle's README.md, rendered from pipeline/release/templates/model_card.md.j2."""
     from pipeline.quantize.hardware import requirements
 
+    verdict, serving, alerts, ranking, serve = card.verdict, card.serving, card.alerts, card.ranking, card.serve
     rows = targets(serving.slo, gate_ms(verdict.checks), alerts.alert_ms() if alerts else None,
                    alerts.latency_source if alerts else None)
-    predicted = predicted_rows(est)
+    predicted = predicted_rows(card.est)
     plain = None if serve.skipped else serve.configs.get(PLAIN)
-    layout = layout_kernels(quant["mixed"]["layout"], plain.kernel_schemes if plain else None) \
-        if quant.get("mixed") else []
+    layout = layout_kernels(card.quant["mixed"]["layout"], plain.kernel_schemes if plain else None) \
+        if card.quant.get("mixed") else []
     return _template().render(
-        variant=variant, spec=spec, quality=summary.quality, est=est, verdict=verdict, quant=quant, serving=serving,
-        gpu=gpu,
-        decision=verdict.speculation, serve=serve, serving_rows=serving_rows(serve), tiers=tiers or [], alerts=alerts,
-        deploy=deploy, bundle_path=bundle_path, hardware=requirements(spec).as_record(),
+        variant=card.variant, spec=card.spec, quality=card.summary.quality, est=card.est, verdict=verdict,
+        quant=card.quant, serving=serving, gpu=card.gpu, decision=verdict.speculation, serve=serve,
+        serving_rows=serving_rows(serve), tiers=card.tiers or [], alerts=alerts, deploy=card.deploy,
+        bundle_path=card.bundle_path, hardware=requirements(card.spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if c.failed and c.group != SPECULATION],
-        lm_eval=[(key, value, lm_eval_meaning(key)) for key, value in summary.lm_eval.items()],
-        served_name=served_model_name(serving, variant), predicted_rows=predicted,
+        lm_eval=[(key, value, lm_eval_meaning(key)) for key, value in card.summary.lm_eval.items()],
+        served_name=served_model_name(serving, card.variant), predicted_rows=predicted,
         predicted_drop=steepest_drop(predicted),
-        bound=speedup_bound(est, predicted), latency_targets=rows, latency_relation=relation(rows),
+        bound=speedup_bound(card.est, predicted), latency_targets=rows, latency_relation=relation(rows),
         latency_gate_keys=list(GATE_KEYS.values()), alert_ms=alerts.alert_ms() if alerts else {},
-        spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS], method_rows=method_rows(summary, verdict.speculation),
-        method_names=METHOD_NAMES, server_env=server_env or {}, capacity_rows=capacity_rows(serve),
-        slo=serving.slo, arrival=serving.arrival, pareto=pareto, per_gpu=ranking.per_gpu if ranking else [],
+        spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS],
+        method_rows=method_rows(card.summary, verdict.speculation), method_names=METHOD_NAMES,
+        server_env=card.server_env or {}, capacity_rows=capacity_rows(serve), slo=serving.slo,
+        arrival=serving.arrival, pareto=card.pareto, per_gpu=ranking.per_gpu if ranking else [],
         recommended=ranking.recommended if ranking else None,
-        recommended_note=ranking.recommended_note if ranking else None, parallelism=parallelism,
+        recommended_note=ranking.recommended_note if ranking else None, parallelism=card.parallelism,
         layout_kernels=layout)
 
 

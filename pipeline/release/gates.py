@@ -1,90 +1,24 @@
-"""Release gates: every check's value, threshold and verdict, from evaluation metrics."""
+"""Release gates: every check's value, threshold and verdict, from evaluation metrics. What ships is decided in
+pipeline/release/decision.py; the gate checks it and writes both into artifacts/gate/verdict.json."""
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say, warn
-from pipeline.core.values import is_number
-from pipeline.drafts.methods import METHODS, NGRAM, NONE, Speculation
+from pipeline.drafts.methods import METHODS
 from pipeline.evaluate.summary import METHOD_SPEEDUP, PREDICTED, EvalSummary, current_names
-from pipeline.release import speculation_choice
+from pipeline.release import decision
+from pipeline.release.capacity_claim import AT_LEAST, AT_MOST, CapacityClaim  # noqa: F401 (re-exported)
+from pipeline.release.checks import GateCheck, check_variant, short  # noqa: F401 (GateCheck: re-exported)
+from pipeline.release.decision import ServingContext, SpeculationDecision
 from pipeline.release.settings import GatesParams
-from pipeline.release.speculation_choice import SpeculationDecision, config_name, config_of
-from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION, check_for
-from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
+from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION
+from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
-from pipeline.serving.tiers import Slo
-
-
-@dataclass
-class GateCheck:
-    check: str
-    metric: str
-    value: float | None
-    threshold: float
-    op: str
-    passed: bool | None  # None: skipped, not applied (GATE.json must not call an unapplied check passed)
-    note: str | None = None
-    group: str = QUALITY
-    skipped: str | None = None  # why a check that needs a GPU measurement was not applied
-
-    @property
-    def failed(self) -> bool:
-        return self.passed is False
-
-    def describe(self) -> str:
-        """'top1_agreement=0.8956, needs >= 0.9 (short by 0.0044)': what failed and by how much."""
-        if self.skipped:
-            return f"{self.metric}: skipped ({self.skipped})"
-        if self.value is None or self.note:
-            return f"{self.metric}: {self.note or 'missing'}, needs {self.op} {self.threshold}"
-        text = f"{self.metric}={_short(self.value)}, needs {self.op} {self.threshold}"
-        if not self.passed and isinstance(self.value, (int, float)) and not math.isnan(self.value):
-            gap = abs(self.value - self.threshold)
-            text += f" ({'over' if self.op == '<=' else 'short'} by {_short(gap)})"
-        return text
-
-
-AT_LEAST, AT_MOST = "at least", "at most"
-
-
-@dataclass
-class CapacityClaim:
-    """What the config that ships carries at serving.slo (serve_bench's capacity search), per GPU, against the
-    baseline variant's plain decoding measured on the same GPU model with the same vLLM."""
-    config: str  # the shipped config as serve_bench named it (plain, a method, <method>-schedule)
-    slo: Slo
-    arrival: str  # concurrency | poisson
-    status: str  # bench_record.Capacity.status
-    lower_bound: bool  # it still met the SLO at the highest load measured: at least this many users
-    users: float  # per replica
-    gpus: int
-    users_per_gpu: float
-    output_tokens_per_s_per_gpu: float | None
-    request_goodput: float | None
-    baseline_users_per_gpu: float | None = None
-    vs_bf16: float | None = None  # users per GPU over the baseline's plain decoding
-    vs_bf16_bound: str | None = None  # at least / at most: one of the two capacities is a lower bound
-    vs_bf16_note: str | None = None  # why there is no ratio
-    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
-    cost_per_million_output_tokens: float | None = None  # at the SLO's capacity
-    baseline_gpus: int | None = None  # GPUs of one replica of the baseline (its own tensor parallelism)
-    baseline_output_tokens_per_s_per_gpu: float | None = None
-    baseline_cost_per_million_output_tokens: float | None = None
-    cost_vs_bf16: float | None = None  # cost per output token over the baseline's, each at its own GPU count
-
-
-def cost_per_million_tokens(gpu_hour_cost: float | None, gpus: int, tokens_per_s: float | None) -> float | None:
-    """What a million output tokens cost on one replica at that throughput: gpu_hour_cost x its GPUs per hour of
-    tokens (None without a price or a throughput)."""
-    if not gpu_hour_cost or not tokens_per_s:
-        return None
-    return gpu_hour_cost * gpus / (tokens_per_s * 3600) * 1e6
 
 
 @dataclass
@@ -145,114 +79,6 @@ class GateReport:
         return not self.blocked
 
 
-def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None,
-                  reasons: dict[str, str] | None = None) -> list[GateCheck]:
-    """The checks of one group (all when None). A missing optional metric is a skipped check, reported
-    with skip_reason (reasons: a check's own, where it has one); a missing required one fails."""
-    reasons = reasons or {}
-    results = []
-    for name, threshold in thresholds.items():
-        spec = check_for(name)
-        if group is not None and spec.group != group:
-            continue
-        metric = next((m for m in spec.metrics if metrics.get(m) is not None), spec.metrics[-1])
-        value = metrics.get(metric)
-        if value is None:
-            if spec.required:
-                results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
-            else:
-                results.append(GateCheck(name, metric, None, threshold, spec.op, None, None, spec.group,
-                                         reasons.get(name) or skip_reason or "not measured"))
-            continue
-        if not is_number(value):
-            results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})",
-                                     spec.group))
-            continue
-        # NaN compares false everywhere, so a NaN metric fails its check.
-        passed = (value <= threshold if spec.op == "<=" else value >= threshold if spec.op == ">="
-                  else value > threshold)
-        results.append(GateCheck(name, metric, value, threshold, spec.op, bool(passed), None, spec.group))
-    return results
-
-
-# An acceptance floor guards against a drafter whose rejected tokens each cost a forward pass (a draft model, an
-# EAGLE-3 head); n-gram lookups cost no GPU work, so a low acceptance wastes only the verify tokens, which the
-# measured or predicted speedup already counts: for n-gram the speedup against min_gain decides alone.
-DRAFTER_COST_CHECKS = ("min_accepted_per_draft_token",)
-
-
-def drafter_cost_free(check: GateCheck) -> GateCheck:
-    return replace(check, passed=None, note=None,
-                   skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides")
-
-
-@dataclass
-class ServingContext:
-    """What the speculation decision and the serving checks need besides a variant's own metrics."""
-    target_concurrency: int
-    min_gain: float
-    baseline: ServeBenchRecord | None  # the baseline variant's serving benchmark (speedup_vs_bf16)
-    max_num_seqs: int = 1  # the default config's batch limit: a prediction holds for one request at a time
-    baseline_variant: str = "bf16"  # serving.baseline_variant, as the reasons name it
-    gpu_hour_cost: float | None = None  # serving.gpu_hour_cost
-
-
-def capacity_claim(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, shipped: Speculation,
-                   ctx: ServingContext) -> tuple[CapacityClaim | None, str | None]:
-    """(claim, why it has no ratio) for the config that ships; (None, why) when its capacity was not searched."""
-    if serve is None or serve.skipped:
-        return None, None  # the serving checks' own reason says why
-    config = config_of(serve, shipped)
-    cap = config.capacity if config is not None else None
-    if cap is None:
-        return None, f"no capacity search of the {config_name(shipped)} config that ships (serve_bench.capacity)"
-    tokens = cap.output_tokens_per_s_per_gpu
-    cost = cost_per_million_tokens(ctx.gpu_hour_cost, cap.gpus, cap.level.output_throughput if cap.level else None)
-    claim = CapacityClaim(config=config_name(shipped), slo=cap.slo, arrival=cap.arrival, status=cap.status,
-                          lower_bound=cap.lower_bound, users=cap.users, gpus=cap.gpus, users_per_gpu=cap.users_per_gpu,
-                          output_tokens_per_s_per_gpu=tokens, request_goodput=cap.request_goodput,
-                          gpu_hour_cost=ctx.gpu_hour_cost, cost_per_million_output_tokens=cost)
-    comparable = (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
-                  and baseline.vllm_version == serve.vllm_version)  # a ratio across GPUs or vLLMs means nothing
-    plain = baseline.configs.get(PLAIN) if comparable else None
-    base = plain.capacity if plain is not None else None
-    name = f"{ctx.baseline_variant} plain decoding"
-    if base is None:
-        claim.vs_bf16_note = f"no capacity of {name} on the same GPU and vLLM"
-    elif (base.slo, base.arrival) != (cap.slo, cap.arrival):
-        claim.vs_bf16_note = f"{name} was searched at another SLO or arrival"
-    else:
-        claim.baseline_users_per_gpu, claim.baseline_gpus = base.users_per_gpu, base.gpus
-        claim.baseline_output_tokens_per_s_per_gpu = base.output_tokens_per_s_per_gpu
-        claim.baseline_cost_per_million_output_tokens = cost_per_million_tokens(
-            ctx.gpu_hour_cost, base.gpus, base.level.output_throughput if base.level else None)
-        if tokens and base.output_tokens_per_s_per_gpu:
-            # per GPU: a variant on 2 GPUs against the baseline on 4 pays for 2 against 4
-            claim.cost_vs_bf16 = base.output_tokens_per_s_per_gpu / tokens
-        if not base.users_per_gpu:
-            claim.vs_bf16_note = f"{name} met the SLO at no load ({base.slo.label()})"
-        elif cap.lower_bound and base.lower_bound:
-            claim.vs_bf16_note = (f"both still met the SLO at the highest load measured ({cap.users:g} and "
-                                  f"{base.users:g} users): raise serve_bench.capacity.max_concurrency or max_probes")
-        else:
-            claim.vs_bf16 = cap.users_per_gpu / base.users_per_gpu
-            claim.vs_bf16_bound = AT_LEAST if cap.lower_bound else AT_MOST if base.lower_bound else None
-    return claim, claim.vs_bf16_note
-
-
-def capacity_metrics(claim: CapacityClaim | None, threshold: float | None) -> tuple[dict, str | None]:
-    """capacity_vs_bf16 for the gate, unless a bound leaves the check undecided (at least x0.9 against 1.0: the
-    true ratio may pass): then (nothing, why)."""
-    if claim is None or claim.vs_bf16 is None:
-        return {}, None
-    ratio = claim.vs_bf16
-    if threshold is not None and ((claim.vs_bf16_bound == AT_LEAST and ratio < threshold)
-                                  or (claim.vs_bf16_bound == AT_MOST and ratio >= threshold)):
-        return {}, (f"undecided: the ratio is {claim.vs_bf16_bound} x{ratio:.2f} (a search stopped below its "
-                    "boundary); raise serve_bench.capacity.max_probes")
-    return {"capacity_vs_bf16": ratio}, None
-
-
 NO_FUNCTIONAL = "not measured: evaluate.functional.tasks is not set (no functional check of generated code)"
 
 
@@ -263,48 +89,20 @@ def quality_skip_reasons(summary: EvalSummary) -> dict[str, str]:
 
 def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
                  allowed: bool) -> VariantVerdict:
-    """Decide the speculative setting, check it, then check quality and the config that ships.
+    """Check the variant's quality and the config that ships, as pipeline/release/decision.py decided it.
 
-    A draft that fails a speculation check is turned off (the bundle ships without speculative-config,
-    its card says why); only quality and serving checks fail a variant."""
-    decision = speculation_choice.decide(summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
-    metrics = {**speculation_choice.candidate_metrics(summary, decision.method),
-               **speculation_choice.speculative_metrics(serve, ctx.target_concurrency, decision.method,
-                                                   bool(decision.schedule))}
-    if decision.num_speculative_tokens:
-        spec_checks = [drafter_cost_free(c) if decision.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
-                       for c in check_variant(metrics, thresholds, SPECULATION, "not measured on a GPU")]
-        failed = [c for c in spec_checks if c.failed]
-        if failed:
-            decision = speculation_choice.without_speculation(
-                decision, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed))
-    else:
-        spec_checks = [replace(c, passed=None, note=None, skipped="no speculation shipped")
-                       for c in check_variant(metrics, thresholds, SPECULATION)]
-    floor = thresholds.get("min_capacity_vs_bf16")
-    claim, no_ratio = capacity_claim(serve, ctx.baseline, decision.speculation, ctx)
-    ratio, undecided = capacity_metrics(claim, floor)
-    if decision.num_speculative_tokens and floor is not None and ratio and ratio["capacity_vs_bf16"] < floor:
-        # Faster per request, fewer users at the SLO: where plain decoding carries the floor, it ships instead
-        # (as a failed speculation check turns the draft off); where it does not either, the variant fails.
-        plain_claim, plain_no_ratio = capacity_claim(serve, ctx.baseline, NONE, ctx)
-        plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
-        if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
-            decision = speculation_choice.without_speculation(
-                decision, ["min_capacity_vs_bf16"],
-                f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
-                f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
-                f"x{plain_ratio['capacity_vs_bf16']:.2f}")
-            claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
-    metrics |= speculation_choice.shipped_metrics(serve, ctx.baseline, decision.speculation, ctx.target_concurrency)
-    metrics |= ratio
+    A draft that fails a speculation check is turned off there (the bundle ships without speculative-config, its
+    card says why); only quality and serving checks fail a variant."""
+    d = decision.decide(decision.Inputs(summary, serve, thresholds, ctx))
     not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
                   else "no serving benchmark of the baseline variant on the same GPU and vLLM")
-    reasons = {"min_capacity_vs_bf16": f"not measured: {undecided or no_ratio}"} if (undecided or no_ratio) else {}
-    checks = (check_variant(metrics, thresholds, QUALITY, reasons=quality_skip_reasons(summary)) + spec_checks
-              + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons))
+    reasons = {"min_capacity_vs_bf16": f"not measured: {d.capacity_reason}"} if d.capacity_reason else {}
+    metrics = dict(d.metrics)
+    checks = (check_variant(metrics, thresholds, QUALITY, reasons=quality_skip_reasons(summary))
+              + list(d.speculation_checks) + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}",
+                                                           reasons))
     passed = not any(c.failed for c in checks if c.group != SPECULATION)
-    return VariantVerdict(passed, (not passed) and allowed, checks, decision, claim)
+    return VariantVerdict(passed, (not passed) and allowed, checks, d.speculation, d.capacity)
 
 
 def evaluate_gates(summaries: dict[str, EvalSummary], thresholds_for, allow_fail: list[str],
@@ -395,8 +193,8 @@ def recommendation_line(report: GateReport) -> str | None:
     config was searched."""
     if not report.per_gpu:
         return None
-    rows = ", ".join(f"{r.variant} {_short(r.output_tokens_per_s_per_gpu or 0.0)} tok/s/GPU on {r.gpus}"
-                     + (f" ({_short(r.cost_per_million_output_tokens)} per M tokens)"
+    rows = ", ".join(f"{r.variant} {short(r.output_tokens_per_s_per_gpu or 0.0)} tok/s/GPU on {r.gpus}"
+                     + (f" ({short(r.cost_per_million_output_tokens)} per M tokens)"
                         if r.cost_per_million_output_tokens is not None else "") for r in report.per_gpu)
     if report.recommended is None:
         return f"gate: no recommendation ({report.recommended_note}); per GPU at the SLO: {rows}"
@@ -458,13 +256,13 @@ def conclude(report: GateReport) -> int:
     return 0
 
 
-def _shipped_setting(decision: SpeculationDecision | None) -> str:
-    if decision is None:
+def _shipped_setting(chosen: SpeculationDecision | None) -> str:
+    if chosen is None:
         return ""
-    k = decision.num_speculative_tokens
-    gave_way = (f"; {decision.method} k={decision.candidate_k} gave way: fewer users at the SLO than "
-                "min_capacity_vs_bf16" if not k and "min_capacity_vs_bf16" in decision.turned_off_by else "")
-    return f"; ships {f'{decision.method} k={k}' if k else 'without speculation'} ({decision.basis}{gave_way})"
+    k = chosen.num_speculative_tokens
+    gave_way = (f"; {chosen.method} k={chosen.candidate_k} gave way: fewer users at the SLO than "
+                "min_capacity_vs_bf16" if not k and "min_capacity_vs_bf16" in chosen.turned_off_by else "")
+    return f"; ships {f'{chosen.method} k={k}' if k else 'without speculation'} ({chosen.basis}{gave_way})"
 
 
 def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None) -> dict[str, EvalSummary]:
@@ -524,11 +322,5 @@ def run(cfg: GatesParams, serving: ServingParams, variants: Iterable[str], summa
     if unknown:
         raise PipelineError(f"allow_fail names unknown variants {unknown}; known: {sorted(known)}")
     serve_by_variant = serve_by_variant or {}
-    ctx = ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
-                         baseline=serve_by_variant.get(serving.baseline_variant), max_num_seqs=serving.max_num_seqs,
-                         baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)
+    ctx = decision.context_of(serving, serve_by_variant.get(serving.baseline_variant))
     return evaluate_gates(summaries, cfg.for_variant, allowed, serve_by_variant, ctx)
-
-
-def _short(v):
-    return f"{v:.4g}" if isinstance(v, float) else v

@@ -16,15 +16,16 @@ from pipeline.drafts.methods import Speculation
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, latency, monitoring
+from pipeline.release.decision import Decision, TierChoice
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.settings import DeployParams, MonitoringParams
-from pipeline.release.speculation_choice import config_name, config_of, tier_speculation
+from pipeline.release.shipped_config import config_name, config_of
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.capacity import CONCURRENCY, users_meeting
 from pipeline.serving.config import engine_args, serve_yaml, served_model_name, speculative_config_for
 from pipeline.serving.settings import ServingParams, Slo
-from pipeline.serving.tiers import DEFAULT, Tier, parse_tiers, select
+from pipeline.serving.tiers import DEFAULT, Tier, select
 
 RULES, RULES_TEST, DASHBOARD = "monitoring/rules.yaml", "monitoring/rules.test.yaml", "monitoring/dashboard.json"
 METRICS_RULES = "deploy/custom-metrics-rules.yaml"
@@ -144,59 +145,50 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
         gate_ms=latency.gate_ms(verdict.checks))
 
 
-def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingParams, draft: DraftParams,
-                  deploy_cfg: DeployParams, monitoring_cfg: MonitoringParams, verdict: VariantVerdict,
-                  cost_ratio: float, serve: ServeBenchRecord, quantization: str | None,
-                  warmup_prompts: list[tuple[str, bool]], env: dict[str, str]
-                  ) -> tuple[list[TierPlan], monitoring.AlertLevels]:
-    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`; env: the server's
-    environment (serving.config.server_env, as serve.env has it), the same for every tier's manifest."""
-    shipped = verdict.speculation
-    tiers = parse_tiers(serving)
+@dataclass(frozen=True)
+class HandoffInputs:
+    """What the handoff kit is rendered from: the variant's recipe and settings, its verdict and the decision that
+    ships (pipeline/release/decision.py shipped: speculation, kernel, each tier's setting), the draft's cost ratio
+    (its estimate's break-even), the serving benchmark's record, the checkpoint's quantization, the warm-up's
+    rendered prompts and env, the server's environment (serving.config.server_env, as serve.env has it), the same
+    for every tier's manifest."""
+    variant: str
+    spec: VariantSpec
+    serving: ServingParams
+    draft: DraftParams
+    deploy: DeployParams
+    monitoring: MonitoringParams
+    verdict: VariantVerdict
+    decision: Decision
+    cost_ratio: float
+    serve: ServeBenchRecord
+    quantization: str | None
+    warmup_prompts: list[tuple[str, bool]]
+    env: dict[str, str]
+
+
+def write_handoff(out: Path, kit: HandoffInputs) -> tuple[list[TierPlan], monitoring.AlertLevels]:
+    """Write serve-<tier>.yaml, deploy/ and monitoring/ into the bundle directory `out`."""
+    serving, deploy_cfg, serve, variant = kit.serving, kit.deploy, kit.serve, kit.variant
+    tiers = [choice.tier for choice in kit.decision.tiers]
     deployed = {t.name for t in select(tiers, deploy_cfg.tiers)}
     scaling = deploy_cfg.autoscale
     autoscaled = ({t.name for t in select(tiers, scaling.tiers, "deploy.autoscale.tiers")} if scaling.tiers
                   else set())
-    bundle_path = bundle_location(deploy_cfg, serving.name, variant)
     startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
     startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
-    plans = []
     (out / "deploy").mkdir(exist_ok=True)
-    for tier in tiers:
-        chosen, why = tier_speculation(tier, shipped.speculation, serving.target_concurrency, serve,
-                                       serving.speculation.min_gain, shipped.predicted,
-                                       tier.engine.get("max_num_seqs", serving.max_num_seqs))
-        sizing = (size_tier(tier, chosen, serve, serving, scaling.target_utilization,
-                            resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
-                            own=serve.tier(tier.name) if tier.name != DEFAULT else None)
-                  if tier.name in autoscaled else None)
-        engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
-        if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
-            atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-                spec, serving, speculative_config_for(chosen, draft, serving), quantization, engine)))
-        manifest = None
-        if tier.name in deployed:
-            manifest = f"deploy/{tier.name}.yaml"
-            sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
-            atomic_write_text(out / manifest, deploy.manifests(tier, serving, variant, deploy_cfg, bundle_path,
-                                                               startup_s, {"modelprep/serve-config-sha256": sha}, env,
-                                                               sizing.running_target if sizing else None))
-        # The default tier is the serving section itself: the default sweep measured it at its own settings.
-        own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
-        config = config_of(own, chosen) if own is not None else None
-        level = config.at(tier.concurrency) if config is not None else None
-        plans.append(TierPlan(tier.name, chosen.k, why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
-                              manifest, level.output_throughput if level is not None else None, chosen.schedule,
-                              sizing))
+    plans = [tier_plan(out, kit, choice, choice.tier.name in deployed, choice.tier.name in autoscaled, startup_s)
+             for choice in kit.decision.tiers]
     served_name = served_model_name(serving, variant)
     if any(p.sizing and p.sizing.running_target for p in plans):
         atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(served_name))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
     atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
         json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
-        for text, special in warmup_prompts[: deploy_cfg.warmup_prompts]))
+        for text, special in kit.warmup_prompts[: deploy_cfg.warmup_prompts]))
 
-    levels = alert_levels(served_name, verdict, cost_ratio, serve, serving.target_concurrency, monitoring_cfg,
+    levels = alert_levels(served_name, kit.verdict, kit.cost_ratio, serve, serving.target_concurrency, kit.monitoring,
                           serving.slo)
     (out / "monitoring").mkdir(exist_ok=True)
     atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving.name}-{variant}"))
@@ -204,3 +196,31 @@ def write_handoff(out: Path, variant: str, spec: VariantSpec, serving: ServingPa
     atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving.name} {variant}",
                                                                  deploy.object_name(serving.name, variant, "dash", 40)))
     return plans, levels
+
+
+def tier_plan(out: Path, kit: HandoffInputs, choice: TierChoice, deployed: bool, autoscaled: bool,
+              startup_s: int) -> TierPlan:
+    """One tier's files (serve-<tier>.yaml, deploy/<tier>.yaml where deploy.tiers has it) at the speculation the
+    decision gave it, sized from the measured capacity where deploy.autoscale.tiers has it."""
+    tier, chosen, serving, serve = choice.tier, choice.speculation, kit.serving, kit.serve
+    sizing = (size_tier(tier, chosen, serve, serving, kit.deploy.autoscale.target_utilization,
+                        resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
+                        own=serve.tier(tier.name) if tier.name != DEFAULT else None)
+              if autoscaled else None)
+    engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
+    if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
+        atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
+            kit.spec, serving, speculative_config_for(chosen, kit.draft, serving), kit.quantization, engine)))
+    manifest = None
+    if deployed:
+        manifest = f"deploy/{tier.name}.yaml"
+        sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
+        atomic_write_text(out / manifest, deploy.manifests(
+            tier, serving, kit.variant, kit.deploy, bundle_location(kit.deploy, serving.name, kit.variant), startup_s,
+            {"modelprep/serve-config-sha256": sha}, kit.env, sizing.running_target if sizing else None))
+    # The default tier is the serving section itself: the default sweep measured it at its own settings.
+    own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
+    config = config_of(own, chosen) if own is not None else None
+    level = config.at(tier.concurrency) if config is not None else None
+    return TierPlan(tier.name, chosen.k, choice.why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
+                    manifest, level.output_throughput if level is not None else None, chosen.schedule, sizing)

@@ -19,7 +19,7 @@ from pipeline.core.io import read_json
 from pipeline.evaluate.summary import EvalSummary, current_names
 from pipeline.release.gates import GateReport, VariantVerdict
 from pipeline.release.manifest import verify
-from pipeline.release.speculation_choice import candidate_metrics
+from pipeline.release.shipped_config import candidate_metrics
 
 GATE = "GATE.json"
 EVAL = "EVAL.json"

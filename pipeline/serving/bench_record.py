@@ -3,8 +3,12 @@ serve_bench stage, read by the gate, the bundle and `modelprep gate --metrics-di
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pipeline.serving.tiers import Slo
+
+if TYPE_CHECKING:
+    from pipeline.drafts.methods import Speculation
 
 PLAIN = "plain"  # no speculative-config; every other config is named after its method (pipeline/drafts/methods.py)
 SPECULATIVE = "speculative"  # records written before draft.method: the draft model's config
@@ -141,3 +145,13 @@ class ServeBenchRecord:
 
 def level_key(concurrency: int) -> str:
     return f"c{concurrency}"
+
+
+SCHEDULE = "schedule"
+
+
+def config_name(speculation: Speculation) -> str:
+    """The serve_bench config (serve-<name>.yaml, record key) a speculative setting is measured as."""
+    if not speculation.enabled:
+        return PLAIN
+    return f"{speculation.method}-{SCHEDULE}" if speculation.schedule else speculation.method

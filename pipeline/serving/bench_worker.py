@@ -3,7 +3,7 @@
 A fresh `vllm bench serve` process spends most of its life importing vLLM (torch, transformers, the CLI's
 subcommands) before its first request: on the H100 host a sweep level of one to three seconds of load took about
 25 s from start to result. serve_bench runs a dozen levels and capacity probes per served config, so the stage
-keeps one of these workers per Python and sends it each level's argv instead (pipeline/serving/serve_bench.py,
+keeps one of these workers per Python and sends it each level's argv instead (pipeline/serving/load_generator.py,
 BenchWorker).
 
 Run by file path with the Python that has vLLM (`python bench_worker.py`): it imports only the standard library

@@ -10,7 +10,7 @@ the boundary. A bisection reuses the running server, starts from the bracket the
 its probes where the answer is. vLLM's goodput is kept: it counts the requests that met the SLO at each probe.
 
 The search itself (search, bracket) takes the probe as a function, so it runs here on synthetic measurements; the
-driver that calls `vllm bench serve` stays in stages/serve_bench.py.
+driver that calls `vllm bench serve` stays in pipeline/serving/sweep.py.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Serving benchmark: a variant served as its bundle ships it, under load, with and without the draft.
+"""The serving benchmark's load generator: `vllm bench serve` against a running server, one load level at a time.
 
 The load generator is `vllm bench serve` (it ships with vLLM): held-out traffic prompts through the
 OpenAI completions API at each concurrency of `serve_bench.concurrency`, TTFT/TPOT/ITL percentiles,
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.serving import bench_worker
-from pipeline.serving.bench_record import CONFIG, PERCENTILES, PLAIN, LoadLevel, ServeBenchRecord
+from pipeline.serving.bench_record import PERCENTILES, LoadLevel
 from pipeline.serving.settings import ServeBenchParams
 from pipeline.serving.vllm_server import VLLM_MODULE, failure, vllm_command
 
@@ -48,26 +48,42 @@ def write_dataset(path: Path, prompts: list[str]) -> None:
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts), encoding="utf-8")
 
 
-def bench_command(command: list[str], base_url: str, served_name: str, tokenizer_dir: Path, dataset: Path,
-                  concurrency: int, prompts: int, max_tokens: int, temperature: float, add_special_tokens: bool,
-                  result: Path, warmups: int = 0, request_rate: float | None = None,
-                  goodput: dict[str, float] | None = None) -> list[str]:
-    """`vllm bench serve` over the OpenAI completions API. The prompts are already rendered with the
-    chat template, so the client must not apply it again, nor the server add a second BOS. request_rate: Poisson
-    arrivals at that rate (burstiness 1), at most `concurrency` open at once; None: closed loop, `concurrency`
+@dataclass(frozen=True)
+class LoadSpec:
+    """One `vllm bench serve` run over the OpenAI completions API: the served model's name, the tokenizer that counts
+    the prompts, the dataset (write_dataset's), at most `concurrency` requests open, `prompts` requests of at most
+    `max_tokens` tokens at `temperature`, whether the server adds special tokens, where the result goes, warm-up
+    requests first. request_rate: Poisson arrivals at that rate (burstiness 1); None: a closed loop of `concurrency`
     users. goodput: the SLO as vLLM's per-request objectives (tiers.Slo.goodput), counted into request_goodput."""
-    rate = ["--request-rate", "inf"] if request_rate is None else ["--request-rate", f"{request_rate:.6g}",
-                                                                     "--burstiness", "1.0"]
-    good = ["--goodput", *(f"{k}:{v:g}" for k, v in goodput.items() if v is not None)] if goodput else []
+    served_name: str
+    tokenizer_dir: Path
+    dataset: Path
+    concurrency: int
+    prompts: int
+    max_tokens: int
+    temperature: float
+    add_special_tokens: bool
+    result: Path
+    warmups: int = 0
+    request_rate: float | None = None
+    goodput: dict[str, float] | None = None
+
+
+def bench_command(command: list[str], base_url: str, load: LoadSpec) -> list[str]:
+    """`vllm bench serve` (command: how vLLM's CLI is run) against base_url. The prompts are already rendered with
+    the chat template, so the client must not apply it again, nor the server add a second BOS."""
+    rate = (["--request-rate", "inf"] if load.request_rate is None else
+            ["--request-rate", f"{load.request_rate:.6g}", "--burstiness", "1.0"])
+    good = ["--goodput", *(f"{k}:{v:g}" for k, v in load.goodput.items() if v is not None)] if load.goodput else []
     return [*command, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
-            "--base-url", base_url, "--model", served_name, "--served-model-name", served_name,
-            "--tokenizer", str(tokenizer_dir), "--dataset-name", "custom", "--dataset-path", str(dataset),
-            "--skip-chat-template", "--custom-output-len", str(max_tokens), "--num-prompts", str(prompts),
-            "--max-concurrency", str(concurrency), *rate, *good, "--temperature", str(temperature),
-            "--extra-body", json.dumps({"add_special_tokens": add_special_tokens}), "--seed", "0",
-            "--num-warmups", str(warmups), "--percentile-metrics", ",".join(LATENCIES),
+            "--base-url", base_url, "--model", load.served_name, "--served-model-name", load.served_name,
+            "--tokenizer", str(load.tokenizer_dir), "--dataset-name", "custom", "--dataset-path", str(load.dataset),
+            "--skip-chat-template", "--custom-output-len", str(load.max_tokens), "--num-prompts", str(load.prompts),
+            "--max-concurrency", str(load.concurrency), *rate, *good, "--temperature", str(load.temperature),
+            "--extra-body", json.dumps({"add_special_tokens": load.add_special_tokens}), "--seed", "0",
+            "--num-warmups", str(load.warmups), "--percentile-metrics", ",".join(LATENCIES),
             "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--save-result", "--save-detailed",
-            "--result-dir", str(result.parent), "--result-filename", result.name, "--disable-tqdm"]
+            "--result-dir", str(load.result.parent), "--result-filename", load.result.name, "--disable-tqdm"]
 
 
 def parse_result(raw: dict, where: str) -> LoadLevel:
@@ -273,38 +289,33 @@ class Traffic:
     add_special_tokens: bool
 
 
-def level_command(base_url: str, served_name: str, traffic: Traffic, result: Path, load: float, prompts: int,
-                  cfg: ServeBenchParams, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+@dataclass(frozen=True)
+class Client:
+    """What every load level against one server shares: the model's served name, the traffic, serve_bench's params,
+    the serving temperature and the SLO's goodput objectives (tiers.Slo.goodput)."""
+    served_name: str
+    traffic: Traffic
+    cfg: ServeBenchParams
+    temperature: float
+    goodput: dict[str, float] | None
+
+
+def level_command(base_url: str, client: Client, result: Path, load: float, prompts: int, warmups: int = 0,
                   poisson: bool = False) -> list[str]:
     """The `vllm bench serve` of one load level: `load` users in a closed loop, or (poisson) Poisson arrivals at
-    `load` requests/s with at most serve_bench.capacity.max_concurrency open (cfg: serve_bench's params)."""
-    return bench_command(vllm_command(), base_url, served_name, traffic.tokenizer_dir, traffic.dataset,
-                         cfg.capacity.max_concurrency if poisson else int(load), prompts, cfg.max_tokens,
-                         temperature, traffic.add_special_tokens, result, warmups=warmups,
-                         request_rate=load if poisson else None, goodput=goodput)
+    `load` requests/s with at most serve_bench.capacity.max_concurrency open."""
+    cfg, traffic = client.cfg, client.traffic
+    return bench_command(vllm_command(), base_url, LoadSpec(
+        client.served_name, traffic.tokenizer_dir, traffic.dataset,
+        cfg.capacity.max_concurrency if poisson else int(load), prompts, cfg.max_tokens, client.temperature,
+        traffic.add_special_tokens, result, warmups=warmups, request_rate=load if poisson else None,
+        goodput=client.goodput))
 
 
-def bench_level(server, served_name: str, traffic: Traffic, result: Path, log: Path, load: float, prompts: int,
-                cfg: ServeBenchParams, temperature: float, goodput: dict[str, float] | None, warmups: int = 0,
+def bench_level(server, client: Client, result: Path, log: Path, load: float, prompts: int, warmups: int = 0,
                 poisson: bool = False) -> LoadLevel:
     """One load level against a running server (vllm_server.serve's): level_command run while /metrics is sampled,
     its --save-result file at result, the client's output appended to log."""
     result.parent.mkdir(parents=True, exist_ok=True)
-    command = level_command(server.base_url, served_name, traffic, result, load, prompts, cfg, temperature, goodput,
-                            warmups, poisson)
+    command = level_command(server.base_url, client, result, load, prompts, warmups, poisson)
     return run_level(command, server.base_url, result, log)
-
-
-# dvc plots: a directory per curve and variant (dvc.yaml: serve_bench's plots), in long form (a row per config and
-# concurrency, the config in its own column: one chart template draws any set of configs as lines).
-PLOTS = {"plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
-         "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput)}
-
-
-def plot_rows(record: ServeBenchRecord, column: str, value) -> tuple[list[dict], list[str]]:
-    """(rows, header) of one curve: a row per measured config and concurrency; none when nothing was measured."""
-    configs = {PLAIN: record.configs.get(PLAIN), **record.speculative()}
-    rows = [{"concurrency": lvl.concurrency, CONFIG: config.label(name), column: value(lvl)}
-            for name, config in configs.items() if config is not None
-            for lvl in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
-    return rows, ["concurrency", CONFIG, column]

@@ -1,16 +1,27 @@
-"""Which speculative setting a bundle ships: one method (draft model, EAGLE-3, n-gram) at some k, or none.
+"""What ships for a variant, decided in one place: the speculative method and its k (or k schedule), the GEMM
+kernel, the capacity claim, and each serving tier's speculation. Everything here is a pure function of typed
+inputs (evaluate's summary, serve_bench's records, the gates' thresholds and serving's policy); stages and the
+gate, bundle, handoff and card only read the `Decision` it returns.
 
-Measured beats predicted. With a serving benchmark of the variant (GPU, vLLM), the method that gave the
-most output tokens/s at `serving.target_concurrency` ships, and only when it beats plain decoding by
-`serving.speculation.min_gain`. Without one, the served speed predicted from the CPU acceptance estimate and
-a cost profile measured on a GPU (pipeline/evaluate/serving_costs.py) decides, where a prediction holds: the profiles
-time requests decoding in lockstep, which is what a server sees with one request at a time. A server with
-several requests mixes new requests' prefills into the speculative steps, which no profile measures (issue
-#28 served the demo's draft model at 0.39x of plain decoding at concurrency 16 where lockstep steps predict a
-gain), so a config ships speculation on a prediction only when it serves one request at a time
-(max_num_seqs 1, concurrency 1) and the prediction there clears the margin. With no cost profile nothing is
-predicted and nothing ships. "No speculation" is always a candidate, so a method that doesn't pay is never
-shipped because it was the least bad one.
+Where the decision lives between stages: serve_bench calls `choose_kernel` and `schedule_to_measure` while it
+measures (every later config runs on the chosen kernel, so that choice must be made there) and records them; the
+gate calls `decide` and writes its decision into artifacts/gate/verdict.json (VariantVerdict.speculation and
+.capacity), which the bundle reads back with `shipped` rather than recomputing: `decide` reads the baseline
+variant's record and the gates' thresholds, which are no inputs of a bundle, and the bundle's GATE.json must be
+the very verdict publish re-checks.
+
+The speculative setting. Measured beats predicted. With a serving benchmark of the variant (GPU, vLLM), the
+method that gave the most output tokens/s at `serving.target_concurrency` ships, and only when it beats plain
+decoding by `serving.speculation.min_gain`. Without one, the served speed predicted from the CPU acceptance
+estimate and a cost profile measured on a GPU (pipeline/evaluate/serving_costs.py) decides, where a prediction
+holds: the profiles time requests decoding in lockstep, which is what a server sees with one request at a time. A
+server with several requests mixes new requests' prefills into the speculative steps, which no profile measures
+(issue #28 served the demo's draft model at 0.39x of plain decoding at concurrency 16 where lockstep steps predict
+a gain), so a config ships speculation on a prediction only when it serves one request at a time (max_num_seqs 1,
+concurrency 1) and the prediction there clears the margin. With no cost profile nothing is predicted and nothing
+ships. "No speculation" is always a candidate, so a method that doesn't pay is never shipped because it was the
+least bad one. A candidate that fails a speculation check (gates' speculation group), or that carries fewer users
+at the SLO than min_capacity_vs_bf16 where plain decoding carries enough, is turned off.
 
 A k per batch size (vLLM's num_speculative_tokens_per_batch_size): speculation pays at small batches and loses
 at large ones, where the verify step is compute-bound. serve_bench serves a schedule built from its own sweep (k
@@ -21,11 +32,23 @@ decoding is higher, and at target_concurrency it clears min_gain wherever it dra
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from pipeline.drafts.methods import DRAFT_MODEL, KSchedule, Speculation
+from pipeline.drafts.methods import DRAFT_MODEL, NGRAM, NONE, KSchedule, Speculation
 from pipeline.evaluate.summary import EvalSummary
-from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
+from pipeline.release.capacity_claim import CapacityClaim, capacity_claim, capacity_metrics
+from pipeline.release.checks import DRAFTER_COST_CHECKS, GateCheck, check_variant, drafter_cost_free
+from pipeline.release.shipped_config import (
+    candidate_metrics,
+    k_at,
+    measured_pair,
+    shipped_metrics,
+    speculative_metrics,
+)
+from pipeline.release.thresholds import SPECULATION
+from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
 MEASURED, ESTIMATED = "measured", "estimated"
@@ -55,16 +78,6 @@ class SpeculationDecision:
         return Speculation(self.method if k else None, k, schedule)
 
 
-SCHEDULE = "schedule"
-
-
-def config_name(speculation: Speculation) -> str:
-    """The serve_bench config (serve-<name>.yaml, record key) a speculative setting is measured as."""
-    if not speculation.enabled:
-        return PLAIN
-    return f"{speculation.method}-{SCHEDULE}" if speculation.schedule else speculation.method
-
-
 def k_schedule(speedups: dict[int, float], k: int, min_gain: float, max_num_seqs: int) -> KSchedule | None:
     """The batch-size schedule a method's fixed-k sweep suggests: k at the concurrencies where it measured at least
     min_gain against plain decoding, none (0) elsewhere; a concurrency's range reaches halfway (geometrically) to
@@ -85,31 +98,12 @@ def k_schedule(speedups: dict[int, float], k: int, min_gain: float, max_num_seqs
     return tuple(ranges)
 
 
-def k_at(schedule: KSchedule, batch: int) -> int:
-    """The k vLLM drafts at this batch size (the last range's k carries on past its end)."""
-    for lo, hi, k in schedule:
-        if lo <= batch <= hi:
-            return k
-    return schedule[-1][2]
-
-
 def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else 0.0
 
 
-def measured_pair(serve: ServeBenchRecord | None, concurrency: int, method: str):
-    """(plain, speculative) LoadLevels of one method at the concurrency, when the benchmark measured both."""
-    if serve is None or serve.skipped or PLAIN not in serve.configs:
-        return None
-    config = serve.speculative().get(method)
-    if config is None:
-        return None
-    plain, spec = serve.configs[PLAIN].at(concurrency), config.at(concurrency)
-    return (plain, spec) if plain and spec else None
-
-
-def decide(summary: EvalSummary | None, serve: ServeBenchRecord | None, concurrency: int, min_gain: float,
-           max_num_seqs: int = 1) -> SpeculationDecision:
+def speculation_for(summary: EvalSummary | None, serve: ServeBenchRecord | None, concurrency: int,
+                    min_gain: float, max_num_seqs: int = 1) -> SpeculationDecision:
     """Measured whenever plain decoding was served at the concurrency: then only a method served there without
     failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
     a method vLLM failed to serve must not ship on its CPU estimate). summary: evaluate's, whose estimate decides
@@ -246,77 +240,6 @@ def without_speculation(decision: SpeculationDecision, checks: list[str], why: s
                    turned_off_by=list(checks))
 
 
-def candidate_metrics(summary: EvalSummary, method: str | None) -> dict:
-    """The evaluate summary's metrics (what the gate's checks read by name) with its speculative numbers made the
-    candidate method's: its headline accepted_per_draft_token is the CPU-best method's, and vllm_* (evaluate's
-    offline vLLM run) are the draft model's, so another method must not be checked against them."""
-    out = summary.to_metrics()
-    if method is None:
-        return out
-    own = summary.speculation.estimate(method)
-    if own is not None:
-        out["accepted_per_draft_token"] = own.accepted_per_draft_token
-    elif (summary.speculation.method or DRAFT_MODEL) != method:
-        out.pop("accepted_per_draft_token", None)  # another method's; none is better than a wrong one
-    if method != DRAFT_MODEL:
-        for key in ("vllm_accepted_per_draft_token", "vllm_speculative_speedup"):
-            out.pop(key, None)
-    return out
-
-
-def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None,
-                        scheduled: bool = False) -> dict:
-    """Metrics of the candidate method's config as served, for the speculation checks (they take precedence
-    over the evaluate stage's offline vLLM numbers and the CPU estimate). scheduled: the candidate is the method's
-    k schedule; its speedup is the schedule's, its acceptance the fixed config's (the same drafter at the same k,
-    and a schedule may not draft at this concurrency at all)."""
-    pair = measured_pair(serve, concurrency, method) if method else None
-    if pair is None:
-        return {}
-    plain, spec = pair
-    served = spec
-    if scheduled and method in serve.schedules and serve.schedules[method].at(concurrency) is not None:
-        served = serve.schedules[method].at(concurrency)
-    out = {"served_speculative_speedup": served.output_throughput / plain.output_throughput
-           if plain.output_throughput else None}
-    if spec.accepted_per_draft_token is not None:
-        out["served_accepted_per_draft_token"] = spec.accepted_per_draft_token
-    return out
-
-
-def config_of(serve: ServeBenchRecord, speculation: Speculation):
-    """The measured config that a speculative setting ships (plain when it has none)."""
-    if not speculation.enabled:
-        return serve.configs.get(PLAIN)
-    if speculation.schedule:
-        return serve.schedules.get(speculation.method)
-    return serve.speculative().get(speculation.method)
-
-
-def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, speculation: Speculation,
-                    concurrency: int) -> dict:
-    """Latency, throughput and failed requests (over its whole sweep) of the config that ships, for the serving
-    checks; the speedup against the baseline variant's plain decoding at concurrency 1, only when both were
-    measured on the same GPU model with the same vLLM."""
-    if serve is None or serve.skipped:
-        return {}
-    config = config_of(serve, speculation)
-    if config is None:
-        return {}
-    out: dict = {"failed_requests": config.failed_requests}
-    level = config.at(concurrency)
-    if level is not None:
-        out |= {"p99_itl_ms": level.itl_ms["p99"], "p99_ttft_ms": level.ttft_ms["p99"],
-                "served_output_tokens_per_s": level.output_throughput}
-    comparable = (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
-                  and baseline.vllm_version == serve.vllm_version)  # a ratio across GPUs or vLLMs means nothing
-    base = baseline.configs.get(PLAIN) if comparable else None
-    mine, theirs = config.at(1), base.at(1) if base else None
-    if mine is not None and theirs is not None and theirs.output_throughput:
-        out["speedup_vs_bf16"] = mine.output_throughput / theirs.output_throughput
-    return out
-
-
 def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int, serve: ServeBenchRecord | None,
                      min_gain: float, predicted: dict[str, float] | None = None,
                      max_num_seqs: int | None = None) -> tuple[Speculation, str]:
@@ -331,7 +254,7 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
     own = serve.tier(tier.name) if serve is not None else None
     if own is not None and PLAIN in own.configs:
         # Benchmarked at its own settings: that measurement decides, whatever the default sweep said.
-        d = decide(None, _only(own, shipped.method), tier.concurrency, min_gain)
+        d = speculation_for(None, _only(own, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (this tier's own settings, serve_bench.tiers)"
     if predicted is not None:  # the gate's decision rests on a prediction: it holds for one request at a time
         if tier.concurrency != 1 or max_num_seqs != 1:
@@ -341,7 +264,7 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
     if tier.concurrency == shipped_concurrency:
         return shipped, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
-        d = decide(None, _only(serve, shipped.method), tier.concurrency, min_gain)
+        d = speculation_for(None, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
     return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
                   "shown to pay")
@@ -355,3 +278,187 @@ def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:
     return ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version, configs=configs,
                             failed_configs={m: why for m, why in serve.failed_configs.items() if m == method},
                             schedules={m: c for m, c in serve.schedules.items() if m == method})
+
+
+# --- what serve_bench decides while it measures -------------------------------------------------------------
+
+def throughput_at(config: ServeConfigResult, concurrency: int) -> float:
+    level = config.at(concurrency)
+    return level.output_throughput if level is not None and not level.failed else 0.0
+
+
+def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: float) -> str:
+    """The kernel with the most output tokens/s at the target concurrency; where others come within `tie` of it
+    there (serve_bench.kernel_tie: noise between runs), the one with the highest geometric mean over the sweep
+    among them, so a 1% lead at batch 1 does not ship a kernel 12% slower under load."""
+    best = max(throughput_at(c, target) for c in by_kernel.values())
+    close = [name for name, c in by_kernel.items() if throughput_at(c, target) >= best * (1 - tie)]
+
+    def sweep(name: str) -> float:
+        values = [lvl.output_throughput for lvl in by_kernel[name].levels.values() if not lvl.failed]
+        return math.prod(values) ** (1 / len(values)) if values and min(values) > 0 else 0.0
+
+    return max(close, key=lambda name: (sweep(name), throughput_at(by_kernel[name], target)))
+
+
+def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[str, int], min_gain: float,
+                        max_num_seqs: int) -> tuple[str, KSchedule] | None:
+    """(method, schedule) of the method whose schedule the sweep says is best (its fixed config's speedups
+    where it drafts, 1 where it does not, geometric mean), or None when no method's sweep is mixed."""
+    best = None
+    plain = configs[PLAIN]
+    for method in candidates:
+        config = configs.get(method)
+        if config is None or config.failed_requests:
+            continue
+        speedups = {lvl.concurrency: lvl.output_throughput / plain.at(lvl.concurrency).output_throughput
+                    for lvl in config.levels.values()
+                    if plain.at(lvl.concurrency) is not None and plain.at(lvl.concurrency).output_throughput}
+        schedule = k_schedule(speedups, config.num_speculative_tokens, min_gain, max_num_seqs)
+        if schedule is None:
+            continue
+        expected = math.prod(v if v >= min_gain else 1.0 for v in speedups.values()) ** (1 / len(speedups))
+        if best is None or expected > best[0]:
+            best = (expected, method, schedule)
+    return None if best is None else best[1:]
+
+
+# --- the decision the gate checks and the bundle ships ------------------------------------------------------
+
+@dataclass(frozen=True)
+class ServingContext:
+    """The serving policy a decision is taken under: serving.target_concurrency, serving.speculation.min_gain,
+    the baseline variant's serving benchmark (None: none), the default config's batch limit (a prediction holds
+    for one request at a time), serving.baseline_variant as the reasons name it and serving.gpu_hour_cost."""
+    target_concurrency: int
+    min_gain: float
+    baseline: ServeBenchRecord | None
+    max_num_seqs: int = 1
+    baseline_variant: str = "bf16"
+    gpu_hour_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one variant's decision is computed from: evaluate's summary, its serving benchmark (None: none), the
+    gates' thresholds for it (gates.thresholds with its overrides) and the serving policy."""
+    summary: EvalSummary
+    serve: ServeBenchRecord | None
+    thresholds: Mapping[str, float]
+    context: ServingContext
+
+
+@dataclass(frozen=True)
+class TierChoice:
+    """One serving tier's speculative setting and why (the bundle's serve-<tier>.yaml renders it)."""
+    tier: Tier
+    speculation: Speculation
+    why: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What ships for one variant. speculation: the setting and why (turned off where a check said so); capacity:
+    what the shipped config carries at the SLO (None: not searched); metrics: the numbers it rests on, which the
+    gate checks (the candidate's, then the shipped config's, then its capacity ratio); speculation_checks: the
+    speculation group as applied to the candidate; capacity_reason: why min_capacity_vs_bf16 has no value; kernel,
+    kernel_env: the GEMM kernel serve_bench measured faster and its environment (None: none compared, vLLM's
+    default); tiers: each serving tier's setting (the bundle's view; empty at the gate); tensor_parallel_size,
+    parallelism: the variant's GPUs per replica and why, where the bundle read them from its checkpoint."""
+    speculation: SpeculationDecision
+    capacity: CapacityClaim | None = None
+    metrics: Mapping[str, object] = field(default_factory=dict)
+    speculation_checks: tuple[GateCheck, ...] = ()
+    capacity_reason: str | None = None
+    kernel: str | None = None
+    kernel_env: Mapping[str, str] | None = None
+    tiers: tuple[TierChoice, ...] = ()
+    tensor_parallel_size: int | None = None  # GPUs per replica (pipeline/serving/parallelism.py decides it)
+    parallelism: str | None = None  # why that many (TpDecision.reason)
+
+    @property
+    def shipped(self) -> Speculation:
+        return self.speculation.speculation
+
+
+def decide(inputs: Inputs) -> Decision:
+    """The speculative candidate (speculation_for), turned off where a speculation check fails or where plain
+    decoding carries min_capacity_vs_bf16 and the candidate does not; then what the shipped config measured."""
+    ctx, serve = inputs.context, inputs.serve
+    candidate = speculation_for(inputs.summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
+    metrics = {**candidate_metrics(inputs.summary, candidate.method),
+               **speculative_metrics(serve, ctx.target_concurrency, candidate.method, bool(candidate.schedule))}
+    candidate, spec_checks = _checked(candidate, metrics, inputs.thresholds)
+    candidate, claim, ratio, reason = _capacity_trade(candidate, inputs)
+    metrics |= shipped_metrics(serve, ctx.baseline, candidate.speculation, ctx.target_concurrency)
+    metrics |= ratio
+    kernel = serve.kernel if serve is not None else None
+    return Decision(candidate, claim, metrics, tuple(spec_checks), reason, kernel,
+                    serve.kernel_env if kernel else None)
+
+
+def _checked(candidate: SpeculationDecision, metrics: dict,
+             thresholds: Mapping[str, float]) -> tuple[SpeculationDecision, list[GateCheck]]:
+    """The speculation checks of a candidate that ships speculation (n-gram skips the drafter's cost checks), and
+    the candidate turned off where one fails; skipped checks where nothing speculative ships."""
+    if not candidate.num_speculative_tokens:
+        return candidate, [replace(c, passed=None, note=None, skipped="no speculation shipped")
+                           for c in check_variant(metrics, dict(thresholds), SPECULATION)]
+    checks = [drafter_cost_free(c) if candidate.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
+              for c in check_variant(metrics, dict(thresholds), SPECULATION, "not measured on a GPU")]
+    failed = [c for c in checks if c.failed]
+    if failed:
+        candidate = without_speculation(candidate, [c.check for c in failed],
+                                        "; ".join(f"{c.check} ({c.describe()})" for c in failed))
+    return candidate, checks
+
+
+def _capacity_trade(candidate: SpeculationDecision, inputs: Inputs):
+    """(decision, claim, {capacity_vs_bf16} or {}, why no ratio): faster per request but fewer users at the SLO
+    than min_capacity_vs_bf16: where plain decoding carries the floor it ships instead (as a failed speculation
+    check turns the draft off); where it does not either, the candidate stays and the variant fails its check."""
+    ctx, serve, floor = inputs.context, inputs.serve, inputs.thresholds.get("min_capacity_vs_bf16")
+    claim, no_ratio = capacity_claim(serve, ctx.baseline, candidate.speculation, ctx.gpu_hour_cost,
+                                     ctx.baseline_variant)
+    ratio, undecided = capacity_metrics(claim, floor)
+    if candidate.num_speculative_tokens and floor is not None and ratio and ratio["capacity_vs_bf16"] < floor:
+        plain_claim, plain_no_ratio = capacity_claim(serve, ctx.baseline, NONE, ctx.gpu_hour_cost,
+                                                     ctx.baseline_variant)
+        plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
+        if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
+            candidate = without_speculation(
+                candidate, ["min_capacity_vs_bf16"],
+                f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
+                f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
+                f"x{plain_ratio['capacity_vs_bf16']:.2f}")
+            claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
+    return candidate, claim, ratio, undecided or no_ratio
+
+
+def tier_choices(speculation: SpeculationDecision, tiers: list[Tier], serve: ServeBenchRecord | None,
+                 ctx: ServingContext) -> tuple[TierChoice, ...]:
+    """Each tier's speculative setting under the shipped decision (tier_speculation), at the tier's own batch
+    limit (its max_num_seqs, else the default config's)."""
+    return tuple(TierChoice(tier, *tier_speculation(tier, speculation.speculation, ctx.target_concurrency, serve,
+                                                    ctx.min_gain, speculation.predicted,
+                                                    tier.engine.get("max_num_seqs", ctx.max_num_seqs)))
+                 for tier in tiers)
+
+
+def shipped(speculation: SpeculationDecision, capacity: CapacityClaim | None, serve: ServeBenchRecord,
+            tiers: list[Tier], ctx: ServingContext, tensor_parallel_size: int | None = None,
+            parallelism: str | None = None) -> Decision:
+    """The gate's decision as artifacts/gate/verdict.json keeps it (speculation, capacity), with the kernel
+    serve_bench measured faster (where it compared them; else vLLM's default), every tier's setting and the
+    variant's tensor parallelism: what the bundle, its handoff kit and its card read."""
+    return Decision(speculation, capacity, kernel=serve.kernel,
+                    kernel_env=serve.kernel_env if serve.kernel else None,
+                    tiers=tier_choices(speculation, tiers, serve, ctx), tensor_parallel_size=tensor_parallel_size,
+                    parallelism=parallelism)
+
+
+def context_of(serving: ServingParams, baseline: ServeBenchRecord | None = None) -> ServingContext:
+    """The serving policy as the serving section sets it (baseline: the baseline variant's record, where read)."""
+    return ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
+                          baseline=baseline, max_num_seqs=serving.max_num_seqs,
+                          baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)
