@@ -10,7 +10,7 @@ from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import RUN_DEPENDENT, quantize_model
-from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
+from pipeline.quantize.recipes import VariantSpec, group_size_label, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 
 
@@ -51,8 +51,8 @@ def main(argv: list[str]) -> None:
     ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
     group = ""
     if metrics.get("group_size_reason"):
-        used = "channel-wise" if metrics["group_size"] == -1 else metrics["group_size"]
-        group = (f"; group size {used}, not the configured {metrics['group_size_configured']}: "
+        group = (f"; group size {group_size_label(metrics['group_size'])}, not the configured "
+                 f"{metrics['group_size_configured']}: "
                  + "; ".join(metrics["group_size_reason"]))
     mixed = ""
     if metrics.get("mixed"):
