@@ -311,6 +311,11 @@ def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
     return quantize_metrics(spec, model_dir, out_dir, "none", 0, time.perf_counter() - t0, 0.0)
 
 
+def group_metrics(group: GroupSize | None) -> dict:
+    """The quantize metrics' group size fields (null for a scheme without groups)."""
+    return group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}
+
+
 def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
                      oneshot_s: float, processes: int = 1, group: GroupSize | None = None) -> dict:
     """group: the weight group size used (-1: channel-wise), the one configured, and why they differ (null when not)."""
@@ -319,8 +324,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None,
-                                             "group_size_reason": []}),
+        **group_metrics(group),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,
