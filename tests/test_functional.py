@@ -73,7 +73,7 @@ def test_completions_are_cut_where_humaneval_cuts_them():
     (json.dumps({k: v for k, v in TASKS[0].items() if k != "test"}), r"functional.jsonl:2: field 'test'"),
     (json.dumps(TASKS[0]), r"task_id 'Tiny/0' repeated"),
     # read as traffic is (pipeline/core/jsonl.py): bytes, so a bad encoding or a deep nesting is the line's own error
-    (b'{"task_id": "Tiny/\xff"}', r"functional.jsonl:2: not valid UTF-8 \(byte 0xff at offset 17"),
+    (b'{"task_id": "Tiny/\xff"}', r"functional.jsonl:2: not valid UTF-8 \(byte 0xff at offset 18"),
     ("[" * 100000 + "]" * 100000, r"functional.jsonl:2: JSON nested too deeply"),
 ])
 def test_a_bad_task_file_is_one_line_naming_the_file_and_line(line, message, tmp_path):
