@@ -302,6 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="what is stale, gate verdicts, registry contents",
                             description=cmd_status.__doc__)
     status.set_defaults(func=cmd_status)
+    add_verify(sub)
+    add_gate(sub)
+    profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
+                             description=cmd_profile.__doc__)
+    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml "
+                                         "overlay path")
+    profile.add_argument("--params", default="params.yaml", help="params file to update")
+    profile.set_defaults(func=cmd_profile)
+    add_plan(sub)
+    add_traffic(sub)
+    page = sub.add_parser("plots-page", help="make `dvc plots show` write a page that draws offline",
+                          description=cmd_plots_page.__doc__)
+    page.add_argument("--root", default=".", help="the project's root (holding .dvc/)")
+    page.set_defaults(func=cmd_plots_page)
+    return parser
+
+
+def add_verify(sub) -> None:
     verify = sub.add_parser("verify", help="re-hash a bundle against its MANIFEST.json",
                             description="Exit 0 when every file matches its sha256; 2 naming the first mismatch.")
     verify.add_argument("bundle", help="bundle directory, <name>@<version> or <name>@latest in the registry, "
@@ -316,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also check the bundle's in-toto attestation (attestation.intoto.json) with the same key "
                              "and print the chain it attests: code commit, base model, data, recipe, eval, gate")
     verify.set_defaults(func=cmd_verify)
+
+
+def add_gate(sub) -> None:
     gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds",
                           description=cmd_gate.__doc__)
     gate.add_argument("--metrics-dir", required=True,
@@ -326,12 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     gate.add_argument("--allow-fail", action="append", default=[], metavar="VARIANT",
                       help="do not fail on this variant's gates (it is flagged in its card)")
     gate.set_defaults(func=cmd_gate)
-    profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
-                             description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml "
-                                         "overlay path")
-    profile.add_argument("--params", default="params.yaml", help="params file to update")
-    profile.set_defaults(func=cmd_profile)
+
+
+def add_plan(sub) -> None:
     from pipeline.quantize.hardware import GPU_MEMORY_GB
 
     plan = sub.add_parser("plan", help="GPUs, GPU memory, disk and time per stage, before any work",
@@ -347,6 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--hosts", type=int, default=1,
                       help="hosts serving may span with pipeline parallelism (default 1)")
     plan.set_defaults(func=cmd_plan)
+
+
+def add_traffic(sub) -> None:
     traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
                                              "code tasks (human-eval)", description=cmd_traffic.__doc__)
     traffic.add_argument("kind", choices=["python-docs", "python-code", "human-eval"],
@@ -363,11 +384,6 @@ def build_parser() -> argparse.ArgumentParser:
                          help="python-code: the data.seed and data.fractions whose held-out modules the functional "
                               "tasks come from (default params.yaml)")
     traffic.set_defaults(func=cmd_traffic)
-    page = sub.add_parser("plots-page", help="make `dvc plots show` write a page that draws offline",
-                          description=cmd_plots_page.__doc__)
-    page.add_argument("--root", default=".", help="the project's root (holding .dvc/)")
-    page.set_defaults(func=cmd_plots_page)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> None:

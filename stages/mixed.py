@@ -1,6 +1,7 @@
 """Stage `mixed@<variant>`: the per-layer precision search of a variant with `mixed:` (pipeline/quantize/mixed.py):
 each decoder layer's sensitivity, the frontier, and the walk to the cheapest layout passing the variant's own quality
-thresholds; quantize@<variant> quantizes the layout it writes. A variant without `mixed:` gets a note saying so."""
+thresholds; quantize@<variant> ships the checkpoint of the layout it writes, as the walk scored it. A variant without
+`mixed:` gets a note saying so."""
 import time
 
 from pipeline.core import paths
@@ -45,12 +46,13 @@ def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(paths.TARGET)
     rows = read_split(paths.CALIBRATION)
-    found = mixed.search(paths.TARGET, spec, [full_text(tokenizer, m) for m in rows],
-                         [prompt_and_response_ids(tokenizer, m) for m in rows], settings.calibration, bounds)
-    record = mixed.search_metrics(found)
-    with atomic_dir(paths.MIXED / spec.name) as tmp:
+    with atomic_dir(paths.MIXED / spec.name) as tmp:  # the shipped layout's checkpoint kept in it, for quantize@
+        found = mixed.search(paths.TARGET, spec, [full_text(tokenizer, m) for m in rows],
+                             [prompt_and_response_ids(tokenizer, m) for m in rows], settings.calibration, bounds,
+                             keep=tmp / paths.CHECKPOINT)
+        record = mixed.search_metrics(found)
         write_json(tmp / paths.LAYOUT, {"variant": spec.name, "targets": mixed.shipped_targets(found),
-                                        "search": record})
+                                        "search": record, "quantized": mixed.shipped_metrics(found)})
     write_plot(f"{mixed.SENSITIVITY_PLOT}/{spec.name}", mixed.sensitivity_rows(found),
                ["layer", "kl_divergence", *(r.scheme for r in found.ladder if r.weights is not None)], "")
     write_plot(f"{mixed.FRONTIER_PLOT}/{spec.name}", mixed.frontier_rows(found),

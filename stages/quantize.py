@@ -1,5 +1,9 @@
-"""Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target, in the per-layer layout
-mixed@<variant> chose for a variant with `mixed:` (one config group per scheme)."""
+"""Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target; for a variant with `mixed:`, ship
+the checkpoint mixed@<variant> quantized and scored for the per-layer layout it chose (one config group per scheme),
+never a second quantization of it."""
+import shutil
+import time
+
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
@@ -9,8 +13,8 @@ from pipeline.data.traffic import read_split
 from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
-from pipeline.quantize.oneshot import RUN_DEPENDENT, quantize_model
-from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
+from pipeline.quantize.oneshot import RUN_DEPENDENT
+from pipeline.quantize.recipes import VariantSpec, group_size_label, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 
 
@@ -20,10 +24,19 @@ def searched_layout(spec: VariantSpec) -> dict | None:
         return None
     path = paths.MIXED / spec.name / paths.LAYOUT
     layout = read_json(path) if path.is_file() else {}
-    if not layout.get("targets"):
-        raise PipelineError(f"{path} holds no per-layer layout, and quantize.variants.{spec.name} has a mixed: "
-                            f"section: run its search first (`dvc repro quantize@{spec.name}` runs mixed@{spec.name})")
+    if not layout.get("targets") or not (path.parent / paths.CHECKPOINT).is_dir():
+        raise PipelineError(f"{path} holds no per-layer layout and checkpoint, and quantize.variants.{spec.name} has "
+                            f"a mixed: section: run its search first (`dvc repro quantize@{spec.name}` runs "
+                            f"mixed@{spec.name})")
     return layout
+
+
+def calibration_texts(spec: VariantSpec) -> list[str]:
+    """The calibration split as the served model sees it; none for the unquantized copy (no tokenizer: seconds)."""
+    if is_unquantized(spec):
+        return []
+    tokenizer = load_tokenizer(paths.TARGET)
+    return [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
 
 
 @stage_main()
@@ -32,35 +45,36 @@ def main(argv: list[str]) -> None:
     settings = parse_section(load_params(), QuantizeParams)
     spec = variant_spec(settings.variants, variant)
     layout = searched_layout(spec)  # before any model loads
-    texts = []
-    # The unquantized baseline is a copy that calibrates on nothing: no tokenizer (transformers, torch: seconds).
-    if not is_unquantized(spec):
-        tokenizer = load_tokenizer(paths.TARGET)
-        # Calibrate on the domain's own traffic, formatted as the served model sees it.
-        texts = [full_text(tokenizer, m) for m in read_split(paths.CALIBRATION)]
     with atomic_dir(paths.QUANTIZED / variant) as tmp:
-        if layout is not None:  # mixed@<variant> refused quantize.distributed.gpus > 1
-            metrics = {**quantize_model(paths.TARGET, tmp, spec, texts, settings.calibration, layout["targets"]),
-                       "mixed": layout["search"]}
+        t0 = time.perf_counter()
+        if layout is not None:  # the checkpoint the search scored; its metrics as that quantization measured them
+            shutil.copytree(paths.MIXED / variant / paths.CHECKPOINT, tmp, dirs_exist_ok=True)
+            metrics = {**layout["quantized"], "mixed": layout["search"]}
+            measured = {"wall_time_s": round(time.perf_counter() - t0, 2)}
         else:
             # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
-            metrics = quantize(paths.TARGET, tmp, spec, texts, settings.calibration, settings.distributed)
-    measured = {k: metrics.pop(k) for k in RUN_DEPENDENT if k in metrics}
+            metrics = quantize(paths.TARGET, tmp, spec, calibration_texts(spec), settings.calibration,
+                               settings.distributed)
+            measured = {k: metrics.pop(k) for k in RUN_DEPENDENT if k in metrics}
     write_json(f"metrics/quantize-{variant}.json", metrics)
     record_timings(f"quantize-{variant}", measured)
-    ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
-    group = ""
-    if metrics.get("group_size_reason"):
-        used = "channel-wise" if metrics["group_size"] == -1 else metrics["group_size"]
-        group = (f"; group size {used}, not the configured {metrics['group_size_configured']}: "
-                 + "; ".join(metrics["group_size_reason"]))
-    mixed = ""
+    say(f"quantize {variant}: {how(metrics, measured)}, {metrics['size_before_mb']} MB -> "
+        f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group_line(metrics)}")
+
+
+def how(metrics: dict, measured: dict) -> str:
     if metrics.get("mixed"):
-        mixed = "; per layer: " + ", ".join(f"{s} {layers}" for s, layers in metrics["mixed"]["layout"].items()
-                                            if layers)
-    say(f"quantize {variant}: {measured['wall_time_s']} s{ranks}, peak {measured['peak_memory_mb']:.0f} MB, "
-        f"{metrics['size_before_mb']} MB -> "
-          f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group}{mixed}")
+        return f"mixed@'s scored checkpoint copied in {measured['wall_time_s']} s"
+    ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
+    return f"{measured['wall_time_s']} s{ranks}, peak {measured['peak_memory_mb']:.0f} MB"
+
+
+def group_line(metrics: dict) -> str:
+    group = (f"; group size {group_size_label(metrics['group_size'])}, not the configured "
+             f"{metrics['group_size_configured']}: " + "; ".join(metrics["group_size_reason"])
+             if metrics.get("group_size_reason") else "")
+    mixed = metrics.get("mixed") and ", ".join(f"{s} {v}" for s, v in metrics["mixed"]["layout"].items() if v)
+    return group + (f"; per layer: {mixed}" if mixed else "")
 
 
 if __name__ == "__main__":

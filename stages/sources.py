@@ -12,7 +12,7 @@ from pipeline.core import paths
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.settings import DraftSourceParams, TargetParams
-from pipeline.models.sources import HashCache, source_fingerprint
+from pipeline.models.sources import HashCache, describe_fingerprint, source_fingerprint
 from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
 from pipeline.params.load import parse_section
 from pipeline.quantize.settings import QuantizeParams
@@ -39,18 +39,18 @@ def main(argv: list[str]) -> None:
     keys = parse_section(p, PublishParams).signing  # the keys' content, not only their paths, decides re-signing
     write_json(KEY_HASHES, key_identities(keys.private_key, keys.public_key))
     read = f" ({cache.reads} file(s) read, {cache.hits} unchanged by stat)" if cache.reads or cache.hits else ""
-    say("sources: " + ", ".join(describe(role, fp) for role, fp in prints.items()) + read)
+    say("sources: " + ", ".join(describe_fingerprint(role, fp) for role, fp in prints.items()) + read)
     resource_plan(p, show=not remembered)
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
     # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
     if not remembered:
-        from pipeline.quantize.recipes import variant_spec  # compressed-tensors: only when it is needed
+        from pipeline.quantize.recipes import group_size_label, variant_spec  # compressed-tensors: when needed
 
         quantize = parse_section(p, QuantizeParams)
         specs = [variant_spec(quantize.variants, v) for v in quantize.enabled]
         for name, group in group_sizes(p, specs).items():
             if group.reason:
-                say(f"sources: quantize {name}: group_size {group.configured} -> {group_label(group.used)} "
+                say(f"sources: quantize {name}: group_size {group.configured} -> {group_size_label(group.used)} "
                     f"({group.reason})")
 
 
@@ -73,16 +73,6 @@ def resource_plan(p: dict, show: bool) -> None:
             say(line)
     if problem := first_problem(rows):
         raise PipelineError(f"params.yaml: the resource plan does not fit: {problem} (modelprep plan shows it)")
-
-
-def describe(role: str, fp: dict) -> str:
-    if fp["kind"] == "target":
-        return f"{role} the target's first {fp['layers']} layers"
-    return f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
-
-
-def group_label(size: int) -> str:
-    return "channel-wise" if size == -1 else str(size)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,14 @@ def test_completions_are_cut_where_humaneval_cuts_them():
     (json.dumps({**TASKS[0], "task_id": "Tiny/9", "entry_point": ""}), r"functional.jsonl:2: field 'entry_point'"),
     (json.dumps({k: v for k, v in TASKS[0].items() if k != "test"}), r"functional.jsonl:2: field 'test'"),
     (json.dumps(TASKS[0]), r"task_id 'Tiny/0' repeated"),
+    # read as traffic is (pipeline/core/jsonl.py): bytes, so a bad encoding or a deep nesting is the line's own error
+    (b'{"task_id": "Tiny/\xff"}', r"functional.jsonl:2: not valid UTF-8 \(byte 0xff at offset 18"),
+    ("[" * 100000 + "]" * 100000, r"functional.jsonl:2: JSON nested too deeply"),
 ])
 def test_a_bad_task_file_is_one_line_naming_the_file_and_line(line, message, tmp_path):
     path = tmp_path / "functional.jsonl"
-    path.write_text(json.dumps(TASKS[0]) + "\n" + line + "\n")
+    line = line if isinstance(line, bytes) else line.encode()
+    path.write_bytes((json.dumps(TASKS[0]) + "\n").encode() + line + b"\n")
     with pytest.raises(PipelineError, match=message) as err:
         functional.load_tasks(path)
     assert "\n" not in str(err.value)

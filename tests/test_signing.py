@@ -380,9 +380,35 @@ def test_the_base_model_digest_covers_every_file_of_the_model_directory(tmp_path
     (model / "sub").mkdir(parents=True)
     (model / "config.json").write_text("{}")
     (model / "sub" / "w.bin").write_text("w")
-    before = attestation.dir_input("base-model", model).sha256
+    hashes = tmp_path / "hashes.json"
+    before = attestation.dir_input("base-model", model, hashes=hashes).sha256
     for name in ("MANIFEST.json", "model.sig", "attestation.intoto.json"):
         (model / name).write_text(name)
-        after = attestation.dir_input("base-model", model).sha256
+        after = attestation.dir_input("base-model", model, hashes=hashes).sha256
         assert after != before, name
         before = after
+
+
+def test_the_base_model_digest_remembers_its_files_by_stat_and_follows_a_rewrite(tmp_path):
+    """Every bundle@<variant> attests the same base model: its files' sha256 are remembered by stat (the HashCache
+    `sources` keeps for a model source), so only the first bundle reads them; a file rewritten in place since (same
+    size) is read again, and the digest is the one computed without any memory."""
+    import hashlib
+    import time
+
+    from pipeline.models.sources import HashCache
+
+    model, hashes = tmp_path / "model", tmp_path / "hashes.json"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "w.bin").write_bytes(b"a" * 64)
+    time.sleep(0.3)  # older than a timestamp tick: a file read as it is being written is never remembered
+    first = attestation.dir_input("base-model", model, hashes=hashes)
+    remembered = {Path(name).name: entry[5] for name, entry in HashCache(hashes).known.items()}
+    assert remembered == {"config.json": hashlib.sha256(b"{}").hexdigest(),
+                          "w.bin": hashlib.sha256(b"a" * 64).hexdigest()}
+    assert attestation.dir_input("base-model", model, hashes=hashes) == first
+    (model / "w.bin").write_bytes(b"b" * 64)
+    again = attestation.dir_input("base-model", model, hashes=hashes)
+    assert again.sha256 != first.sha256
+    assert again == attestation.dir_input("base-model", model, hashes=None)

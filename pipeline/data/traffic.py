@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.jsonl import read_lines
 from pipeline.data.formatting import row_to_messages, split_prompt_response
 from pipeline.data.settings import Fractions
 
@@ -70,21 +71,6 @@ def load_traffic(path: str | Path) -> list[list[dict]]:
     return read_traffic(path)[0]
 
 
-def _lines(f, max_bytes: int | None):
-    """(raw line or None for one over max_bytes) per line, never holding more than max_bytes + 1 of a line: a
-    50 MB row once cost 9.8 GB and 85 s of tokenizing before it was dropped as too long."""
-    while True:
-        raw = f.readline() if max_bytes is None else f.readline(max_bytes + 1)
-        if not raw:
-            return
-        if max_bytes is not None and len(raw) > max_bytes and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):  # skip the rest of the line in bounded reads
-                raw = f.readline(1 << 20)
-            yield None
-            continue
-        yield raw
-
-
 def read_traffic(path: str | Path, max_row_bytes: int | None = None) -> tuple[list[list[dict]], int]:
     """(conversations, rows over max_row_bytes skipped unread); the first bad line stops with its number."""
     conversations, _, oversized = read_grouped(path, max_row_bytes)
@@ -98,24 +84,13 @@ def read_grouped(path: str | Path, max_row_bytes: int | None = None) -> tuple[li
     if not path.is_file():
         raise PipelineError(f"traffic file {path} does not exist")
     conversations, groups, oversized = [], {}, 0
-    with path.open("rb") as f:  # bytes, so a bad encoding is reported on its own line
-        for lineno, raw in enumerate(_lines(f, max_row_bytes), 1):
-            where = f"{path}:{lineno}"
-            if raw is None:
-                oversized += 1
-                continue
-            line = _decode(raw, lineno, where)
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise PipelineError(f"{where}: not valid JSON ({e.msg})") from None
-            except RecursionError:
-                raise PipelineError(f"{where}: JSON nested too deeply (a row is an object of messages)") from None
-            conversations.append(_validate_row(row, where))
-            if "group" in row:
-                groups.setdefault(conversation_key(conversations[-1]), row["group"])
+    for line in read_lines(path, max_row_bytes):
+        if line.oversized:
+            oversized += 1
+            continue
+        conversations.append(_validate_row(line.row, line.where))
+        if "group" in line.row:
+            groups.setdefault(conversation_key(conversations[-1]), line.row["group"])
     if not conversations:
         raise PipelineError(f"traffic file {path} has no rows"
                             + (f" within {max_row_bytes} bytes" if oversized else ""))
@@ -129,18 +104,11 @@ def first_conversations(path: str | Path, count: int) -> list[list[dict]]:
     if not path.is_file():
         raise PipelineError(f"traffic file {path} does not exist")
     conversations = []
-    with path.open("rb") as f:
-        for lineno, raw in enumerate(_lines(f, 1 << 20), 1):  # a row over 1 MiB is not a sample: skipped unread
-            line = "" if raw is None else _decode(raw, lineno, f"{path}:{lineno}")
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except (json.JSONDecodeError, RecursionError) as e:
-                    raise PipelineError(f"{path}:{lineno}: not valid JSON ({getattr(e, 'msg', 'nested too deeply')})") \
-                        from None
-                conversations.append(_validate_row(row, f"{path}:{lineno}"))
-            if len(conversations) == count:
-                break
+    for line in read_lines(path, 1 << 20):  # a row over 1 MiB is not a sample: skipped unread
+        if not line.oversized:
+            conversations.append(_validate_row(line.row, line.where))
+        if len(conversations) == count:
+            break
     if not conversations:
         raise PipelineError(f"traffic file {path} has no rows")
     return conversations
@@ -175,14 +143,6 @@ def max_token_bytes(tokenizer) -> int:
     fit in max_tokens tokens, so it is dropped before it is parsed or tokenized."""
     return max(len(tokenizer.convert_tokens_to_string([t]).encode("utf-8", "replace"))
                for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if t is not None)
-
-
-def _decode(raw: bytes, lineno: int, where: str) -> str:
-    try:
-        return raw.decode("utf-8-sig" if lineno == 1 else "utf-8")  # tolerate a leading byte-order mark
-    except UnicodeDecodeError as e:
-        raise PipelineError(f"{where}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start} of the "
-                            "line); save the file as UTF-8") from None
 
 
 def conversation_key(messages: list[dict]) -> str:

@@ -12,19 +12,18 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.jsonl import read_lines
 from pipeline.core.stage import progress
-from pipeline.data.functional_code import Task  # the HumanEval row, declared once where the files are written
+from pipeline.data.functional_code import Task, task_from_row  # the HumanEval row, declared once
 from pipeline.evaluate import generation, sandbox
 from pipeline.evaluate.sandbox import Limits, Outcome
 from pipeline.evaluate.settings import FunctionalCheck
 from pipeline.evaluate.summary import Functional
 
-FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
 # HumanEval's stop sequences (Chen et al. 2021): the function ends where a new top-level statement begins
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 KEPT_CHARS = 2000  # of each completion in the per-task record
@@ -55,19 +54,8 @@ def load_tasks(path: str | Path, limit: int | None = None) -> list[Task]:
     if not path.is_file():
         raise PipelineError(f"evaluate.functional.tasks: {path} not found")
     tasks = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise PipelineError(f"{path}:{n}: not valid JSON ({e})") from None
-        if not isinstance(row, dict):
-            raise PipelineError(f"{path}:{n}: expected a JSON object with {', '.join(FIELDS)}")
-        bad = [f for f in FIELDS if not isinstance(row.get(f), str) or not row[f].strip()]
-        if bad:
-            raise PipelineError(f"{path}:{n}: field {bad[0]!r} missing or not a non-empty string")
-        tasks.append(Task(*(row[f] for f in FIELDS)))
+    for line in read_lines(path):
+        tasks.append(task_from_row(line.row, line.where))
         if limit is not None and len(tasks) >= limit:
             break
     ids = [t.task_id for t in tasks]

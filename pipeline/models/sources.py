@@ -197,6 +197,13 @@ def source_fingerprint(source: DraftSource, role: str, revision: str | None = No
     return {"kind": "local", **local_fingerprint(Path(source).expanduser(), role, cache)}
 
 
+def describe_fingerprint(role: str, fp: dict) -> str:
+    """A fingerprint in the `sources` stage's line."""
+    if fp["kind"] == "target":
+        return f"{role} the target's first {fp['layers']} layers"
+    return f"{role} {fp['kind']} {(fp.get('sha256') or fp.get('revision') or '')[:12]}".rstrip()
+
+
 def local_fingerprint(path: Path, role: str, cache: HashCache | None = None) -> dict:
     check_model_dir(path, role)
     files = model_files(path)

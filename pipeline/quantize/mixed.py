@@ -14,15 +14,17 @@ the variant's own quality gate.
    on the same calibration rows, and move one point down the frontier until one passes or `max_tries` layouts were
    tried; the layout shipped is the one that passed, else the last tried, with why none passed.
 
-The stage `mixed@<variant>` runs the search and writes the layout (paths.MIXED / <variant> / paths.LAYOUT);
-`quantize@<variant>` quantizes it. Apart, so the gate's thresholds, which the walk reads, are params of the search
-only: an edited threshold re-runs every variant's search stage (a note that does not change for a variant without
-`mixed:`), and no quantization whose layout stays the same.
+The stage `mixed@<variant>` runs the search and writes the layout (paths.MIXED / <variant> / paths.LAYOUT) with the
+checkpoint the walk quantized and scored for it (paths.CHECKPOINT); `quantize@<variant>` ships that very checkpoint,
+never a second quantization of the layout. Apart, so the gate's thresholds, which the walk reads, are params of the
+search only: an edited threshold re-runs every variant's search stage (a note that does not change for a variant
+without `mixed:`), and no quantize@ whose checkpoint stays the same.
 """
 from __future__ import annotations
 
 import math
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import progress, say
-from pipeline.quantize.recipes import VariantSpec, choose_group_size, scheme_for, with_group_size
+from pipeline.quantize.recipes import GroupSize, VariantSpec, choose_group_size, scheme_for, with_group_size
 from pipeline.quantize.settings import UNQUANTIZED, Calibration
 
 # A Linear inside a numbered block: model.layers.3.self_attn.q_proj -> (model.layers, 3, self_attn.q_proj)
@@ -108,6 +110,7 @@ class Search:
     passed: bool = False
     reason: str | None = None
     spec: VariantSpec | None = field(default=None, compare=False)
+    group: GroupSize | None = field(default=None, compare=False)  # the variant's group size against these layers
 
 
 def decoder_units(model, ignore: list[str]) -> tuple[Unit, ...]:
@@ -274,8 +277,10 @@ def walk(points: tuple[Point, ...], bounds: tuple[Bound, ...], max_tries: int,
 
 
 def search(model_dir: Path, spec: VariantSpec, calibration_texts: list[str],
-           examples: list[tuple[list[int], list[int]]], cfg: Calibration, bounds: tuple[Bound, ...]) -> Search:
-    """Sensitivity, frontier and walk for a variant with `mixed:` (each try quantized into a temporary directory)."""
+           examples: list[tuple[list[int], list[int]]], cfg: Calibration, bounds: tuple[Bound, ...],
+           keep: Path | None = None) -> Search:
+    """Sensitivity, frontier and walk for a variant with `mixed:` (each try quantized into a temporary directory);
+    keep: where the shipped layout's checkpoint is moved (None: dropped with the other tries)."""
     from pipeline.evaluate.quality import fidelity
     from pipeline.models.loading import load_causal_lm
     from pipeline.quantize.oneshot import quantize_model
@@ -283,13 +288,14 @@ def search(model_dir: Path, spec: VariantSpec, calibration_texts: list[str],
 
     ignore = sorted(set(cfg.ignore) | set(spec.ignore))
     baseline = load_causal_lm(model_dir)
-    spec = with_group_size(spec, choose_group_size(spec, input_widths(baseline, ignore)))
+    group = choose_group_size(spec, input_widths(baseline, ignore))
+    spec = with_group_size(spec, group)
     units, ladder = decoder_units(baseline, ignore), ladder_of(spec)
     rows = examples[: spec.mixed.samples]
     itemsize = checkpoint_itemsize(model_dir)
     sensitivity = measure_sensitivity(baseline, units, ladder, rows)
     points = frontier(units, ladder, sensitivity, itemsize)
-    with tempfile.TemporaryDirectory(prefix="mixed-") as work:
+    with tempfile.TemporaryDirectory(prefix="mixed-", dir=keep.parent if keep else None) as work:  # keep: a rename
         def evaluate(i: int) -> tuple[dict, dict]:
             tried = Path(work) / f"point-{i}"
             metrics = quantize_model(model_dir, tried, spec, calibration_texts, cfg,
@@ -301,7 +307,9 @@ def search(model_dir: Path, spec: VariantSpec, calibration_texts: list[str],
             return quality, metrics
 
         attempts, chosen, passed, reason = walk(points, bounds, spec.mixed.max_tries, evaluate)
-    return Search(units, ladder, sensitivity, points, attempts, chosen, passed, reason, spec)
+        if keep is not None:
+            shutil.move(Path(work) / f"point-{chosen}", keep)
+    return Search(units, ladder, sensitivity, points, attempts, chosen, passed, reason, spec, group)
 
 
 def checkpoint_itemsize(model_dir: Path) -> int:
@@ -316,6 +324,15 @@ def checkpoint_itemsize(model_dir: Path) -> int:
 def shipped_targets(found: Search) -> dict[str, list[str]]:
     """The layout quantize@<variant> quantizes: scheme -> module patterns (recipes.config_groups' targets)."""
     return targets_of(found.units, found.ladder, found.frontier[found.chosen].rungs)
+
+
+def shipped_metrics(found: Search) -> dict:
+    """The shipped checkpoint's quantize metrics as quantize@<variant> records them: without the run-dependent ones
+    (a DVC output is rebuilt bit for bit), the group size as configured (each try quantized with the one chosen)."""
+    from pipeline.quantize.oneshot import RUN_DEPENDENT, group_metrics
+
+    quantized = next(a.quantized for a in found.attempts if a.point == found.chosen)
+    return {**{k: v for k, v in quantized.items() if k not in RUN_DEPENDENT}, **group_metrics(found.group)}
 
 
 def search_metrics(found: Search) -> dict:

@@ -233,8 +233,8 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     """
     if is_unquantized(spec):
         return copy_unquantized(model_dir, out_dir, spec)
+    import llmcompressor  # noqa: F401 - imported (seconds) before the clock starts, as run_oneshot's import is free
     import torch
-    from llmcompressor import oneshot
     from transformers import AutoConfig, AutoTokenizer
 
     cfg = calibration_settings(cfg, spec)
@@ -256,27 +256,9 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     spec, group = resolve_group_size(model, spec, ignore)
     recipe = build_recipe(spec, ignore, targets)
 
-    kwargs, texts = {}, []
-    if calibrate:
-        texts = calibration_texts[: cfg.num_samples]
-        # This rank's slice, split as llm-compressor's get_rank_partition splits a dataset.
-        mine = texts[len(texts) * rank // world: len(texts) * (rank + 1) // world]
-        kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg.max_seq_length),
-                      num_calibration_samples=len(mine), max_seq_length=cfg.max_seq_length,
-                      shuffle_calibration_samples=False)
-        kwargs |= {k: v for k, v in (("pipeline", cfg.pipeline), ("sequential_targets", sequential_targets(cfg)))
-                   if v}
-    t1 = time.perf_counter()
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
-        if spec.algorithm == "awq":
-            stack.enter_context(awq_pinning_off_without_accelerator())
-        if calibrate and rank == 0:  # data-free recipes take seconds; the ranks of a distributed run share one console
-            layers = calibrated_layers(model, sequential_targets(cfg)) if cfg.pipeline in (
-                None, "sequential") else None
-            stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
-        oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
-    oneshot_s = time.perf_counter() - t1
+    texts = calibration_texts[: cfg.num_samples] if calibrate else []
+    kwargs = calibration_kwargs(tokenizer, texts, cfg, rank, world) if calibrate else {}
+    oneshot_s = run_oneshot(model, tokenizer, recipe, spec, cfg, rank == 0 and calibrate, kwargs)
     # Calibration ran in float32 on CPU; store the unquantized tensors (embeddings, norms,
     # scales) in the checkpoint's own dtype, as a GPU run would.
     if isinstance(saved_dtype, torch.dtype) and saved_dtype != dtype:
@@ -290,12 +272,48 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
     return {**quantize_metrics(spec, model_dir, out_dir, device, len(texts), wall, oneshot_s, world, group), **grid}
 
 
+def calibration_kwargs(tokenizer, texts: list[str], cfg: Calibration, rank: int, world: int) -> dict:
+    """oneshot's calibration arguments: this rank's slice of texts, split as llm-compressor's get_rank_partition
+    splits a dataset."""
+    mine = texts[len(texts) * rank // world: len(texts) * (rank + 1) // world]
+    kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg.max_seq_length),
+                  num_calibration_samples=len(mine), max_seq_length=cfg.max_seq_length,
+                  shuffle_calibration_samples=False)
+    return kwargs | {k: v for k, v in (("pipeline", cfg.pipeline), ("sequential_targets", sequential_targets(cfg)))
+                     if v}
+
+
+def run_oneshot(model, tokenizer, recipe: list, spec: VariantSpec, cfg: Calibration, show_layers: bool,
+                kwargs: dict) -> float:
+    """llm-compressor's oneshot on model, its tracing failures as one line; the seconds it took. show_layers: a
+    progress line per calibrated layer (data-free recipes take seconds; a distributed run's ranks share one
+    console, so rank 0's alone)."""
+    from llmcompressor import oneshot
+
+    t1 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(tracing_failures_as_pipeline_errors(type(model).__name__))
+        if spec.algorithm == "awq":
+            stack.enter_context(awq_pinning_off_without_accelerator())
+        if show_layers:
+            layers = calibrated_layers(model, sequential_targets(cfg)) if cfg.pipeline in (
+                None, "sequential") else None
+            stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
+        oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
+    return time.perf_counter() - t1
+
+
 def copy_unquantized(model_dir: Path, out_dir: Path, spec: VariantSpec) -> dict:
     """The baseline variant: the target's own files, byte for byte (real copies, so the variant does not
     change when the target directory is rebuilt)."""
     t0 = time.perf_counter()
     shutil.copytree(model_dir, out_dir, dirs_exist_ok=True)
     return quantize_metrics(spec, model_dir, out_dir, "none", 0, time.perf_counter() - t0, 0.0)
+
+
+def group_metrics(group: GroupSize | None) -> dict:
+    """The quantize metrics' group size fields (null for a scheme without groups)."""
+    return group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}
 
 
 def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
@@ -306,8 +324,7 @@ def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: 
         "variant": spec.name,
         "algorithm": spec.algorithm,
         "scheme": spec.scheme,
-        **(group.as_metrics() if group else {"group_size": None, "group_size_configured": None,
-                                             "group_size_reason": []}),
+        **group_metrics(group),
         "kv_cache": spec.kv_cache,
         "device": device,
         "calibration_samples": samples,

@@ -206,6 +206,11 @@ class GroupSize:
                 "group_size_reason": [self.reason] if self.reason else []}
 
 
+def group_size_label(size: int) -> str:
+    """A group size as the stages' lines say it."""
+    return "channel-wise" if size == CHANNELWISE else str(size)
+
+
 def input_widths(model, ignore: list[str]) -> dict[str, int]:
     """Each layer the recipe quantizes (its Linear targets, minus ignore, matched as llm-compressor matches them, so
     `re:` patterns and class names work) by name, with its input width."""

@@ -23,8 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.release.manifest import ATTESTATION, MANIFEST, verify
+
+# dir_input's memory of file hashes by stat, as `sources` keeps one (stages/sources.py): gitignored, this workspace's
+HASHES = paths.CACHE / "attestation-hashes.json"
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -57,14 +61,19 @@ def file_input(name: str, path: Path) -> Input:
     return Input(name, sha256_file(path), path.as_posix())
 
 
-def dir_input(name: str, path: Path, annotations: dict | None = None) -> Input:
+def dir_input(name: str, path: Path, annotations: dict | None = None, hashes: Path | None = HASHES) -> Input:
     """A directory's digest the way MANIFEST.json digests a bundle (every file's name and sha256), every file
-    included (a model directory's own MANIFEST.json or model.sig too: file_table would leave those out)."""
-    from pipeline.release.manifest import _regular_files, digest, sha256_file
+    included (a model directory's own MANIFEST.json or model.sig too: file_table would leave those out). Each file's
+    sha256 is remembered by stat in hashes (None: no memory): every bundle@<variant> attests the same base model, so
+    only the first reads its gigabytes. A memory that can't be read or written costs reading again, never a hash."""
+    from pipeline.models.sources import HashCache
+    from pipeline.release.manifest import _regular_files, digest
 
     if not path.is_dir():
         raise PipelineError(f"attestation: {name} {path} is missing; run `dvc repro` so the bundle's inputs exist")
-    files = {rel: {"sha256": sha256_file(path / rel)} for rel, _ in _regular_files(path)}
+    cache = HashCache(hashes)
+    files = {rel: {"sha256": cache.sha256(path / rel)} for rel, _ in _regular_files(path)}
+    cache.save()
     return Input(name, digest(files), path.as_posix(), annotations)
 
 

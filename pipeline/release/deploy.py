@@ -60,6 +60,25 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
     name = object_name(serving.name, variant, tier.name)
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
               "modelprep/variant": variant, "modelprep/tier": tier.name}
+    container = server_container(tier, serving, variant, deploy, bundle_path, startup_s, env)
+    deployment = deployment_of(name, labels, container, tier.gpus, deploy, startup_s, annotations)
+    service = {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
+        "spec": {"selector": {"app.kubernetes.io/name": name},
+                 "ports": [{"name": "http", "port": deploy.port, "targetPort": "http"}]},
+    }
+    docs = [deployment, service]
+    if running_target is not None:
+        del deployment["spec"]["replicas"]  # the autoscaler owns it: `kubectl apply` must not reset it to 1
+        docs.append(autoscaler(name, deploy, labels, running_target, tier.gpus))
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def server_container(tier: Tier, serving: ServingParams, variant: str, deploy: DeployParams, bundle_path: str,
+                     startup_s: int, env: dict[str, str]) -> dict:
+    """The vLLM server's container: `vllm serve --config` of the tier's file, its probes, and the warm-up the
+    postStart hook starts (readiness waits for its marker)."""
     port = deploy.port
     env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
     # serving.secret_env: values stay in the cluster's Secret, never in the bundle
@@ -67,7 +86,7 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
                  for k, ref in sorted(serving.secret_env.items())]
     warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
                              "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
-    container = {
+    return {
         "name": "vllm",
         "image": deploy.image,
         "workingDir": bundle_path,  # serve.yaml's paths (./model, ./draft) are relative to the bundle
@@ -91,10 +110,15 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
         "volumeMounts": [{"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
                          {"name": "shm", "mountPath": "/dev/shm"}],
     }
-    deployment = {
+
+
+def deployment_of(name: str, labels: dict, container: dict, gpus: int, deploy: DeployParams, startup_s: int,
+                  annotations: dict[str, str]) -> dict:
+    """The Deployment of one replica (gpus GPUs) running container, scraped by Prometheus."""
+    return {
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels),
-                     "annotations": {GPUS_PER_REPLICA: str(tier.gpus)}},
+                     "annotations": {GPUS_PER_REPLICA: str(gpus)}},
         "spec": {
             "replicas": 1,
             # A rollout waits for the engine to load and warm up; the default 600 s deadline is often shorter.
@@ -104,7 +128,7 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
                 "metadata": {"labels": dict(labels), "annotations": {"prometheus.io/scrape": "true",
-                                                               "prometheus.io/port": str(port),
+                                                               "prometheus.io/port": str(deploy.port),
                                                                "prometheus.io/path": "/metrics", **annotations}},
                 "spec": {"containers": [container], "terminationGracePeriodSeconds": 60,
                          "automountServiceAccountToken": False,  # the server never talks to the Kubernetes API
@@ -114,17 +138,6 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
             },
         },
     }
-    service = {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
-        "spec": {"selector": {"app.kubernetes.io/name": name},
-                 "ports": [{"name": "http", "port": port, "targetPort": "http"}]},
-    }
-    docs = [deployment, service]
-    if running_target is not None:
-        del deployment["spec"]["replicas"]  # the autoscaler owns it: `kubectl apply` must not reset it to 1
-        docs.append(autoscaler(name, deploy, labels, running_target, tier.gpus))
-    return yaml.safe_dump_all(docs, sort_keys=False)
 
 
 def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: int, gpus: int = 1) -> dict:
