@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pipeline.core.errors import PipelineError
-from pipeline.params.check import validate
 from pipeline.quantize.recipes import parse_variant
+from pipeline.rules import validate
 from pipeline.serving import parallelism
 from pipeline.serving.parallelism import GB, ModelShape, decide, per_gpu
 from tiny_project import tiny_params, tiny_serving

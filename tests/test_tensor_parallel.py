@@ -16,7 +16,7 @@ from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
 from pipeline.evaluate import vllm_spec
-from pipeline.params.check import validate
+from pipeline.rules import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import speculative_config_for
 from pipeline.serving.settings import ServingParams
