@@ -230,10 +230,7 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     for role, key in ((params["publish"].get("signing") or {}).items()):
         if key is not None and not Path(key).is_file():
             raise PipelineError(f"{path}: publish.signing.{role} {key} not found")
-    version = _section(params, "publish", path).get("version")
-    if not isinstance(version, str):
-        raise PipelineError(f"{path}: publish.version must be a string, got {version!r} ({type(version).__name__}); "
-                            "quote it in YAML (version: '1.10' — unquoted 1.10 is the number 1.1)")
+    version = typed.publish.version  # a string (release/settings.py: parse_version)
     if version != "auto":
         _check_wrapped(check_version, version, "publish.version", path)
 

@@ -146,7 +146,7 @@ def test_a_failing_or_hung_rank_fails_the_stage_with_one_line(mode, timeout_s, m
     ({"gpus": True}, "quantize.distributed.gpus is True; allowed: type integer, minimum 1"),
     ({"gpus": 2, "timeout_s": 0}, "quantize.distributed.timeout_s is 0; allowed: type number, exclusiveMinimum 0"),
     ({"gpu": 2}, r"unknown key quantize.distributed.gpu \(did you mean gpus\?\); allowed here: gpus, timeout_s"),
-    ([2], r"quantize.distributed is \[2\]; allowed: type object"),
+    ([2], r"quantize.distributed is \[2\]; allowed: type \['object', 'null'\]"),  # null: the defaults
 ])
 def test_bad_distributed_params_are_refused_up_front(distributed, message, tmp_path):
     params = tiny_params()

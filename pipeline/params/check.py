@@ -38,6 +38,12 @@ def check_schema(params: dict, path: Path, schema: dict | None = None) -> None:
                                          "minLength", "enum") if k in error.schema}
     if not rule and "description" in error.schema:  # an anyOf of shapes: its description says which
         raise PipelineError(f"{path}: {where} is {value!r}; allowed: {error.schema['description']}")
+    if "anyOf" in error.schema:  # a declared union (auto or an integer): each shape, then the bounds
+        shapes = " or ".join(", ".join(f"{k} {v}" for k, v in s.items() if k in ("type", "enum"))
+                             for s in error.schema["anyOf"])
+        rule = {"shapes": shapes, **rule}
+        raise PipelineError(f"{path}: {where} is {value!r}; allowed: " + ", ".join(
+            v if k == "shapes" else f"{k} {v}" for k, v in rule.items()))
     raise PipelineError(f"{path}: {where} is {value!r}; allowed: "
                         + ", ".join(f"{k} {v}" for k, v in rule.items()))
 

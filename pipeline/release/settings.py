@@ -119,6 +119,14 @@ class Signing:
     public_key: str | None = knob(None, help="publish and resolution refuse bundles it did not sign", min_length=1)
 
 
+def parse_version(value: object, where: str) -> str:
+    """A string, with the YAML pitfall named: an unquoted 1.10 is the number 1.1."""
+    if not isinstance(value, str):
+        raise PipelineError(f"{where} must be a string, got {value!r} ({type(value).__name__}); quote it in YAML "
+                            "(version: '1.10' — unquoted 1.10 is the number 1.1)")
+    return value
+
+
 @section("publish")
 @dataclass(frozen=True)
 class PublishParams:
@@ -126,7 +134,8 @@ class PublishParams:
     backend: Literal["local", "mlflow", "hf"] = knob("local", required=True, help="where bundles are published")
     registry_dir: str = knob("registry", required=True, help="the local registry's directory", min_length=1)
     version: str = knob("auto", required=True, help="auto: the bundle's content hash; or an explicit immutable "
-                        "version, quoted ('1.10')")
+                        "version, quoted ('1.10')", parse=parse_version,
+                        schema={"description": "auto or a version string (quoted in YAML)"})
     allow_rollback: bool = knob(False, help="publishing an older, already published version moves `latest` back")
     mlflow: Mlflow = knob(Mlflow(), help="the mlflow backend")
     hf: Hf = knob(Hf(), help="the hf backend")
