@@ -1,6 +1,6 @@
-"""The measured points `modelprep plan` scales from: pipeline/params/plan_points.json, written from committed raw runs.
+"""The measured points `modelprep plan` scales from: pipeline/serving/plan_points.json, written from committed raw runs.
 
-    python benchmarks/plan_points.py            # rewrite pipeline/params/plan_points.json
+    python benchmarks/plan_points.py            # rewrite pipeline/serving/plan_points.json
     python benchmarks/plan_points.py --check    # exit 1 when the committed file differs from the raw runs
 
 Quantization (time and peak GPU memory per variant) from the Llama-3-8B-shape runs on an H100 (raw/llama3-8b and
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # tables/read.py, which imports th
 
 from tables.read import in_mb  # noqa: E402
 
-OUT = ROOT / "pipeline/params/plan_points.json"
+OUT = ROOT / "pipeline/serving/plan_points.json"
 GPU_RAW = Path("benchmarks/gpu/raw")
 QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4a16.json",
                   "llama3-8b/quant8b-fp8-dynamic.json", "schemes8b/quant8b-int8-w8a8.json",

@@ -153,11 +153,11 @@ def registry_dir(arg: str | None) -> Path:
 
 def cmd_gate(args) -> int:
     """The `gate` stage's checks on metrics produced anywhere (e.g. a GPU runner)."""
-    from pipeline.params.check import load_checked
     from pipeline.params.load import parse_section
     from pipeline.quantize.settings import QuantizeParams
     from pipeline.release import gates
     from pipeline.release.settings import GatesParams
+    from pipeline.rules import load_checked
     from pipeline.serving.settings import ServingParams
 
     params = load_checked(args.params, check_recipes=False)
@@ -174,8 +174,9 @@ def cmd_profile(args) -> int:
     re-runs what they change. The GPU demo profile: `modelprep profile gpu`; SmolLM2-135M-Instruct as the target
     with a draft of its first layers: `modelprep profile smollm2`."""
     from pipeline.params.profiles import apply_profile
+    from pipeline.rules import validate
 
-    changed = apply_profile(args.profile, Path(args.params))
+    changed = apply_profile(args.profile, Path(args.params), validate)
     print(f"{args.params}: {len(changed)} params set from profile {args.profile}"
           + (f" ({', '.join(changed)})" if changed else " (already applied)"))
     return 0
@@ -248,8 +249,8 @@ def cmd_plan(args) -> int:
     or a config.json) on a host of --gpus-per-host --gpu GPUs (--hosts of them), from committed measured runs scaled by
     parameters; exits 2 with one line when a stage can't fit. Nothing is built or downloaded."""
     from pipeline.params.load import read_yaml_mapping
-    from pipeline.params.plan import SHAPES, Host, first_problem, plan, render
     from pipeline.serving.parallelism import DEFAULT_GPU, source_config
+    from pipeline.serving.plan import SHAPES, Host, first_problem, plan, render
 
     params = read_yaml_mapping(Path(args.params))
     if args.model_shape:

@@ -13,11 +13,11 @@ from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import HashCache, describe_fingerprint, source_fingerprint
-from pipeline.params.check import group_sizes, load_checked, recipe_check_remembered
 from pipeline.params.load import parse_section
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.release.settings import PublishParams
 from pipeline.release.signing import KEY_HASHES, key_identities
+from pipeline.rules import group_sizes, load_checked, recipe_check_remembered
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -55,12 +55,12 @@ def main(argv: list[str]) -> None:
 
 
 def resource_plan(p: dict, show: bool) -> None:
-    """`modelprep plan` for this build where the target's config is known here (pipeline/params/plan.py): every
+    """`modelprep plan` for this build where the target's config is known here (pipeline/serving/plan.py): every
     stage's GPUs, GPU memory, disk and time on serving.gpu's GPUs (null: H100s), printed when the params changed, and
     a plan that can't fit refused, every run, before any work."""
     from pipeline.core.errors import PipelineError
-    from pipeline.params.plan import Host, first_problem, plan, render
     from pipeline.serving.parallelism import DEFAULT_GPU, shape_of, source_config
+    from pipeline.serving.plan import Host, first_problem, plan, render
 
     config = source_config(p)
     if shape_of(config) is None:  # a Hub model not cached yet (the models stage decides the tensor parallelism), or a

@@ -289,7 +289,7 @@ def test_a_ratio_resting_on_a_lower_bound_decides_only_when_the_bound_does():
     (lambda p: p["deploy"]["autoscale"].update(min_replicas=5), r"deploy.autoscale.min_replicas \(5\) exceeds"),
 ])
 def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
-    from pipeline.params.check import validate
+    from pipeline.rules import validate
 
     p = tiny_params()
     edit(p)
@@ -299,14 +299,13 @@ def test_bad_capacity_params_are_one_line(edit, message, tmp_path):
 
 
 def test_the_shipped_params_validate_with_the_capacity_sections(tmp_path):
-    from pipeline.params.check import validate
-    from pipeline.serving.tiers import parse_tiers, serving_slo
+    from pipeline.rules import validate
+    from pipeline.serving.tiers import parse_tiers
 
     p = tiny_params()
     p["serving"]["tiers"]["batch"] = {"max_num_seqs": 256, "concurrency": 64, "slo": {"p99_ttft_ms": 2000}}
     validate(p, tmp_path / "params.yaml")
-    slo, arrival = serving_slo(p["serving"])
-    assert slo == CHAT and arrival == CONCURRENCY
+    assert (serving_of(p).slo, serving_of(p).arrival) == (CHAT, CONCURRENCY)
     tiers = {t.name: t for t in parse_tiers(serving_of(p))}
     assert tiers["batch"].slo == Slo(2000, 50) and tiers["throughput"].slo == CHAT
 

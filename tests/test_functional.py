@@ -12,8 +12,8 @@ from pipeline.evaluate import functional
 from pipeline.evaluate.sandbox import Limits
 from pipeline.evaluate.settings import EvaluateParams, FunctionalCheck
 from pipeline.evaluate.summary import EvalSummary, Functional, load_metrics
-from pipeline.params.check import validate
 from pipeline.release.gates import NO_FUNCTIONAL
+from pipeline.rules import validate
 from tiny_chatml import chatml_tokenizer, tiny_llama
 from tiny_project import ROOT, tiny_params
 

@@ -14,12 +14,12 @@ from pipeline.core.errors import PipelineError
 from pipeline.evaluate import acceptance, vllm_spec
 from pipeline.evaluate.summary import EvalSummary
 from pipeline.evaluate.vllm_spec import VllmMeasurement
-from pipeline.params.check import validate
 from pipeline.quantize.recipes import enabled_variant
 from pipeline.release import gates
 from pipeline.release.bundle import CardInputs, model_card
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import CHECKS
+from pipeline.rules import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from speculation_estimates import choose_k
 from tiny_project import ROOT, run, serving_of, tiny_params
@@ -212,7 +212,8 @@ def test_impossible_metric_values_are_refused_not_gated(bad, name):
     (lambda p: p["serving"].update(name="../escape"), "serving.name"),
     # 128 characters pass alone, but publish registers <name>-<variant>: refused before any stage runs
     (lambda p: p["serving"].update(name="n" * 128), "serving.name: the registry name n{40}... of variant .* is 1[34]"),
-    (lambda p: p["serving"]["speculation"].update(cost_profile=""), "serving.speculation.cost_profile must be auto"),
+    (lambda p: p["serving"]["speculation"].update(cost_profile=""),
+     "serving.speculation.cost_profile is ''; allowed: type string, minLength 1"),
     # issue #30's typos and out-of-range knobs: each named, before any work
     (lambda p: p.update(servng={}), r"unknown key servng \(did you mean serving\?\)"),
     (lambda p: p["quantize"]["calibration"].update(num_sample=5),

@@ -24,8 +24,8 @@ from latency_model import H100_RUN, Server, lat, search, swept
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary
-from pipeline.params.check import validate
 from pipeline.release.monitoring import ITL, TTFT, bucket_bound
+from pipeline.rules import validate
 from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
 from tiny_project import ROOT, serving_of, tiny_params, tiny_serving
 
@@ -370,7 +370,8 @@ def test_warmup_script_warms_a_live_server_and_marks_readiness(bundled_workspace
     (lambda p: p["deploy"].update(tiers=["default", "latnecy"]), "deploy.tiers names unknown tiers.*latnecy"),
     (lambda p: p["serving"]["tiers"].update(tp4={"tensor_parallel_size": 4, "gpus": 2}),
      "serving.tiers.tp4: tensor_parallel_size 4 exceeds the 2 GPUs"),
-    (lambda p: p["deploy"].pop("image"), "deploy.image must name a container image"),
+    (lambda p: p["deploy"].pop("image"), "deploy: 'image' is a required property"),
+    (lambda p: p["deploy"].update(image="vllm serve"), "deploy.image must name a container image"),
     (lambda p: p["serving"]["tiers"].update(fast={"max_num_seq": 8}),
      r"serving.tiers.fast: unknown settings \['max_num_seq'\]"),
     (lambda p: p["deploy"].update(namespace="Prod_NS"), "deploy.namespace must be a Kubernetes name"),

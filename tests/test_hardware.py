@@ -4,7 +4,6 @@ from __future__ import annotations
 import pytest
 
 from pipeline.core.errors import PipelineError
-from pipeline.params.check import validate
 from pipeline.quantize.hardware import DEEPGEMM_OFF, GPUS, check_runs_on, requirements, scoped_env
 from pipeline.quantize.presets import PRESETS, Quant, Scheme
 from pipeline.quantize.recipes import (
@@ -16,6 +15,7 @@ from pipeline.quantize.recipes import (
     scheme_for,
     scheme_of,
 )
+from pipeline.rules import validate
 from pipeline.serving.config import server_env
 from tiny_project import tiny_params, tiny_serving
 

@@ -13,7 +13,7 @@ from pipeline.models.draft_compat import check_compatible
 from pipeline.models.layer_draft import build_layer_draft
 from pipeline.models.loading import check_checkpoint_tensors, load_causal_lm
 from pipeline.models.settings import DraftSourceParams, LayerDraft
-from pipeline.params.check import validate
+from pipeline.rules import validate
 from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama
 from tiny_project import ROOT, tiny_params
 

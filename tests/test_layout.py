@@ -1,6 +1,8 @@
-"""The library's layout (README, Code layout): pipeline/ is one subpackage per step of the pipeline, plus the CLI;
-the subpackages import one another without a cycle, and none but params reads params.yaml's validation, which
-checks every step's knobs and so sits above them all."""
+"""The library's layout (README, Code layout): pipeline/ is one subpackage per step of the pipeline, plus three
+modules at the top: the CLI, sections.py (imports every concern's settings, so the registry of declared sections is
+whole) and rules.py (the whole-file check: every rule across sections). The subpackages import one another without a
+cycle; params sits below the concerns (they register their sections with pipeline/params/declare.py) and imports
+none of them; no subpackage imports the top."""
 from __future__ import annotations
 
 import ast
@@ -32,9 +34,12 @@ def package_imports() -> dict[str, set[str]]:
     return edges
 
 
-def test_pipeline_holds_the_step_packages_and_the_cli():
+TOP = ("cli.py", "sections.py", "rules.py")  # the modules above every step package
+
+
+def test_pipeline_holds_the_step_packages_and_the_top_modules():
     top = {p.name for p in (ROOT / "pipeline").iterdir() if p.name != "__pycache__"}
-    assert top == {"__init__.py", "cli.py", *STEPS}
+    assert top == {"__init__.py", *TOP, *STEPS}
 
 
 def test_the_step_packages_import_one_another_without_a_cycle():
@@ -45,8 +50,27 @@ def test_the_step_packages_import_one_another_without_a_cycle():
         left -= ready
 
 
-def test_no_step_package_but_params_imports_params():
-    assert not sorted(p for p, targets in package_imports().items() if "params" in targets and p != "params")
+def test_params_imports_no_concern():
+    """Concerns register their sections with params (declare.py); params checks them without importing one."""
+    assert package_imports()["params"] <= {"core"}, sorted(package_imports()["params"])
+
+
+def test_a_concern_imports_of_params_only_the_declarations_and_the_loader():
+    """A stage reads its sections (load.py) declared with declare.py; the whole-file check is the top's (rules.py)."""
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        step = package_of(path)
+        if step in (None, "params"):
+            continue
+        used = {name for name in imported_modules(path) if name.startswith("pipeline.params")}
+        assert used <= {"pipeline.params.declare", "pipeline.params.load"}, (str(path), sorted(used))
+
+
+def test_no_step_package_imports_the_top():
+    for path in (ROOT / "pipeline").rglob("*.py"):
+        if package_of(path) is None:
+            continue
+        top = {name for name in imported_modules(path) if name in {f"pipeline.{m[:-3]}" for m in TOP}}
+        assert not top, (str(path), sorted(top))
 
 
 def test_a_step_packages_init_is_its_docstring_only():

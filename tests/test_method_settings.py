@@ -20,7 +20,7 @@ from tiny_project import tiny_params
     ({"method": "eagle3", "eagle3": {"ttt_steps": 0}}, "draft.eagle3.ttt_steps"),
 ])
 def test_bad_method_settings_fail_at_load_in_one_line(tmp_path, draft, says):
-    from pipeline.params.check import load_checked
+    from pipeline.rules import load_checked
 
     params = tiny_params(draft=draft)
     path = tmp_path / "params.yaml"

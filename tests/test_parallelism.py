@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from pipeline.core.errors import PipelineError
-from pipeline.params.check import validate
 from pipeline.quantize.recipes import parse_variant
+from pipeline.rules import validate
 from pipeline.serving import parallelism
 from pipeline.serving.parallelism import GB, ModelShape, decide, per_gpu
 from tiny_project import tiny_params, tiny_serving
@@ -142,7 +142,7 @@ def params_for(source: Path, evaluate_share: float = 0.5, **serving) -> dict:
      "variant bf16 does not fit serving.gpu h100 at the pinned serving.tensor_parallel_size 1"),
     ({"max_tensor_parallel_size": 2},
      "variant bf16 does not fit h100 GPUs (80 GB) at tensor parallel up to serving.max_tensor_parallel_size 2"),
-    ({"max_tensor_parallel_size": 3}, "serving.max_tensor_parallel_size must be one of [1, 2, 4, 8], got 3"),
+    ({"max_tensor_parallel_size": 3}, "serving.max_tensor_parallel_size is 3; allowed: enum [1, 2, 4, 8]"),
     # a tier's declared GPUs are checked at the size decided for the variants (bf16: 4)
     ({"tiers": {"small": {"gpus": 2}}}, "serving.tiers.small: tensor_parallel_size 4"),
 ])

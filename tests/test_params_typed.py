@@ -12,8 +12,8 @@ import yaml
 from pipeline.core.errors import PipelineError
 from pipeline.params.load import load_params, parse_section
 from pipeline.params.profiles import overlay
-from pipeline.params.typed import KINDS, Params, load_typed
 from pipeline.quantize.settings import QuantizeParams
+from pipeline.sections import KINDS, Params, load_typed
 from pipeline.serving.settings import ServingParams
 from test_dvc_graph import closure
 from tiny_project import ROOT
@@ -109,34 +109,35 @@ BAD = [  # (key, value, what the one line says after the key)
     ("data.max_tokens", 1.5, "data.max_tokens must be an integer >= 1"),
     ("data.fractions", None, "data.fractions.calibration is missing"),
     ("data.prompt_format", "raw", "data.prompt_format must be one of chat_template, plain, got 'raw'"),
-    ("target.max_perplexity", 1, "target.max_perplexity must be a number above 1 (a perplexity), got 1"),
-    ("target.max_perplexity", "1000", "target.max_perplexity must be a number, got '1000'"),
+    ("target.max_perplexity", 1, "target.max_perplexity must be a number above 1, got 1"),
+    ("target.max_perplexity", "1000", "target.max_perplexity must be a number above 1, got '1000'"),
     ("quantize.enabled", ["bf16", "bf16"], "quantize.enabled must be a non-empty list of distinct variant names"),
     ("quantize.enabled", ["bf17"], "quantize.enabled names unknown variants ['bf17']"),
     ("quantize.calibration.num_samples", True, "quantize.calibration.num_samples must be an integer >= 1, got True"),
     ("quantize.calibration.pipeline", "layerwise", "quantize.calibration.pipeline must be one of"),
-    ("quantize.distributed.gpus", 0, "quantize.distributed.gpus must be a positive integer"),
-    ("quantize.distributed", {"gpu": 2}, "quantize.distributed must be a mapping with keys"),
+    ("quantize.distributed.gpus", 0, "quantize.distributed.gpus must be an integer >= 1"),
+    ("quantize.distributed", {"gpu": 2}, "unknown key quantize.distributed.gpu (did you mean gpus?)"),
     ("draft_training.resume", "yes", "draft_training.resume must be true or false"),
     ("draft_training.generator", "tgi", "draft_training.generator must be one of auto, transformers, vllm"),
     ("draft_training.lora.r", 0, "draft_training.lora.r must be an integer >= 1"),
     ("draft_quantize.variant", 4, "draft_quantize.variant must be a string"),
-    ("evaluate.acceptance.cost_ratio", "flops", "evaluate.acceptance.cost_ratio must be weight_bytes, measured or"),
+    ("evaluate.acceptance.cost_ratio", "flops",
+     "evaluate.acceptance.cost_ratio must be one of weight_bytes, measured or a number"),
     ("evaluate.vllm.enabled", 1, "evaluate.vllm.enabled must be one of True, False, auto, got 1"),
     ("evaluate.lm_eval.tasks", "domain_heldout", "evaluate.lm_eval.tasks must be a list of strings"),
     ("gates.overrides", {"bf16": 3}, "gates.overrides.bf16 must be a mapping of thresholds"),
-    ("serving.tensor_parallel_size", 0, "serving.tensor_parallel_size must be auto or a positive integer"),
+    ("serving.tensor_parallel_size", 0, "serving.tensor_parallel_size must be auto or an integer >= 1"),
     ("serving.slo", {"p99_itl_ms": 50}, "serving.slo.p99_ttft_ms must be a positive number"),
     ("serving.slo.arrival", "burst", "serving.slo.arrival must be one of"),
     ("serving.speculation.min_gain", 0, "serving.speculation.min_gain must be a positive number"),
     ("serving.env", ["A=1"], "serving.env must be a mapping"),
-    ("serve_bench.num_speculative_tokens", 0, "serve_bench.num_speculative_tokens must be auto or a positive integer"),
+    ("serve_bench.num_speculative_tokens", 0, "serve_bench.num_speculative_tokens must be auto or an integer >= 1"),
     ("serve_bench.k_schedule", False, "serve_bench.k_schedule must be one of auto, off, got False"),
     ("serve_bench.parallel", False, "serve_bench.parallel must be one of auto, off, got False"),
     ("serve_bench.capacity", {"enabled": True}, "serve_bench.capacity.max_concurrency is missing"),
     ("deploy.warmup_from_traffic", "no", "deploy.warmup_from_traffic must be true or false"),
-    ("deploy.autoscale.tiers", "throughput", "deploy.autoscale.tiers must be a list of strings"),
-    ("monitoring.latency_margin", None, "monitoring.latency_margin must be a number, got None"),
+    ("deploy.autoscale.tiers", "throughput", "deploy.autoscale.tiers must be all or a list of strings"),
+    ("monitoring.latency_margin", None, "monitoring.latency_margin must be a number in (1, 100], got None"),
     ("publish.version", 1.1, "publish.version must be a string, got 1.1"),
     ("publish.backend", "s3", "publish.backend must be one of local, mlflow, hf"),
 ]
@@ -186,9 +187,11 @@ def test_a_settings_module_imports_only_core_and_its_own_concern(module):
     own heavy code) into the deps of every stage that reads one of its knobs. draft.source is the models concern's,
     so the drafts' settings read it from there."""
     concern = module.parts[1]
-    allowed = {"core", concern} | ({"models"} if concern == "drafts" else set())
+    allowed = {"core", "params", concern} | ({"models"} if concern == "drafts" else set())
     imported = {p for p in closure(ROOT / module) if p.parts[0] == "pipeline" and len(p.parts) > 2}
     assert {p.parts[1] for p in imported} <= allowed, sorted(map(str, imported))
+    # of params, only the declarations' machinery (it imports core only): never the checks or another concern
+    assert {p.name for p in imported if p.parts[1] == "params"} <= {"__init__.py", "declare.py"}
     heavy = {"oneshot.py", "recipes.py", "tiers.py", "loading.py", "load_generator.py", "sweep.py", "thresholds.py",
              "gates.py", "decision.py"}
     assert not {p.name for p in imported} & heavy, sorted(map(str, imported))

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from pipeline.params.plan import SHAPES
+from pipeline.serving.plan import SHAPES
 from tiny_project import ROOT, tiny_params
 
 SHAPES_8B = SHAPES["llama-3-8b"]
@@ -28,15 +28,15 @@ def rows(stdout: str) -> dict[str, list[str]]:
 
 def test_plan_points_are_the_committed_raw_runs():
     r = subprocess.run([sys.executable, "benchmarks/plan_points.py", "--check"], cwd=ROOT, timeout=120)
-    assert r.returncode == 0, "pipeline/params/plan_points.json differs from benchmarks/gpu/raw: rerun the script"
+    assert r.returncode == 0, "pipeline/serving/plan_points.json differs from benchmarks/gpu/raw: rerun the script"
 
 
 def test_plan_points_read_the_mib_records_in_mb():
     """raw/llama3-8b and raw/schemes8b wrote their `*_mb` sizes in MiB (benchmarks/tables/read.py
     RECORDED_IN_MIB): read as MB, the BF16 Llama-3-8B checkpoint's bytes / 2 are its published parameter count, and
     every 8B run scales from the same count."""
-    from pipeline.params.plan import SHAPES, load_points
     from pipeline.serving.parallelism import ModelShape
+    from pipeline.serving.plan import SHAPES, load_points
 
     points = load_points()["quantize"]
     published = ModelShape.from_config(SHAPES["llama-3-8b"]).parameters  # 8.03B
@@ -90,7 +90,7 @@ def test_a_pinned_size_is_not_refused_by_the_plan_with_serving_gpu_null(tmp_path
     import json
 
     from pipeline.core.errors import PipelineError
-    from pipeline.params.check import validate
+    from pipeline.rules import validate
     from stages.sources import resource_plan
 
     source = tmp_path / "llama8b"

@@ -11,8 +11,11 @@ import yaml
 from pipeline.core.errors import PipelineError
 from pipeline.drafts.distill_vllm import resolve_generator
 from pipeline.models.demo.corpus import docstring_paragraphs
-from pipeline.params.check import load_checked as load_params  # the checks run on the profile's result
 from pipeline.params.profiles import apply_profile
+from pipeline.rules import (
+    load_checked as load_params,  # the checks run on the profile's result
+    validate,
+)
 from tiny_project import ROOT, tiny_params
 
 
@@ -24,7 +27,7 @@ def params_copy(tmp_path):
 
 
 def test_gpu_profile_sets_a_1b_target_and_keeps_comments(params_copy):
-    changed = apply_profile("gpu", params_copy)
+    changed = apply_profile("gpu", params_copy, validate)
     p = load_params(params_copy)
     t, d = p["demo"]["target"], p["demo"]["draft"]
     assert "demo.target.hidden_size" in changed and p["demo"]["vocab_size"] >= 32000 and t["hidden_size"] >= 2048
@@ -38,14 +41,14 @@ def test_gpu_profile_sets_a_1b_target_and_keeps_comments(params_copy):
     text = params_copy.read_text()
     assert "# serving temperature; 0 = greedy acceptance" in text  # a comment params.yaml had
     assert "revision: null" in text
-    assert apply_profile("gpu", params_copy) == []  # applied twice: nothing left to change
+    assert apply_profile("gpu", params_copy, validate) == []  # applied twice: nothing left to change
 
 
 @pytest.mark.parametrize("overlay, message", [
     ({"demo": {"hidden": 1}}, "profile sets demo.hidden, which params.yaml does not have"),
-    ({"draft_training": {"generator": "gpu"}}, "draft_training.generator must be"),
+    ({"draft_training": {"generator": "gpu"}}, "draft_training.generator is 'gpu'; allowed: enum"),
     ({"evaluate": {"vllm": {"throughput_batch_sizes": [0]}}}, "evaluate.vllm.throughput_batch_sizes"),
-    ({"demo": {"general_corpus": "web"}}, "demo.general_corpus must be"),
+    ({"demo": {"general_corpus": "web"}}, "demo.general_corpus is 'web'; allowed: enum"),
     # a variant's recipe takes new keys from a profile, which the recipe check then reads like any other
     ({"quantize": {"variants": {"awq-w4a16": {"n_gird": 4}}}}, "unknown recipe keys"),
     ({"gates": {"overrides": {"fp8-static": {"max_kl": 0.1}}}}, "unknown gate thresholds"),
@@ -56,7 +59,7 @@ def test_bad_profile_is_one_error_and_leaves_params_untouched(params_copy, tmp_p
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(overlay))
     with pytest.raises(PipelineError, match=message):
-        apply_profile(str(bad), params_copy)
+        apply_profile(str(bad), params_copy, validate)
     assert params_copy.read_bytes() == before
 
 
@@ -119,8 +122,8 @@ OVERLAY_BASE = {"gpu-smollm2": "smollm2", "gpu-qwen-coder": "qwen-coder"}
 def test_every_gpu_overlay_applies_over_its_base_profile(overlay, params_copy):
     """benchmarks/gpu/session.sh gpu-profile OUT S <overlay> applies the base then the overlay on the GPU host; a key
     the overlay sets that params.yaml lacks (or a value validation refuses) would fail there, after the vLLM install."""
-    apply_profile(OVERLAY_BASE.get(overlay, "gpu"), params_copy)
-    assert apply_profile(overlay, params_copy)  # it changes something
+    apply_profile(OVERLAY_BASE.get(overlay, "gpu"), params_copy, validate)
+    assert apply_profile(overlay, params_copy, validate)  # it changes something
     load_params(params_copy)
 
 
@@ -129,7 +132,7 @@ def test_a_string_yaml11_reads_as_another_type_is_written_quoted(params_copy, tm
     profiles/gpu-smollm2.yaml failed on exactly that. What the profile sets must read back as set."""
     overlay = tmp_path / "off.yaml"
     overlay.write_text('serve_bench:\n  k_schedule: "off"\n')
-    assert apply_profile(str(overlay), params_copy) == ["serve_bench.k_schedule"]
+    assert apply_profile(str(overlay), params_copy, validate) == ["serve_bench.k_schedule"]
     assert load_params(params_copy)["serve_bench"]["k_schedule"] == "off"
     assert 'k_schedule: "off"' in params_copy.read_text()
 
@@ -137,11 +140,11 @@ def test_a_string_yaml11_reads_as_another_type_is_written_quoted(params_copy, tm
 def test_a_profile_over_one_that_quoted_a_value_keeps_it_quoted(params_copy, tmp_path):
     """Profiles stack (`gpu`, then `gpu-served`, then the variants of one lease): the second write round-trips the
     first one's `k_schedule: "off"`, which must stay a string (the GPU lease of gpu-served refused the third)."""
-    apply_profile("gpu", params_copy)
-    apply_profile("gpu-served", params_copy)
+    apply_profile("gpu", params_copy, validate)
+    apply_profile("gpu-served", params_copy, validate)
     variants = tmp_path / "variants.yaml"
     variants.write_text("quantize:\n  enabled: [bf16, fp8-dynamic]\n")
-    assert apply_profile(str(variants), params_copy) == ["quantize.enabled"]
+    assert apply_profile(str(variants), params_copy, validate) == ["quantize.enabled"]
     params = load_params(params_copy)
     assert params["serve_bench"]["k_schedule"] == "off"
     assert params["quantize"]["enabled"] == ["bf16", "fp8-dynamic"]
@@ -152,7 +155,7 @@ def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_si
     neither, so every INT4 variant the profile can enable must use a divisor of both."""
     from pipeline.models.settings import DraftSourceParams, LayerDraft
 
-    changed = apply_profile("smollm2", params_copy)
+    changed = apply_profile("smollm2", params_copy, validate)
     p = load_params(params_copy)
     assert {"target.source", "draft.source"} <= set(changed)
     assert p["target"]["source"] == "smollm2" and DraftSourceParams.parse(p["draft"]).source == LayerDraft(4)
@@ -165,7 +168,7 @@ def test_smollm2_profile_sets_the_gguf_target_a_draft_of_its_layers_and_group_si
     text = params_copy.read_text()
     # the source becomes one flow line; the comment of the key after it stays above that key
     assert "  source: {from: target, layers: 4}\n  # Speculative methods built and compared" in text
-    assert apply_profile("smollm2", params_copy) == []
+    assert apply_profile("smollm2", params_copy, validate) == []
 
 
 def test_qwen_coder_profile_pairs_the_chunked_siblings_with_group_sizes_that_divide_both_widths(params_copy):
@@ -175,7 +178,7 @@ def test_qwen_coder_profile_pairs_the_chunked_siblings_with_group_sizes_that_div
     from pipeline.models.gguf_source import PACKAGED
     from pipeline.models.sources import classify
 
-    changed = apply_profile("qwen-coder", params_copy)
+    changed = apply_profile("qwen-coder", params_copy, validate)
     p = load_params(params_copy)
     assert {"target.source", "draft.source", "data.traffic", "serving.name"} <= set(changed)
     assert (p["target"]["source"], p["draft"]["source"]) == ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
@@ -187,4 +190,4 @@ def test_qwen_coder_profile_pairs_the_chunked_siblings_with_group_sizes_that_div
         if variant.get("group_size"):
             assert all(width % variant["group_size"] == 0 for width in (1536, 8960, 896, 4864)), name
     assert p["data"]["traffic"] == "data/python-code/traffic.jsonl"
-    assert apply_profile("qwen-coder", params_copy) == []
+    assert apply_profile("qwen-coder", params_copy, validate) == []

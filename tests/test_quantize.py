@@ -320,15 +320,25 @@ WHY_64 = ("group size 128 does not divide the input width 192 of layer model.lay
 def test_group_size_is_checked_against_layer_widths_when_params_are_validated(demo_pair, tmp_path):
     """Issue #29: group_size 128 on SmolLM2 (hidden 576) stopped the build 2.7 minutes in, after other variants were
     built, naming no size that works. The params check reads the target's config.json (widths on the meta device):
-    where the configured size does not divide a width, the largest vLLM serves that divides every width is chosen
-    (the `sources` stage, first in every repro, says so); a size vLLM's kernels do not serve fails in one line naming
-    the param, before any stage does work."""
-    from pipeline.params.check import group_sizes, validate
+    a group_size the variant sets that does not divide a width is refused in one line naming the size that fits (a
+    configured value wins or is refused, never silently replaced); the scheme's own size, where the variant sets
+    none, gives way to the largest vLLM serves that divides every width (the `sources` stage, first in every repro,
+    says so); a size vLLM's kernels do not serve fails in one line naming the param, before any stage does work."""
     from pipeline.quantize.recipes import enabled_variant
+    from pipeline.rules import group_sizes, validate
 
     target = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
     params = tiny_params(target={"source": str(target)}, draft={"source": str(demo_pair[1])})
     assert params["quantize"]["variants"]["gptq-w4a16"]["group_size"] == 128
+    with pytest.raises(PipelineError) as e:
+        validate(params, tmp_path / "params.yaml")
+    assert str(e.value) == (
+        f"{tmp_path / 'params.yaml'}: quantize.variants.gptq-w4a16.group_size: group size 128 does not divide the "
+        "input width 192 of layer model.layers.0.self_attn.q_proj; set group_size: 64 (the largest vLLM's INT4 "
+        "weight-only kernels serve that divides every quantized layer's input width), or leave group_size out to "
+        "have the scheme's 128 replaced by what fits")
+
+    del params["quantize"]["variants"]["gptq-w4a16"]["group_size"]  # W4A16's own 128
     validate(params, tmp_path / "params.yaml")
     chosen = group_sizes(params, [enabled_variant(params, v) for v in params["quantize"]["enabled"]])
     assert set(chosen) == {"gptq-w4a16"} and chosen["gptq-w4a16"].as_metrics() == {
@@ -354,10 +364,12 @@ def test_group_size_is_checked_against_layer_widths_when_params_are_validated(de
 
 
 def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, calibration_texts, tmp_path):
-    """GPTQ with the default group_size 128 on widths 192/512: the checkpoint is grouped by 64, the metrics record
-    what was configured, what was used and why; widths no served group divides (80) go channel-wise."""
+    """GPTQ with W4A16's own group size 128 on widths 192/512: the checkpoint is grouped by 64, the metrics record
+    what was configured, what was used and why; widths no served group divides (80) go channel-wise. A group_size
+    the variant sets is never replaced: refused in one line before calibration."""
+    gptq = {k: v for k, v in VARIANTS["gptq-w4a16"].items() if k != "group_size"}
     narrow = shaped_target(demo_pair[0], tmp_path / "narrow", hidden=192, intermediate=512, heads=3)
-    metrics = quantize(narrow, tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts,
+    metrics = quantize(narrow, tmp_path / "q", "gptq-w4a16", gptq, calibration_texts,
                        {**CALIBRATION, "num_samples": 8})
     assert quantization_config(tmp_path / "q")["config_groups"]["group_0"]["weights"]["group_size"] == 64
     assert (metrics["group_size"], metrics["group_size_configured"],
@@ -367,13 +379,17 @@ def test_a_narrow_target_quantizes_with_the_group_size_chosen_for_it(demo_pair, 
         assert math.isfinite(model(torch.tensor([[1, 2, 3]])).logits.sum())
 
     odd = shaped_target(demo_pair[0], tmp_path / "odd", hidden=80, intermediate=240, heads=5)  # 80 = 16 x 5
-    rtn = {"algorithm": "rtn", "scheme": "W4A16", "group_size": 64}
-    metrics = quantize(odd, tmp_path / "c", "rtn-w4a16", rtn, [], CALIBRATION)
+    with pytest.raises(PipelineError, match=r"^quantize\.variants\.rtn-w4a16\.group_size: group size 64 does not "
+                                            r"divide the input width 80 of layer .*; no group size vLLM's INT4"):
+        quantize(odd, tmp_path / "refused", "rtn-w4a16", {"algorithm": "rtn", "scheme": "W4A16", "group_size": 64},
+                 [], CALIBRATION)
+    assert not (tmp_path / "refused").exists()
+    metrics = quantize(odd, tmp_path / "c", "rtn-w4a16", {"algorithm": "rtn", "scheme": "W4A16"}, [], CALIBRATION)
     weights = quantization_config(tmp_path / "c")["config_groups"]["group_0"]["weights"]
     assert (weights["strategy"], weights["group_size"]) == ("channel", None)
-    assert (metrics["group_size"], metrics["group_size_configured"]) == (-1, 64)
+    assert (metrics["group_size"], metrics["group_size_configured"]) == (-1, 128)
     [why] = metrics["group_size_reason"]
-    assert why.startswith("group size 64 does not divide the input width 80 of layer ")
+    assert why.startswith("group size 128 does not divide the input width 80 of layer ")
     assert why.endswith("divides every quantized layer's input width: one scale per output "
                                                  "channel (vLLM's group size -1)")
 

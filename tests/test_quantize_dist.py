@@ -21,11 +21,11 @@ from pipeline.data.settings import DataParams
 from pipeline.data.traffic import dedup, load_traffic, split, write_split
 from pipeline.evaluate.quality import fidelity
 from pipeline.models.loading import load_causal_lm, load_tokenizer
-from pipeline.params.check import validate
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import quantize_model
 from pipeline.quantize.recipes import parse_variant
 from pipeline.quantize.settings import Calibration, Distributed
+from pipeline.rules import validate
 from tiny_project import ROOT, copy_project, run, tiny_params
 
 VARIANT = "gptq-w4a16"
@@ -140,13 +140,13 @@ def test_a_failing_or_hung_rank_fails_the_stage_with_one_line(mode, timeout_s, m
 
 
 @pytest.mark.parametrize("distributed, message", [
-    ({"gpus": 0}, "quantize.distributed.gpus must be a positive integer, got 0"),
-    ({"gpus": 1.5}, "quantize.distributed.gpus must be a positive integer, got 1.5"),
-    ({"gpus": "2"}, "quantize.distributed.gpus must be a positive integer, got '2'"),
-    ({"gpus": True}, "quantize.distributed.gpus must be a positive integer, got True"),
-    ({"gpus": 2, "timeout_s": 0}, "quantize.distributed.timeout_s must be a positive number"),
+    ({"gpus": 0}, "quantize.distributed.gpus is 0; allowed: type integer, minimum 1"),
+    ({"gpus": 1.5}, "quantize.distributed.gpus is 1.5; allowed: type integer, minimum 1"),
+    ({"gpus": "2"}, "quantize.distributed.gpus is '2'; allowed: type integer, minimum 1"),
+    ({"gpus": True}, "quantize.distributed.gpus is True; allowed: type integer, minimum 1"),
+    ({"gpus": 2, "timeout_s": 0}, "quantize.distributed.timeout_s is 0; allowed: type number, exclusiveMinimum 0"),
     ({"gpu": 2}, r"unknown key quantize.distributed.gpu \(did you mean gpus\?\); allowed here: gpus, timeout_s"),
-    ([2], r"quantize.distributed is \[2\]; allowed: type object"),
+    ([2], r"quantize.distributed is \[2\]; allowed: type \['object', 'null'\]"),  # null: the defaults
 ])
 def test_bad_distributed_params_are_refused_up_front(distributed, message, tmp_path):
     params = tiny_params()

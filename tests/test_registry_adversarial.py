@@ -559,7 +559,7 @@ def test_a_process_holding_the_log_pipe_does_not_delay_the_stage_end(tmp_path):
 ])
 def test_params_never_carry_credentials(tmp_path, where, value):
     """Params are recorded in dvc.lock, PROVENANCE.json and logs: a credential there is refused up front."""
-    from pipeline.params.check import validate
+    from pipeline.rules import validate
     from tiny_project import tiny_params
 
     p = tiny_params()

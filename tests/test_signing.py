@@ -103,7 +103,7 @@ def test_unsigned_or_foreign_signed_bundles_are_refused_when_a_key_is_configured
 
 
 def test_a_missing_key_file_is_one_line_before_any_work(signed, tmp_path):
-    from pipeline.params.check import validate
+    from pipeline.rules import validate
 
     p = yaml.safe_load((signed[0] / "params.yaml").read_text())
     p["publish"]["signing"]["private_key"] = str(tmp_path / "nope.pem")

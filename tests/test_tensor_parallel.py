@@ -19,7 +19,7 @@ from pipeline.evaluate import (
     run as evaluate,  # imported before a test fakes the host's GPUs
     vllm_spec,
 )
-from pipeline.params.check import validate
+from pipeline.rules import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import speculative_config_for
 from pipeline.serving.settings import ServingParams
@@ -37,17 +37,21 @@ TP2 = {"tensor_parallel_size": 2, "speculation": {"draft_tensor_parallel_size": 
 
 
 @pytest.mark.parametrize("serving, message", [
-    ({"tensor_parallel_size": 0}, "serving.tensor_parallel_size must be auto or a positive integer, got 0"),
-    ({"tensor_parallel_size": "2"}, "serving.tensor_parallel_size must be auto or a positive integer, got '2'"),
-    ({"tensor_parallel_size": True}, "serving.tensor_parallel_size must be auto or a positive integer, got True"),
-    ({"tensor_parallel_size": None}, "serving.tensor_parallel_size must be auto or a positive integer, got None"),
+    ({"tensor_parallel_size": 0},
+     r"serving.tensor_parallel_size is 0; allowed: type integer or enum \['auto'\], minimum 1"),
+    ({"tensor_parallel_size": "2"},
+     r"serving.tensor_parallel_size is '2'; allowed: type integer or enum \['auto'\], minimum 1"),
+    ({"tensor_parallel_size": True},
+     r"serving.tensor_parallel_size is True; allowed: type integer or enum \['auto'\], minimum 1"),
+    ({"tensor_parallel_size": None},
+     r"serving.tensor_parallel_size is None; allowed: type integer or enum \['auto'\], minimum 1"),
     # a tier inherits serving's tensor parallelism, so its declared GPUs must hold it
     ({"tensor_parallel_size": 2, "tiers": {"small": {"gpus": 1}}},
      r"serving.tiers.small: tensor_parallel_size 2 \(serving.tensor_parallel_size\) exceeds the 1 GPUs"),
     ({"speculation": {"draft_tensor_parallel_size": 0}},
-     "serving.speculation.draft_tensor_parallel_size must be null or a positive integer, got 0"),
+     r"serving.speculation.draft_tensor_parallel_size is 0; allowed: type \['integer', 'null'\], minimum 1"),
     ({"speculation": {"draft_tensor_parallel_size": "auto"}},
-     "serving.speculation.draft_tensor_parallel_size must be null or a positive integer, got 'auto'"),
+     r"serving.speculation.draft_tensor_parallel_size is 'auto'; allowed: type \['integer', 'null'\], minimum 1"),
     # vLLM 0.25's SpeculativeConfig takes 1 under a TP-2 target; its draft-model proposer refuses it at start
     ({"tensor_parallel_size": 2, "speculation": {"draft_tensor_parallel_size": 1}},
      "serving.speculation.draft_tensor_parallel_size 1 differs from tier default's tensor_parallel_size 2"),

@@ -1,9 +1,6 @@
-"""Reading one params.yaml section into typed values: each concern's `parse(section)` (pipeline/<concern>/settings.py)
-reads its keys through a Section, so a wrong type fails with one line naming the dotted key, as the schema check
-(pipeline/params/check.py) would have named it.
-
-The checks here are of shape and type only; ranges and cross-section rules stay in the schema and the checks that
-the always-run `sources` stage applies to the whole file once per `dvc repro`.
+"""Read-only values from YAML (frozen, thawed), and Section: typed getters over a mapping that is a value rather than
+a declared section (a variant's `mixed:` settings inside quantize.variants). params.yaml's sections are declared
+(pipeline/params/declare.py), not read through here.
 """
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Literal
 
-from pipeline.core.sections import Section
+from pipeline.params.declare import knob, section
 
 PROMPT_FORMATS = ("chat_template", "plain")
 
@@ -12,27 +12,18 @@ PROMPT_FORMATS = ("chat_template", "plain")
 @dataclass(frozen=True)
 class Fractions:
     """data.fractions: the shares of traffic held out and used for calibration; the rest trains the draft."""
-    calibration: float
-    heldout: float
+    calibration: float = knob(0.2, required=True, help="share of traffic used for calibration")
+    heldout: float = knob(0.2, required=True, help="share of traffic held out for evaluation")
 
 
+@section("data")
 @dataclass(frozen=True)
 class DataParams:
-    SECTION: ClassVar[str] = "data"
-    traffic: str  # JSONL path
-    seed: int
-    fractions: Fractions
-    max_tokens: int  # longer conversations are dropped
-    # How prompts are laid out: chat_template (the target's own; a model without one is refused for this chat
-    # traffic) or plain (each turn's text on its own line: a base model, said so at `models`;
-    # pipeline/data/formatting.py)
-    prompt_format: str = "chat_template"
-
-    @classmethod
-    def parse(cls, section: dict) -> DataParams:
-        s = Section(section, cls.SECTION)
-        f = s.section("fractions")
-        return cls(traffic=s.str("traffic"), seed=s.int("seed"),
-                   fractions=Fractions(f.number("calibration"), f.number("heldout")),
-                   max_tokens=s.int("max_tokens", minimum=1),
-                   prompt_format=s.choice("prompt_format", PROMPT_FORMATS, "chat_template"))
+    """params.yaml `data`: the traffic file and how it is split."""
+    traffic: str = knob("data/demo/traffic.jsonl", required=True, help="the traffic, JSONL conversations")
+    seed: int = knob(0, required=True, help="the split's seed")
+    fractions: Fractions = knob(Fractions(), required=True, help="the split; the rest trains the draft")
+    max_tokens: int = knob(1024, required=True, help="longer conversations are dropped", minimum=1)
+    # How prompts are laid out (pipeline/data/formatting.py)
+    prompt_format: Literal["chat_template", "plain"] = knob(
+        "chat_template", help="chat_template: the target's own; plain: each turn's text on its own line (a base model)")

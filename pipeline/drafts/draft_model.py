@@ -77,7 +77,8 @@ def shipped_draft(summary: dict) -> str:
 def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
                              calibration_cfg: Calibration) -> None:
     """The variant's recipe checked against the draft before any calibration runs (a group size that does not divide
-    the draft's layer widths gives way to one that does, as for the target: recipes.choose_group_size)."""
+    the draft's layer widths: refused where the variant sets it, else one that does, as for the target:
+    recipes.choose_group_size)."""
     from pipeline.quantize.oneshot import resolve_group_size
     from pipeline.quantize.recipes import needs_calibration
 

@@ -131,14 +131,6 @@ def check_eagle3(cfg: dict) -> None:
         raise PipelineError(f"draft.eagle3.aux_layers must be auto or three distinct target layer ids, got {layers!r}")
 
 
-def check(p: dict) -> None:
-    names = requested(p)
-    if NGRAM in names:
-        check_ngram(p["draft"].get("ngram") or {})
-    if EAGLE3 in names:
-        check_eagle3(p["draft"].get("eagle3") or {})
-
-
 def speculative_config(spec: Speculation, ngram: dict | None = None,
                        draft_tensor_parallel_size: int | None = None) -> dict | None:
     """vLLM 0.26's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3.

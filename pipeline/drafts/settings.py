@@ -5,66 +5,71 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Literal
 
-from pipeline.core.sections import Section
-from pipeline.drafts.methods import DRAFT_MODEL, EAGLE3, GENERATORS, NGRAM, check_eagle3, check_ngram, parse_methods
-from pipeline.models.settings import DraftSource, draft_source
+from pipeline.drafts.methods import DRAFT_MODEL, EAGLE3, NGRAM, NGRAM_MAX, check_eagle3, check_ngram, parse_methods
+from pipeline.models.settings import DRAFT_SOURCE_SCHEMA, DraftSource, draft_source
+from pipeline.params.declare import keys_schema, knob, parse_declared, section
 
 
 @dataclass(frozen=True)
 class Ngram:
-    """draft.ngram: vLLM's prompt lookup window."""
-    prompt_lookup_min: int
-    prompt_lookup_max: int
+    """draft.ngram: vLLM's prompt lookup window (methods.check_ngram: min <= max)."""
+    prompt_lookup_min: int = knob(2, required=True, help="vLLM's prompt lookup window: shortest match", minimum=1,
+                                  maximum=NGRAM_MAX)
+    prompt_lookup_max: int = knob(5, required=True, help="vLLM's prompt lookup window: longest match", minimum=1,
+                                  maximum=NGRAM_MAX)
 
 
 @dataclass(frozen=True)
 class Eagle3Params:
     """draft.eagle3: the head's shape and its training."""
-    num_layers: int
-    aux_layers: str | tuple[int, int, int]  # auto: vLLM's (2, L/2, L-3)
-    draft_vocab_size: int | None  # None: the target's vocabulary
-    ttt_steps: int
-    train_steps: int
-    batch_size: int
-    learning_rate: float
-    seed: int = 0
+    num_layers: int = knob(1, required=True, help="decoder layers in the head (EAGLE-3: 1)", minimum=1)
+    aux_layers: Literal["auto"] | tuple[int, ...] = knob(
+        "auto", required=True, help="three distinct target layers whose inputs the head reads; auto: vLLM's "
+        "(2, L/2, L-3)")
+    draft_vocab_size: int | None = knob(None, required=True, help="null: the target's vocabulary; a number: the most "
+                                        "frequent answer tokens", minimum=2)
+    ttt_steps: int = knob(3, required=True, help="training-time-test steps", minimum=1)
+    train_steps: int = knob(150, required=True, help="the head's training steps", minimum=1)
+    batch_size: int = knob(8, required=True, help="conversations per step, packed into one sequence", minimum=1)
+    learning_rate: float = knob(0.003, required=True, help="the head's learning rate", exclusive_minimum=0)
+    seed: int = knob(0, help="the head's seed")
 
     @classmethod
     def parse(cls, raw: Mapping) -> Eagle3Params:
         """draft.eagle3, range-checked (methods.check_eagle3)."""
         check_eagle3(raw)
         aux = raw["aux_layers"]
-        s = Section(raw, "draft.eagle3")
-        return cls(num_layers=raw["num_layers"], aux_layers=aux if aux == "auto" else tuple(aux),
-                   draft_vocab_size=raw.get("draft_vocab_size"), ttt_steps=raw["ttt_steps"],
-                   train_steps=raw["train_steps"], batch_size=raw["batch_size"], learning_rate=raw["learning_rate"],
-                   seed=s.int("seed", 0))
+        return parse_declared(cls, {**raw, "aux_layers": aux if aux == "auto" else tuple(aux)}, "draft.eagle3")
 
 
+@section("draft")
 @dataclass(frozen=True)
 class DraftParams:
     """params.yaml `draft`: the draft model's source and the speculative methods compared. ngram and eagle3 hold
     their settings when draft.method lists them, None otherwise (their keys are then not read)."""
-    SECTION: ClassVar[str] = "draft"
-    source: DraftSource
-    method: tuple[str, ...]  # in the order given, no repeats
-    ngram: Ngram | None = None
-    eagle3: Eagle3Params | None = None
+    source: DraftSource = knob("demo", required=True, help="a target source sharing the target's tokenizer, or "
+                               "{from: target, layers: N}", schema=DRAFT_SOURCE_SCHEMA)
+    method: tuple[str, ...] = knob(("draft_model", "eagle3", "ngram"), schema={},
+                                   help="methods built and compared, one name or a list (draft_model, eagle3, ngram)")
+    # checked by methods.check_ngram / check_eagle3, and only when draft.method lists the method
+    ngram: Ngram | None = knob(Ngram(), help="read when draft.method lists ngram", schema=keys_schema(Ngram))
+    eagle3: Eagle3Params | None = knob(Eagle3Params(), help="read when draft.method lists eagle3",
+                                       schema=keys_schema(Eagle3Params))
 
     @classmethod
-    def parse(cls, section: dict) -> DraftParams:
-        s = Section(section, cls.SECTION)
-        methods = tuple(parse_methods(s.value("method", DRAFT_MODEL)))
+    def parse(cls, section: Mapping) -> DraftParams:
+        """ngram and eagle3 are read (and checked) only when draft.method lists them: None otherwise."""
+        methods = tuple(parse_methods(section.get("method", DRAFT_MODEL)))
         ngram = eagle3 = None
         if NGRAM in methods:
-            raw = s.section("ngram").raw
+            raw = section.get("ngram") or {}
             check_ngram(raw)
-            ngram = Ngram(raw["prompt_lookup_min"], raw["prompt_lookup_max"])
+            ngram = parse_declared(Ngram, raw, "draft.ngram")
         if EAGLE3 in methods:
-            eagle3 = Eagle3Params.parse(s.section("eagle3").raw)
-        return cls(source=draft_source(s), method=methods, ngram=ngram, eagle3=eagle3)
+            eagle3 = Eagle3Params.parse(section.get("eagle3") or {})
+        return cls(source=draft_source(section), method=methods, ngram=ngram, eagle3=eagle3)
 
     def requests(self, method: str) -> bool:
         return method in self.method
@@ -73,65 +78,48 @@ class DraftParams:
 @dataclass(frozen=True)
 class DistillEngine:
     """draft_training.vllm: the vLLM engine that writes the target's answers (generator vllm)."""
-    gpu_memory_utilization: float = 0.5
-    enforce_eager: bool = True
+    gpu_memory_utilization: float = knob(0.5, help="the distillation engine's share of the GPU's memory",
+                                         exclusive_minimum=0, maximum=1)
+    enforce_eager: bool = knob(True, help="true: no torch.compile / CUDA graphs")
 
 
 @dataclass(frozen=True)
 class Lora:
     """draft_training.lora: fine-tune adapters merged back into the draft instead of every weight."""
-    enabled: bool = False
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
+    enabled: bool = knob(False, help="fine-tune LoRA adapters instead of every weight")
+    r: int = knob(16, help="the adapters' rank", minimum=1)
+    alpha: float = knob(32, help="LoRA alpha")
+    dropout: float = knob(0.0, help="LoRA dropout")
 
 
+@section("draft_training")
 @dataclass(frozen=True)
 class DraftTrainingParams:
     """params.yaml `draft_training`: distillation of the target's answers, then the draft model's fine-tune."""
-    SECTION: ClassVar[str] = "draft_training"
-    seed: int
-    max_new_tokens: int
-    generation_batch_size: int
-    sampled_responses: int
-    temperature: float
-    include_original_responses: bool
-    epochs: int
-    batch_size: int
-    learning_rate: float
-    warmup_steps: int
-    logging_steps: int
-    eval_prompts: int
-    save_steps: int
-    resume: bool
-    generator: str = "auto"  # auto | transformers | vllm
-    vllm: DistillEngine = DistillEngine()
-    lora: Lora = Lora()
-
-    @classmethod
-    def parse(cls, section: dict) -> DraftTrainingParams:
-        s = Section(section, cls.SECTION)
-        v, lo = s.section("vllm"), s.section("lora")
-        return cls(
-            seed=s.int("seed"), max_new_tokens=s.int("max_new_tokens", minimum=1),
-            generation_batch_size=s.int("generation_batch_size", minimum=1),
-            sampled_responses=s.int("sampled_responses", minimum=0), temperature=s.number("temperature"),
-            include_original_responses=s.bool("include_original_responses"), epochs=s.number("epochs"),
-            batch_size=s.int("batch_size", minimum=1), learning_rate=s.number("learning_rate"),
-            warmup_steps=s.int("warmup_steps", minimum=0), logging_steps=s.int("logging_steps", minimum=1),
-            eval_prompts=s.int("eval_prompts", minimum=0), save_steps=s.int("save_steps", minimum=1),
-            resume=s.bool("resume"), generator=s.choice("generator", GENERATORS, "auto"),
-            vllm=DistillEngine(v.number("gpu_memory_utilization", 0.5), v.bool("enforce_eager", True)),
-            lora=Lora(lo.bool("enabled", False), lo.int("r", 16, minimum=1), lo.number("alpha", 32),
-                      lo.number("dropout", 0.0)))
+    seed: int = knob(0, required=True, help="distillation and fine-tune seed")
+    max_new_tokens: int = knob(96, required=True, help="the target's greedy answer to each draft-train prompt",
+                               minimum=1)
+    generation_batch_size: int = knob(32, required=True, help="transformers generator's batch", minimum=1)
+    sampled_responses: int = knob(0, required=True, help="extra answers sampled at the serving temperature",
+                                  minimum=0)
+    temperature: float = knob(0.7, required=True, help="sampling temperature of the extra answers")
+    include_original_responses: bool = knob(True, required=True, help="train on the traffic's own answers too")
+    epochs: float = knob(3, required=True, help="fine-tune epochs")
+    batch_size: int = knob(16, required=True, help="fine-tune batch", minimum=1)
+    learning_rate: float = knob(0.002, required=True, help="fine-tune learning rate")
+    warmup_steps: int = knob(5, required=True, help="learning-rate warmup", minimum=0)
+    logging_steps: int = knob(5, required=True, help="train and eval loss logged every this many steps", minimum=1)
+    eval_prompts: int = knob(32, required=True, help="held-out prompts in the eval-loss set", minimum=0)
+    save_steps: int = knob(50, required=True, help="checkpoint interval (a multiple of logging_steps)", minimum=1)
+    resume: bool = knob(True, required=True, help="continue from the last checkpoint")
+    generator: Literal["auto", "transformers", "vllm"] = knob("auto", help="auto: vLLM where CUDA and vLLM are "
+                                                              "present")
+    vllm: DistillEngine = knob(DistillEngine(), help="the distillation engine (generator vllm)")
+    lora: Lora = knob(Lora(), help="LoRA fine-tune")
 
 
+@section("draft_quantize")
 @dataclass(frozen=True)
 class DraftQuantizeParams:
     """params.yaml `draft_quantize`: the served draft as trained (None) or quantized with a quantize.variants recipe."""
-    SECTION: ClassVar[str] = "draft_quantize"
-    variant: str | None = None
-
-    @classmethod
-    def parse(cls, section: dict) -> DraftQuantizeParams:
-        return cls(Section(section, cls.SECTION).str_or_none("variant"))
+    variant: str | None = knob(None, help="a quantize.variants name to serve an INT4/FP8 draft; null: as trained")

@@ -1,6 +1,6 @@
 """params.yaml as a stage reads it: the mapping, every section present, and a section as its concern's typed value.
 
-The whole file is checked once per `dvc repro`, by its always-run first stage (`sources`: pipeline/params/check.py),
+The whole file is checked once per `dvc repro`, by its always-run first stage (`sources`: pipeline/rules.py),
 before any stage does work. A stage only reads, so its import closure (its code deps in dvc.yaml) is its own
 concern: editing the gates, the tiers or the serving checks no longer re-runs the models, data, quantize or drafts.
 """
@@ -25,7 +25,7 @@ SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "dr
 
 def load_params(path: str | Path = PARAMS_FILE) -> dict:
     """params.yaml's mapping with every section present (one line naming what is missing); the values were checked
-    by the `sources` stage of this `dvc repro` (pipeline/params/check.py: load_checked)."""
+    by the `sources` stage of this `dvc repro` (pipeline/rules.py: load_checked)."""
     refuse_other_params()
     path = Path(path)
     params = read_yaml_mapping(path, hint="; run from the project root")

@@ -7,13 +7,13 @@ result must pass params validation before params.yaml is touched.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
-from pipeline.params.check import validate
 from pipeline.params.load import read_yaml_mapping
 
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "profiles"
@@ -104,8 +104,9 @@ def _quoted_where_yaml11_differs(value):
     return value
 
 
-def apply_profile(name_or_path: str, params_path: Path) -> list[str]:
-    """Write the profile over params_path (validated first); returns the dotted keys changed."""
+def apply_profile(name_or_path: str, params_path: Path, validate: Callable[[dict, Path], None]) -> list[str]:
+    """Write the profile over params_path (validated first, by the whole-file check pipeline/rules.py passes in:
+    params imports no concern); returns the dotted keys changed."""
     merged, changed = overlay(read_yaml_mapping(params_path, "params file"),
                               read_yaml_mapping(profile_path(name_or_path), "profile"))
     validate(merged, params_path)

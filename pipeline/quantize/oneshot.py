@@ -106,7 +106,8 @@ def layer_progress(desc: str, total: int | None):
 def resolve_group_size(model: torch.nn.Module, spec: VariantSpec,
                        ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
     """The spec with the group size its layers take (recipes.choose_group_size), checked before calibration: a
-    configured size that does not divide a layer's input width gives way to the largest vLLM serves that does."""
+    group_size the variant sets that does not divide a layer's input width is refused in one line; the scheme's own
+    gives way to the largest vLLM serves that does, the reason in the metrics."""
     group = choose_group_size(spec, input_widths(model, ignore))
     return with_group_size(spec, group), group
 

@@ -232,9 +232,12 @@ def config_input_widths(config, ignore: list[str]) -> dict[str, int]:
 
 def choose_group_size(spec: VariantSpec, widths: dict[str, int]) -> GroupSize | None:
     """The group size a grouped variant quantizes these layers with (None: its scheme has no groups). The configured
-    size when it divides every layer's input width; else, for INT weight-only schemes (W4A16, W8A16), the largest
-    that vLLM's kernels serve and divides them all (VLLM_WNA16_GROUP_SIZES), or channel-wise; other grouped schemes
-    (W4A8, MXFP4) have no such fallback: one line naming the param and the layer."""
+    size when it divides every layer's input width. A group_size the variant sets that does not is refused in one
+    line naming the size that would fit. The scheme's own size (no group_size set) gives way, for INT weight-only
+    schemes (W4A16, W8A16), to the largest that vLLM's kernels serve and divides them all (VLLM_WNA16_GROUP_SIZES),
+    or channel-wise, with the reason recorded (GroupSize.reason: the sources stage says it, the metrics and the card
+    record it); other grouped schemes (W4A8, MXFP4) have no such fallback: one line naming the param and the
+    layer."""
     if is_unquantized(spec):
         return None
     scheme = scheme_for(spec)
@@ -252,6 +255,12 @@ def choose_group_size(spec: VariantSpec, widths: dict[str, int]) -> GroupSize | 
     used = next((g for g in VLLM_WNA16_GROUP_SIZES
                  if g <= configured and all(w % g == 0 for w in widths.values())), CHANNELWISE)
     bits = scheme.weights.num_bits
+    if spec.group_size is not None:  # set in the variant: it wins or is refused, never replaced behind its back
+        fix = (f"set group_size: {used} (the largest vLLM's INT{bits} weight-only kernels serve that divides every "
+               "quantized layer's input width)" if used != CHANNELWISE else
+               f"no group size vLLM's INT{bits} weight-only kernels serve divides every quantized layer's input width")
+        raise PipelineError(f"quantize.variants.{spec.name}.group_size: {doesnt}; {fix}, or leave group_size out to "
+                            f"have the scheme's {configured} replaced by what fits")
     why = (f"{used} is the largest group size vLLM's INT{bits} weight-only kernels serve ({WNA16_KERNELS}) that "
            "divides every quantized layer's input width" if used != CHANNELWISE else
            f"no group size vLLM's INT{bits} weight-only kernels serve ({', '.join(map(str, VLLM_WNA16_GROUP_SIZES))}) "

@@ -5,41 +5,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import ClassVar
+from typing import Literal
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.sections import Section
-from pipeline.core.values import is_positive_int, is_positive_number
-
-# quantize.calibration.pipeline: llm-compressor's calibration pipelines (None: it chooses)
-PIPELINES = ("sequential", "basic", "datafree", "independent")
+from pipeline.params.declare import knob, parse_declared, section
 
 
 @dataclass(frozen=True)
 class Calibration:
     """quantize.calibration: the rows and length every calibrated recipe sees (a variant may override both), the
     layers left unquantized and how llm-compressor walks the model."""
-    num_samples: int
-    max_seq_length: int
-    ignore: tuple[str, ...] = ("lm_head",)
-    pipeline: str | None = None
-    offload: bool = False
-    sequential_targets: str | tuple[str, ...] | None = None  # layer class names; None: llm-compressor infers them
-    cpu_awq_n_grid: int | None = None  # AWQ's scale-search grid on a host without a GPU, where a variant sets none
+    num_samples: int = knob(256, required=True, help="calibration rows (a variant may override)", minimum=1)
+    max_seq_length: int = knob(512, required=True, help="tokens per row (a variant may override)", minimum=1)
+    ignore: tuple[str, ...] = knob(("lm_head",), help="layers left unquantized (names or re: patterns)")
+    pipeline: Literal["sequential", "basic", "datafree", "independent"] | None = knob(
+        None, help="llm-compressor's calibration pipeline; null: it chooses")
+    offload: bool = knob(False, help="keep the weights in CPU RAM, one layer at a time on the GPU")
+    # layer class names; None: llm-compressor infers them
+    sequential_targets: str | tuple[str, ...] | None = knob(None, help="layer class names; null: inferred")
+    # AWQ's scale-search grid on a host without a GPU, where a variant sets none
+    cpu_awq_n_grid: int | None = knob(4, help="AWQ's scale-search grid on a host without a GPU; null: the default",
+                                      minimum=1)
 
     @classmethod
-    def parse(cls, s: Section | Mapping) -> Calibration:
-        """quantize.calibration (a Section of the quantize section, or the mapping itself)."""
-        s = s if isinstance(s, Section) else Section(s, "quantize.calibration")
-        targets = s.value("sequential_targets", None)
-        if targets is not None and not isinstance(targets, str):
-            targets = s.strs("sequential_targets")
-        pipeline = s.value("pipeline", None)
-        if pipeline not in (None, *PIPELINES):
-            raise s.fail("pipeline", f"one of {list(PIPELINES)} or null", pipeline)
-        return cls(num_samples=s.int("num_samples", minimum=1), max_seq_length=s.int("max_seq_length", minimum=1),
-                   ignore=s.strs("ignore", ["lm_head"]), pipeline=pipeline, offload=s.bool("offload", False),
-                   sequential_targets=targets, cpu_awq_n_grid=s.int_or_none("cpu_awq_n_grid", minimum=1))
+    def parse(cls, raw: Mapping) -> Calibration:
+        return parse_declared(cls, raw, "quantize.calibration")
 
     def with_overrides(self, num_samples: int | None, max_seq_length: int | None) -> Calibration:
         """A variant's own num_samples / max_seq_length over these (None: the section's)."""
@@ -74,47 +65,32 @@ class MixedSearch:
                    max_tries=s.int("max_tries", cls.max_tries, minimum=1))
 
 
-DISTRIBUTED_KEYS = ("gpus", "timeout_s")
-
-
 @dataclass(frozen=True)
 class Distributed:
     """quantize.distributed: gpus > 1 quantizes under torchrun, one process per GPU; 1 is the one-process path."""
-    gpus: int = 1
-    timeout_s: float = 1800
-
-    @classmethod
-    def parse(cls, raw: object) -> Distributed:
-        raw = raw or {}
-        if not isinstance(raw, Mapping) or set(raw) - set(DISTRIBUTED_KEYS):
-            raise PipelineError(f"quantize.distributed must be a mapping with keys {list(DISTRIBUTED_KEYS)}, "
-                                f"got {raw!r}")
-        out = cls(**raw)
-        if not is_positive_int(out.gpus):
-            raise PipelineError(f"quantize.distributed.gpus must be a positive integer, got {out.gpus!r}")
-        if not is_positive_number(out.timeout_s):
-            raise PipelineError(f"quantize.distributed.timeout_s must be a positive number of seconds, "
-                                f"got {out.timeout_s!r}")
-        return out
+    gpus: int = knob(1, help="processes (one per GPU) under torchrun; 1: the one-process path", minimum=1)
+    timeout_s: float = knob(1800, help="a process left waiting on a stuck one fails the stage after this long",
+                            exclusive_minimum=0)
 
 
+def at_least_one(enabled: tuple[str, ...]) -> None:
+    if not enabled or len(set(enabled)) != len(enabled):
+        raise PipelineError("quantize.enabled must be a non-empty list of distinct variant names")
+
+
+@section("quantize")
 @dataclass(frozen=True)
 class QuantizeParams:
-    SECTION: ClassVar[str] = "quantize"
-    enabled: tuple[str, ...]  # the variants `dvc repro` builds, in order
-    calibration: Calibration
-    distributed: Distributed
-    variants: Mapping[str, Mapping]  # name -> its recipe as written (recipes.enabled_variant parses one)
+    """params.yaml `quantize`: the variants built, their calibration, how many processes."""
+    enabled: tuple[str, ...] = knob(("bf16", "fp8-dynamic", "fp8-static", "gptq-w4a16", "awq-w4a16"), required=True,
+                                    help="the variants `dvc repro` builds, in order (quantize.variants names)")
+    calibration: Calibration = knob(Calibration(), required=True, help="what every calibrated recipe sees")
+    distributed: Distributed = knob(Distributed(), help="llm-compressor's distributed oneshot")
+    # name -> its recipe as written (recipes.enabled_variant parses one)
+    variants: Mapping[str, Mapping] = knob({}, help="name -> recipe (pipeline/quantize/recipes.py parses each)")
 
-    @classmethod
-    def parse(cls, section: dict) -> QuantizeParams:
-        s = Section(section, cls.SECTION)
-        enabled = s.strs("enabled")
-        if not enabled or len(set(enabled)) != len(enabled):
-            raise PipelineError("quantize.enabled must be a non-empty list of distinct variant names")
-        variants = s.mapping("variants")
-        unknown = [n for n in enabled if n not in variants]
+    def __post_init__(self) -> None:
+        at_least_one(self.enabled)
+        unknown = [n for n in self.enabled if n not in self.variants]
         if unknown:
-            raise PipelineError(f"quantize.enabled names unknown variants {unknown}; known: {sorted(variants)}")
-        return cls(enabled=enabled, calibration=Calibration.parse(s.section("calibration")),
-                   distributed=Distributed.parse(s.value("distributed", None)), variants=variants)
+            raise PipelineError(f"quantize.enabled names unknown variants {unknown}; known: {sorted(self.variants)}")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import ClassVar
+from typing import Literal
 
 from pipeline.core.errors import PipelineError
-from pipeline.core.sections import Section, empty_mapping
-from pipeline.core.values import is_positive_int, is_positive_number
+from pipeline.core.values import is_positive_number
+from pipeline.params.declare import DERIVED, Knob, knob, parse_declared, parse_key, section
 
 
 @dataclass(frozen=True)
@@ -88,122 +88,99 @@ def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
 
 AUTO_TP = "auto"  # serving.tensor_parallel_size: each variant's own, chosen by pipeline/serving/parallelism.py
 TP_SIZES = (1, 2, 4, 8)  # what auto chooses from (and max_tensor_parallel_size allows): one host's GPUs
+SLO_SCHEMA = {"type": "object", "additionalProperties": False,
+              "properties": {**{k: {} for k in SLO_KEYS}, "arrival": {"enum": list(ARRIVALS)}}}
 
 
-def _tensor_parallel_size(raw: object) -> int | str:
-    if raw != AUTO_TP and not is_positive_int(raw):
-        raise PipelineError(f"serving.tensor_parallel_size must be auto or a positive integer, got {raw!r}")
-    return raw
-
-
-def _max_tensor_parallel_size(raw: object) -> int:
-    if raw not in TP_SIZES or isinstance(raw, bool):
-        raise PipelineError(f"serving.max_tensor_parallel_size must be one of {list(TP_SIZES)}, got {raw!r}")
-    return raw
-
-
-def _draft_tensor_parallel_size(raw: object) -> int | None:
-    if raw is not None and not is_positive_int(raw):
-        raise PipelineError(f"serving.speculation.draft_tensor_parallel_size must be null or a positive integer, "
-                            f"got {raw!r}")
-    return raw
+def parse_serving_slo(raw: object, where: str) -> Slo:
+    return parse_slo(raw, where)
 
 
 @dataclass(frozen=True)
 class SpeculationBar:
     """serving.speculation: when a bundle ships speculative decoding, and the served speed it predicts from."""
-    min_gain: float  # ships only when it beats plain decoding by this factor
-    cost_profile: str = "auto"  # auto | a profile name | a path to a profile JSON
-    draft_tensor_parallel_size: int | None = None  # None: vLLM's default, the target's
+    min_gain: float = knob(1.1, required=True, help="ships speculative decoding only when it beats plain decoding by "
+                           "this factor", exclusive_minimum=0)
+    cost_profile: str = knob("auto", help="serving costs the prediction uses: auto, a profile name or a path to a "
+                             "profile JSON", min_length=1)
+    draft_tensor_parallel_size: int | None = knob(None, help="the draft model's tensor parallelism; null: the "
+                                                  "target's", minimum=1)
 
 
+@section("serving")
 @dataclass(frozen=True)
 class ServingParams:
-    SECTION: ClassVar[str] = "serving"
-    name: str  # the registry name: bundles publish as <name>-<variant>
-    max_model_len: int
-    gpu_memory_utilization: float
-    max_num_seqs: int
+    """params.yaml `serving`: the engine settings a bundle ships, its SLO, speculation's bar, the tiers."""
+    name: str = knob("nimbus-support", required=True, help="the registry name: bundles publish as <name>-<variant>")
+    max_model_len: int = knob(2048, required=True, help="vLLM's context length", minimum=1)
+    gpu_memory_utilization: float = knob(0.9, required=True, help="vLLM's share of the GPU's memory")
+    max_num_seqs: int = knob(64, required=True, help="vLLM's concurrent sequences", minimum=1)
     # auto (each variant's smallest that fits serving.gpu: parallelism.tensor_parallel_for) or a number pinning every
     # variant. Stages hold it resolved for their variant (parallelism.serving_for): an int wherever engines read it.
-    tensor_parallel_size: int | str
-    target_concurrency: int
-    baseline_variant: str
-    slo: Slo
-    speculation: SpeculationBar
-    arrival: str = ARRIVALS[0]  # serving.slo.arrival: concurrency (closed loop) | poisson (open loop)
-    gpu: str | None = None  # the fleet's GPU (pipeline/quantize/hardware.py GPUS) or None
-    gpu_hour_cost: float | None = None
-    max_tensor_parallel_size: int = 8  # the largest auto may choose (GPUs of one host)
-    env: Mapping[str, str | int] = field(default_factory=empty_mapping)
-    secret_env: Mapping[str, str] = field(default_factory=empty_mapping)  # VAR: <kubernetes-secret>/<key>
+    tensor_parallel_size: int | Literal["auto"] = knob(
+        "auto", required=True, minimum=1, help="GPUs one replica shards over; auto: per variant, the smallest that "
+        "fits serving.gpu")
+    target_concurrency: int = knob(1, required=True, minimum=1, help="the concurrency the speculative setting is "
+                                   "chosen for (one of serve_bench.concurrency)")
+    baseline_variant: str = knob("bf16", required=True, help="the variant whose plain decoding speedups divide by")
+    slo: Slo = knob(Slo(200, 50), required=True, parse=parse_serving_slo, schema=SLO_SCHEMA,
+                    help="p99 latency objectives (ms) capacity is measured against, and the arrival: concurrency "
+                    "or poisson")
+    speculation: SpeculationBar = knob(SpeculationBar(), required=True, help="when a bundle ships speculation")
+    gpu: str | None = knob(None, help="the fleet's GPU (t4, a10g, a100, a6000, l4, l40s, h100, h200, b200); null: "
+                           "unknown")
+    gpu_hour_cost: float | None = knob(None, help="price of one GPU-hour: the card's cost per million output tokens",
+                                       exclusive_minimum=0)
+    max_tensor_parallel_size: Literal[1, 2, 4, 8] = knob(8, help="the most GPUs auto may shard one replica over")
+    env: Mapping[str, str | int] = knob({}, help="environment for `vllm serve`; shipped in serve.env")
+    secret_env: Mapping[str, str] = knob({}, help="VAR: <kubernetes-secret>/<key>")
     # name -> settings as written: tiers.parse_tiers
-    tiers: Mapping[str, Mapping] = field(default_factory=empty_mapping)
+    tiers: Mapping[str, Mapping] = knob({}, help="serving tiers besides the default (pipeline/serving/tiers.py)")
+    arrival: str = field(default=ARRIVALS[0], metadata={DERIVED: True})  # serving.slo.arrival
 
     @classmethod
-    def parse(cls, section: dict) -> ServingParams:
-        s = Section(section, cls.SECTION)
-        slo = s.section("slo")
-        sp = s.section("speculation")
-        gain = sp.value("min_gain")
-        if not is_positive_number(gain):
-            raise sp.fail("min_gain", "a positive number", gain)
-        return cls(
-            name=s.str("name"), max_model_len=s.int("max_model_len", minimum=1),
-            gpu_memory_utilization=s.number("gpu_memory_utilization"), max_num_seqs=s.int("max_num_seqs", minimum=1),
-            tensor_parallel_size=_tensor_parallel_size(s.value("tensor_parallel_size")),
-            max_tensor_parallel_size=_max_tensor_parallel_size(s.value("max_tensor_parallel_size", 8)),
-            target_concurrency=s.int("target_concurrency", minimum=1), baseline_variant=s.str("baseline_variant"),
-            slo=parse_slo(dict(slo.raw), "serving.slo"), arrival=slo.choice("arrival", ARRIVALS, ARRIVALS[0]),
-            speculation=SpeculationBar(gain, sp.str("cost_profile", "auto"),
-                                       _draft_tensor_parallel_size(sp.value("draft_tensor_parallel_size", None))),
-            gpu=s.str_or_none("gpu"), gpu_hour_cost=s.number_or_none("gpu_hour_cost"),
-            env=s.mapping("env"), secret_env=s.mapping("secret_env"), tiers=s.mapping("tiers"))
+    def parse(cls, section: Mapping) -> ServingParams:
+        out = parse_declared(cls, section)
+        return replace(out, arrival=parse_key(section["slo"].get("arrival", ARRIVALS[0]), Literal[ARRIVALS],
+                                               Knob(""), "serving.slo.arrival"))
 
 
 @dataclass(frozen=True)
 class Capacity:
     """serve_bench.capacity: the search for the largest load meeting serving.slo, bounded."""
-    enabled: bool
-    max_concurrency: int
-    max_rate: float
-    max_probes: int
+    enabled: bool = knob(True, required=True, help="search each config's capacity at serving.slo")
+    max_concurrency: int = knob(256, required=True, help="never above this many users", minimum=1)
+    max_rate: float = knob(64.0, required=True, help="never above this many req/s (poisson arrival)",
+                           exclusive_minimum=0)
+    max_probes: int = knob(6, required=True, help="at most this many more `vllm bench serve` runs per config",
+                           minimum=0)
 
 
+@section("serve_bench")
 @dataclass(frozen=True)
 class ServeBenchParams:
-    SECTION: ClassVar[str] = "serve_bench"
-    enabled: bool | str  # auto | true | false
-    concurrency: tuple[int, ...]
-    prompts_per_concurrency: int
-    min_prompts: int
-    warmup_requests: int
-    max_tokens: int
-    num_speculative_tokens: int | str  # auto: the CPU estimate's best k
-    k_schedule: str  # auto | off
-    kernel_tie: float
-    capacity: Capacity
-    startup_timeout_s: int
-    port: int
-    tiers: str | tuple[str, ...] = ()  # all, or serving.tiers names
-    parallel: str = "auto"  # auto: independent configs at once on disjoint GPU sets (serving/gpu_sets.py) | off
+    """params.yaml `serve_bench`: `vllm serve --config serve.yaml` under load (GPU + vLLM only)."""
+    enabled: Literal[True, False, "auto"] = knob("auto", required=True, help="auto, true (fail without the GPUs) "
+                                                 "or false")
+    concurrency: tuple[int, ...] = knob((1, 8, 32, 64), required=True, minimum=1,
+                                        help="`vllm bench serve --max-concurrency` sweep")
+    prompts_per_concurrency: int = knob(4, required=True, help="requests per level: max(min_prompts, this x "
+                                        "concurrency)", minimum=1)
+    min_prompts: int = knob(32, required=True, help="requests per level, at least", minimum=1)
+    warmup_requests: int = knob(8, required=True, help="sent after /health answers, before any timing", minimum=0)
+    max_tokens: int = knob(128, required=True, help="per request", minimum=1)
+    num_speculative_tokens: int | Literal["auto"] = knob("auto", required=True, minimum=1,
+                                                         help="auto: the k the CPU estimate found best")
+    k_schedule: Literal["auto", "off"] = knob("auto", required=True, help="auto: also serve a k per batch-size range")
+    kernel_tie: float = knob(0.04, required=True, help="kernels within this fraction at target_concurrency: the "
+                             "faster over the sweep ships", minimum=0, exclusive_maximum=1)
+    capacity: Capacity = knob(Capacity(), required=True, help="capacity at serving.slo")
+    startup_timeout_s: int = knob(900, required=True, help="vllm serve until /health answers", minimum=1)
+    port: int = knob(8000, required=True, help="preferred loopback port", minimum=1, maximum=65535)
+    tiers: Literal["all"] | tuple[str, ...] = knob((), help="serving tiers also served: [], all or a list of names")
+    parallel: Literal["auto", "off"] = knob("auto", help="auto: independent configs at once on disjoint GPU sets")
 
-    @classmethod
-    def parse(cls, section: dict) -> ServeBenchParams:
-        s = Section(section, cls.SECTION)
-        c = s.section("capacity")
-        k = s.value("num_speculative_tokens")
-        if k != "auto" and not is_positive_int(k):
-            raise s.fail("num_speculative_tokens", "auto or a positive integer", k)
-        tiers = s.value("tiers", [])
-        return cls(
-            enabled=s.choice("enabled", (True, False, "auto")), concurrency=s.ints("concurrency"),
-            prompts_per_concurrency=s.int("prompts_per_concurrency", minimum=1),
-            min_prompts=s.int("min_prompts", minimum=1), warmup_requests=s.int("warmup_requests", minimum=0),
-            max_tokens=s.int("max_tokens", minimum=1), num_speculative_tokens=k,
-            k_schedule=s.choice("k_schedule", ("auto", "off")), kernel_tie=s.number("kernel_tie"),
-            capacity=Capacity(c.bool("enabled"), c.int("max_concurrency", minimum=1), c.number("max_rate"),
-                              c.int("max_probes", minimum=0)),
-            startup_timeout_s=s.number("startup_timeout_s"), port=s.int("port", minimum=1),
-            tiers=tiers if tiers == "all" else s.strs("tiers", []),
-            parallel=s.choice("parallel", ("auto", "off"), "auto"))
+    def __post_init__(self) -> None:
+        if not self.concurrency or len(set(self.concurrency)) != len(self.concurrency):
+            raise PipelineError(f"serve_bench.concurrency must be a non-empty list of distinct positive integers, "
+                                f"got {list(self.concurrency)!r}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.values import is_positive_int
-from pipeline.serving.settings import ARRIVALS, AUTO_TP, ServingParams, Slo, parse_slo
+from pipeline.serving.settings import AUTO_TP, ServingParams, Slo, parse_slo
 
 DEFAULT = "default"
 # Engine settings a tier may override (vLLM engine args of the same names).
@@ -23,13 +23,6 @@ ENGINE_KEYS = ("max_num_seqs", "max_num_batched_tokens", "enable_chunked_prefill
 TIER_KEYS = {*ENGINE_KEYS, "gpus", "concurrency", "speculation", "slo"}
 SPECULATION = ("auto", "off")
 NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")  # part of Kubernetes object names
-
-
-def serving_slo(serving: Mapping) -> tuple[Slo, str]:
-    """(serving.slo's objective, its arrival: concurrency or poisson), from the section as written (the whole-file
-    check reads it so before the section is typed)."""
-    raw = serving.get("slo")
-    return parse_slo(raw, "serving.slo"), raw.get("arrival", ARRIVALS[0])
 
 
 @dataclass(frozen=True)
