@@ -1,8 +1,8 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance.
 
-Wiring only; the work is pipeline/evaluate/run.py's."""
+Wiring only; the work is pipeline/evaluation.py's."""
+from pipeline import evaluation as run
 from pipeline.core.stage import stage_main
-from pipeline.evaluate import run
 from pipeline.params.load import load_params, variant_argument
 
 

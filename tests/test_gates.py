@@ -305,7 +305,7 @@ def test_gpu_path_reports_why_it_is_skipped_here(monkeypatch):
     one GPU short of the tensor parallelism says how many it has."""
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: the GPU path runs here")
-    from pipeline.evaluate.run import Settings, gpu_measurement
+    from pipeline.evaluation import Settings, gpu_measurement
 
     assert vllm_spec.unavailable_reason() == "no CUDA device"
     p = tiny_params()

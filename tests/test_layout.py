@@ -1,6 +1,7 @@
 """The library's layout (README, Code layout): pipeline/ is one subpackage per step of the pipeline, plus three
 modules at the top: the CLI, sections.py (imports every concern's settings, so the registry of declared sections is
-whole) and rules.py (the whole-file check: every rule across sections). The subpackages import one another without a
+whole) rules.py (the whole-file check: every rule across sections) and evaluation.py (the evaluate stage's work, which
+composes quantize, drafts, serving and evaluate). The subpackages import one another without a
 cycle; params sits below the concerns (they register their sections with pipeline/params/declare.py) and imports
 none of them; no subpackage imports the top."""
 from __future__ import annotations
@@ -34,7 +35,7 @@ def package_imports() -> dict[str, set[str]]:
     return edges
 
 
-TOP = ("cli.py", "sections.py", "rules.py")  # the modules above every step package
+TOP = ("cli.py", "sections.py", "rules.py", "evaluation.py")  # the modules above every step package
 
 
 def test_pipeline_holds_the_step_packages_and_the_top_modules():

@@ -63,6 +63,15 @@ def test_bad_profile_is_one_error_and_leaves_params_untouched(params_copy, tmp_p
     assert params_copy.read_bytes() == before
 
 
+def test_a_small_float_in_a_profile_reads_back_as_a_float(params_copy, tmp_path):
+    # ruamel writes 2e-05, which PyYAML (the stages' reader) reads as a string: every such profile was refused
+    small = tmp_path / "small.yaml"
+    small.write_text("draft_training: {learning_rate: 0.00002}\n")
+    apply_profile(str(small), params_copy, validate)
+    written = yaml.safe_load(params_copy.read_text())
+    assert written["draft_training"]["learning_rate"] == 2e-05
+
+
 def test_profile_cli(params_copy):
     cli = [sys.executable, "-c", "from pipeline.cli import main; main()", "profile"]
     ok = subprocess.run([*cli, "gpu", "--params", str(params_copy)], capture_output=True, text=True, cwd=ROOT)

@@ -11,14 +11,12 @@ import pytest
 import yaml
 
 from bundle_helpers import BundleSpec, run_stage_in_process
+from pipeline import evaluation as evaluate  # imported before a test fakes the host's GPUs
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.drafts import methods
 from pipeline.drafts.settings import DraftParams
-from pipeline.evaluate import (
-    run as evaluate,  # imported before a test fakes the host's GPUs
-    vllm_spec,
-)
+from pipeline.evaluate import vllm_spec
 from pipeline.rules import validate
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.config import speculative_config_for
@@ -136,7 +134,7 @@ def test_manifests_request_each_tiers_gpus(tp2_bundle):
 
 def test_evaluation_engines_are_sharded_as_served():
     from pipeline.evaluate import lmeval
-    from pipeline.evaluate.run import Settings, lm_eval_engine
+    from pipeline.evaluation import Settings, lm_eval_engine
 
     p = tiny_params(serving=TP2)
     args = lmeval.vllm_model_args("/m", lm_eval_engine(Settings.of(p)))

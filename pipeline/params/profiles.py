@@ -66,6 +66,7 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
     # a value an earlier profile quoted ("off") must stay quoted when a later profile rewrites the file
     rt.preserve_quotes = True
     rt.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    rt.representer.add_representer(float, lambda r, v: r.represent_scalar("tag:yaml.org,2002:float", _yaml11_float(v)))
     doc = rt.load(params_path.read_text(encoding="utf-8"))
     for dotted in changed:
         *parents, leaf = dotted.split(".")
@@ -87,6 +88,19 @@ def write_keeping_comments(params_path: Path, merged: dict, changed: list[str]) 
     if yaml.safe_load(text) != merged:
         raise PipelineError(f"{params_path}: the profile's values would not read back as written; nothing written")
     atomic_write_text(params_path, text)
+
+
+def _yaml11_float(value: float) -> str:
+    """A float as PyYAML (YAML 1.1) reads it back: ruamel's 2e-05 has no dot and would come back a string."""
+    text = repr(value)
+    if text in ("inf", "-inf", "nan"):
+        return {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}[text]
+    mantissa, _, exponent = text.partition("e")
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent and exponent[0] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}" if exponent else mantissa
 
 
 def _quoted_where_yaml11_differs(value):
