@@ -125,10 +125,27 @@ def _section(params: dict, dotted: str, path: Path) -> dict:
 
 
 def validate(params, path: Path, check_recipes: bool = True) -> None:
-    """Raise PipelineError naming the first bad param; no model or data is read."""
-    from pipeline.core.names import check_name, check_variant_name, check_version
-    from pipeline.release.thresholds import CHECKS, check_thresholds
+    """Raise PipelineError naming the first bad param; no model or data is read. The checks run in this order, so
+    the first error a user sees is the same whatever else is wrong."""
+    typed = _parsed_whole(params, path)
+    _check_no_secrets(params, path)
+    variants = _section(params, "quantize.variants", path)
+    specs = _checked_variants(params, typed, variants, path, check_recipes)
+    # GPUs per replica, where the target's config is known here: a variant that can't fit fails now, not in serving.
+    decided = tensor_parallel_sizes(params, {n: specs[n] for n in typed.quantize.enabled} if check_recipes else None,
+                                    path)
+    _check_gates(params, variants, path)
+    _check_functional_tasks(params, path)
+    draft_quant = _section(params, "draft_quantize", path).get("variant")
+    if draft_quant is not None:
+        _known([draft_quant], variants, "draft_quantize.variant", path)
+    serving = _checked_names(params, path)
+    check_serving(params, serving, variants, path, decided)
+    _check_publish(params, typed, path)
 
+
+def _parsed_whole(params, path: Path):
+    """The file's shape, every key as declared, every section parsed as its stages read it, the sources."""
     if not isinstance(params, dict):
         raise PipelineError(f"{path}: expected a mapping of sections")
     missing = [s for s in SECTIONS if s not in params]
@@ -138,8 +155,11 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     from pipeline.sections import Params
 
     typed = Params.parse(params, path)  # every section as its stages read it (the declarations' own rules too)
-    target, draft = typed.target, DraftSourceParams(typed.draft.source)
-    check_sources(target.source, draft.source, path)
+    check_sources(typed.target.source, DraftSourceParams(typed.draft.source).source, path)
+    return typed
+
+
+def _check_no_secrets(params, path: Path) -> None:
     from pipeline.core.redact import secret_paths
 
     leaked = secret_paths(params)
@@ -148,8 +168,14 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                             "params are recorded in dvc.lock and the bundle: give it in the environment instead "
                             "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, "
                             "MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
-    variants = _section(params, "quantize.variants", path)
-    specs = {}  # name -> parsed VariantSpec, reused by the serving.gpu check below
+
+
+def _checked_variants(params, typed, variants: dict, path: Path, check_recipes: bool) -> dict:
+    """name -> parsed VariantSpec (with check_recipes; else the names only), each enabled one checked against the
+    serving GPU and the target's (and draft's) layer widths before any work."""
+    from pipeline.core.names import check_variant_name
+
+    specs = {}
     for name, raw in variants.items():
         try:
             if check_recipes:
@@ -160,25 +186,26 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                 check_variant_name(name)
         except PipelineError as e:
             raise PipelineError(f"{path}: {e}") from None
-    enabled = list(typed.quantize.enabled)  # distinct, each a variant (QuantizeParams)
-    if check_recipes:
-        from pipeline.quantize.hardware import check_runs_on
+    if not check_recipes:
+        return specs
+    from pipeline.quantize.hardware import check_runs_on
 
-        gpu = _section(params, "serving", path).get("gpu")
+    enabled = list(typed.quantize.enabled)  # distinct, each a variant (QuantizeParams)
+    gpu = _section(params, "serving", path).get("gpu")
+    draft_variant = (params.get("draft_quantize") or {}).get("variant")
+    try:
         for name in enabled:
-            try:
-                check_runs_on(specs[name], gpu)
-            except PipelineError as e:
-                raise PipelineError(f"{path}: {e}") from None
-        draft_variant = (params.get("draft_quantize") or {}).get("variant")
-        try:  # layer widths against group sizes, before any work
-            group_sizes(params, [specs[n] for n in enabled])
-            if draft_variant in specs:
-                group_sizes(params, [specs[draft_variant]], role="draft")
-        except PipelineError as e:
-            raise PipelineError(f"{path}: {e}") from None
-    # GPUs per replica, where the target's config is known here: a variant that can't fit fails now, not in serving.
-    decided = tensor_parallel_sizes(params, {n: specs[n] for n in enabled} if check_recipes else None, path)
+            check_runs_on(specs[name], gpu)
+        group_sizes(params, [specs[n] for n in enabled])  # layer widths against group sizes
+        if draft_variant in specs:
+            group_sizes(params, [specs[draft_variant]], role="draft")
+    except PipelineError as e:
+        raise PipelineError(f"{path}: {e}") from None
+    return specs
+
+
+def _check_gates(params, variants: dict, path: Path) -> None:
+    from pipeline.release.thresholds import CHECKS, check_thresholds
 
     gates = _section(params, "gates", path)
     thresholds = _section(params, "gates.thresholds", path)
@@ -202,6 +229,8 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
         raise PipelineError(f"{path}: gates.allow_fail must be a list of variant names")
     _known(allow_fail, variants, "gates.allow_fail", path)
 
+
+def _check_functional_tasks(params, path: Path) -> None:
     tasks = ((_section(params, "evaluate", path).get("functional") or {}).get("tasks"))
     if isinstance(tasks, str):  # read (and each line checked) by evaluate, before models
         # under evals/ (a dependency of every evaluate stage): a task file elsewhere could change and re-run nothing
@@ -210,19 +239,27 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
                                 "the evaluate stages depend on), e.g. evals/human-eval/functional.jsonl")
         if not Path(tasks).is_file():
             raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} not found")
-    draft_quant = _section(params, "draft_quantize", path).get("variant")
-    if draft_quant is not None:
-        _known([draft_quant], variants, "draft_quantize.variant", path)
+
+
+def _checked_names(params, path: Path) -> dict:
+    """serving.name, and the registry name publish gives each enabled variant: fail now, not after every bundle."""
+    from pipeline.core.names import check_name
+
     serving = _section(params, "serving", path)
     _check_wrapped(check_name, serving.get("name"), "serving.name", path)
-    for variant in params["quantize"]["enabled"]:  # what publish registers: fail now, not after every bundle
+    for variant in params["quantize"]["enabled"]:
         published = f"{serving['name']}-{variant}"
         try:
             check_name(published)
         except PipelineError:
             raise PipelineError(f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
                                 f"is {len(published)} characters, over the 128 allowed; shorten serving.name") from None
-    check_serving(params, serving, variants, path, decided)
+    return serving
+
+
+def _check_publish(params, typed, path: Path) -> None:
+    from pipeline.core.names import check_version
+
     registry = Path(str(params["publish"]["registry_dir"])).resolve()
     if paths.ARTIFACTS.resolve() in registry.parents or registry == paths.ARTIFACTS.resolve():
         raise PipelineError(f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "

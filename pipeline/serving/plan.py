@@ -132,30 +132,7 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
     rows = [Row("models", "0", "-", bf16, "not estimated (download or conversion)", "the target's BF16 bytes")]
     stage_points = points["stages"]
     for name in quantize.enabled:
-        spec = variant_spec(quantize.variants, name)
-        size = par.estimated_weight_bytes(shape, spec)
-        if is_unquantized(spec):
-            t, src = scaled_time(stage_points["quantize@bf16"], n)
-            rows.append(Row(f"quantize@{name}", "0", "-", size, t, src + " (a copy)"))
-            continue
-        point = points["quantize"].get(name) or next(
-            (p for p in points["quantize"].values() if p["algorithm"] == spec.algorithm), None)
-        samples = spec.num_samples or quantize.calibration.num_samples
-        factor = samples / point["calibration_samples"] if point and point["calibration_samples"] else 1.0
-        t, src = scaled_time(point, n, factor) if point else ("not measured", "no measured point for this algorithm")
-        gpus = quantize.distributed.gpus
-        if quantize.calibration.offload or gpus > 1:  # one decoder layer at a time on each GPU
-            layer = (bf16 - shape.embedding_parameters * 2) // shape.layers
-            memory, problem = f"{gb(layer)} + calibration activations (one layer; not measured)", None
-        elif point:
-            peak = point["peak_gpu_memory_bytes"] * n // point["parameters"]
-            memory = f"{gb(peak)} (measured peak x parameters)"
-            problem = one_gpu(f"quantize@{name}", peak, host, "the whole model on the GPU")
-            if problem:
-                problem += ": set quantize.calibration.offload: true (one layer at a time on the GPU)"
-        else:
-            memory, problem = "not measured", None
-        rows.append(Row(f"quantize@{name}", str(gpus), memory, size, t, src, problem))
+        rows.append(quantize_row(name, variant_spec(quantize.variants, name), quantize, shape, bf16, host, points))
     engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
     util = engine.gpu_memory_utilization
     fit, largest = par.smallest_fit(engine.inputs(serving, shape, bf16, par.TARGET_SPEC),
@@ -186,6 +163,33 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         t, src = scaled_time(stage_points["bundle"], n)
         rows.append(Row(f"bundle@{name}", "0", "-", par.estimated_weight_bytes(shape, spec), t, src + " (a copy)"))
     return rows
+
+
+def quantize_row(name: str, spec, quantize, shape, bf16: int, host: Host, points: dict) -> Row:
+    """quantize@name's row: time scaled from the measured point of its algorithm, GPU memory whole or one layer."""
+    n = shape.parameters
+    size = par.estimated_weight_bytes(shape, spec)
+    if is_unquantized(spec):
+        t, src = scaled_time(points["stages"]["quantize@bf16"], n)
+        return Row(f"quantize@{name}", "0", "-", size, t, src + " (a copy)")
+    point = points["quantize"].get(name) or next(
+        (p for p in points["quantize"].values() if p["algorithm"] == spec.algorithm), None)
+    samples = spec.num_samples or quantize.calibration.num_samples
+    factor = samples / point["calibration_samples"] if point and point["calibration_samples"] else 1.0
+    t, src = scaled_time(point, n, factor) if point else ("not measured", "no measured point for this algorithm")
+    gpus = quantize.distributed.gpus
+    if quantize.calibration.offload or gpus > 1:  # one decoder layer at a time on each GPU
+        layer = (bf16 - shape.embedding_parameters * 2) // shape.layers
+        memory, problem = f"{gb(layer)} + calibration activations (one layer; not measured)", None
+    elif point:
+        peak = point["peak_gpu_memory_bytes"] * n // point["parameters"]
+        memory = f"{gb(peak)} (measured peak x parameters)"
+        problem = one_gpu(f"quantize@{name}", peak, host, "the whole model on the GPU")
+        if problem:
+            problem += ": set quantize.calibration.offload: true (one layer at a time on the GPU)"
+    else:
+        memory, problem = "not measured", None
+    return Row(f"quantize@{name}", str(gpus), memory, size, t, src, problem)
 
 
 def render(rows: list[Row], title: str) -> str:
