@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from scale_serve import free_port, healthy  # noqa: E402  (the same servers' helpers)
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
@@ -175,20 +177,6 @@ def build(root: Path, out: Path) -> None:
 
 
 # ---- serve (vLLM's site) ----
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
 
 def greedy(port: int, name: str) -> list[list]:
     """Each prompt's greedy continuation as token ids: random weights' tokens mostly fall outside a small tokenizer,
