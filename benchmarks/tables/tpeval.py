@@ -25,8 +25,8 @@ ROOT_CAUSE = re.compile(r"((?:FileNotFoundError|ValueError|RuntimeError): .*)")
 GENERIC = "Engine core initialization failed"  # vLLM's wrapper; the worker's own error says why
 MEANING = {  # what each root cause means, by its first words (written by hand, checked against the log by prefix)
     "RuntimeError: Expected all tensors to be on the same device": (
-        "quality.fidelity gathered on the baseline's device while the decompressed variant's logprobs were on CPU; "
-        "fixed: it moves them to the baseline's device"),
+        "the decompressed GPTQ variant stayed in compressed-tensors' CPU offload cache after .to(cuda); fixed: "
+        "load_causal_lm removes that dispatch, quality.fidelity compares on the baseline's device"),
     "FileNotFoundError: [Errno 2] No such file or directory: '/work/main/benchmarks/gpu/tp_eval.py'": (
         "vLLM's spawned workers started while the next device call re-synced the tree; fixed: background steps run "
         "from a private copy (session.sh private_tree)"),
