@@ -353,7 +353,7 @@ PY
     if [ -n "${4:-}" ]; then export CUDA_VISIBLE_DEVICES=$4; fi
     { gpu_line; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}"; } > /tmp/mx/gpu.txt; run_spec /tmp/mx "" mixed8b
     # its own session: the call's process group is killed when the call returns, the run must outlive it
-    tree=$(private_tree mixed8b)
+    tree=$(private_tree mixed8b artifacts/models/target)  # its tokenizer (mixed_serve.tokenizer_dir)
     (cd "$tree" && setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py \
         build /tmp/m8 /tmp/mx/out >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:.:/tmp/dvcsite python \
         benchmarks/gpu/mixed_serve.py serve /tmp/m8 /tmp/mx/out >> /tmp/mx/run.log 2>&1; echo $? > /tmp/mx/rc' \
@@ -417,7 +417,7 @@ PY
   shipped)
     out=$2 wait_s=$3; shift 3; mkdir -p "$out"
     rm -rf /tmp/sh && mkdir -p /tmp/sh/out && gpu_line | tee /tmp/sh/out/gpu.txt; run_spec /tmp/sh/out
-    export SH_BUNDLES="$*" SH_ROOT; SH_ROOT=$(private_tree shipped "$@")
+    export SH_BUNDLES="$*" SH_ROOT; SH_ROOT=$(private_tree shipped artifacts/data/heldout.jsonl "$@")
     setsid bash -c 'cd "$SH_ROOT" && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/serve_shipped.py /tmp/sh/out \
         $SH_BUNDLES > /tmp/sh/run.log 2>&1; echo $? > /tmp/sh/rc' < /dev/null > /dev/null 2>&1 &
     sleep 20; bash "$0" shipped-watch "$out" "$wait_s" ;;
