@@ -18,7 +18,7 @@ function, and a format), a `Facts` (quantity/value pairs), or any function of no
 driver, vLLM, torch, profile, code, command). Every block in the markdown must have a definition and every
 definition a block, so a table cannot silently drop out of a page.
 
-    python benchmarks/render.py                # re-render every page under benchmarks/
+    python benchmarks/render.py                # re-render every page under benchmarks/ (and docs/ with a header)
     python benchmarks/render.py FILE.md ...    # only these
     python benchmarks/render.py --check        # exit 1 naming the pages whose blocks differ from their rendering
     python benchmarks/render.py --json FILE.md # the same tables as JSON ({block: {columns, rows} or {text}})
@@ -206,7 +206,10 @@ def as_data(markdown: Path) -> dict[str, dict]:
 
 
 def reports(under: Path = ROOT / "benchmarks") -> list[Path]:
-    return sorted(p for p in under.rglob("*.md") if "raw" not in p.parts and HEADER.search(p.read_text()))
+    """The benchmark pages, plus docs pages that carry measured blocks (docs/scale.md), so --check covers them."""
+    found = [p for p in under.rglob("*.md") if "raw" not in p.parts]
+    docs = sorted((ROOT / "docs").glob("*.md")) if under == ROOT / "benchmarks" else []
+    return sorted(p for p in found + docs if HEADER.search(p.read_text()))
 
 
 def main(argv: list[str] | None = None) -> int:

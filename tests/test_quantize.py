@@ -163,6 +163,21 @@ def test_recipe_overrides_pass_straight_through(demo_pair, calibration_texts, tm
     assert metrics["calibration_samples"] == 4
 
 
+def test_a_compressed_checkpoint_loads_with_plain_parameters_that_follow_the_model(demo_pair, calibration_texts,
+                                                                                   baseline, heldout_examples,
+                                                                                   tmp_path):
+    """compressed-tensors loads a checkpoint it decompresses into its OffloadCache (onloaded to CPU), which
+    `model.to(cuda)` does not move: on an H100 the GPTQ variant stayed on CPU beside a CUDA baseline
+    (benchmarks/gpu/raw/tpeval exact-demo). load_causal_lm hands back plain parameters, scoring as before."""
+    from compressed_tensors.offload.cache import OffloadCache
+
+    quantize(demo_pair[0], tmp_path / "q", "gptq-w4a16", VARIANTS["gptq-w4a16"], calibration_texts, CALIBRATION)
+    model = load_causal_lm(tmp_path / "q", torch.device("cpu"))
+    assert [n for n, m in model.named_modules() if isinstance(m._parameters, OffloadCache)] == []
+    assert all(isinstance(p, torch.nn.Parameter) for p in model.parameters())
+    assert 0 < fidelity(baseline, model, heldout_examples)["kl_divergence"] < 1
+
+
 @pytest.mark.parametrize("variant", ["gptq-w4a16", "nvfp4a16"])
 def test_offloaded_load_quantizes(variant, demo_pair, calibration_texts, tmp_path):
     """offload: true goes through compressed-tensors' offloaded loading; the result is the same kind

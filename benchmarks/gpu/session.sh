@@ -127,6 +127,17 @@ SH
   run_spec /tmp/gp "profiles/${GP_BASE:-gpu}.yaml${1:+ + profiles/$1.yaml}" "${1:-${GP_BASE:-gpu}-profile}"
 }
 
+private_tree() {  # private_tree STEP [PATH...]: a copy of this tree in /tmp/STEP-tree for a background step to run
+  # from, since the device tool re-syncs the working tree at every call and a process the step spawns later would
+  # find its files missing (raw/tpeval: FileNotFoundError for tp_eval.py in vLLM's workers). Large ignored folders
+  # are left out; the PATHs the step reads from them (e.g. artifacts/models/target) are copied in.
+  local dst=/tmp/$1-tree p; shift; rm -rf "$dst" && mkdir -p "$dst"
+  tar -C "$PWD" --exclude=./.git --exclude=./.gpu --exclude=./artifacts --exclude=./.venv --exclude=./.dvc/cache \
+      -cf - . | tar -C "$dst" -xf -
+  for p in "$@"; do [ -e "$p" ] && mkdir -p "$dst/$(dirname "$p")" && cp -a "$p" "$dst/$p"; done
+  echo "$dst"
+}
+
 gp_background() {
   # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
   # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
@@ -322,8 +333,9 @@ PY
     run_spec /tmp/scale "" scale
     rm -f /tmp/scale/rc; export SC_PLAN="${4:-benchmarks/gpu/plans/scale-70b.json}"
     # its own session: the call's process group is killed when the call returns, the run must outlive it
-    setsid bash -c 'PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/scale_serve.py run .gpu/scale/models /tmp/scale/out \
-       "$SC_PLAN" >> /tmp/scale/run.log 2>&1; echo $? > /tmp/scale/rc' < /dev/null > /dev/null 2>&1 &
+    tree=$(private_tree scale .gpu/scale/models)
+    (cd "$tree" && setsid bash -c 'PYTHONPATH=/tmp/vllm/site python benchmarks/gpu/scale_serve.py run .gpu/scale/models \
+       /tmp/scale/out "$SC_PLAN" >> /tmp/scale/run.log 2>&1; echo $? > /tmp/scale/rc' < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" scale-watch "$2" "$3" ;;
   scale-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
@@ -341,9 +353,11 @@ PY
     if [ -n "${4:-}" ]; then export CUDA_VISIBLE_DEVICES=$4; fi
     { gpu_line; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-unset}"; } > /tmp/mx/gpu.txt; run_spec /tmp/mx "" mixed8b
     # its own session: the call's process group is killed when the call returns, the run must outlive it
-    setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py build /tmp/m8 /tmp/mx/out \
-        >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py serve /tmp/m8 \
-        /tmp/mx/out >> /tmp/mx/run.log 2>&1; echo $? > /tmp/mx/rc' < /dev/null > /dev/null 2>&1 &
+    tree=$(private_tree mixed8b artifacts/models/target)  # its tokenizer (mixed_serve.tokenizer_dir)
+    (cd "$tree" && setsid bash -c 'PYTHONPATH=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite python benchmarks/gpu/mixed_serve.py \
+        build /tmp/m8 /tmp/mx/out >> /tmp/mx/run.log 2>&1 && PYTHONPATH=/tmp/vllm/site:.:/tmp/dvcsite python \
+        benchmarks/gpu/mixed_serve.py serve /tmp/m8 /tmp/mx/out >> /tmp/mx/run.log 2>&1; echo $? > /tmp/mx/rc' \
+        < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" mixed8b-watch "$2" "$3" ;;
   mixed8b-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
@@ -357,8 +371,9 @@ PY
     # fidelity through vLLM at TP 1 and 2, the demo target's against transformers) in its own session; then tpeval-watch
     out=$2; rm -rf /tmp/tpe && mkdir -p "$out" /tmp/tpe; gpu_line > /tmp/tpe/gpu.txt
     nvidia-smi topo -m > /tmp/tpe/topo.txt 2>&1 || true; run_spec /tmp/tpe "" tpeval
-    setsid bash -c 'bash benchmarks/gpu/tp_eval.sh > /tmp/tpe/script.log 2>&1; echo $? > /tmp/tpe/script.rc' \
-      < /dev/null > /dev/null 2>&1 &
+    tree=$(private_tree tpeval artifacts/models/target)
+    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/tp_eval.sh > /tmp/tpe/script.log 2>&1; echo $? > /tmp/tpe/script.rc' \
+      < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" tpeval-watch "$2" "$3" ;;
   tpeval-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
@@ -402,7 +417,7 @@ PY
   shipped)
     out=$2 wait_s=$3; shift 3; mkdir -p "$out"
     rm -rf /tmp/sh && mkdir -p /tmp/sh/out && gpu_line | tee /tmp/sh/out/gpu.txt; run_spec /tmp/sh/out
-    export SH_BUNDLES="$*" SH_ROOT=$PWD
+    export SH_BUNDLES="$*" SH_ROOT; SH_ROOT=$(private_tree shipped artifacts/data/heldout.jsonl "$@")
     setsid bash -c 'cd "$SH_ROOT" && PYTHONPATH=/tmp/vllm/site:. python benchmarks/gpu/serve_shipped.py /tmp/sh/out \
         $SH_BUNDLES > /tmp/sh/run.log 2>&1; echo $? > /tmp/sh/rc' < /dev/null > /dev/null 2>&1 &
     sleep 20; bash "$0" shipped-watch "$out" "$wait_s" ;;

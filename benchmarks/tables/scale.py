@@ -7,10 +7,10 @@ import json
 import re
 
 from render import Column as C, Facts, Spec
-from tables import read
+from tables import read, tpeval
 
 SERVED = ("scale-70b", "scale-70b-alternatives")  # each run's plan: benchmarks/gpu/plans/<run>.json
-RUNS = (*SERVED, "tp-greedy")
+RUNS = (*SERVED, "tp-greedy", "tpeval")
 RUN = read.RAW / SERVED[0]  # the conditions (both served runs share them: scale_serve.py's constants)
 BASELINE = "bf16-tp4"  # in every served run, so ratios stay within one run
 BESIDE, ALONE = [f"w4a16-tp1-g{i}" for i in range(4)], "w4a16-tp1-alone"
@@ -134,7 +134,31 @@ def tok(r: dict, c: int) -> str | None:
 
 NAME = C("config", lambda r: f"`{r['name']}`")
 RUN_COL = C("run", lambda r: f"`{r['run']}`")
+def pct(x: float | None) -> str | None:
+    return None if x is None else f"{x:+.2f}%"
+
+
+GPTQ = (C("step", lambda r: f"`{r['step']}`"), C("GPUs", "gpus"), C("sequential onloading", "offload"),
+        C("finished", "done"), C("beside", "beside"),
+        C("step s (process start to exit)", "step_s", "{:.1f}"), C("quantize call s (tp_eval.py)", "wall_s"),
+        C("pipeline wall s", "pipeline_s"), C("oneshot s", "oneshot_s"),
+        C("peak GPU MB (pipeline, per process)", "peak_gpu_mb", "{:,.0f}"),
+        C("peak MiB per GPU used (nvidia-smi)", "smi_mib"), C("checkpoint MB", "size_mb", "{:,.1f}"))
+LAYERS = (C("step", lambda r: f"`{r['step']}`"), C("GPUs", "gpus"), C("layer-to-layer intervals timed", "layers"),
+          C("median s per layer", "median", "{:.2f}"), C("mean s per layer", "mean", "{:.2f}"),
+          C("sum s", "total", "{:.1f}"))
+FIDELITY = (C("checkpoint", lambda r: r["model"]), C("variant", lambda r: f"`{r['variant']}`"), C("TP", "tp"),
+            C("perplexity", "perplexity", "{:,.4g}"), C("vs BF16", "perplexity_increase_pct", pct),
+            C("KL (top-20 + tail, lower bound)", "kl_divergence", "{:.2e}"), C("top-1 agreement", "top1_agreement",
+                                                                                "{:.4f}"),
+            C("greedy match", "greedy_match", "{:.2f}"), C("error", lambda r: r["error"] and "failed (below)"))
 BLOCKS = {
+    "tpeval-conditions": Facts(tpeval.conditions, ("condition", "value")),
+    "gptq-gpus": Spec(tpeval.quant_rows, GPTQ),
+    "gptq-layers": Spec(tpeval.quant_rows, LAYERS),
+    "tp-fidelity": Spec(tpeval.fidelity_rows, FIDELITY),
+    "tpeval-failures": Spec(tpeval.failures, (C("entry", "entry"), C("first error in run.log", "cause"),
+                                              C("what it means", lambda r: tpeval.meaning(r["cause"])))),
     "conditions": Facts(conditions, ("condition", "value")),
     "served": Spec(lambda: [r for r in configs() if any(r["levels"].values())], (
         RUN_COL, NAME, C("TP (GPUs)", "tp"), C("beside", lambda r: r["beside"] or "alone"),

@@ -30,7 +30,9 @@ def fidelity(baseline, variant, examples: list[tuple[list[int], list[int]]]) -> 
     nll_base = nll_var = kl = agree = n = 0.0
     for prompt, response in progress(examples, desc="teacher-forced fidelity"):
         lp_b = response_logprobs(baseline, prompt, response)
-        lp_v = response_logprobs(variant, prompt, response)
+        # on the baseline's device: a decompressed checkpoint can stay on CPU beside a baseline on CUDA
+        # (raw/tpeval exact-demo: gather's index on cuda:0, the variant's logprobs on cpu), as greedy_match does
+        lp_v = response_logprobs(variant, prompt, response).to(lp_b.device)
         target = torch.tensor(response, device=lp_b.device)
         nll_base -= lp_b.gather(1, target[:, None]).sum().item()
         nll_var -= lp_v.gather(1, target[:, None]).sum().item()

@@ -56,10 +56,23 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
         # safetensors only: a pickled .bin beside the weights is never unpickled.
         model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=False,
                                                      use_safetensors=True, **kwargs)
+    if kwargs:
+        undo_offload(model)
     for module in model.modules():
         if getattr(module, "quantization_scheme", None) is not None:  # a layer compressed-tensors decompressed
             module.to(dtype)
     return model.to(device).eval()
+
+
+def undo_offload(model) -> None:
+    """compressed-tensors loads a checkpoint it decompresses with every module's tensors in its OffloadCache, onloaded
+    to the load device (CPU); `model.to(cuda)` then leaves them on CPU (benchmarks/gpu/raw/tpeval exact-demo: the
+    variant scored on CPU beside a CUDA baseline). Plain parameters again, so `.to(device)` moves all of them."""
+    try:
+        from compressed_tensors.offload import remove_dispatch
+    except ImportError:  # a compressed-tensors without its offload framework dispatches nothing
+        return
+    remove_dispatch(model)
 
 
 # Upper bounds on a config's shape, well above any published model's (Llama 3.1 405B: 126 layers, hidden 16384,
