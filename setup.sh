@@ -18,7 +18,7 @@ uv pip install -q --no-deps speculators==0.9.0
 python -c "import speculators.models.eagle3"
 # `dvc plots show`'s page with vega inlined (.dvc/plots/page.html, .dvc/config.local): the charts draw offline.
 modelprep plots-page >/dev/null
-# promtool checks and unit-tests the bundles' Prometheus rules (tests/test_handoff.py). Debian's package, where
+# promtool checks and unit-tests the bundles' Prometheus rules (tests/release/test_handoff.py). Debian's package, where
 # this runs as root with apt (CI does); elsewhere those tests skip and say why.
 if ! command -v promtool >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null

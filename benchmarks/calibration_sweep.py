@@ -10,6 +10,7 @@ Each calibrated variant (params.yaml's recipe, the stage's own `quantize_model` 
 against the target on the held-out split (evaluate.heldout_limit conversations). llm-compressor's guidance is
 128-512 samples; the demo's calibration split is smaller, so this measures the range it has.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,9 @@ VARIANTS = ["gptq-w4a16", "awq-w4a16", "fp8-static"]
 SAMPLES = [8, 16, 32, 64]
 
 
-def measure(artifacts: Path, params_path: Path, device: str, variants: list[str], samples: list[int],
-            raw_path: Path) -> dict:
+def measure(
+    artifacts: Path, params_path: Path, device: str, variants: list[str], samples: list[int], raw_path: Path
+) -> dict:
     """Every (variant, N) run, the raw file rewritten after each one (a cut-off run keeps what it measured)."""
     import torch
 
@@ -55,11 +57,15 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
     dev = torch.device(device)
     baseline = load_causal_lm(target, dev)
     git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    raw = {"commit": git.stdout.strip() if git.returncode == 0 else None,
-           "target_md5": hashlib.md5((target / "model.safetensors").read_bytes()).hexdigest(),
-           "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-           "calibration_rows": len(texts), "heldout": len(examples),
-           "default_num_samples": p["quantize"]["calibration"]["num_samples"], "runs": []}
+    raw = {
+        "commit": git.stdout.strip() if git.returncode == 0 else None,
+        "target_md5": hashlib.md5((target / "model.safetensors").read_bytes()).hexdigest(),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "calibration_rows": len(texts),
+        "heldout": len(examples),
+        "default_num_samples": p["quantize"]["calibration"]["num_samples"],
+        "runs": [],
+    }
     for variant in variants:
         for n in sorted({*(n for n in samples if n < len(texts)), len(texts)}):
             spec = parse_variant(variant, {**p["quantize"]["variants"][variant], "num_samples": n})
@@ -68,9 +74,14 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
                 quantize_model(target, Path(tmp) / "q", spec, texts, Calibration.parse(p["quantize"]["calibration"]))
                 wall = time.perf_counter() - t0
                 quality = fidelity(baseline, load_causal_lm(Path(tmp) / "q", dev), examples)
-            raw["runs"].append({"variant": variant, "num_samples": n, "wall_time_s": round(wall, 2),
-                                **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence",
-                                                           "top1_agreement")}})
+            raw["runs"].append(
+                {
+                    "variant": variant,
+                    "num_samples": n,
+                    "wall_time_s": round(wall, 2),
+                    **{k: quality[k] for k in ("perplexity_increase_pct", "kl_divergence", "top1_agreement")},
+                }
+            )
             print(json.dumps(raw["runs"][-1]), flush=True)
             raw_path.write_text(json.dumps(raw, indent=2) + "\n")
     return raw
@@ -79,9 +90,11 @@ def measure(artifacts: Path, params_path: Path, device: str, variants: list[str]
 def sweep_table(raw: dict) -> tuple[list[str], dict[str, dict[int, float]]]:
     """The markdown rows of a sweep, and KL by variant and sample count."""
     rows = ["| variant | samples | KL vs target | ppl change % | top-1 | quantize s |", "|---|---|---|---|---|---|"]
-    rows += [f"| {r['variant']} | {r['num_samples']} | {r['kl_divergence']:.2e} | "
-             f"{r['perplexity_increase_pct']:+.3f} | {r['top1_agreement']:.4f} | {r['wall_time_s']:.1f} |"
-             for r in raw["runs"]]
+    rows += [
+        f"| {r['variant']} | {r['num_samples']} | {r['kl_divergence']:.2e} | "
+        f"{r['perplexity_increase_pct']:+.3f} | {r['top1_agreement']:.4f} | {r['wall_time_s']:.1f} |"
+        for r in raw["runs"]
+    ]
     variants = list(dict.fromkeys(r["variant"] for r in raw["runs"]))
     return rows, {v: {r["num_samples"]: r["kl_divergence"] for r in raw["runs"] if r["variant"] == v} for v in variants}
 
@@ -104,11 +117,11 @@ def render_gpu(raw: dict) -> str:
     top1 = min(r["top1_agreement"] for r in raw["runs"])
     return f"""# Calibration sample count vs. quality (GPU profile target, H100)
 
-`bash benchmarks/gpu/session.sh gpu-calib OUT S` on the lent {raw['device']}: the GPU demo profile's 1.08B target
-trained from scratch (`dvc repro data`, target md5 {raw['target_md5'][:12]}) with `profiles/gpu-calibration.yaml`'s \
+`bash benchmarks/gpu/session.sh gpu-calib OUT S` on the lent {raw["device"]}: the GPU demo profile's 1.08B target
+trained from scratch (`dvc repro data`, target md5 {raw["target_md5"][:12]}) with `profiles/gpu-calibration.yaml`'s \
 larger
 calibration share ({largest} rows), each variant quantized on the GPU with the first N rows and scored against the
-target on {raw['heldout']} held-out conversations by the evaluate stage's scorer. Raw:
+target on {raw["heldout"]} held-out conversations by the evaluate stage's scorer. Raw:
 `benchmarks/gpu/raw/calibration/calibration-sweep-gpu.json`.
 
 {chr(10).join(rows)}
@@ -133,10 +146,10 @@ def render(raw: dict) -> str:
     (nv, na, nb), noise = max(rises.items(), key=lambda item: item[1])
     return f"""# Calibration sample count vs. quality (demo target, CPU)
 
-`python benchmarks/calibration_sweep.py` at commit {raw['commit'][:7]} (target md5 {raw['target_md5'][:12]}): each
-calibrated variant quantized with the first N of the {raw['calibration_rows']} calibration rows, scored against the \
+`python benchmarks/calibration_sweep.py` at commit {raw["commit"][:7]} (target md5 {raw["target_md5"][:12]}): each
+calibrated variant quantized with the first N of the {raw["calibration_rows"]} calibration rows, scored against the \
 target
-on {raw['heldout']} held-out conversations by the evaluate stage's scorer. Raw: `benchmarks/raw/calibration-sweep.json`.
+on {raw["heldout"]} held-out conversations by the evaluate stage's scorer. Raw: `benchmarks/raw/calibration-sweep.json`.
 
 {chr(10).join(rows)}
 
@@ -158,8 +171,13 @@ if __name__ == "__main__":
     parser.add_argument("--params", type=Path, default=ROOT / "params.yaml")
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU profile's target")
     parser.add_argument("--variants", nargs="+", default=VARIANTS)
-    parser.add_argument("--samples", nargs="+", type=int, default=SAMPLES, help="N below the split's size; "
-                        "the whole split is always the last")
+    parser.add_argument(
+        "--samples",
+        nargs="+",
+        type=int,
+        default=SAMPLES,
+        help="N below the split's size; the whole split is always the last",
+    )
     parser.add_argument("--raw", type=Path, default=RAW, help="where the measured JSON goes")
     args = parser.parse_args()
     if not args.render:

@@ -10,6 +10,7 @@ since the run began: a stage lasts from its `Running stage` line to the next one
 checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point. Those runs'
 `*_mb` fields are MiB (benchmarks/tables/read.py RECORDED_IN_MIB): read back in MB through its in_mb.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,9 +26,14 @@ from tables.read import in_mb  # noqa: E402
 
 OUT = ROOT / "pipeline/serving/plan_points.json"
 GPU_RAW = Path("benchmarks/gpu/raw")
-QUANTIZE_FILES = ["llama3-8b/quant8b-gptq-w4a16.json", "llama3-8b/quant8b-awq-w4a16.json",
-                  "llama3-8b/quant8b-fp8-dynamic.json", "schemes8b/quant8b-int8-w8a8.json",
-                  "schemes8b/quant8b-fp8-block.json", "schemes8b/quant8b-nvfp4a16.json"]
+QUANTIZE_FILES = [
+    "llama3-8b/quant8b-gptq-w4a16.json",
+    "llama3-8b/quant8b-awq-w4a16.json",
+    "llama3-8b/quant8b-fp8-dynamic.json",
+    "schemes8b/quant8b-int8-w8a8.json",
+    "schemes8b/quant8b-fp8-block.json",
+    "schemes8b/quant8b-nvfp4a16.json",
+]
 STAGE_RUN = "gpu-tp1"
 STAGES = ("quantize@bf16", "distill", "draft_finetune", "eagle3", "evaluate", "serve_bench", "bundle")
 LINE = re.compile(r"^(\d+) Running stage '([^']+)':")
@@ -39,7 +45,7 @@ def raw_record(rel: str) -> dict:
 
 
 def gpu_name(run: str) -> str:
-    text = (ROOT / GPU_RAW / run / "gpu.txt")
+    text = ROOT / GPU_RAW / run / "gpu.txt"
     if text.is_file():
         return text.read_text().split(",")[0].strip()
     return json.loads((ROOT / GPU_RAW / run / "run.json").read_text())["gpu"]["name"]
@@ -52,11 +58,16 @@ def quantize_points() -> dict:
         # peak_gpu_memory_mb where recorded; the llama3-8b files' peak_memory_mb is torch.cuda.max_memory_allocated
         # (pipeline/quantize.py at c6ed31c, which wrote them on cuda)
         peak = d["peak_gpu_memory_mb"] * 1e6 if "peak_gpu_memory_mb" in d else d["peak_memory_mb"] * 1e6
-        out[d["variant"]] = {"run": f"{GPU_RAW / rel}", "gpu": gpu_name(rel.split("/")[0]),
-                             "algorithm": d["algorithm"], "scheme": d["scheme"],
-                             "parameters": round(d["size_before_mb"] * 1e6 / 2),
-                             "calibration_samples": d["calibration_samples"], "wall_time_s": d["wall_time_s"],
-                             "peak_gpu_memory_bytes": round(peak)}
+        out[d["variant"]] = {
+            "run": f"{GPU_RAW / rel}",
+            "gpu": gpu_name(rel.split("/")[0]),
+            "algorithm": d["algorithm"],
+            "scheme": d["scheme"],
+            "parameters": round(d["size_before_mb"] * 1e6 / 2),
+            "calibration_samples": d["calibration_samples"],
+            "wall_time_s": d["wall_time_s"],
+            "peak_gpu_memory_bytes": round(peak),
+        }
     return out
 
 
@@ -72,10 +83,16 @@ def stage_points() -> dict:
         name = stage if stage in STAGES else stage.split("@")[0]
         if name in STAGES:
             times.setdefault(name, []).append(end - start)
-    return {name: {"run": f"{GPU_RAW / STAGE_RUN}/repro.log", "gpu": gpu_name(STAGE_RUN),
-                   "parameters": round(sizes["size_before_mb"] * 1e6 / 2),
-                   "wall_time_s": round(sum(times[name]) / len(times[name]), 1), "runs": len(times[name])}
-            for name in STAGES}
+    return {
+        name: {
+            "run": f"{GPU_RAW / STAGE_RUN}/repro.log",
+            "gpu": gpu_name(STAGE_RUN),
+            "parameters": round(sizes["size_before_mb"] * 1e6 / 2),
+            "wall_time_s": round(sum(times[name]) / len(times[name]), 1),
+            "runs": len(times[name]),
+        }
+        for name in STAGES
+    }
 
 
 def points() -> dict:

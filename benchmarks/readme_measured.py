@@ -7,8 +7,9 @@ Sources: benchmarks/cpu/raw/demo-build.json (benchmarks/cpu/demo_build.sh: the R
 fresh clone), benchmarks/cpu/raw/demo-metrics/*.json (the same build's metrics/, copied there by `demo_build.sh
 --lock` beside the dvc.lock it commits), and the GPU and quantize summaries of benchmarks/summary.py. It never reads
 the workspace's metrics/: a user's own `dvc repro` rewrites those (on another CPU with other last digits), and the
-README quotes the committed build. tests/test_benchmark_docs.py checks the README matches this render.
+README quotes the committed build. tests/project/test_benchmark_docs.py checks the README matches this render.
 """
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,9 @@ def gate_text(gates: dict) -> str:
     if len(passed) == len(variants):
         return f"gates pass for {len(variants)} variants"
     flagged = [g["variant"] for g in variants if g.get("allowed_failure")]
-    return (f"gates: {len(passed)} of {len(variants)} variants pass"
-            + (f", {', '.join(flagged)} failed and published flagged by gates.allow_fail" if flagged else ""))
+    return f"gates: {len(passed)} of {len(variants)} variants pass" + (
+        f", {', '.join(flagged)} failed and published flagged by gates.allow_fail" if flagged else ""
+    )
 
 
 def gate_speculation(gates: dict) -> list[tuple[str, dict]]:
@@ -81,7 +83,8 @@ def gpu_paragraph(g: dict) -> str:
         + "; ".join(f"{v} {_x(e['vs_bf16_plain'])} (`raw/{run_name}`)" for v, run_name, e in quantized)
         + ". Speculative methods against plain decoding of the same variant, BF16: "
         + "; ".join(f"{m} (k={r['k']}) {_x(r['vs_plain'])}" for m, r in bf16["methods"].items())
-        + ". The gate: " + ", ".join(f"{v} {e['gate']}" for v, (_, e) in variants.items())
+        + ". The gate: "
+        + ", ".join(f"{v} {e['gate']}" for v, (_, e) in variants.items())
         + " (a quantized variant must not be slower than BF16 at c=1, `gates.min_speedup_vs_bf16`); every passing "
         "variant ships plain decoding (no method beat it by `serving.speculation.min_gain`). At 1B on one GPU neither "
         "quantization nor speculation pays."
@@ -102,14 +105,21 @@ def render() -> str:
         f"command above on a fresh clone of {build['commit'][:7]} took {build['first_command_s'] / 60:.1f} min "
         f"(install plus the whole `dvc repro`); a second `dvc repro` took {build['second_repro_s']:.1f} s and ran "
         f"only {second} (`benchmarks/cpu/raw/demo-build.json`). The demo build (its `metrics/`, kept in "
-        "`benchmarks/cpu/raw/demo-metrics/`; the `dvc repro` recorded in `dvc.lock`):", "",
-        "- quantize (`benchmarks/quantize.md`): " + ", ".join(
-            f"{v} {r['wall_time_s']:.1f} s" for v, r in q["variants"].items()) + "; " + ", ".join(
-            f"{v} {r['size_before_mb']:.1f} -> {r['size_after_mb']:.1f} MB" for v, r in q["variants"].items()) + ";",
-        (f"- draft: skipped ({draft['skipped']});" if "skipped" in draft else
-         f"- draft: token acceptance on held-out prompts {draft['token_acceptance_untrained']:.3f} untrained -> "
-         f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
-         f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};"),
+        "`benchmarks/cpu/raw/demo-metrics/`; the `dvc repro` recorded in `dvc.lock`):",
+        "",
+        "- quantize (`benchmarks/quantize.md`): "
+        + ", ".join(f"{v} {r['wall_time_s']:.1f} s" for v, r in q["variants"].items())
+        + "; "
+        + ", ".join(f"{v} {r['size_before_mb']:.1f} -> {r['size_after_mb']:.1f} MB" for v, r in q["variants"].items())
+        + ";",
+        (
+            f"- draft: skipped ({draft['skipped']});"
+            if "skipped" in draft
+            else "- draft: token acceptance on held-out prompts "
+            f"{draft['token_acceptance_untrained']:.3f} untrained -> "
+            f"{draft['token_acceptance_finetuned']:.3f} after distillation fine-tuning; accepted per draft token "
+            f"{draft['accepted_per_draft_token_untrained']:.3f} -> {draft['accepted_per_draft_token_finetuned']:.3f};"
+        ),
         "- variants: perplexity change "
         f"{_range([e.quality.perplexity_increase_pct for e in evals.values()], signed=True)} %, KL <= "
         f"{max(e.quality.kl_divergence for e in evals.values()):.1e}, top-1 agreement >= "
@@ -119,16 +129,33 @@ def render() -> str:
         f"{gate_text(gates)};",
         "- speculative methods, served speedup at concurrency 1 predicted from the CPU acceptance estimate and the "
         f"H100 cost profile `{next(iter(evals.values())).speculation.cost_profile}` (`draft.method`, each at its "
-        "predicted best k): " + "; ".join(
-            f"{v} " + ", ".join(f"{m.method} " + (f"x{m.expected_speedup:.2f} (k={m.num_speculative_tokens})"
-                                                  if m.expected_speedup is not None else "not predicted")
-                                for m in e.speculation.methods) for v, e in evals.items())
+        "predicted best k): "
+        + "; ".join(
+            f"{v} "
+            + ", ".join(
+                f"{m.method} "
+                + (
+                    f"x{m.expected_speedup:.2f} (k={m.num_speculative_tokens})"
+                    if m.expected_speedup is not None
+                    else "not predicted"
+                )
+                for m in e.speculation.methods
+            )
+            for v, e in evals.items()
+        )
         + " (steps timed with random weights, the model drafters' scaled to what `vllm serve` served with the demo's "
         "trained drafters: `benchmarks/gpu/COSTS.md`, `benchmarks/gpu/CAPACITY.md`);",
-        "- shipped speculative setting (predicted, no GPU here): " + ", ".join(
-            f"{v} " + (f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}"
-                       if d["num_speculative_tokens"] else "none") for v, d in
-            gate_speculation(gates)) + " (each card says why); the "
+        "- shipped speculative setting (predicted, no GPU here): "
+        + ", ".join(
+            f"{v} "
+            + (
+                f"{d.get('method') or 'draft_model'} k={d['num_speculative_tokens']}"
+                if d["num_speculative_tokens"]
+                else "none"
+            )
+            for v, d in gate_speculation(gates)
+        )
+        + " (each card says why); the "
         "serving benchmark (`serve_bench`) was skipped (no CUDA device), so every latency gate reports skipped.",
         "",
         gpu_paragraph(g),

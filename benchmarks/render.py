@@ -23,6 +23,7 @@ definition a block, so a table cannot silently drop out of a page.
     python benchmarks/render.py --check        # exit 1 naming the pages whose blocks differ from their rendering
     python benchmarks/render.py --json FILE.md # the same tables as JSON ({block: {columns, rows} or {text}})
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,6 +66,7 @@ class Table:
 @dataclass(frozen=True)
 class Text:
     """A generated block that is not a table (a transcript, a list); plain markdown."""
+
     body: str
 
     def markdown(self) -> str:
@@ -75,6 +77,7 @@ class Text:
 class Column:
     """One column of a table: its header and how a row gives its cell (None renders as "-"). `value` is a field
     name (a dict key or an attribute of the row) or a small named function of the row."""
+
     header: str
     value: str | Callable[[Any], Any]
     fmt: str | Callable[[Any], str] = "{}"
@@ -99,6 +102,7 @@ def table(rows: Iterable[Any], columns: Iterable[Column]) -> Table:
 class Spec:
     """A table declared as data: a function giving its rows (read from raw run folders) and the columns it shows.
     A page's BLOCKS map block names to Specs; `empty` is the one row shown when there are no rows."""
+
     rows: Callable[[], Iterable[Any]]
     columns: tuple[Column, ...]
     empty: tuple[str, ...] | None = None
@@ -111,6 +115,7 @@ class Spec:
 @dataclass(frozen=True)
 class Facts:
     """A two-column table of single values: a function giving (quantity, value) pairs."""
+
     pairs: Callable[[], Iterable[tuple[str, Any]]]
     header: tuple[str, str] = ("quantity", "value")
 
@@ -139,9 +144,18 @@ def runs_table(folders: Iterable[str], raw: Path) -> Table:
     for folder in folders:
         spec: RunSpec = load_run(raw / folder)
         sw = spec.software
-        rows.append((f"`{folder}`", spec.date or "-", spec.gpu.describe(), sw.get("vllm", "-"), sw.get("torch", "-"),
-                     f"`{spec.profile}`" if spec.profile else "-", spec.commit or "-",
-                     "; ".join(f"`{c}`" for c in spec.commands)))
+        rows.append(
+            (
+                f"`{folder}`",
+                spec.date or "-",
+                spec.gpu.describe(),
+                sw.get("vllm", "-"),
+                sw.get("torch", "-"),
+                f"`{spec.profile}`" if spec.profile else "-",
+                spec.commit or "-",
+                "; ".join(f"`{c}`" for c in spec.commands),
+            )
+        )
     return Table(("run", "date", "GPU (driver)", "vLLM", "torch", "profile", "code at", "command"), tuple(rows))
 
 
@@ -176,8 +190,9 @@ def render(markdown: Path) -> str:
     opened = [m.group(2) for m in MARKER.finditer(text) if m.group(1) == "begin"]
     found = [m.group("name") for m in BLOCK.finditer(text)]
     if opened != found:
-        raise SystemExit(f"{where}: unmatched markers (begin without end, or nested): "
-                         f"{sorted(set(opened) ^ set(found)) or opened}")
+        raise SystemExit(
+            f"{where}: unmatched markers (begin without end, or nested): {sorted(set(opened) ^ set(found)) or opened}"
+        )
     if len(set(found)) != len(found):
         raise SystemExit(f"{where}: a block appears twice: {sorted({n for n in found if found.count(n) > 1})}")
     missing, unused = sorted(set(found) - set(blocks)), sorted(set(blocks) - set(found))
@@ -200,8 +215,11 @@ def as_data(markdown: Path) -> dict[str, dict]:
     for name, build in blocks.items():
         block = build()
         # by shape, not class: a definitions module imports this file as `render`, which may be another copy of it
-        out[name] = ({"columns": list(block.columns), "rows": [list(r) for r in block.rows]}
-                     if hasattr(block, "columns") else {"text": block.body})
+        out[name] = (
+            {"columns": list(block.columns), "rows": [list(r) for r in block.rows]}
+            if hasattr(block, "columns")
+            else {"text": block.body}
+        )
     return out
 
 
@@ -219,8 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the reports' tables as JSON instead")
     args = ap.parse_args(argv)
     if args.json:
-        print(json.dumps({str(shown(md)): as_data(md) for md in [f.resolve() for f in args.files] or reports()},
-                         indent=1))
+        print(
+            json.dumps({str(shown(md)): as_data(md) for md in [f.resolve() for f in args.files] or reports()}, indent=1)
+        )
         return 0
     stale = []
     for md in [f.resolve() for f in args.files] or reports():
@@ -231,8 +250,10 @@ def main(argv: list[str] | None = None) -> int:
                 md.write_text(out)
                 print(f"wrote {shown(md)}")
     if args.check and stale:
-        print("differ from their rendering (python benchmarks/render.py): "
-              + ", ".join(str(shown(p)) for p in stale), file=sys.stderr)
+        print(
+            "differ from their rendering (python benchmarks/render.py): " + ", ".join(str(shown(p)) for p in stale),
+            file=sys.stderr,
+        )
         return 1
     return 0
 

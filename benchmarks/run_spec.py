@@ -18,6 +18,7 @@ On the GPU host, a run writes its own spec beside its outputs (benchmarks/gpu/se
 which reads the GPU from nvidia-smi, the versions from the installed packages (importlib.metadata: nothing is
 imported), the commit from RUN_COMMIT or `git rev-parse`, and the date (UTC) from the clock.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,11 +84,20 @@ def load(folder: Path) -> RunSpec:
     d = json.loads(path.read_text())
     unknown = set(d) - {f for f in RunSpec.__dataclass_fields__}
     if unknown or not d.get("commands") or not d.get("run"):
-        raise SystemExit(f"{path}: a run spec needs 'run' and 'commands' and no other keys than "
-                         f"{sorted(RunSpec.__dataclass_fields__)} (unknown: {sorted(unknown)})")
-    return RunSpec(run=d["run"], commands=tuple(d["commands"]), date=d.get("date"), commit=d.get("commit"),
-                   gpu=Gpu(**d.get("gpu") or {}), software=dict(d.get("software") or {}), profile=d.get("profile"),
-                   sources=dict(d.get("sources") or {}))
+        raise SystemExit(
+            f"{path}: a run spec needs 'run' and 'commands' and no other keys than "
+            f"{sorted(RunSpec.__dataclass_fields__)} (unknown: {sorted(unknown)})"
+        )
+    return RunSpec(
+        run=d["run"],
+        commands=tuple(d["commands"]),
+        date=d.get("date"),
+        commit=d.get("commit"),
+        gpu=Gpu(**d.get("gpu") or {}),
+        software=dict(d.get("software") or {}),
+        profile=d.get("profile"),
+        sources=dict(d.get("sources") or {}),
+    )
 
 
 def installed() -> dict[str, str]:
@@ -104,27 +114,42 @@ def current_commit() -> str | None:
     if os.environ.get("RUN_COMMIT"):
         return os.environ["RUN_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.CalledProcessError):
         return None
 
 
 def write(folder: Path, commands: list[str], profile: str | None, run: str | None = None) -> RunSpec:
     try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True)
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
         gpu = Gpu.parse_smi(smi.stdout) if smi.returncode == 0 and smi.stdout.strip() else Gpu()
     except OSError:  # no NVIDIA driver here: the spec says so rather than failing the run
         gpu = Gpu()
     commit = current_commit()
-    spec = RunSpec(run=run or folder.name, commands=tuple(commands),
-                   date=dt.datetime.now(dt.timezone.utc).date().isoformat(), commit=commit, gpu=gpu,
-                   software=installed(), profile=profile,
-                   sources={"gpu": "nvidia-smi" if gpu.name else "no nvidia-smi",
-                            "software": "importlib.metadata on the run's PYTHONPATH",
-                            "commit": "RUN_COMMIT" if os.environ.get("RUN_COMMIT") else "git rev-parse (this checkout)",
-                            "date": "clock (UTC)"})
+    spec = RunSpec(
+        run=run or folder.name,
+        commands=tuple(commands),
+        date=dt.datetime.now(dt.timezone.utc).date().isoformat(),
+        commit=commit,
+        gpu=gpu,
+        software=installed(),
+        profile=profile,
+        sources={
+            "gpu": "nvidia-smi" if gpu.name else "no nvidia-smi",
+            "software": "importlib.metadata on the run's PYTHONPATH",
+            "commit": "RUN_COMMIT" if os.environ.get("RUN_COMMIT") else "git rev-parse (this checkout)",
+            "date": "clock (UTC)",
+        },
+    )
     folder.mkdir(parents=True, exist_ok=True)
     (folder / NAME).write_text(spec.to_json())
     return spec

@@ -6,6 +6,7 @@ served_summary() reads the GPU demo profile's vLLM 0.26.0 runs (benchmarks/gpu/S
 tables use (benchmarks/tables/read.py); quantize_summary() is benchmarks/quantize_bench.py's (the
 same that renders quantize.md). The vLLM 0.25.0 runs (benchmarks/gpu/history/) are quoted nowhere at the top level.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,8 +27,10 @@ def _load(path: Path):
     return module
 
 
-GPU_PROFILE = (("gpu-served", ("bf16", "fp8-dynamic"), "repro-2.log"),
-               ("gpu-served-3", ("gptq-w4a16", "bf16"), "repro.log"))  # each run's variants, in the order served
+GPU_PROFILE = (
+    ("gpu-served", ("bf16", "fp8-dynamic"), "repro-2.log"),
+    ("gpu-served-3", ("gptq-w4a16", "bf16"), "repro.log"),
+)  # each run's variants, in the order served
 
 
 def served_summary() -> dict:
@@ -42,8 +45,12 @@ def served_summary() -> dict:
         spec = json.loads((read.RAW / run / "run.json").read_text())
         base = read.record(run, read.BASELINE).configs[read.PLAIN]
         models = json.loads((read.RAW / run / "metrics" / "models.json").read_text())
-        entry = {"gpu": spec["gpu"]["name"], "vllm": spec["software"]["vllm"], "variants": {},
-                 "params": {role: models[role]["params"] for role in ("target", "draft")}}
+        entry = {
+            "gpu": spec["gpu"]["name"],
+            "vllm": spec["software"]["vllm"],
+            "variants": {},
+            "params": {role: models[role]["params"] for role in ("target", "draft")},
+        }
         gates = dict(re.findall(r"^\d+ gate (\S+): (PASS|FAIL)", (read.RAW / run / log).read_text(), re.M))
         for variant in variants:
             rec = read.record(run, variant)
@@ -51,11 +58,18 @@ def served_summary() -> dict:
             conc = read.concurrencies(rec)
             entry["variants"][variant] = {
                 "vs_bf16_plain": {f"c{c}": plain.at(c).output_throughput / base.at(c).output_throughput for c in conc},
-                "methods": {name: {"k": cfg.num_speculative_tokens,
-                                   "vs_plain": {f"c{c}": cfg.at(c).output_throughput / plain.at(c).output_throughput
-                                                for c in conc}}
-                            for name, cfg in rec.configs.items() if name != read.PLAIN},
-                "gate": gates.get(variant)}
+                "methods": {
+                    name: {
+                        "k": cfg.num_speculative_tokens,
+                        "vs_plain": {
+                            f"c{c}": cfg.at(c).output_throughput / plain.at(c).output_throughput for c in conc
+                        },
+                    }
+                    for name, cfg in rec.configs.items()
+                    if name != read.PLAIN
+                },
+                "gate": gates.get(variant),
+            }
         out[run] = entry
     return out
 

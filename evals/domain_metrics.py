@@ -9,5 +9,8 @@ perplexity normalizes by the response's UTF-8 length, so it is independent of th
 def process_results(doc: dict, results: list) -> dict:
     loglikelihood, is_greedy = results[0]
     n_bytes = len(doc["response"].encode("utf-8"))
-    return {"byte_perplexity": (loglikelihood, n_bytes), "bits_per_byte": (loglikelihood, n_bytes),
-            "acc": int(is_greedy)}
+    return {
+        "byte_perplexity": (loglikelihood, n_bytes),
+        "bits_per_byte": (loglikelihood, n_bytes),
+        "acc": int(is_greedy),
+    }

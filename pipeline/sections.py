@@ -4,7 +4,8 @@ whole-file check (pipeline/rules.py, run by `sources` and the CLI), the generate
 A stage reads only its sections (load.parse_section), so that its deps stay its own concerns'.
 
 `python -m pipeline.sections --write` regenerates pipeline/params/params.schema.json and docs/params.md's table from
-the declarations (tests/test_params_declared.py fails while either is stale)."""
+the declarations (tests/params/test_params_declared.py fails while either is stale)."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from pipeline.serving.settings import ServeBenchParams, ServingParams
 @dataclass(frozen=True)
 class Params:
     """Every section of params.yaml, typed; a field per section, named as the section."""
+
     target: TargetParams
     draft: DraftParams
     demo: DemoParams
@@ -55,9 +57,29 @@ class Params:
 
 KINDS = {name: REGISTRY[name] for name in SECTIONS}  # params.yaml's order; a section not registered fails at import
 assert set(REGISTRY) == set(SECTIONS), sorted(set(REGISTRY) ^ set(SECTIONS))
-assert all(KINDS[f.name] is kind for f, kind in zip(fields(Params), (TargetParams, DraftParams, DemoParams, DataParams,
-           QuantizeParams, DraftTrainingParams, DraftQuantizeParams, EvaluateParams, GatesParams, ServingParams,
-           ServeBenchParams, DeployParams, MonitoringParams, PublishParams), strict=True))
+assert all(
+    KINDS[f.name] is kind
+    for f, kind in zip(
+        fields(Params),
+        (
+            TargetParams,
+            DraftParams,
+            DemoParams,
+            DataParams,
+            QuantizeParams,
+            DraftTrainingParams,
+            DraftQuantizeParams,
+            EvaluateParams,
+            GatesParams,
+            ServingParams,
+            ServeBenchParams,
+            DeployParams,
+            MonitoringParams,
+            PublishParams,
+        ),
+        strict=True,
+    )
+)
 from pipeline.params.check import SCHEMA_FILE  # noqa: E402 - written here, read by the check
 
 DOCS_FILE = Path(__file__).parents[1] / "docs" / "params.md"

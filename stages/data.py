@@ -1,4 +1,5 @@
 """Stage `data`: validate, dedup and split the domain traffic."""
+
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.stage import say, stage_main
@@ -33,8 +34,12 @@ def main(argv: list[str]) -> None:
         write_task_data(splits["heldout"], tokenizer, tmp / "heldout_lmeval.jsonl")  # for evals/domain_heldout
     total = len(rows) + oversized
     duplicates = len(rows) - len(unique)
-    record = {"rows": total, "duplicates_dropped": duplicates, "too_long_dropped": too_long,
-              **{k: len(v) for k, v in splits.items()}}
+    record = {
+        "rows": total,
+        "duplicates_dropped": duplicates,
+        "too_long_dropped": too_long,
+        **{k: len(v) for k, v in splits.items()},
+    }
     if groups:  # grouped traffic: how many documents (groups) each split holds; ungrouped files' metrics as before
         record["groups"] = {k: len({groups.get(conversation_key(m)) for m in v}) for k, v in splits.items()}
     if source := read_source(data.traffic):
@@ -46,11 +51,18 @@ def main(argv: list[str]) -> None:
 def summary_line(total: int, duplicates: int, too_long: int, max_tokens: int, splits: dict[str, int]) -> str:
     """'data: 500 rows read, 37 dropped (37 longer than data.max_tokens 1024 tokens) -> 463 kept: ...': whether
     rows were dropped, how many and why, before the split sizes."""
-    reasons = [f"{n} {why}" for n, why in ((duplicates, "duplicates of an earlier conversation"),
-                                           (too_long, f"longer than data.max_tokens {max_tokens} tokens")) if n]
-    dropped = (f"{duplicates + too_long} dropped ({', '.join(reasons)})" if reasons else "none dropped")
-    return (f"data: {total} rows read, {dropped} -> {sum(splits.values())} kept: "
-            + ", ".join(f"{k} {n}" for k, n in splits.items()))
+    reasons = [
+        f"{n} {why}"
+        for n, why in (
+            (duplicates, "duplicates of an earlier conversation"),
+            (too_long, f"longer than data.max_tokens {max_tokens} tokens"),
+        )
+        if n
+    ]
+    dropped = f"{duplicates + too_long} dropped ({', '.join(reasons)})" if reasons else "none dropped"
+    return f"data: {total} rows read, {dropped} -> {sum(splits.values())} kept: " + ", ".join(
+        f"{k} {n}" for k, n in splits.items()
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Stage `distill`: the target's own answers to draft-train prompts, the draft's training data."""
+
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_skipped
 from pipeline.core.stage import say, stage_main
@@ -30,18 +31,22 @@ def main(argv: list[str]) -> None:
     eval_convs = read_split(paths.HELDOUT)[: cfg.eval_prompts]
     tokenizer = load_tokenizer(paths.TARGET)
     if generator == "vllm":
-        generate = vllm_generate(paths.TARGET, tokenizer.eos_token_id, cfg.max_new_tokens, serving.max_model_len,
-                                 cfg.vllm, tp)
+        generate = vllm_generate(
+            paths.TARGET, tokenizer.eos_token_id, cfg.max_new_tokens, serving.max_model_len, cfg.vllm, tp
+        )
     else:
-        generate = transformers_generate(load_causal_lm(paths.TARGET), tokenizer, cfg.max_new_tokens,
-                                         cfg.generation_batch_size)
+        generate = transformers_generate(
+            load_causal_lm(paths.TARGET), tokenizer, cfg.max_new_tokens, cfg.generation_batch_size
+        )
     train = build_distillation_set(generate, tokenizer, train_convs, cfg)
     evals = build_distillation_set(generate, tokenizer, eval_convs, cfg, sampled=False)
     with atomic_dir(paths.DISTILL) as tmp:
         write_examples(tmp / "train.jsonl", train)
         write_examples(tmp / "eval.jsonl", evals)
-    say(f"distill ({generator}): {len(train)} training and {len(evals)} eval examples from {len(train_convs)} prompts, "
-        f"{sum(len(e['input_ids']) for e in train)} tokens")
+    say(
+        f"distill ({generator}): {len(train)} training and {len(evals)} eval examples from {len(train_convs)} prompts, "
+        f"{sum(len(e['input_ids']) for e in train)} tokens"
+    )
 
 
 if __name__ == "__main__":

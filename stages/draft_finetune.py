@@ -1,4 +1,5 @@
 """Stage `draft_finetune`: fine-tune the base draft on the distilled examples (resumable)."""
+
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_csv, write_json, write_skipped
 from pipeline.core.stage import say, stage_main
@@ -26,15 +27,27 @@ def main(argv: list[str]) -> None:
     train, evals = read_examples(paths.DISTILL / "train.jsonl"), read_examples(paths.DISTILL / "eval.jsonl")
     n_prompts = len(read_split(paths.DRAFT_TRAIN))
     with atomic_dir(paths.DRAFT_FINETUNED) as tmp:
-        metrics, history = finetune_draft(paths.DRAFT_BASE, pad_id(load_tokenizer(paths.DRAFT_BASE)), train, evals, cfg,
-                                          paths.DRAFT_CHECKPOINTS, tmp, n_prompts)
+        metrics, history = finetune_draft(
+            paths.DRAFT_BASE,
+            pad_id(load_tokenizer(paths.DRAFT_BASE)),
+            train,
+            evals,
+            cfg,
+            paths.DRAFT_CHECKPOINTS,
+            tmp,
+            n_prompts,
+        )
     write_csv("plots/draft_loss.csv", loss_curve_rows(history))
     write_json("metrics/draft_training.json", metrics)
-    line = (f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
-            f"{metrics['eval_loss_finetuned']:.3f}")
+    line = (
+        f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
+        f"{metrics['eval_loss_finetuned']:.3f}"
+    )
     if metrics["shipped"] == "base":
-        line += (f"; worse than the base draft, which ships unchanged (draft_training.learning_rate "
-                 f"{cfg.learning_rate} may be too high for a pretrained draft)")
+        line += (
+            f"; worse than the base draft, which ships unchanged (draft_training.learning_rate "
+            f"{cfg.learning_rate} may be too high for a pretrained draft)"
+        )
     say(line)
 
 

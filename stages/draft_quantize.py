@@ -1,5 +1,6 @@
 """Stage `draft_quantize`: the draft that bundles serve, the fine-tuned one as trained or quantized
 with a quantize variant's recipe (draft_quantize.variant)."""
+
 import shutil
 
 from pipeline.core import paths, records
@@ -32,13 +33,20 @@ def main(argv: list[str]) -> None:
             from pipeline.drafts.draft_model import quantize_draft  # torch, transformers: only to quantize
 
             quantize = parse_section(p, QuantizeParams)
-            quantize_draft(paths.DRAFT_FINETUNED, tmp / paths.DRAFT_MODEL.name, variant_spec(quantize.variants, name),
-                           read_split(paths.CALIBRATION), quantize.calibration)
+            quantize_draft(
+                paths.DRAFT_FINETUNED,
+                tmp / paths.DRAFT_MODEL.name,
+                variant_spec(quantize.variants, name),
+                read_split(paths.CALIBRATION),
+                quantize.calibration,
+            )
         size_mb = megabytes(dir_size(tmp / paths.DRAFT_MODEL.name, ".safetensors"))
         served = ServedDraft(quantized_variant=name, size_mb=size_mb)
         records.write(tmp / paths.DRAFT_RECORD.name, served)
-    say(f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "
-        f"({served.size_mb} MB)")
+    say(
+        f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "
+        f"({served.size_mb} MB)"
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 Runs when draft.method lists eagle3; otherwise records why no head was trained, and the evaluate and
 serving stages leave the method out."""
+
 from collections import Counter
 
 from pipeline.core import paths, records
@@ -35,18 +36,25 @@ def main(argv: list[str]) -> None:
     result = eagle3.train(head, eagle3.TargetFeatures(target, layer_ids), rows, cfg, device, progress)
     last = result["curve"][-1]
     record = eagle3.Eagle3Record(
-        aux_layers=layer_ids, draft_vocab_size=head.draft_vocab_size, ttt_steps=cfg.ttt_steps,
-        train_steps=cfg.train_steps, trainable_parameters=result["trainable_parameters"],
-        final_loss=last["loss"], accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg.ttt_steps)],
-        device=str(device))
+        aux_layers=layer_ids,
+        draft_vocab_size=head.draft_vocab_size,
+        ttt_steps=cfg.ttt_steps,
+        train_steps=cfg.train_steps,
+        trainable_parameters=result["trainable_parameters"],
+        final_loss=last["loss"],
+        accuracy_by_step=[last[f"accuracy_step{s}"] for s in range(cfg.ttt_steps)],
+        device=str(device),
+    )
     with atomic_dir(paths.EAGLE3) as tmp:
         eagle3.save(head.cpu(), tmp / "model", paths.TARGET)
         records.write(tmp / "record.json", record)
     write_json("metrics/eagle3.json", {k: v for k, v in vars(record).items() if v is not None})
     record_timings("eagle3", {"train_s": round(result["train_s"], 1)})
     write_csv("plots/eagle3_loss.csv", result["curve"])
-    say(f"eagle3: {cfg.train_steps} steps in {result['train_s']:.0f} s on {device}, loss "
-        f"{result['curve'][0]['loss']:.2f} -> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}")
+    say(
+        f"eagle3: {cfg.train_steps} steps in {result['train_s']:.0f} s on {device}, loss "
+        f"{result['curve'][0]['loss']:.2f} -> {last['loss']:.2f}, step-1 accuracy {last['accuracy_step0'] or 0:.3f}"
+    )
 
 
 if __name__ == "__main__":

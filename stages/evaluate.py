@@ -1,6 +1,7 @@
 """Stage `evaluate@<variant>`: quality vs. the unquantized target, lm-eval, speculative acceptance.
 
 Wiring only; the work is pipeline/evaluation.py's."""
+
 from pipeline import evaluation as run
 from pipeline.core.stage import stage_main
 from pipeline.params.load import load_params, variant_argument

@@ -1,4 +1,5 @@
 """Stage `gate`: check every variant against params.yaml thresholds; any failure fails `dvc repro`."""
+
 import sys
 
 from pipeline.core import paths, records
@@ -27,11 +28,19 @@ def main(argv: list[str]) -> None:
     paths.PARETO.unlink(missing_ok=True)
     # none without a measurement: the card says so
     capacity.pareto_png(paths.PARETO, serve, serving.slo)
-    write_csv("plots/quality.csv", [{"variant": v, "kl_divergence": s.quality.kl_divergence,
-                                     "perplexity_increase_pct": s.quality.perplexity_increase_pct,
-                                     "top1_agreement": s.quality.top1_agreement,
-                                     "accepted_per_draft_token": s.speculation.accepted_per_draft_token}
-                                    for v, s in summaries.items()])
+    write_csv(
+        "plots/quality.csv",
+        [
+            {
+                "variant": v,
+                "kl_divergence": s.quality.kl_divergence,
+                "perplexity_increase_pct": s.quality.perplexity_increase_pct,
+                "top1_agreement": s.quality.top1_agreement,
+                "accepted_per_draft_token": s.speculation.accepted_per_draft_token,
+            }
+            for v, s in summaries.items()
+        ],
+    )
     sys.exit(gates.conclude(report))
 
 

@@ -2,6 +2,7 @@
 each decoder layer's sensitivity, the frontier, and the walk to the cheapest layout passing the variant's own quality
 thresholds; quantize@<variant> ships the checkpoint of the layout it writes, as the walk scored it. A variant without
 `mixed:` gets a note saying so."""
+
 import time
 
 from pipeline.core import paths
@@ -20,9 +21,11 @@ from pipeline.release.thresholds import check_for
 def gate_bounds(params: dict, variant: str) -> tuple[mixed.Bound, ...]:
     """The variant's own quality thresholds (gates.thresholds with its overrides) on the metrics the walk measures."""
     thresholds = parse_section(params, GatesParams).for_variant(variant)
-    return tuple(mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
-                 for name, bound in thresholds.items()
-                 if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY)
+    return tuple(
+        mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
+        for name, bound in thresholds.items()
+        if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY
+    )
 
 
 def uniform(variant: str) -> None:
@@ -30,8 +33,13 @@ def uniform(variant: str) -> None:
     with atomic_dir(paths.MIXED / variant) as tmp:
         write_json(tmp / paths.LAYOUT, {"variant": variant, "targets": None, "search": None})
     for directory in (mixed.SENSITIVITY_PLOT, mixed.FRONTIER_PLOT):
-        write_plot(f"{directory}/{variant}", [], [], f"{variant} quantizes every layer alike (no mixed: section in "
-                   f"quantize.variants.{variant}): no per-layer search")
+        write_plot(
+            f"{directory}/{variant}",
+            [],
+            [],
+            f"{variant} quantizes every layer alike (no mixed: section in "
+            f"quantize.variants.{variant}): no per-layer search",
+        )
 
 
 def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
@@ -40,28 +48,56 @@ def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
     from pipeline.models.loading import load_tokenizer
 
     if settings.distributed.gpus > 1:
-        raise PipelineError(f"quantize.variants.{spec.name}.mixed quantizes in one process; set "
-                            "quantize.distributed.gpus: 1 or drop the variant's mixed section")
+        raise PipelineError(
+            f"quantize.variants.{spec.name}.mixed quantizes in one process; set "
+            "quantize.distributed.gpus: 1 or drop the variant's mixed section"
+        )
     bounds = gate_bounds(params, spec.name)
     t0 = time.perf_counter()
     tokenizer = load_tokenizer(paths.TARGET)
     rows = read_split(paths.CALIBRATION)
     with atomic_dir(paths.MIXED / spec.name) as tmp:  # the shipped layout's checkpoint kept in it, for quantize@
-        found = mixed.search(paths.TARGET, spec, [full_text(tokenizer, m) for m in rows],
-                             [prompt_and_response_ids(tokenizer, m) for m in rows], settings.calibration, bounds,
-                             keep=tmp / paths.CHECKPOINT)
+        found = mixed.search(
+            paths.TARGET,
+            spec,
+            [full_text(tokenizer, m) for m in rows],
+            [prompt_and_response_ids(tokenizer, m) for m in rows],
+            settings.calibration,
+            bounds,
+            keep=tmp / paths.CHECKPOINT,
+        )
         record = mixed.search_metrics(found)
-        write_json(tmp / paths.LAYOUT, {"variant": spec.name, "targets": mixed.shipped_targets(found),
-                                        "search": record, "quantized": mixed.shipped_metrics(found)})
-    write_plot(f"{mixed.SENSITIVITY_PLOT}/{spec.name}", mixed.sensitivity_rows(found),
-               ["layer", "kl_divergence", *(r.scheme for r in found.ladder if r.weights is not None)], "")
-    write_plot(f"{mixed.FRONTIER_PLOT}/{spec.name}", mixed.frontier_rows(found),
-               ["point", "predicted_mb", "predicted_kl", "measured_kl", "promoted_layer"], "")
+        write_json(
+            tmp / paths.LAYOUT,
+            {
+                "variant": spec.name,
+                "targets": mixed.shipped_targets(found),
+                "search": record,
+                "quantized": mixed.shipped_metrics(found),
+            },
+        )
+    write_plot(
+        f"{mixed.SENSITIVITY_PLOT}/{spec.name}",
+        mixed.sensitivity_rows(found),
+        ["layer", "kl_divergence", *(r.scheme for r in found.ladder if r.weights is not None)],
+        "",
+    )
+    write_plot(
+        f"{mixed.FRONTIER_PLOT}/{spec.name}",
+        mixed.frontier_rows(found),
+        ["point", "predicted_mb", "predicted_kl", "measured_kl", "promoted_layer"],
+        "",
+    )
     record_timings(f"mixed-{spec.name}", {"wall_time_s": round(time.perf_counter() - t0, 2)})
     layout = ", ".join(f"{s} layers {v}" for s, v in record["layout"].items() if v)
-    say(f"mixed {spec.name}: {len(record['tries'])} layouts tried; " + (
-        f"frontier point {record['frontier_point']} passed ({layout})" if record["passed"] else
-        f"{record['reason'][0]}; quantizing the last tried ({layout})"))
+    say(
+        f"mixed {spec.name}: {len(record['tries'])} layouts tried; "
+        + (
+            f"frontier point {record['frontier_point']} passed ({layout})"
+            if record["passed"]
+            else f"{record['reason'][0]}; quantizing the last tried ({layout})"
+        )
+    )
 
 
 @stage_main()

@@ -3,6 +3,7 @@ first layers) and check, before any expensive stage, that each tokenizer agrees 
 template, reads text as a model can (pipeline/models/model_proof.py: round trip, pieces per character, a GGUF's own
 vocabulary, <bos>), that prompts are laid out as data.prompt_format says, that the draft can speculate for the
 target, and that the target's perplexity on a few rows of its own traffic is not absurd."""
+
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.stage import say, stage_main
@@ -42,8 +43,16 @@ def main(argv: list[str]) -> None:
         perplexity = own_traffic_perplexity(target_tmp, rows)  # the one check that loads weights: last
         check_perplexity(perplexity, target.max_perplexity, shown_target(target), len(rows), data.traffic)
     write_json("metrics/models.json", built.record(data.prompt_format, len(rows), perplexity))
-    say(summary_line(built, target, draft, perplexity, len(rows),
-                     ", ".join(f"{v} {d.tensor_parallel_size}" for v, d in tensor_parallel.items())))
+    say(
+        summary_line(
+            built,
+            target,
+            draft,
+            perplexity,
+            len(rows),
+            ", ".join(f"{v} {d.tensor_parallel_size}" for v, d in tensor_parallel.items()),
+        )
+    )
 
 
 def own_traffic_perplexity(target_dir, rows: list[list[dict]]) -> float:

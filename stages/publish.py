@@ -2,6 +2,7 @@
 
 Each bundle carries its own verdict (GATE.json) and numbers (EVAL.json) under its MANIFEST.json; the
 current gate run's verdicts say whether it is still the build to ship (pipeline/release/publish.py)."""
+
 from pipeline.core import paths, records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_json
@@ -30,8 +31,9 @@ def main(argv: list[str]) -> None:
         bundle = paths.BUNDLES / variant
         if not bundle.is_dir():
             raise PipelineError(f"no bundle for {variant} at {bundle}; run `dvc repro` (its gates may have failed)")
-        version, tags = release_tags(bundle, variant, pub.version, list(gates.allow_fail), current,
-                                     gates.for_variant(variant))
+        version, tags = release_tags(
+            bundle, variant, pub.version, list(gates.allow_fail), current, gates.for_variant(variant)
+        )
         # built for this name and version (PROVENANCE.json, in the digest the pinned copy is checked against)
         check_binding(bundle, registry_name(name, variant), version, tags["bundle_digest"], required=True)
         releases[variant] = (bundle, version, tags)

@@ -1,6 +1,7 @@
 """Stage `quantize@<variant>`: run the variant's llm-compressor recipe on the target; for a variant with `mixed:`, ship
 the checkpoint mixed@<variant> quantized and scored for the per-layer layout it chose (one config group per scheme),
 never a second quantization of it."""
+
 import shutil
 import time
 
@@ -25,9 +26,11 @@ def searched_layout(spec: VariantSpec) -> dict | None:
     path = paths.MIXED / spec.name / paths.LAYOUT
     layout = read_json(path) if path.is_file() else {}
     if not layout.get("targets") or not (path.parent / paths.CHECKPOINT).is_dir():
-        raise PipelineError(f"{path} holds no per-layer layout and checkpoint, and quantize.variants.{spec.name} has "
-                            f"a mixed: section: run its search first (`dvc repro quantize@{spec.name}` runs "
-                            f"mixed@{spec.name})")
+        raise PipelineError(
+            f"{path} holds no per-layer layout and checkpoint, and quantize.variants.{spec.name} has "
+            f"a mixed: section: run its search first (`dvc repro quantize@{spec.name}` runs "
+            f"mixed@{spec.name})"
+        )
     return layout
 
 
@@ -53,13 +56,16 @@ def main(argv: list[str]) -> None:
             measured = {"wall_time_s": round(time.perf_counter() - t0, 2)}
         else:
             # quantize.distributed.gpus > 1: that many ranks under torchrun, rank 0 writing into tmp.
-            metrics = quantize(paths.TARGET, tmp, spec, calibration_texts(spec), settings.calibration,
-                               settings.distributed)
+            metrics = quantize(
+                paths.TARGET, tmp, spec, calibration_texts(spec), settings.calibration, settings.distributed
+            )
             measured = {k: metrics.pop(k) for k in RUN_DEPENDENT if k in metrics}
     write_json(f"metrics/quantize-{variant}.json", metrics)
     record_timings(f"quantize-{variant}", measured)
-    say(f"quantize {variant}: {how(metrics, measured)}, {metrics['size_before_mb']} MB -> "
-        f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group_line(metrics)}")
+    say(
+        f"quantize {variant}: {how(metrics, measured)}, {metrics['size_before_mb']} MB -> "
+        f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group_line(metrics)}"
+    )
 
 
 def how(metrics: dict, measured: dict) -> str:
@@ -70,9 +76,12 @@ def how(metrics: dict, measured: dict) -> str:
 
 
 def group_line(metrics: dict) -> str:
-    group = (f"; group size {group_size_label(metrics['group_size'])}, not the configured "
-             f"{metrics['group_size_configured']}: " + "; ".join(metrics["group_size_reason"])
-             if metrics.get("group_size_reason") else "")
+    group = (
+        f"; group size {group_size_label(metrics['group_size'])}, not the configured "
+        f"{metrics['group_size_configured']}: " + "; ".join(metrics["group_size_reason"])
+        if metrics.get("group_size_reason")
+        else ""
+    )
     mixed = metrics.get("mixed") and ", ".join(f"{s} {v}" for s, v in metrics["mixed"]["layout"].items() if v)
     return group + (f"; per layer: {mixed}" if mixed else "")
 

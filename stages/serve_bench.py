@@ -5,6 +5,7 @@ kernel vLLM offers it, with the k schedule its sweep suggests and at each tier o
 CUDA and vLLM, or with serve_bench.enabled false, the record says why it was skipped and the gate falls back to
 the CPU estimate.
 """
+
 from pipeline.core import paths, records
 from pipeline.core.io import atomic_dir
 from pipeline.core.stage import say, stage_main
@@ -36,9 +37,13 @@ def main(argv: list[str]) -> None:
         if reason:
             record = ServeBenchRecord(variant=variant, skipped=reason)
         else:
-            run = sweep.Settings(bench=cfg, serving=serving, draft=parse_section(p, DraftParams),
-                                 temperature=parse_section(p, EvaluateParams).acceptance.temperature,
-                                 spec=variant_spec(variants, variant))
+            run = sweep.Settings(
+                bench=cfg,
+                serving=serving,
+                draft=parse_section(p, DraftParams),
+                temperature=parse_section(p, EvaluateParams).acceptance.temperature,
+                spec=variant_spec(variants, variant),
+            )
             choose = sweep.Choices(decision.choose_kernel, decision.schedule_to_measure)
             record = sweep.measure(tmp, variant, sweep.candidates(run, variant), run, choose)
         records.write(tmp / "record.json", record)

@@ -8,6 +8,7 @@ when their stat changed (HashCache), and the recipe check, which imports compres
 only when the variants, the code or the libraries changed. Both memories live in artifacts/cache/: gitignored,
 one per workspace (inodes and times are this machine's), dropped with the rest of artifacts/, and not DVC
 outputs (DVC deletes a stage's outputs before running it). Deleting them costs one slow run, never a wrong hash."""
+
 from pipeline.core import paths
 from pipeline.core.io import write_json
 from pipeline.core.stage import say, stage_main, warn
@@ -31,8 +32,10 @@ def main(argv: list[str]) -> None:
     if cache.problem:
         warn(f"sources: ignored {HASHES} ({cache.problem}); every model file is read again")
     target, draft = parse_section(p, TargetParams), parse_section(p, DraftSourceParams)
-    prints = {"target": source_fingerprint(target.source, "target", target.revision, cache),
-              "draft": source_fingerprint(draft.source, "draft", cache=cache)}
+    prints = {
+        "target": source_fingerprint(target.source, "target", target.revision, cache),
+        "draft": source_fingerprint(draft.source, "draft", cache=cache),
+    }
     if problem := cache.save():
         warn(f"sources: {problem}; the next run reads every model file again")
     write_json(paths.SOURCES, prints)
@@ -50,8 +53,10 @@ def main(argv: list[str]) -> None:
         specs = [variant_spec(quantize.variants, v) for v in quantize.enabled]
         for name, group in group_sizes(p, specs).items():
             if group.reason:
-                say(f"sources: quantize {name}: group_size {group.configured} -> {group_size_label(group.used)} "
-                    f"({group.reason})")
+                say(
+                    f"sources: quantize {name}: group_size {group.configured} -> {group_size_label(group.used)} "
+                    f"({group.reason})"
+                )
 
 
 def resource_plan(p: dict, show: bool) -> None:
@@ -64,10 +69,17 @@ def resource_plan(p: dict, show: bool) -> None:
 
     config = source_config(p)
     if shape_of(config) is None:  # a Hub model not cached yet (the models stage decides the tensor parallelism), or a
-        return                    # config that is no Llama-style decoder's: nothing to plan from
+        return  # config that is no Llama-style decoder's: nothing to plan from
     serving = p["serving"]
-    rows = plan(p, config, Host(serving.get("gpu") or DEFAULT_GPU, serving.get("max_tensor_parallel_size", 8),
-                                gpu_named=serving.get("gpu") is not None))
+    rows = plan(
+        p,
+        config,
+        Host(
+            serving.get("gpu") or DEFAULT_GPU,
+            serving.get("max_tensor_parallel_size", 8),
+            gpu_named=serving.get("gpu") is not None,
+        ),
+    )
     if show:
         for line in render(rows, "sources: resource plan (modelprep plan)").splitlines():
             say(line)

@@ -3,6 +3,7 @@
 Evaluation numbers are inputs here (the evaluate stage has its own tests); the gate verdict and the
 chosen num_speculative_tokens are computed by the pipeline's own code from them.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,13 +17,27 @@ from pathlib import Path
 
 import yaml
 
+from eval_helpers import eval_summary
+from pipeline.evaluate.vllm_spec import VllmMeasurement
+from pipeline.quantize.recipes import parse_variant
+from pipeline.release.bundle import CardInputs, model_card
+from pipeline.release.decision import SpeculationDecision
+from pipeline.release.gates import VariantVerdict
+from pipeline.serving.bench_record import ServeBenchRecord
 from speculation_estimates import TOKEN_ACCEPTANCE, speculative_estimate
-from tiny_project import ROOT, merge, tiny_params
+from tiny_project import ROOT, merge, tiny_params, tiny_serving
 
 MODELPREP = str(Path(sys.executable).parent / "modelprep")
-PASSING = {"perplexity_baseline": 1.31, "perplexity": 1.32, "perplexity_increase_pct": 0.76,
-           "kl_divergence": 0.004, "top1_agreement": 0.97, "greedy_match": 0.9, "token_acceptance": TOKEN_ACCEPTANCE,
-           "lm_eval_domain_heldout_acc": 0.41}
+PASSING = {
+    "perplexity_baseline": 1.31,
+    "perplexity": 1.32,
+    "perplexity_increase_pct": 0.76,
+    "kl_divergence": 0.004,
+    "top1_agreement": 0.97,
+    "greedy_match": 0.9,
+    "token_acceptance": TOKEN_ACCEPTANCE,
+    "lm_eval_domain_heldout_acc": 0.41,
+}
 
 
 def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str, dict], **overrides) -> Path:
@@ -36,8 +51,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
 
     target, draft = demo_pair
     # One request at a time by default: where a predicted speculative setting holds, so the bundles carry one
-    params = tiny_params(quantize={"enabled": list(variants)},
-                         **merge({"serving": {"max_num_seqs": 1}}, overrides))
+    params = tiny_params(quantize={"enabled": list(variants)}, **merge({"serving": {"max_num_seqs": 1}}, overrides))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     shutil.copytree(draft, root / "artifacts/draft/model")
     spec = speculative_estimate()
@@ -49,22 +63,34 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
         # The key llm-compressor writes into a compressed-tensors checkpoint's config.json.
         config["quantization_config"] = {"quant_method": "compressed-tensors", "format": "float-quantized"}
         write_json(model / "config.json", config)
-        summaries[variant] = EvalSummary.from_metrics({
-            "variant": variant, **PASSING, "estimated_num_speculative_tokens": spec.num_speculative_tokens,
-            "accepted_per_draft_token": spec.accepted_per_draft_token, "estimated_speedup": spec.expected_speedup,
-            "cost_profile": "test-profile",
-            # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
-            "estimated_speedup_by_concurrency": [{"concurrency": 1, "speedup": spec.expected_speedup},
-                                                 {"concurrency": 64, "speedup": 1.02}],
-            **metric_overrides}, variant)
+        summaries[variant] = EvalSummary.from_metrics(
+            {
+                "variant": variant,
+                **PASSING,
+                "estimated_num_speculative_tokens": spec.num_speculative_tokens,
+                "accepted_per_draft_token": spec.accepted_per_draft_token,
+                "estimated_speedup": spec.expected_speedup,
+                "cost_profile": "test-profile",
+                # as evaluate predicts it at every declared concurrency (tiers at 1 and 64)
+                "estimated_speedup_by_concurrency": [
+                    {"concurrency": 1, "speedup": spec.expected_speedup},
+                    {"concurrency": 64, "speedup": 1.02},
+                ],
+                **metric_overrides,
+            },
+            variant,
+        )
         ev = root / "artifacts/eval" / variant
         summaries[variant].write(ev / "summary.json")
         records.write(ev / "speculative.json", spec)
         write_json(ev / "vllm.json", {"skipped": "no CUDA device"})
-        records.write(root / "artifacts/serve" / variant / "record.json",
-                      ServeBenchRecord(variant, skipped="no CUDA device"))
-        write_json(root / f"metrics/quantize-{variant}.json",
-                   {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71})
+        records.write(
+            root / "artifacts/serve" / variant / "record.json", ServeBenchRecord(variant, skipped="no CUDA device")
+        )
+        write_json(
+            root / f"metrics/quantize-{variant}.json",
+            {"variant": variant, "size_before_mb": 1.2, "size_after_mb": 0.7, "compression_ratio": 1.71},
+        )
     write_json(root / "metrics/models.json", {"source": "demo"})
     heldout = root / "artifacts/data/heldout.jsonl"  # the demo traffic's first conversations (warm-up prompts)
     heldout.parent.mkdir(parents=True, exist_ok=True)
@@ -74,7 +100,8 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
     shutil.copytree(target, root / "artifacts/models/target")
     for split, part in (("calibration", rows[:6]), ("draft_train", rows[6:])):
         (root / f"artifacts/data/{split}.jsonl").write_text(
-            "".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in part))
+            "".join(json.dumps({"messages": row_to_messages(json.loads(r))}) + "\n" for r in part)
+        )
     write_json(root / "artifacts/sources.json", {"target": {"kind": "demo"}, "draft": {"kind": "demo"}})
     records.write(root / "artifacts/gate/verdict.json", gate_report(params, summaries))
     return root
@@ -84,6 +111,7 @@ def stage_workspace(root: Path, demo_pair: tuple[Path, Path], variants: dict[str
 class BundleSpec:
     """What a bundled workspace holds: variants (name -> metric overrides, as stage_workspace takes them), the
     params overrides, the variants the bundle stage builds (None: all of them) and text its output must say."""
+
     variants: dict[str, dict]
     overrides: dict = field(default_factory=dict)
     bundled: tuple[str, ...] | None = None
@@ -109,8 +137,14 @@ def free_port() -> int:
 
 def run_stage(cwd: Path, *argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`python -m stages.<name> ...` as DVC runs it, from a scratch project directory."""
-    return subprocess.run([sys.executable, "-m", *argv], cwd=cwd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", *argv],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+    )
 
 
 def run_stage_in_process(cwd: Path, capfd, module: str, *argv: str) -> subprocess.CompletedProcess:
@@ -126,9 +160,13 @@ def run_stage_in_process(cwd: Path, capfd, module: str, *argv: str) -> subproces
     handlers, level = root.handlers[:], root.level  # stage_main points logging at its log file
     capfd.readouterr()  # what the test wrote before is not the stage's
     try:  # sys.stdout and sys.stderr on fds 1 and 2, as in a stage's process: its redirect to the log takes them too
-        with contextlib.chdir(cwd), open(1, "w", buffering=1, closefd=False) as out, \
-                open(2, "w", buffering=1, closefd=False) as err, \
-                contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with (
+            contextlib.chdir(cwd),
+            open(1, "w", buffering=1, closefd=False) as out,
+            open(2, "w", buffering=1, closefd=False) as err,
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+        ):
             main(list(argv))
     except SystemExit as e:
         code = e.code
@@ -151,3 +189,37 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     return lines[0]
+
+
+def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, quant: dict | None = None) -> str:
+    """The card of params.yaml's `variant` from these GPU records (and quantize metrics), with passing numbers for
+    the rest."""
+    spec = speculative_estimate()
+    return model_card(
+        CardInputs(
+            variant,
+            parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
+            eval_summary(
+                {
+                    "perplexity_baseline": 1.0,
+                    "perplexity": 1.0,
+                    "perplexity_increase_pct": 0.0,
+                    "kl_divergence": 0.0,
+                    "top1_agreement": 1.0,
+                    "greedy_match": 1.0,
+                }
+            ),
+            spec,
+            VariantVerdict(
+                passed=True,
+                allowed_failure=False,
+                speculation=SpeculationDecision(
+                    spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test"
+                ),
+            ),
+            quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
+            tiny_serving(name="svc"),
+            gpu,
+            serve,
+        )
+    )

@@ -1,5 +1,6 @@
 """Fixtures only (helpers live in named modules: tiny_project, bundle_helpers, speculation_estimates,
 trainer_callbacks): a tiny demo model pair, once per session, and a workspace with bundles, once per module."""
+
 from __future__ import annotations
 
 import os
@@ -56,9 +57,22 @@ def bundled_workspace(bundle_spec: BundleSpec, demo_pair, tmp_path_factory, requ
 # After the slow files, the longest of the rest on 2 cores (measured on the suite of 2026-11): test_vllm_server.py
 # (20 s, nearly all of it waiting on its servers: last, it left both cores idle), then the heaviest (20-90 s of CPU
 # each). Handed out early, so the run ends on small files instead of one worker finishing a long one alone.
-LONG_FILES = ("test_vllm_server.py", "test_quantize_dist.py", "test_handoff.py", "test_quantize.py", "test_bundle.py",
-              "test_lmeval.py", "test_sources.py", "test_real_text.py", "test_registry.py", "test_signing.py",
-              "test_mlflow_registry.py", "test_dvc_graph.py", "test_gguf_source.py", "test_sources_cache.py")
+LONG_FILES = (
+    "test_vllm_server.py",
+    "test_quantize_dist.py",
+    "test_handoff.py",
+    "test_quantize.py",
+    "test_bundle.py",
+    "test_lmeval.py",
+    "test_sources.py",
+    "test_real_text.py",
+    "test_registry.py",
+    "test_signing.py",
+    "test_mlflow_registry.py",
+    "test_dvc_graph.py",
+    "test_gguf_source.py",
+    "test_sources_cache.py",
+)
 
 
 def pytest_configure(config):
@@ -78,4 +92,5 @@ def pytest_collection_modifyitems(config, items):
     def order(item):
         name = item.path.name
         return item.path not in slow, LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
+
     items.sort(key=order)

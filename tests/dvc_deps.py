@@ -1,4 +1,4 @@
-"""The pipeline files' code deps from each stage's import closure: what tests/test_dvc_graph.py checks, and the
+"""The pipeline files' code deps from each stage's import closure: what tests/project/test_dvc_graph.py checks, and the
 tool that writes them. The pipeline files: dvc.yaml and stages/dvc.yaml (the always-run `sources` stage).
 
     python tests/dvc_deps.py           # exit 1 and name the stages whose code deps differ from their closure
@@ -8,6 +8,7 @@ A stage's code deps are the project files its entry point imports, transitively 
 too), with a package folder listed as the folder where the stage imports every module in it. Its other deps
 (artifacts, data files, templates, `${...}` paths) stay where they are, after the code.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -115,9 +116,11 @@ def code_deps(entry: Path, root: Path = ROOT) -> list[str]:
 def data_inside(folder: str, root: Path = ROOT) -> list[str]:
     """What a package folder holds besides Python (data, templates): a stage that listed the folder
     read it too, and keeps it as a dep when the folder is listed module by module instead."""
-    return sorted(str(p.relative_to(root)) for p in (root / folder).iterdir()
-                  if p.name != "__pycache__" and not p.name.endswith(".py")
-                  and not (p.is_dir() and any(p.rglob("*.py"))))
+    return sorted(
+        str(p.relative_to(root))
+        for p in (root / folder).iterdir()
+        if p.name != "__pycache__" and not p.name.endswith(".py") and not (p.is_dir() and any(p.rglob("*.py")))
+    )
 
 
 def wanted_deps(root: Path = ROOT) -> dict[str, list[str]]:
@@ -132,8 +135,9 @@ def wanted_deps(root: Path = ROOT) -> dict[str, list[str]]:
                 rest.append(d)
             elif (root / d).is_dir() and d not in code:
                 rest += data_inside(d, root)
-        out[name] = code + [d for d in dict.fromkeys(rest)
-                            if not any(Path(c) in Path(d).parents for c in code if (root / c).is_dir())]
+        out[name] = code + [
+            d for d in dict.fromkeys(rest) if not any(Path(c) in Path(d).parents for c in code if (root / c).is_dir())
+        ]
     return out
 
 
@@ -190,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         before = yaml.safe_load(text)
         mine = [stage for stage in stale if stage in before["stages"]]
         new = rewrite(text, {stage: wanted[stage] for stage in mine})
-        if yaml.safe_load(new) != {**before, "stages": {stage: _with_deps(body, wanted[stage])
-                                                        for stage, body in before["stages"].items()}}:
+        if yaml.safe_load(new) != {
+            **before,
+            "stages": {stage: _with_deps(body, wanted[stage]) for stage, body in before["stages"].items()},
+        }:
             raise SystemExit(f"dvc_deps: rewriting {name} would change more than its deps lists")
         if args.write and new != text:
             path.write_text(new)
@@ -199,8 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"deps rewritten for {', '.join(stale)}" if stale else "deps already match")
         return 0
     if stale:
-        print(f"code deps differ from the import closure for {', '.join(stale)} "
-              "(python tests/dvc_deps.py --write)", file=sys.stderr)
+        print(
+            f"code deps differ from the import closure for {', '.join(stale)} (python tests/dvc_deps.py --write)",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -1,4 +1,5 @@
 """A good draft's acceptance and the speculative estimate the pipeline's own k choice makes from it."""
+
 from __future__ import annotations
 
 # Per-position acceptance P(at least j accepted) and draft/target cost ratio of a good draft.
@@ -20,8 +21,15 @@ def speculative_estimate():
 
     k, speedups = choose_k(PER_POSITION, COST_RATIO)
     return SpeculativeEstimate(
-        temperature=0.0, token_acceptance=TOKEN_ACCEPTANCE, accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
-        num_speculative_tokens=k, accepted_per_position=PER_POSITION[:k],
+        temperature=0.0,
+        token_acceptance=TOKEN_ACCEPTANCE,
+        accepted_per_draft_token=sum(PER_POSITION[:k]) / k,
+        num_speculative_tokens=k,
+        accepted_per_position=PER_POSITION[:k],
         accepted_per_position_by_k={str(j): PER_POSITION[:j] for j in speedups},
-        expected_accepted_tokens=sum(PER_POSITION[:k]), cost_ratio=COST_RATIO, expected_speedup=speedups[k],
-        expected_speedup_by_k={str(j): s for j, s in speedups.items()}, prompts=8)
+        expected_accepted_tokens=sum(PER_POSITION[:k]),
+        cost_ratio=COST_RATIO,
+        expected_speedup=speedups[k],
+        expected_speedup_by_k={str(j): s for j, s in speedups.items()},
+        prompts=8,
+    )

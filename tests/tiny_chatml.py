@@ -1,5 +1,6 @@
 """A tiny ChatML Llama, as SmolLM2 is laid out (<|im_start|> 1 opens a turn, <|im_end|> 2 ends it), as a
 transformers checkpoint or written as a GGUF file with the gguf package's own writer."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,12 +9,25 @@ import numpy as np
 import torch
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]  # ids 0, 1, 2, as SmolLM2's
-CHATML = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
-          "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-TEXT = ["the quick brown fox jumps over the lazy dog", "how do I reset my password", "answers end with a token",
-        "a draft model predicts the target's next tokens", "hello world, this is a tiny corpus for a tiny tokenizer"]
-SHAPE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=2048, rms_norm_eps=1e-5)
+CHATML = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + "
+    "'<|im_end|>' + '\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+TEXT = [
+    "the quick brown fox jumps over the lazy dog",
+    "how do I reset my password",
+    "answers end with a token",
+    "a draft model predicts the target's next tokens",
+    "hello world, this is a tiny corpus for a tiny tokenizer",
+]
+SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-5,
+)
 
 
 def chatml_tokenizer():
@@ -24,11 +38,23 @@ def chatml_tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(TEXT * 4, trainer=trainers.BpeTrainer(
-        vocab_size=320, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>", eos_token="<|im_end|>",
-                                   pad_token="<|im_end|>", unk_token="<|endoftext|>", model_max_length=2048)
+    tok.train_from_iterator(
+        TEXT * 4,
+        trainer=trainers.BpeTrainer(
+            vocab_size=320,
+            special_tokens=SPECIALS,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        unk_token="<|endoftext|>",
+        model_max_length=2048,
+    )
     fast.chat_template = CHATML
     return fast
 
@@ -38,8 +64,15 @@ def tiny_llama(tokenizer, layers: int, tied: bool, seed: int = 0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), num_hidden_layers=layers, tie_word_embeddings=tied,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2, **SHAPE)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        num_hidden_layers=layers,
+        tie_word_embeddings=tied,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+        **SHAPE,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():
         for p in model.parameters():
@@ -58,8 +91,15 @@ def permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id: int | None = 2,
-               merges: bool = True, vocabulary=None) -> Path:
+def write_gguf(
+    path: Path,
+    model,
+    tokenizer,
+    eos_token_id: int = 2,
+    pad_token_id: int | None = 2,
+    merges: bool = True,
+    vocabulary=None,
+) -> Path:
     """model and tokenizer as a llama GGUF (F32 tensors, a "gpt2" BPE vocabulary, the ChatML template), as
     llama.cpp's converter lays one out: tensor names, q/k permutation, no output.weight when embeddings are tied.
     merges=False leaves tokenizer.ggml.merges empty (a broken BPE vocabulary); vocabulary(writer) writes another
@@ -87,15 +127,22 @@ def write_gguf(path: Path, model, tokenizer, eos_token_id: int = 2, pad_token_id
     writer.add_tensor("token_embd.weight", sd["model.embed_tokens.weight"])
     for i in range(c.num_hidden_layers):
         layer = f"model.layers.{i}."
-        for gguf_name, hf_name in (("attn_norm", "input_layernorm"), ("attn_v", "self_attn.v_proj"),
-                                   ("attn_output", "self_attn.o_proj"), ("ffn_norm", "post_attention_layernorm"),
-                                   ("ffn_gate", "mlp.gate_proj"), ("ffn_up", "mlp.up_proj"),
-                                   ("ffn_down", "mlp.down_proj")):
+        for gguf_name, hf_name in (
+            ("attn_norm", "input_layernorm"),
+            ("attn_v", "self_attn.v_proj"),
+            ("attn_output", "self_attn.o_proj"),
+            ("ffn_norm", "post_attention_layernorm"),
+            ("ffn_gate", "mlp.gate_proj"),
+            ("ffn_up", "mlp.up_proj"),
+            ("ffn_down", "mlp.down_proj"),
+        ):
             writer.add_tensor(f"blk.{i}.{gguf_name}.weight", sd[layer + hf_name + ".weight"])
-        writer.add_tensor(f"blk.{i}.attn_q.weight",
-                          permute(sd[layer + "self_attn.q_proj.weight"], c.num_attention_heads))
-        writer.add_tensor(f"blk.{i}.attn_k.weight",
-                          permute(sd[layer + "self_attn.k_proj.weight"], c.num_key_value_heads))
+        writer.add_tensor(
+            f"blk.{i}.attn_q.weight", permute(sd[layer + "self_attn.q_proj.weight"], c.num_attention_heads)
+        )
+        writer.add_tensor(
+            f"blk.{i}.attn_k.weight", permute(sd[layer + "self_attn.k_proj.weight"], c.num_key_value_heads)
+        )
     writer.add_tensor("output_norm.weight", sd["model.norm.weight"])
     if not c.tie_word_embeddings:
         writer.add_tensor("output.weight", sd["lm_head.weight"])

@@ -1,4 +1,5 @@
 """The project at test size: the tiny demo's params and a throwaway git+DVC copy of the project to run stages in."""
+
 from __future__ import annotations
 
 import copy
@@ -14,21 +15,44 @@ ROOT = Path(__file__).resolve().parents[1]
 # Small enough that the whole pipeline runs in a couple of minutes on 2 cores, with hidden
 # sizes that are multiples of 128 so INT4 group-128 recipes still apply.
 TINY_OVERRIDES = {
-    "demo": {"domain_rows": 800, "general_sentences": 800, "vocab_size": 1024,
-             "target": {"hidden_size": 128, "intermediate_size": 256,
-                        "num_hidden_layers": 3,  # 3: an EAGLE-3 head's aux layers
-                        "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 60, "lr": 0.004},
-             "draft": {"hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 1,
-                       "num_attention_heads": 2, "num_key_value_heads": 1, "train_steps": 30, "lr": 0.004,
-                       "domain_share": 0.02}},
+    "demo": {
+        "domain_rows": 800,
+        "general_sentences": 800,
+        "vocab_size": 1024,
+        "target": {
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 3,  # 3: an EAGLE-3 head's aux layers
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "train_steps": 60,
+            "lr": 0.004,
+        },
+        "draft": {
+            "hidden_size": 128,
+            "intermediate_size": 256,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "train_steps": 30,
+            "lr": 0.004,
+            "domain_share": 0.02,
+        },
+    },
     # The whole-pipeline builds cover the baseline, calibrated FP8 with KV-cache scales and GPTQ INT4 (every
     # variant, AWQ and FP8-dynamic too, is quantized and reloaded in test_quantize.py): CI's time budget.
-    "quantize": {"enabled": ["bf16", "fp8-static", "gptq-w4a16"],
-                 "calibration": {"num_samples": 16, "max_seq_length": 256}},
+    "quantize": {
+        "enabled": ["bf16", "fp8-static", "gptq-w4a16"],
+        "calibration": {"num_samples": 16, "max_seq_length": 256},
+    },
     "draft_training": {"epochs": 2, "max_new_tokens": 48},
     "draft": {"eagle3": {"train_steps": 20, "batch_size": 4}},
-    "evaluate": {"heldout_limit": 16, "greedy_prompts": 6, "lm_eval": {"limit": 8},
-                 "acceptance": {"prompts": 6, "continuation_tokens": 16}},
+    "evaluate": {
+        "heldout_limit": 16,
+        "greedy_prompts": 6,
+        "lm_eval": {"limit": 8},
+        "acceptance": {"prompts": 6, "continuation_tokens": 16},
+    },
     # The tiny pair is barely trained: its held-out perplexity is not what the demo's absolute gate is for.
     "gates": {"thresholds": {"max_heldout_perplexity": 1000.0}},
 }
@@ -77,8 +101,11 @@ def copy_project(dest: Path, params: dict | None = None) -> Path:
         shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
     (dest / "params.yaml").write_text(yaml.safe_dump(params or tiny_params(), sort_keys=False))
     (dest / ".gitignore").write_text((ROOT / ".gitignore").read_text())
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
+    for cmd in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"],
+    ):
         subprocess.run(cmd, cwd=dest, check=True)
     return dest
 

@@ -1,5 +1,6 @@
 """transformers Trainer callbacks for the resume tests: a run killed after its first checkpoint, and where a run
 began."""
+
 from __future__ import annotations
 
 from transformers import TrainerCallback

@@ -9,6 +9,7 @@ Needs a `dvc repro` of the demo first (artifacts/models/target, artifacts/data/h
 client imports on a CPU-only machine with `pip install --no-deps vllm==0.25.0` plus the modules it asks
 for (benchmarks/cpu/README.md lists them).
 """
+
 from __future__ import annotations
 
 import json
@@ -49,17 +50,34 @@ def main(out: Path) -> None:
         load_generator.write_dataset(dataset, [text for text, _ in rendered])
         for run, fail_every in RUNS.items():
             config = tmp / f"serve-{run}.yaml"
-            config.write_text(json.dumps({"model": str(TARGET), "served-model-name": "nimbus-support",
-                                          "fail-every": fail_every}))
+            config.write_text(
+                json.dumps({"model": str(TARGET), "served-model-name": "nimbus-support", "fail-every": fail_every})
+            )
             with serve(config, tmp, tmp / f"server-{run}.log", 300, None, command=SERVER) as server:
                 for c in LEVELS:
                     result = out / f"{run}-c{c}.json"
-                    command = load_generator.bench_command(client, server.base_url, load_generator.LoadSpec(
-                        "nimbus-support", TARGET, dataset, c, PROMPTS, MAX_TOKENS, 0.0, rendered[0][1], result,
-                        warmups=1))
+                    command = load_generator.bench_command(
+                        client,
+                        server.base_url,
+                        load_generator.LoadSpec(
+                            "nimbus-support",
+                            TARGET,
+                            dataset,
+                            c,
+                            PROMPTS,
+                            MAX_TOKENS,
+                            0.0,
+                            rendered[0][1],
+                            result,
+                            warmups=1,
+                        ),
+                    )
                     level = load_generator.run_level(command, server.base_url, result, tmp / f"bench-{run}.log")
-                    summary[f"{run}-c{c}"] = {"completed": level.completed, "failed": level.failed,
-                                              "errors": level.errors}
+                    summary[f"{run}-c{c}"] = {
+                        "completed": level.completed,
+                        "failed": level.failed,
+                        "errors": level.errors,
+                    }
     write_json(out / "summary.json", summary)
     print(json.dumps(summary, indent=2))
 

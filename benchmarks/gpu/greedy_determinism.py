@@ -8,6 +8,7 @@ margins, not near-ties), as two identical copies and the same copy twice, under 
 MODE=deterministic (torch.use_deterministic_algorithms with CUBLAS_WORKSPACE_CONFIG) and MODE=eager-attention.
 Prints one RESULT line of JSON per mode.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,22 +28,43 @@ from pipeline.evaluate.generation import greedy_continuations  # noqa: E402
 if MODE == "deterministic":
     torch.use_deterministic_algorithms(True)
 torch.manual_seed(0)
-config = LlamaConfig(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-                     num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True, max_position_embeddings=2048,
-                     attn_implementation="eager" if MODE == "eager-attention" else "sdpa")
+config = LlamaConfig(
+    hidden_size=576,
+    intermediate_size=1536,
+    num_hidden_layers=30,
+    num_attention_heads=9,
+    num_key_value_heads=3,
+    vocab_size=49152,
+    tie_word_embeddings=True,
+    max_position_embeddings=2048,
+    attn_implementation="eager" if MODE == "eager-attention" else "sdpa",
+)
 a = LlamaForCausalLM(config).to(torch.bfloat16).cuda().eval()
 b = copy.deepcopy(a)
 g = torch.Generator().manual_seed(1)
-prompts = [torch.randint(0, 49152, (int(n),), generator=g).tolist()
-           for n in torch.randint(20, 160, (16,), generator=g)]
-runs = {"a1": greedy_continuations(a, prompts, 64), "b": greedy_continuations(b, prompts, 64),
-        "a2": greedy_continuations(a, prompts, 64)}
+prompts = [torch.randint(0, 49152, (int(n),), generator=g).tolist() for n in torch.randint(20, 160, (16,), generator=g)]
+runs = {
+    "a1": greedy_continuations(a, prompts, 64),
+    "b": greedy_continuations(b, prompts, 64),
+    "a2": greedy_continuations(a, prompts, 64),
+}
 
 
 def same(x, y):
     return sum(tx == ty for (tx, _), (ty, _) in zip(runs[x], runs[y])) / len(prompts)
 
 
-print("RESULT " + json.dumps({"mode": MODE, "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
-                              "copy_vs_copy": same("a1", "b"), "same_model_twice": same("a1", "a2"),
-                              "prompts": len(prompts), "tokens": 64}))
+print(
+    "RESULT "
+    + json.dumps(
+        {
+            "mode": MODE,
+            "torch": torch.__version__,
+            "gpu": torch.cuda.get_device_name(),
+            "copy_vs_copy": same("a1", "b"),
+            "same_model_twice": same("a1", "a2"),
+            "prompts": len(prompts),
+            "tokens": 64,
+        }
+    )
+)

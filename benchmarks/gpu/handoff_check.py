@@ -9,6 +9,7 @@ series the rules and the dashboard read, whether the scrape has it with the labe
 spec-decode acceptance the rules' recording rule would compute from the two scrapes against the alert's
 threshold. Exit status 1 when a series is missing.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,17 +59,32 @@ def main(raw: Path) -> int:
     missing = [f"{r['series']}{r['matchers'] or ''}" for r in series if not r["samples"]]
     served = next(iter({r["matchers"]["model_name"] for r in series if "model_name" in r["matchers"]}), None)
     labels = {"model_name": served} if served else {}
-    delta = {n: total(after, n, labels) - total(before, n, labels)
-             for n in ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")}
-    ratio = (delta["vllm:spec_decode_num_accepted_tokens_total"] / delta["vllm:spec_decode_num_draft_tokens_total"]
-             if delta["vllm:spec_decode_num_draft_tokens_total"] else None)
-    thresholds = {r["alert"]: float(re.search(r"<\s*([0-9.]+)", r["expr"])[1]) for g in rules["groups"]
-                  for r in g["rules"] if "alert" in r and "spec_decode_acceptance" in r["expr"]}
-    result = {"served_model_name": served, "series": series, "missing": missing,
-              "load_deltas": delta, "acceptance_over_load": ratio,
-              "acceptance_alerts": {a: {"threshold": t, "would_fire": ratio is not None and ratio < t}
-                                    for a, t in thresholds.items()},
-              "warmup": (raw / "warmup.txt").read_text().strip().splitlines()}
+    delta = {
+        n: total(after, n, labels) - total(before, n, labels)
+        for n in ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
+    }
+    ratio = (
+        delta["vllm:spec_decode_num_accepted_tokens_total"] / delta["vllm:spec_decode_num_draft_tokens_total"]
+        if delta["vllm:spec_decode_num_draft_tokens_total"]
+        else None
+    )
+    thresholds = {
+        r["alert"]: float(re.search(r"<\s*([0-9.]+)", r["expr"])[1])
+        for g in rules["groups"]
+        for r in g["rules"]
+        if "alert" in r and "spec_decode_acceptance" in r["expr"]
+    }
+    result = {
+        "served_model_name": served,
+        "series": series,
+        "missing": missing,
+        "load_deltas": delta,
+        "acceptance_over_load": ratio,
+        "acceptance_alerts": {
+            a: {"threshold": t, "would_fire": ratio is not None and ratio < t} for a, t in thresholds.items()
+        },
+        "warmup": (raw / "warmup.txt").read_text().strip().splitlines(),
+    }
     (raw / "check.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps({k: result[k] for k in ("missing", "acceptance_over_load", "acceptance_alerts")}, indent=2))
     return 1 if missing else 0

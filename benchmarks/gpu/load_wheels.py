@@ -11,6 +11,7 @@ no wheel (pure-Python sdists such as antlr4-python3-runtime) is built into one w
 PRESENT: the names present on the host, one per line, in any spelling (normalized here). --no-deps: the roots'
 wheels alone, their requirements not walked.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,12 +28,30 @@ from pip._vendor.packaging.requirements import Requirement
 
 PY312 = sys.executable  # run under Python 3.12: `pip wheel` builds for the interpreter that runs it
 PLATFORM = ["--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp"] + [
-    a for p in ("manylinux_2_35", "manylinux_2_34", "manylinux_2_31", "manylinux_2_28", "manylinux_2_27",
-                "manylinux_2_24", "manylinux_2_17", "manylinux2014", "manylinux1")
-    for a in ("--platform", f"{p}_x86_64")]
-HOST = {"python_version": "3.12", "python_full_version": "3.12.3", "sys_platform": "linux",
-        "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix",
-        "implementation_name": "cpython", "platform_python_implementation": "CPython"}
+    a
+    for p in (
+        "manylinux_2_35",
+        "manylinux_2_34",
+        "manylinux_2_31",
+        "manylinux_2_28",
+        "manylinux_2_27",
+        "manylinux_2_24",
+        "manylinux_2_17",
+        "manylinux2014",
+        "manylinux1",
+    )
+    for a in ("--platform", f"{p}_x86_64")
+]
+HOST = {
+    "python_version": "3.12",
+    "python_full_version": "3.12.3",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+}
 
 
 def canon(name: str) -> str:
@@ -43,11 +62,15 @@ def fetch(req: Requirement, out: Path) -> Path:
     """One wheel for req in out (downloaded, else built from its sdist); its path."""
     spec = f"{req.name}{req.specifier}"
     with tempfile.TemporaryDirectory() as tmp:
-        run = subprocess.run([PY312, "-m", "pip", "download", "-q", "--no-deps", *PLATFORM, "-d", tmp, spec],
-                             capture_output=True, text=True)
+        run = subprocess.run(
+            [PY312, "-m", "pip", "download", "-q", "--no-deps", *PLATFORM, "-d", tmp, spec],
+            capture_output=True,
+            text=True,
+        )
         if run.returncode != 0:
-            run = subprocess.run([PY312, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, spec],
-                                 capture_output=True, text=True)
+            run = subprocess.run(
+                [PY312, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, spec], capture_output=True, text=True
+            )
         wheels = list(Path(tmp).glob("*.whl"))
         if run.returncode != 0 or len(wheels) != 1:
             sys.exit(f"{spec}: no wheel ({run.stderr.strip().splitlines()[-1:] or '?'})")

@@ -21,6 +21,7 @@ bias the cost. Results are one JSON file per engine under OUT/<shape>/; a failed
 the next one runs. `python -m pipeline.evaluate.serving_costs assemble OUT/<shape> ...` (CPU) turns them into the cost
 profile the pipeline ships (data/serving-cost-profiles/).
 """
+
 from __future__ import annotations
 
 import copy
@@ -45,31 +46,99 @@ CHECK_K = 4  # measured for EAGLE-3 too: the check of interpolating a step's cos
 # Llama-family shapes the project ships evidence for. draft: a smaller sibling with the target's vocabulary
 # (for smollm2-135m the target's own first 4 layers, issue #29's draft-from-target).
 SHAPES = {
-    "demo": {"target": dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=6,
-                            num_key_value_heads=2, vocab_size=1231),
-             "draft": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2,
-                           num_key_value_heads=1, vocab_size=1231)},
-    "smollm2-135m": {"target": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                                    num_attention_heads=9, num_key_value_heads=3, vocab_size=49152,
-                                    tie_word_embeddings=True),
-                     "draft": dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=9,
-                                   num_key_value_heads=3, vocab_size=49152, tie_word_embeddings=True)},
-    "gpu-profile-1b": {"target": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=20,
-                                      num_attention_heads=16, num_key_value_heads=8, vocab_size=32000),
-                       "draft": dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=8,
-                                     num_attention_heads=8, num_key_value_heads=4, vocab_size=32000)},
-    "llama3-8b": {"target": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                 num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0),
-                  "draft": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                                num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0,
-                                tie_word_embeddings=True)},
+    "demo": {
+        "target": dict(
+            hidden_size=384,
+            intermediate_size=1024,
+            num_hidden_layers=6,
+            num_attention_heads=6,
+            num_key_value_heads=2,
+            vocab_size=1231,
+        ),
+        "draft": dict(
+            hidden_size=128,
+            intermediate_size=384,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=1231,
+        ),
+    },
+    "smollm2-135m": {
+        "target": dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=30,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            vocab_size=49152,
+            tie_word_embeddings=True,
+        ),
+        "draft": dict(
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=4,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            vocab_size=49152,
+            tie_word_embeddings=True,
+        ),
+    },
+    "gpu-profile-1b": {
+        "target": dict(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=20,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            vocab_size=32000,
+        ),
+        "draft": dict(
+            hidden_size=512,
+            intermediate_size=1408,
+            num_hidden_layers=8,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            vocab_size=32000,
+        ),
+    },
+    "llama3-8b": {
+        "target": dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+        ),
+        "draft": dict(
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_hidden_layers=16,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+            tie_word_embeddings=True,
+        ),
+    },
 }
 
 
 def llama_config(shape: dict) -> dict:
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
-           "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2,
-           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "rope_theta": 10000.0}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "max_position_embeddings": 4096,
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "rope_theta": 10000.0,
+    }
     cfg.update(shape)
     cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
     return cfg
@@ -88,22 +157,49 @@ def eagle3_config(target: dict) -> dict:
     """A one-layer EAGLE-3 head in the speculators format the pipeline's eagle3 stage writes (vLLM loads it
     for method eagle3), sized from its target; aux layers as the pipeline's eagle3 stage picks them."""
     n = target["num_hidden_layers"]
-    layer = llama_config({**{k: target[k] for k in ("hidden_size", "intermediate_size", "num_attention_heads",
-                                                    "num_key_value_heads", "vocab_size")}, "num_hidden_layers": 1})
-    return {"architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3", "speculators_version": "0.9.0",
-            "draft_vocab_size": target["vocab_size"], "eagle_aux_hidden_state_layer_ids": aux_layers(n),
-            "norm_before_residual": True, "tie_word_embeddings": False, "transformer_layer_config": layer,
-            "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                   "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
-                                                         "accept_tolerance": 0.0, "verifier_accept_k": 1}],
-                                   "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "./target"}},
-            "torch_dtype": "bfloat16"}
+    layer = llama_config(
+        {
+            **{
+                k: target[k]
+                for k in (
+                    "hidden_size",
+                    "intermediate_size",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                    "vocab_size",
+                )
+            },
+            "num_hidden_layers": 1,
+        }
+    )
+    return {
+        "architectures": ["Eagle3DraftModel"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "draft_vocab_size": target["vocab_size"],
+        "eagle_aux_hidden_state_layer_ids": aux_layers(n),
+        "norm_before_residual": True,
+        "tie_word_embeddings": False,
+        "transformer_layer_config": layer,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": 3, "accept_tolerance": 0.0, "verifier_accept_k": 1}
+            ],
+            "verifier": {"architectures": ["LlamaForCausalLM"], "name_or_path": "./target"},
+        },
+        "torch_dtype": "bfloat16",
+    }
 
 
 def write_shapes(out: Path) -> None:
     for name, shape in SHAPES.items():
-        for role, cfg in (("target", llama_config(shape["target"])), ("draft", llama_config(shape["draft"])),
-                          ("eagle3", eagle3_config(shape["target"]))):
+        for role, cfg in (
+            ("target", llama_config(shape["target"])),
+            ("draft", llama_config(shape["draft"])),
+            ("eagle3", eagle3_config(shape["target"])),
+        ):
             (out / name / role).mkdir(parents=True, exist_ok=True)
             (out / name / role / "config.json").write_text(json.dumps(cfg, indent=1))
         print("shape", name, flush=True)
@@ -142,22 +238,41 @@ def timed(llm, prompts: list, max_tokens: int, ignore_eos: bool = True) -> dict:
     return {"wall_s": wall, "tokens": tokens, **delta}
 
 
-def engine(models: Path, method: str, k: int, batches: list[int], out: Path, weights: str = "dummy",
-           prompt_sets: list[list[int]] | None = None) -> None:
+def engine(
+    models: Path,
+    method: str,
+    k: int,
+    batches: list[int],
+    out: Path,
+    weights: str = "dummy",
+    prompt_sets: list[list[int]] | None = None,
+) -> None:
     """One engine. Random weights: for each batch size a warm-up, then the short and the long run, both timed.
     Real weights (prompt_sets): as served, each batch size runs every prompt once in batches of that size,
     stopping at EOS (at most SERVED_TOKENS), after a warm-up batch: output tokens/s and vLLM's counters."""
     from vllm import LLM
 
-    kw = dict(model=str(models / "target"), skip_tokenizer_init=True, max_model_len=2048,
-              gpu_memory_utilization=0.85, max_num_seqs=max(batches), seed=0, disable_log_stats=False)
+    kw = dict(
+        model=str(models / "target"),
+        skip_tokenizer_init=True,
+        max_model_len=2048,
+        gpu_memory_utilization=0.85,
+        max_num_seqs=max(batches),
+        seed=0,
+        disable_log_stats=False,
+    )
     if weights == "dummy":
         kw["load_format"] = "dummy"
     spec = spec_config(method, k, models)
     if spec:
         kw["speculative_config"] = spec
-    record: dict = {"method": method, "k": k if spec else 0, "weights": weights, "engine_args": {
-        key: v for key, v in kw.items() if key != "model"}, "runs": []}
+    record: dict = {
+        "method": method,
+        "k": k if spec else 0,
+        "weights": weights,
+        "engine_args": {key: v for key, v in kw.items() if key != "model"},
+        "runs": [],
+    }
     t0 = time.perf_counter()
     # a copy: vLLM 0.25 writes its ModelConfig into the speculative_config dict it is given, which then can't be
     # saved as JSON (what failed 0.25.0's draft_model engines in raw/costs/versions before their record was written)
@@ -167,15 +282,16 @@ def engine(models: Path, method: str, k: int, batches: list[int], out: Path, wei
     rng = random.Random(0)
     for b in batches:
         if prompt_sets is not None:
-            sets = [[{"prompt_token_ids": p} for p in prompt_sets[i:i + b]] for i in range(0, len(prompt_sets), b)]
+            sets = [[{"prompt_token_ids": p} for p in prompt_sets[i : i + b]] for i in range(0, len(prompt_sets), b)]
             timed(llm, sets[0], SERVED_TOKENS, ignore_eos=False)  # warm-up
             runs = [timed(llm, s, SERVED_TOKENS, ignore_eos=False) for s in sets]
             total = {key: sum(r.get(key) or 0 for r in runs) for key in runs[0]}
             record["runs"].append({"batch": b, "served": total})
             print("SERVED", method, k, b, json.dumps(total), flush=True)
             continue
-        prompts = [{"prompt_token_ids": [rng.randrange(10, vocab - 10) for _ in range(PROMPT_TOKENS)]}
-                   for _ in range(b)]
+        prompts = [
+            {"prompt_token_ids": [rng.randrange(10, vocab - 10) for _ in range(PROMPT_TOKENS)]} for _ in range(b)
+        ]
         # n-gram lookups on random weights' repetitive output are all accepted: k + 1 tokens a step, so its long
         # run is k + 1 times longer to time as many steps
         long_tokens = min(2048 - PROMPT_TOKENS - 8, LONG * (k + 1)) if method == "ngram" else LONG
@@ -206,14 +322,28 @@ def subprocess_engine(models: Path, out_file: Path, method: str, k: int, batches
     log = out_file.with_suffix(".log")
     t0 = time.time()
     with log.open("w") as fh:
-        r = subprocess.run([sys.executable, __file__, "one", str(models), str(out_file), method, str(k),
-                            ",".join(map(str, batches)), *extra], stdout=fh, stderr=subprocess.STDOUT)
+        r = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "one",
+                str(models),
+                str(out_file),
+                method,
+                str(k),
+                ",".join(map(str, batches)),
+                *extra,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
     print(f"ENGINE {out_file.parent.name}/{out_file.stem} rc={r.returncode} {time.time() - t0:.0f}s", flush=True)
     if r.returncode:
         lines = log.read_text(errors="replace").splitlines()
         err = next((x for x in reversed(lines) if "Error" in x), lines[-1] if lines else "")
-        out_file.with_suffix(".failed.json").write_text(json.dumps({"method": method, "k": k, "rc": r.returncode,
-                                                                    "error": err[-400:]}))
+        out_file.with_suffix(".failed.json").write_text(
+            json.dumps({"method": method, "k": k, "rc": r.returncode, "error": err[-400:]})
+        )
 
 
 def run(shapes: Path, out: Path, names: list[str]) -> None:
@@ -246,8 +376,16 @@ def served(models: Path, prompts: Path, out: Path, only: str = "") -> None:
     """Trained models (MODELS/target, draft, eagle3) over held-out prompts: plain and each method at k = 2 and 8
     (EAGLE-3 at 4 too) at batch 1, 16, 32, stopping at EOS as served."""
     out.mkdir(parents=True, exist_ok=True)
-    configs = [("plain", 0), ("eagle3", 2), ("eagle3", 4), ("eagle3", 8), ("ngram", 2), ("ngram", 8),
-               ("draft_model", 2), ("draft_model", 8)]
+    configs = [
+        ("plain", 0),
+        ("eagle3", 2),
+        ("eagle3", 4),
+        ("eagle3", 8),
+        ("ngram", 2),
+        ("ngram", 8),
+        ("draft_model", 2),
+        ("draft_model", 8),
+    ]
     for method, k in configs:
         if only and method not in ("plain", only):
             continue

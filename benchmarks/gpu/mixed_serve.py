@@ -21,6 +21,7 @@ of the search's ladder in one checkpoint, so vLLM's per-layer scheme matching, b
 unquantized path are all exercised. Random weights: greedy agreement only shows each checkpoint loads and decodes;
 quality is the CPU proof's (MIXED.md).
 """
+
 from __future__ import annotations
 
 import json
@@ -69,6 +70,7 @@ def versions(packages: tuple[str, ...]) -> dict[str, str | None]:
 
 # ---- build (llm-compressor's site) ----
 
+
 def layout_rungs(n: int) -> tuple[int, ...]:
     """LAYOUT as rung indices of the ladder (0 W4A16, 1 W8A16, 2 UNQUANTIZED) for n decoder layers."""
     return tuple(2 if i in (0, n - 1) else 0 if (i - 1) % 5 < 2 else 1 for i in range(n))
@@ -103,11 +105,21 @@ def ensure_bf16(root: Path) -> dict:
     if complete(bf16):
         return {"bf16": "reused", "bf16_dir": str(bf16)}
     if bf16.exists():
-        raise SystemExit(f"ERR {bf16} exists but is incomplete (another step still writing it, or a killed run: "
-                         f"remove it and start again)")
+        raise SystemExit(
+            f"ERR {bf16} exists but is incomplete (another step still writing it, or a killed run: "
+            f"remove it and start again)"
+        )
     t0 = time.time()
-    subprocess.run([sys.executable, str(ROOT_DIR / "benchmarks" / "gpu" / "run_gpu.py"), "make8b", str(root),
-                    str(tokenizer_dir(root))], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT_DIR / "benchmarks" / "gpu" / "run_gpu.py"),
+            "make8b",
+            str(root),
+            str(tokenizer_dir(root)),
+        ],
+        check=True,
+    )
     return {"bf16": "made (run_gpu.py make8b)", "bf16_dir": str(bf16), "make8b_s": round(time.time() - t0, 1)}
 
 
@@ -142,10 +154,12 @@ def build(root: Path, out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     root.mkdir(parents=True, exist_ok=True)
-    record = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
-              "versions": versions(("torch", "transformers", "llmcompressor", "compressed-tensors")),
-              **ensure_bf16(root)}
+    record = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "versions": versions(("torch", "transformers", "llmcompressor", "compressed-tensors")),
+        **ensure_bf16(root),
+    }
     cfg = Calibration.parse(yaml.safe_load((ROOT_DIR / "params.yaml").read_text())["quantize"]["calibration"])
     uniform, spec = parse_variant("rtn-w4a16", UNIFORM), parse_variant("mixed-w4a16", MIXED)
     with torch.device("meta"):  # the layer shapes only (recipes.config_input_widths' way)
@@ -155,12 +169,17 @@ def build(root: Path, out: Path) -> None:
     units, ladder = mixed.decoder_units(meta, ignore), mixed.ladder_of(spec)
     rungs = layout_rungs(len(units))
     targets = mixed.targets_of(units, ladder, rungs)
-    record |= {"layout": mixed.layout_of(units, ladder, rungs), "targets": targets,
-               "predicted_bytes": {"rtn-w4a16": sum(mixed.unit_bytes(u, ladder[0], 2) for u in units),
-                                   "mixed-w4a16": sum(mixed.unit_bytes(u, ladder[r], 2) for u, r in zip(units, rungs)),
-                                   "bf16": sum(mixed.unit_bytes(u, ladder[-1], 2) for u in units)},
-               "predicted_bytes_note": "the decoder layers' Linear weights only (mixed.unit_bytes), not embeddings, "
-                                       "lm_head or norms"}
+    record |= {
+        "layout": mixed.layout_of(units, ladder, rungs),
+        "targets": targets,
+        "predicted_bytes": {
+            "rtn-w4a16": sum(mixed.unit_bytes(u, ladder[0], 2) for u in units),
+            "mixed-w4a16": sum(mixed.unit_bytes(u, ladder[r], 2) for u, r in zip(units, rungs)),
+            "bf16": sum(mixed.unit_bytes(u, ladder[-1], 2) for u in units),
+        },
+        "predicted_bytes_note": "the decoder layers' Linear weights only (mixed.unit_bytes), not embeddings, "
+        "lm_head or norms",
+    }
     say("layout", json.dumps(record["layout"]))
     record["quantize"] = {}
     for name, variant, layout in (("rtn-w4a16", uniform, None), ("mixed-w4a16", spec, targets)):
@@ -168,9 +187,13 @@ def build(root: Path, out: Path) -> None:
         record["quantize"][name] = quantize(root, name, variant, cfg, layout)
         say("quantized", name, record["quantize"][name].get("size_after_mb"), "MB")
     qc = json.loads((root / "mixed-w4a16" / "config.json").read_text())["quantization_config"]
-    record["mixed_quantization_config"] = {"format": qc.get("format"), "ignore": qc.get("ignore"),
-                                           "config_groups": {k: {"targets": g["targets"], "weights": g["weights"]}
-                                                             for k, g in qc["config_groups"].items()}}
+    record["mixed_quantization_config"] = {
+        "format": qc.get("format"),
+        "ignore": qc.get("ignore"),
+        "config_groups": {
+            k: {"targets": g["targets"], "weights": g["weights"]} for k, g in qc["config_groups"].items()
+        },
+    }
     record["checkpoint_bytes"] = {m: dir_size(root / m, suffix=".safetensors") for m in MODELS}
     (out / "build.json").write_text(json.dumps(record, indent=1))
     say("RESULT build", json.dumps(record["checkpoint_bytes"]))
@@ -178,16 +201,27 @@ def build(root: Path, out: Path) -> None:
 
 # ---- serve (vLLM's site) ----
 
+
 def greedy(port: int, name: str) -> list[list]:
     """Each prompt's greedy continuation as token ids: random weights' tokens mostly fall outside a small tokenizer,
     so text would not compare. vLLM's `return_token_ids`, else the logprobs' "token_id:N" tokens, else the text."""
     outs = []
     for prompt in PROMPTS:
-        body = json.dumps({"model": name, "prompt": prompt, "max_tokens": GREEDY_TOKENS, "temperature": 0.0,
-                           "ignore_eos": True, "return_token_ids": True, "logprobs": 0,
-                           "return_tokens_as_token_ids": True}).encode()
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": name,
+                "prompt": prompt,
+                "max_tokens": GREEDY_TOKENS,
+                "temperature": 0.0,
+                "ignore_eos": True,
+                "return_token_ids": True,
+                "logprobs": 0,
+                "return_tokens_as_token_ids": True,
+            }
+        ).encode()
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=120) as r:
             outs.append(token_ids(json.loads(r.read())["choices"][0]))
     return outs
@@ -203,13 +237,46 @@ def token_ids(choice: dict) -> list:
 
 
 def bench(port: int, name: str, tokenizer: Path, folder: Path, c: int, env: dict) -> dict:
-    cmd = [*VLLM, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
-           "--base-url", f"http://127.0.0.1:{port}", "--model", name, "--tokenizer", str(tokenizer),
-           "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS), "--random-output-len",
-           str(OUTPUT_TOKENS), "--ignore-eos", "--num-prompts", str(max(8, 3 * c)), "--max-concurrency", str(c),
-           "--request-rate", "inf", "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el",
-           "--metric-percentiles", "50,90,99", "--save-result", "--result-dir", str(folder),
-           "--result-filename", f"c{c}.json", "--disable-tqdm"]
+    cmd = [
+        *VLLM,
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--endpoint",
+        "/v1/completions",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        name,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(INPUT_TOKENS),
+        "--random-output-len",
+        str(OUTPUT_TOKENS),
+        "--ignore-eos",
+        "--num-prompts",
+        str(max(8, 3 * c)),
+        "--max-concurrency",
+        str(c),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        "--save-result",
+        "--result-dir",
+        str(folder),
+        "--result-filename",
+        f"c{c}.json",
+        "--disable-tqdm",
+    ]
     t = time.time()
     with open(folder / f"c{c}.log", "w") as log:
         try:
@@ -220,8 +287,19 @@ def bench(port: int, name: str, tokenizer: Path, folder: Path, c: int, env: dict
     result = folder / f"c{c}.json"
     if result.is_file():
         r = json.loads(result.read_text())
-        level |= {k: r.get(k) for k in ("completed", "failed", "output_throughput", "request_throughput",
-                                        "median_tpot_ms", "median_itl_ms", "median_ttft_ms", "p99_itl_ms")}
+        level |= {
+            k: r.get(k)
+            for k in (
+                "completed",
+                "failed",
+                "output_throughput",
+                "request_throughput",
+                "median_tpot_ms",
+                "median_itl_ms",
+                "median_ttft_ms",
+                "p99_itl_ms",
+            )
+        }
     return level
 
 
@@ -232,8 +310,18 @@ def serve_one(root: Path, out: Path, name: str) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {**os.environ, **ENV}
-    args = [*VLLM, "serve", str(root / name), "--port", str(port), "--host", "127.0.0.1", "--served-model-name", name,
-            *(x for k, v in SERVER.items() for x in (f"--{k}", str(v)))]
+    args = [
+        *VLLM,
+        "serve",
+        str(root / name),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--served-model-name",
+        name,
+        *(x for k, v in SERVER.items() for x in (f"--{k}", str(v))),
+    ]
     record = {"model": name, "command": args[3:], "levels": {}}
     t0 = time.time()
     log = open(folder / "server.log", "w")
@@ -272,22 +360,29 @@ def agreement(a: list[list[int]], b: list[list[int]]) -> dict:
     and the mean first position where they differ (GREEDY_TOKENS where they never do)."""
     first = [next((i for i, (x, y) in enumerate(zip(p, q)) if x != y), min(len(p), len(q))) for p, q in zip(a, b)]
     same = sum(x == y for p, q in zip(a, b) for x, y in zip(p, q))
-    return {"token_agreement": round(same / max(1, sum(len(p) for p in a)), 4),
-            "identical_prompts": sum(p == q for p, q in zip(a, b)), "prompts": len(a),
-            "mean_first_difference": round(sum(first) / max(1, len(first)), 2)}
+    return {
+        "token_agreement": round(same / max(1, sum(len(p) for p in a)), 4),
+        "identical_prompts": sum(p == q for p, q in zip(a, b)),
+        "prompts": len(a),
+        "mean_first_difference": round(sum(first) / max(1, len(first)), 2),
+    }
 
 
 def summarize(records: dict[str, dict], build_record: dict | None) -> dict:
     def tps(name: str, c: int) -> float | None:
         return records.get(name, {}).get("levels", {}).get(f"c{c}", {}).get("output_throughput")
 
-    summary = {"output_tokens_per_s": {n: {f"c{c}": tps(n, c) for c in CONCURRENCY} for n in records},
-               "ratios": {}, "greedy_agreement": {},
-               "kernel_schemes": {n: r.get("kernel_schemes") for n, r in records.items()},
-               "checkpoint_bytes": (build_record or {}).get("checkpoint_bytes")}
+    summary = {
+        "output_tokens_per_s": {n: {f"c{c}": tps(n, c) for c in CONCURRENCY} for n in records},
+        "ratios": {},
+        "greedy_agreement": {},
+        "kernel_schemes": {n: r.get("kernel_schemes") for n, r in records.items()},
+        "checkpoint_bytes": (build_record or {}).get("checkpoint_bytes"),
+    }
     for a, b in (("mixed-w4a16", "bf16"), ("mixed-w4a16", "rtn-w4a16"), ("rtn-w4a16", "bf16")):
-        summary["ratios"][f"{a}/{b}"] = {f"c{c}": round(tps(a, c) / tps(b, c), 3) if tps(a, c) and tps(b, c) else None
-                                         for c in CONCURRENCY}
+        summary["ratios"][f"{a}/{b}"] = {
+            f"c{c}": round(tps(a, c) / tps(b, c), 3) if tps(a, c) and tps(b, c) else None for c in CONCURRENCY
+        }
         if records.get(a, {}).get("greedy") and records.get(b, {}).get("greedy"):
             summary["greedy_agreement"][f"{a} vs {b}"] = agreement(records[a]["greedy"], records[b]["greedy"])
     return summary
@@ -295,8 +390,9 @@ def summarize(records: dict[str, dict], build_record: dict | None) -> dict:
 
 def serve(root: Path, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "versions-serve.json").write_text(json.dumps(versions(("vllm", "torch", "transformers",
-                                                                  "compressed-tensors")), indent=1))
+    (out / "versions-serve.json").write_text(
+        json.dumps(versions(("vllm", "torch", "transformers", "compressed-tensors")), indent=1)
+    )
     records = {}
     for name in MODELS:
         if not complete(root / name):

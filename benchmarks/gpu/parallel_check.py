@@ -7,6 +7,7 @@ Per config (plain decoding on each kernel, each method, the k schedule) and conc
 beside over alone, the GPUs and neighbours the beside run recorded. Exit status 1 when any ratio is outside
 1 +- tolerance (then keep serve_bench.parallel off for such hosts), 2 when the records can't be compared.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,9 @@ def configs(record: ServeBenchRecord) -> dict[str, ServeConfigResult]:
 def rows(alone: ServeBenchRecord, beside: ServeBenchRecord) -> list[dict]:
     """A row per config and concurrency measured in both: tokens/s alone and beside, their ratio, where it ran."""
     if (alone.gpu, alone.vllm_version) != (beside.gpu, beside.vllm_version):
-        raise SystemExit(f"not comparable: {alone.gpu} vLLM {alone.vllm_version} against "
-                         f"{beside.gpu} vLLM {beside.vllm_version}")
+        raise SystemExit(
+            f"not comparable: {alone.gpu} vLLM {alone.vllm_version} against {beside.gpu} vLLM {beside.vllm_version}"
+        )
     a, b = configs(alone), configs(beside)
     out = []
     for name in [n for n in a if n in b]:
@@ -40,9 +42,17 @@ def rows(alone: ServeBenchRecord, beside: ServeBenchRecord) -> list[dict]:
             other = b[name].levels.get(key)
             if other is None or level.failed or other.failed or not level.output_throughput:
                 continue
-            out.append({"config": name, "concurrency": level.concurrency, "alone": level.output_throughput,
-                        "beside": other.output_throughput, "ratio": other.output_throughput / level.output_throughput,
-                        "gpus": ",".join(b[name].gpus or []), "next_to": ", ".join(b[name].beside) or "(alone)"})
+            out.append(
+                {
+                    "config": name,
+                    "concurrency": level.concurrency,
+                    "alone": level.output_throughput,
+                    "beside": other.output_throughput,
+                    "ratio": other.output_throughput / level.output_throughput,
+                    "gpus": ",".join(b[name].gpus or []),
+                    "next_to": ", ".join(b[name].beside) or "(alone)",
+                }
+            )
     return out
 
 
@@ -63,12 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     print("| config | concurrency | tok/s alone | tok/s beside | beside/alone | GPUs | beside |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in table:
-        print(f"| {r['config']} | {r['concurrency']} | {r['alone']:.0f} | {r['beside']:.0f} | {r['ratio']:.3f} | "
-              f"{r['gpus']} | {r['next_to']} |")
+        print(
+            f"| {r['config']} | {r['concurrency']} | {r['alone']:.0f} | {r['beside']:.0f} | {r['ratio']:.3f} | "
+            f"{r['gpus']} | {r['next_to']} |"
+        )
     worst = max(table, key=lambda r: abs(r["ratio"] - 1))
     ok = abs(worst["ratio"] - 1) <= args.tolerance
-    print(f"\nlargest difference: {worst['config']} at c={worst['concurrency']}, x{worst['ratio']:.3f} "
-          f"({'within' if ok else 'outside'} {args.tolerance:.0%})")
+    print(
+        f"\nlargest difference: {worst['config']} at c={worst['concurrency']}, x{worst['ratio']:.3f} "
+        f"({'within' if ok else 'outside'} {args.tolerance:.0%})"
+    )
     return 0 if ok else 1
 
 

@@ -15,6 +15,7 @@ ARTIFACTS is the `artifacts/` directory of a demo `dvc repro` (models/target, qu
 data/heldout.jsonl, eval/<v>/speculative.json), carried to the GPU host as built.
 Every number comes from a run; results are JSON files under OUT and `RESULT` lines on stdout.
 """
+
 from __future__ import annotations
 
 import json
@@ -65,15 +66,27 @@ def phase_demo_one(art: Path, out: Path, name: str) -> None:
     t0 = time.time()
     # enforce_eager: the demo models are tiny and launch-bound either way; skipping torch.compile and
     # CUDA-graph capture keeps ten engine starts inside one call. The 8B benchmark uses graphs.
-    res = measure(str(model_dirs(art)[name]), str(art / "draft" / "model"), prompts, k, max_tokens=96, temperature=0.0,
-                  gpu_memory_utilization=0.25, max_model_len=1024, batch_sizes=(1, 32), enforce_eager=True,
-                  return_tokens=True)
+    res = measure(
+        str(model_dirs(art)[name]),
+        str(art / "draft" / "model"),
+        prompts,
+        k,
+        max_tokens=96,
+        temperature=0.0,
+        gpu_memory_utilization=0.25,
+        max_model_len=1024,
+        batch_sizes=(1, 32),
+        enforce_eager=True,
+        return_tokens=True,
+    )
     res["variant"], res["wall_s"] = name, round(time.time() - t0, 1)
     if spec:
-        res["cpu_estimate"] = {"accepted_per_position": spec["accepted_per_position"][:k],
-                               "token_acceptance": spec["token_acceptance"],
-                               "accepted_per_draft_token": spec["accepted_per_draft_token"],
-                               "expected_accepted_tokens": spec["expected_accepted_tokens"]}
+        res["cpu_estimate"] = {
+            "accepted_per_position": spec["accepted_per_position"][:k],
+            "token_acceptance": spec["token_acceptance"],
+            "accepted_per_draft_token": spec["accepted_per_draft_token"],
+            "expected_accepted_tokens": spec["expected_accepted_tokens"],
+        }
     tokens = res.pop("tokens", None)
     (out / f"tokens-{name}.json").write_text(json.dumps(tokens))
     emit(out, f"demo-{name}", res)
@@ -111,14 +124,28 @@ def phase_quality(art: Path, out: Path) -> None:
 def phase_serve(bundle: Path, out: Path, port: int = 8471) -> None:
     import urllib.request
 
-    cmd = [sys.executable, "-c", "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
-           "serve", "--config", "serve.yaml", "--port", str(port), "--host", "127.0.0.1",
-           "--gpu-memory-utilization", "0.3", "--enforce-eager"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from vllm.entrypoints.cli.main import main; sys.exit(main())",
+        "serve",
+        "--config",
+        "serve.yaml",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--gpu-memory-utilization",
+        "0.3",
+        "--enforce-eager",
+    ]
     log = open(out / "serve.log", "w")
     proc = subprocess.Popen(cmd, cwd=bundle, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
-    result = {"command": "vllm serve --config serve.yaml (+ --port/--host/--gpu-memory-utilization/--enforce-eager)",
-              "serve_yaml": (bundle / "serve.yaml").read_text()}
+    result = {
+        "command": "vllm serve --config serve.yaml (+ --port/--host/--gpu-memory-utilization/--enforce-eager)",
+        "serve_yaml": (bundle / "serve.yaml").read_text(),
+    }
     try:
         deadline = time.time() + 300
         while time.time() < deadline:
@@ -133,11 +160,17 @@ def phase_serve(bundle: Path, out: Path, port: int = 8471) -> None:
             raise RuntimeError("server not healthy within 300 s")
         result["startup_s"] = round(300 - (deadline - time.time()), 1)
         served = yaml_name(bundle)
-        body = json.dumps({"model": served, "messages": [{"role": "user", "content": "How do I rotate an API key in "
-                                                                                     "Nimbus Storage?"}],
-                           "max_tokens": 64, "temperature": 0}).encode()
-        req = urllib.request.Request(base + "/v1/chat/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "model": served,
+                "messages": [{"role": "user", "content": "How do I rotate an API key in Nimbus Storage?"}],
+                "max_tokens": 64,
+                "temperature": 0,
+            }
+        ).encode()
+        req = urllib.request.Request(
+            base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        )
         reply = json.loads(urllib.request.urlopen(req, timeout=60).read())
         result["reply"] = reply["choices"][0]["message"]["content"]
         metrics = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
@@ -161,9 +194,20 @@ def yaml_name(bundle: Path) -> str:
     return yaml.safe_load((bundle / "serve.yaml").read_text())["served-model-name"]
 
 
-LLAMA3_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0,
-                 rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+LLAMA3_8B = dict(
+    vocab_size=128256,
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    max_position_embeddings=8192,
+    rope_theta=500000.0,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+)
 
 
 def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
@@ -181,8 +225,11 @@ def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
     model.save_pretrained(root / "bf16")
     for f in tokenizer_dir.glob("tokenizer*"):  # any tokenizer: benchmarks feed token ids
         shutil.copy(f, root / "bf16" / f.name)
-    print("RESULT make8b", json.dumps({"params": sum(p.numel() for p in model.parameters()),
-                                       "wall_s": round(time.time() - t0, 1)}), flush=True)
+    print(
+        "RESULT make8b",
+        json.dumps({"params": sum(p.numel() for p in model.parameters()), "wall_s": round(time.time() - t0, 1)}),
+        flush=True,
+    )
 
 
 def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) -> None:
@@ -201,8 +248,9 @@ def phase_quant8b(root: Path, out: Path, variants: list[str], calib_file: Path) 
     cfg = Calibration.parse({**params["quantize"]["calibration"], "num_samples": 64, "max_seq_length": 512})
     for v in variants:
         try:  # one variant's failure is its own result, not the end of the others'
-            metrics = quantize_model(root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]),
-                                     texts, cfg)
+            metrics = quantize_model(
+                root / "bf16", root / v, parse_variant(v, params["quantize"]["variants"][v]), texts, cfg
+            )
         except Exception as e:  # noqa: BLE001
             print(f"ERR quant8b {v}: {type(e).__name__}: {e}", flush=True)
             continue
@@ -215,8 +263,7 @@ def phase_bench8b_one(root: Path, out: Path, name: str) -> None:
     from pipeline.evaluate.vllm_spec import _tokens_per_s
 
     t0 = time.time()
-    llm = LLM(model=str(root / name), max_model_len=2048, gpu_memory_utilization=0.85, seed=0,
-              skip_tokenizer_init=True)
+    llm = LLM(model=str(root / name), max_model_len=2048, gpu_memory_utilization=0.85, seed=0, skip_tokenizer_init=True)
     load = time.time() - t0
     prompts = [{"prompt_token_ids": [1] + [(i * 37 + j * 11) % 30000 + 3 for j in range(128)]} for i in range(64)]
     sampling = SamplingParams(temperature=0.0, max_tokens=128, ignore_eos=True, detokenize=False)

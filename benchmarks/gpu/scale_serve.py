@@ -16,6 +16,7 @@ alone and beside others can be compared. NVLink multicast stays off (NCCL_NVLS_E
 memory all-reduce, which can use it, off: VLLM_ALLREDUCE_USE_SYMM_MEM=0). Runs on the host's Python with vLLM on
 PYTHONPATH; it imports nothing of the pipeline. benchmarks/tables/scale.py renders the results (CPU).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,31 +31,59 @@ import urllib.request
 from pathlib import Path
 
 # Llama-3-70B (meta-llama/Meta-Llama-3-70B's config.json): 80 layers, hidden 8192, 64 heads, 8 KV heads.
-SHAPE = dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80, num_attention_heads=64,
-             num_key_value_heads=8, vocab_size=128256, rope_theta=500000.0, max_position_embeddings=8192)
+SHAPE = dict(
+    hidden_size=8192,
+    intermediate_size=28672,
+    num_hidden_layers=80,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    vocab_size=128256,
+    rope_theta=500000.0,
+    max_position_embeddings=8192,
+)
 CONCURRENCY = (1, 16, 32, 64)
 INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # random prompts; every answer runs to OUTPUT_TOKENS (--ignore-eos)
 PROMPTS_PER_USER = 2  # at least 4 prompts a level
 SERVER = {"max-model-len": 4096, "max-num-seqs": 64, "gpu-memory-utilization": 0.9}
 START_TIMEOUT_S = 1200
 LEVEL_TIMEOUT_S = 300  # a level's client that hangs (seen once: no request sent) fails its level, not the run
-ENV = {"NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
-       "NVSHMEM_DISABLE_NVLS": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false"}
+ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+    "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    "HF_HUB_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
 def llama_config(quantization: dict | None) -> dict:
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu", "rms_norm_eps": 1e-5,
-           "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "torch_dtype": "bfloat16", **SHAPE}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-5,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        **SHAPE,
+    }
     cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
     if quantization:
         cfg["quantization_config"] = quantization
     return cfg
 
 
-FORMATS = {"W4A16": "pack-quantized", "W4A16_ASYM": "pack-quantized", "FP8_DYNAMIC": "float-quantized",
-           "FP8": "float-quantized", "W8A8": "int-quantized"}  # the checkpoint format llm-compressor saves each in
+FORMATS = {
+    "W4A16": "pack-quantized",
+    "W4A16_ASYM": "pack-quantized",
+    "FP8_DYNAMIC": "float-quantized",
+    "FP8": "float-quantized",
+    "W8A8": "int-quantized",
+}  # the checkpoint format llm-compressor saves each in
 
 
 def quantization_config(scheme: str) -> dict:
@@ -63,8 +92,12 @@ def quantization_config(scheme: str) -> dict:
     def plain(x):  # None fields left out: vLLM's compressed-tensors (0.17) reads the 0.19 config without them
         return {k: plain(v) for k, v in x.items() if v is not None} if isinstance(x, dict) else x
 
-    config = QuantizationConfig(config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])},
-                                format=FORMATS[scheme], ignore=["lm_head"], quantization_status="compressed")
+    config = QuantizationConfig(
+        config_groups={"group_0": preset_name_to_scheme(scheme, ["Linear"])},
+        format=FORMATS[scheme],
+        ignore=["lm_head"],
+        quantization_status="compressed",
+    )
     return plain(config.model_dump())
 
 
@@ -99,8 +132,9 @@ def healthy(port: int) -> bool:
 
 def gpu_memory() -> dict[str, int]:
     """MiB used per GPU index now (nvidia-smi), for the record of what a config held."""
-    text = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
-                          capture_output=True, text=True).stdout
+    text = subprocess.run(
+        ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True
+    ).stdout
     return {line.split(",")[0].strip(): int(line.split(",")[1]) for line in text.strip().splitlines()}
 
 
@@ -111,9 +145,22 @@ def serve_one(models: Path, out: Path, config: dict, beside: list[str], barrier:
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": ",".join(map(str, config["gpus"]))}
-    args = [*VLLM, "serve", str(models / config["variant"]), "--load-format", "dummy", "--port", str(port),
-            "--host", "127.0.0.1", "--served-model-name", name, "--tensor-parallel-size", str(config["tp"]),
-            *(x for k, v in SERVER.items() for x in (f"--{k}", str(v)))]
+    args = [
+        *VLLM,
+        "serve",
+        str(models / config["variant"]),
+        "--load-format",
+        "dummy",
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--served-model-name",
+        name,
+        "--tensor-parallel-size",
+        str(config["tp"]),
+        *(x for k, v in SERVER.items() for x in (f"--{k}", str(v))),
+    ]
     record = {**config, "beside": beside, "port": port, "command": args[3:], "levels": {}}
     t0 = time.time()
     log = open(folder / "server.log", "w")
@@ -132,18 +179,52 @@ def serve_one(models: Path, out: Path, config: dict, beside: list[str], barrier:
         record["gpu_memory_mib"] = gpu_memory()
         for c in CONCURRENCY:
             result = folder / f"c{c}.json"
-            cmd = [*VLLM, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
-                   "--base-url", f"http://127.0.0.1:{port}", "--model", name, "--tokenizer",
-                   str(models / config["variant"]), "--dataset-name", "random", "--random-input-len", str(INPUT_TOKENS),
-                   "--random-output-len", str(OUTPUT_TOKENS), "--ignore-eos", "--num-prompts",
-                   str(max(4, PROMPTS_PER_USER * c)), "--max-concurrency", str(c), "--request-rate", "inf",
-                   "--seed", "0", "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99",
-                   "--save-result", "--result-dir", str(folder), "--result-filename", result.name, "--disable-tqdm"]
+            cmd = [
+                *VLLM,
+                "bench",
+                "serve",
+                "--backend",
+                "openai",
+                "--endpoint",
+                "/v1/completions",
+                "--base-url",
+                f"http://127.0.0.1:{port}",
+                "--model",
+                name,
+                "--tokenizer",
+                str(models / config["variant"]),
+                "--dataset-name",
+                "random",
+                "--random-input-len",
+                str(INPUT_TOKENS),
+                "--random-output-len",
+                str(OUTPUT_TOKENS),
+                "--ignore-eos",
+                "--num-prompts",
+                str(max(4, PROMPTS_PER_USER * c)),
+                "--max-concurrency",
+                str(c),
+                "--request-rate",
+                "inf",
+                "--seed",
+                "0",
+                "--percentile-metrics",
+                "ttft,tpot,itl,e2el",
+                "--metric-percentiles",
+                "50,90,99",
+                "--save-result",
+                "--result-dir",
+                str(folder),
+                "--result-filename",
+                result.name,
+                "--disable-tqdm",
+            ]
             t = time.time()
             with open(folder / f"c{c}.log", "w") as client_log:
                 try:
-                    rc = subprocess.run(cmd, stdout=client_log, stderr=subprocess.STDOUT, env=env,
-                                        timeout=LEVEL_TIMEOUT_S).returncode
+                    rc = subprocess.run(
+                        cmd, stdout=client_log, stderr=subprocess.STDOUT, env=env, timeout=LEVEL_TIMEOUT_S
+                    ).returncode
                 except subprocess.TimeoutExpired:
                     rc = "timeout"
             record["levels"][str(c)] = {"rc": rc, "start": round(t, 1), "wall_s": round(time.time() - t, 1)}
@@ -172,8 +253,10 @@ def run(models: Path, out: Path, plan: list[list[dict]]) -> None:
         names = [c["name"] for c in wave]
         print(f"wave {i}: {names}", flush=True)
         barrier = threading.Barrier(len(wave))
-        threads = [threading.Thread(target=serve_one, args=(models, out, c, [n for n in names if n != c["name"]],
-                                                            barrier)) for c in wave]
+        threads = [
+            threading.Thread(target=serve_one, args=(models, out, c, [n for n in names if n != c["name"]], barrier))
+            for c in wave
+        ]
         for t in threads:
             t.start()
         for t in threads:

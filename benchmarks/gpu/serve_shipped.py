@@ -15,6 +15,7 @@ OUT/<variant>/<config>-server.log vLLM's log, OUT/shipped.json one line of facts
 config's SHA-256, the kernels vLLM's log says it selected, startup seconds, the capacity found). benchmarks/render.py
 renders them into CAPACITY.md (benchmarks/tables/capacity.py). GPU + vLLM only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,12 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
     variant = bundle.name
     where = out / variant
     (where / "raw").mkdir(parents=True, exist_ok=True)
-    verify = subprocess.run([sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
-                             "verify", str(bundle)], cwd=ROOT, capture_output=True, text=True)
+    verify = subprocess.run(
+        [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())", "verify", str(bundle)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if verify.returncode != 0:
         raise SystemExit(f"{bundle}: modelprep verify failed: {verify.stderr.strip()[-300:]}")
     tokenizer = load_tokenizer(bundle / "model")
@@ -94,28 +99,52 @@ def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], fac
 
                 def bench(load: float, prompts: int, tag: str, warmups: int = 0):
                     client = load_generator.Client(name, traffic, cfg, 0.0, slo.goodput())
-                    level = load_generator.bench_level(server, client, where / "raw" / f"{config}-{tag}.json",
-                                                       bench_log, load, prompts, warmups,
-                                                       poisson=tag.startswith("capacity-r"))
-                    print(f"RESULT {variant} {config} {tag} {level.output_throughput:.0f} tok/s "
-                          f"p99 TTFT {level.ttft_ms['p99']:.1f} ms p99 ITL {level.itl_ms['p99']:.1f} ms", flush=True)
+                    level = load_generator.bench_level(
+                        server,
+                        client,
+                        where / "raw" / f"{config}-{tag}.json",
+                        bench_log,
+                        load,
+                        prompts,
+                        warmups,
+                        poisson=tag.startswith("capacity-r"),
+                    )
+                    print(
+                        f"RESULT {variant} {config} {tag} {level.output_throughput:.0f} tok/s "
+                        f"p99 TTFT {level.ttft_ms['p99']:.1f} ms p99 ITL {level.itl_ms['p99']:.1f} ms",
+                        flush=True,
+                    )
                     return level
 
-                levels = [bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
-                          for c in concurrency]
+                levels = [
+                    bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests) for c in concurrency
+                ]
                 bounds = cfg.capacity
                 found = capacity.search(
                     lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x), f"capacity-c{int(x)}"),
-                    slo, arrival, bounds.max_concurrency, bounds.max_probes, known=levels,
-                    gpus=serving["tensor_parallel_size"])
+                    slo,
+                    arrival,
+                    bounds.max_concurrency,
+                    bounds.max_probes,
+                    known=levels,
+                    gpus=serving["tensor_parallel_size"],
+                )
                 startup_s = server.startup_s
-            facts.append({
-                "variant": variant, "config": config, "bundle_serve_yaml_sha256":
-                    hashlib.sha256(path.read_bytes()).hexdigest(),
-                "serve_env": env, "startup_s": round(startup_s, 1), "wall_s": round(time.time() - started, 1),
-                "kernels_used": kernels_in_log(log), "slo": slo.label(),
-                "capacity": {k: v for k, v in dataclasses.asdict(found).items() if k not in ("level", "probes", "slo")},
-            })
+            facts.append(
+                {
+                    "variant": variant,
+                    "config": config,
+                    "bundle_serve_yaml_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+                    "serve_env": env,
+                    "startup_s": round(startup_s, 1),
+                    "wall_s": round(time.time() - started, 1),
+                    "kernels_used": kernels_in_log(log),
+                    "slo": slo.label(),
+                    "capacity": {
+                        k: v for k, v in dataclasses.asdict(found).items() if k not in ("level", "probes", "slo")
+                    },
+                }
+            )
             print(f"CAPACITY {variant} {config} {found.status} {found.users_per_gpu:g} users/GPU", flush=True)
 
 
@@ -132,9 +161,14 @@ def main() -> None:
     p = yaml.safe_load(args.params.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     facts: list[dict] = []
-    header = {"gpu": torch.cuda.get_device_name(0), "vllm": vllm.__version__, "torch": torch.__version__,
-              "concurrency": args.concurrency, "params": str(args.params.name),
-              "command": "python benchmarks/gpu/serve_shipped.py " + " ".join(sys.argv[1:])}
+    header = {
+        "gpu": torch.cuda.get_device_name(0),
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "concurrency": args.concurrency,
+        "params": str(args.params.name),
+        "command": "python benchmarks/gpu/serve_shipped.py " + " ".join(sys.argv[1:]),
+    }
     for bundle in args.bundles:
         try:
             measure_bundle(bundle.resolve(), args.out, p, args.concurrency, facts)

@@ -11,7 +11,7 @@
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
-#   session.sh test               the GPU tests (tests/test_gpu.py; skipped in CI)
+#   session.sh test               the GPU tests (tests/project/test_gpu.py; skipped in CI)
 #   session.sh serve-bench OUT V...  the pipeline's own `serve_bench` stage per variant (vllm serve + vllm bench
 #                                 serve), its records and raw load-generator output packed into OUT
 #   session.sh schemes8b OUT V...   a Llama-3-8B-shape checkpoint (random weights) quantized to each variant V
@@ -213,7 +213,7 @@ res["stage_wall_s"] = wall
 print("RESULT", v, json.dumps(res["summary"]))
 PY
     done ;;
-  test) PYTHONPATH=$VLLM_PATH python -m pytest -q -s -rs -p no:cacheprovider tests/test_gpu.py ;;
+  test) PYTHONPATH=$VLLM_PATH python -m pytest -q -s -rs -p no:cacheprovider tests/project/test_gpu.py ;;
   serve-bench)
     # The stage exactly as `dvc repro` runs it (vLLM from the offline install; nothing else is needed:
     # serve_bench imports no llm-compressor or lm-eval). One tarball per call: OUT takes 8 files at most.

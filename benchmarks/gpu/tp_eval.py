@@ -12,6 +12,7 @@
 Each record is JSON written whole at the end of its step; the shell script around it times the steps and samples
 nvidia-smi for every GPU's peak memory.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,29 @@ def quant(model: Path, out: Path, gpus: int, record: Path, offload: bool) -> Non
 
     params = yaml.safe_load(Path("params.yaml").read_text())["quantize"]
     spec = parse_variant(VARIANT, params["variants"][VARIANT])
-    cfg = Calibration.parse({**params["calibration"], "num_samples": env_int("TPE_SAMPLES", 64),
-                             "max_seq_length": env_int("TPE_SEQ", 512), "offload": offload})
+    cfg = Calibration.parse(
+        {
+            **params["calibration"],
+            "num_samples": env_int("TPE_SAMPLES", 64),
+            "max_seq_length": env_int("TPE_SEQ", 512),
+            "offload": offload,
+        }
+    )
     tokenizer = load_tokenizer(model)
     texts = [full_text(tokenizer, m) for m in read_split(CALIBRATION)]
     t0 = time.perf_counter()
     metrics = distributed.quantize(model, out, spec, texts, cfg, Distributed(gpus=gpus, timeout_s=900))
-    write(record, {"gpus": gpus, "offload": offload or gpus > 1, "samples": cfg.num_samples,
-                   "max_seq_length": cfg.max_seq_length, "wall_s": round(time.perf_counter() - t0, 2),
-                   "metrics": metrics})
+    write(
+        record,
+        {
+            "gpus": gpus,
+            "offload": offload or gpus > 1,
+            "samples": cfg.num_samples,
+            "max_seq_length": cfg.max_seq_length,
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "metrics": metrics,
+        },
+    )
 
 
 def request(tokenizer_dir: Path):
@@ -76,10 +91,16 @@ def vllm(base: Path, record: Path, tp: int, variants: dict[str, Path]) -> None:
     from pipeline.evaluate import vllm_fidelity
 
     req = request(base)
-    engine = vllm_fidelity.Engine(tp, float(os.environ.get("TPE_MEM", 0.6)), enforce_eager=True,
-                                  dtype=os.environ.get("TPE_DTYPE", "auto"))  # bfloat16 beside transformers' CUDA dtype
-    out: dict = {"tensor_parallel_size": tp, "top_k": vllm_fidelity.TOP_K, "examples": len(req.examples),
-                 "baseline": str(base), "variants": {}}
+    engine = vllm_fidelity.Engine(
+        tp, float(os.environ.get("TPE_MEM", 0.6)), enforce_eager=True, dtype=os.environ.get("TPE_DTYPE", "auto")
+    )  # bfloat16 beside transformers' CUDA dtype
+    out: dict = {
+        "tensor_parallel_size": tp,
+        "top_k": vllm_fidelity.TOP_K,
+        "examples": len(req.examples),
+        "baseline": str(base),
+        "variants": {},
+    }
     t0 = time.perf_counter()
     scored = vllm_fidelity.score(base, req, engine)
     out["baseline_s"] = round(time.perf_counter() - t0, 1)
@@ -88,8 +109,12 @@ def vllm(base: Path, record: Path, tp: int, variants: dict[str, Path]) -> None:
         try:  # one checkpoint's failure is its own result
             own = vllm_fidelity.score(path, req, engine, scored.paths)
             fidelity, estimator = vllm_fidelity.compare(req, scored, own)
-            out["variants"][name] = {"path": str(path), "fidelity": fidelity, "estimator": estimator,
-                                     "seconds": round(time.perf_counter() - t0, 1)}
+            out["variants"][name] = {
+                "path": str(path),
+                "fidelity": fidelity,
+                "estimator": estimator,
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
         except Exception as e:  # noqa: BLE001
             out["variants"][name] = {"path": str(path), "error": f"{type(e).__name__}: {e}"[:500]}
         write(record, out)
@@ -104,13 +129,19 @@ def exact(base: Path, record: Path, variants: dict[str, Path]) -> None:
     req = request(base)
     device = torch.device("cuda")
     baseline = load_causal_lm(base, device)
-    out: dict = {"backend": "transformers", "dtype": str(baseline.dtype), "examples": len(req.examples),
-                 "baseline": str(base), "variants": {}}
+    out: dict = {
+        "backend": "transformers",
+        "dtype": str(baseline.dtype),
+        "examples": len(req.examples),
+        "baseline": str(base),
+        "variants": {},
+    }
     for name, path in variants.items():
         model = load_causal_lm(path, device)
         fidelity = quality.fidelity(baseline, model, req.examples)
-        fidelity["greedy_match"] = quality.greedy_match(baseline, model, req.greedy_prompts, req.greedy_tokens,
-                                                        req.eos_token_id)
+        fidelity["greedy_match"] = quality.greedy_match(
+            baseline, model, req.greedy_prompts, req.greedy_tokens, req.eos_token_id
+        )
         out["variants"][name] = {"path": str(path), "fidelity": fidelity}
         del model
     write(record, out)

@@ -10,6 +10,7 @@ by both at temperature 0 with the two most likely tokens per position. OUT/tp_gr
 match, the first differing position and each server's margin there (top-1 minus top-2 logprob: a tie that the summation
 order of TP's all-reduce can flip); OUT/<config>-server.log. GPU + vLLM only.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,24 +40,43 @@ TP_KEY = "tensor-parallel-size"
 
 def complete(base_url: str, model: str, prompt: str, tokens: int) -> dict:
     body = {"model": model, "prompt": prompt, "max_tokens": tokens, "temperature": 0.0, "logprobs": 2, "seed": 0}
-    request = urllib.request.Request(f"{base_url}/v1/completions", json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{base_url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=120) as r:
         choice = json.loads(r.read())["choices"][0]
     lp = choice["logprobs"]
     margins = [sorted(top.values(), reverse=True) for top in lp["top_logprobs"]]
-    return {"text": choice["text"], "tokens": lp["tokens"],
-            "margins": [round(m[0] - m[1], 4) if len(m) > 1 else None for m in margins]}
+    return {
+        "text": choice["text"],
+        "tokens": lp["tokens"],
+        "margins": [round(m[0] - m[1], 4) if len(m) > 1 else None for m in margins],
+    }
 
 
-def run_config(name: str, config: Path, work: Path, gpus: str, env: dict, out: Path, model: str,
-               prompts: list[str], tokens: int, results: dict) -> None:
+def run_config(
+    name: str,
+    config: Path,
+    work: Path,
+    gpus: str,
+    env: dict,
+    out: Path,
+    model: str,
+    prompts: list[str],
+    tokens: int,
+    results: dict,
+) -> None:
     try:
-        with serve(config, work, out / f"{name}-server.log", 900, None,
-                   {**env, **MULTICAST_OFF, "CUDA_VISIBLE_DEVICES": gpus}) as server:
+        with serve(
+            config, work, out / f"{name}-server.log", 900, None, {**env, **MULTICAST_OFF, "CUDA_VISIBLE_DEVICES": gpus}
+        ) as server:
             outputs = [complete(server.base_url, model, p, tokens) for p in prompts]
-            results[name] = {"gpus": gpus, "startup_s": round(server.startup_s, 1), "outputs": outputs,
-                             "serve_yaml_sha256": hashlib.sha256(config.read_bytes()).hexdigest()}
+            results[name] = {
+                "gpus": gpus,
+                "startup_s": round(server.startup_s, 1),
+                "outputs": outputs,
+                "serve_yaml_sha256": hashlib.sha256(config.read_bytes()).hexdigest(),
+            }
     except Exception as e:  # noqa: BLE001  (recorded; the comparison then says which side is missing)
         results[name] = {"gpus": gpus, "error": str(e)[-500:]}
 
@@ -69,9 +89,11 @@ def compare(a: list[dict], b: list[dict]) -> list[dict]:
             first = min(len(x["tokens"]), len(y["tokens"]))
         row = {"prompt": i, "identical": x["text"] == y["text"] and first is None, "tokens": len(x["tokens"])}
         if first is not None:
-            row.update(first_difference=first,
-                       margin_shipped=x["margins"][first] if first < len(x["margins"]) else None,
-                       margin_tp1=y["margins"][first] if first < len(y["margins"]) else None)
+            row.update(
+                first_difference=first,
+                margin_shipped=x["margins"][first] if first < len(x["margins"]) else None,
+                margin_tp1=y["margins"][first] if first < len(y["margins"]) else None,
+            )
         rows.append(row)
     return rows
 
@@ -87,8 +109,12 @@ def main() -> None:
     args = ap.parse_args()
     out, bundle = args.out, args.bundle.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    verify = subprocess.run([sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())",
-                             "verify", str(bundle)], cwd=ROOT, capture_output=True, text=True)
+    verify = subprocess.run(
+        [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())", "verify", str(bundle)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if verify.returncode != 0:
         raise SystemExit(f"{bundle}: modelprep verify failed: {verify.stderr.strip()[-300:]}")
     shipped = yaml.safe_load((bundle / "serve.yaml").read_text())
@@ -103,23 +129,39 @@ def main() -> None:
             (work / entry.name).symlink_to(entry.resolve())
         (work / "serve-tp1.yaml").write_text(yaml.safe_dump({**shipped, TP_KEY: 1}, sort_keys=False))
         env, results = serve_env(bundle), {}
-        threads = [threading.Thread(target=run_config, args=(name, work / cfg, work, gpus, env, out, model, prompts,
-                                                             args.tokens, results))
-                   for name, cfg, gpus in (("shipped", "serve.yaml", args.gpus_shipped),
-                                           ("tp1", "serve-tp1.yaml", args.gpus_tp1))]
+        threads = [
+            threading.Thread(
+                target=run_config, args=(name, work / cfg, work, gpus, env, out, model, prompts, args.tokens, results)
+            )
+            for name, cfg, gpus in (
+                ("shipped", "serve.yaml", args.gpus_shipped),
+                ("tp1", "serve-tp1.yaml", args.gpus_tp1),
+            )
+        ]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    record = {"bundle": bundle.name, "tensor_parallel_size_shipped": int(shipped[TP_KEY]), "tokens": args.tokens,
-              "prompts": len(prompts), "command": "python benchmarks/gpu/tp_greedy.py " + " ".join(sys.argv[1:]),
-              "configs": {k: {f: v for f, v in r.items() if f != "outputs"} for k, r in results.items()}}
+    record = {
+        "bundle": bundle.name,
+        "tensor_parallel_size_shipped": int(shipped[TP_KEY]),
+        "tokens": args.tokens,
+        "prompts": len(prompts),
+        "command": "python benchmarks/gpu/tp_greedy.py " + " ".join(sys.argv[1:]),
+        "configs": {k: {f: v for f, v in r.items() if f != "outputs"} for k, r in results.items()},
+    }
     if all("outputs" in results.get(k, {}) for k in ("shipped", "tp1")):
         rows = compare(results["shipped"]["outputs"], results["tp1"]["outputs"])
-        record.update(identical=sum(r["identical"] for r in rows), rows=rows,
-                      outputs={k: [o["text"] for o in results[k]["outputs"]] for k in ("shipped", "tp1")})
-        print(f"RESULT {record['identical']}/{len(rows)} greedy outputs identical at TP {shipped[TP_KEY]} (shipped) "
-              f"and TP 1", flush=True)
+        record.update(
+            identical=sum(r["identical"] for r in rows),
+            rows=rows,
+            outputs={k: [o["text"] for o in results[k]["outputs"]] for k in ("shipped", "tp1")},
+        )
+        print(
+            f"RESULT {record['identical']}/{len(rows)} greedy outputs identical at TP {shipped[TP_KEY]} (shipped) "
+            f"and TP 1",
+            flush=True,
+        )
     else:
         print("RESULT missing: " + json.dumps(record["configs"])[:600], flush=True)
     (out / "tp_greedy.json").write_text(json.dumps(record, indent=1))

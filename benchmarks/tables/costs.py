@@ -1,5 +1,6 @@
 """benchmarks/gpu/COSTS.md: the serving-cost profiles (data/serving-cost-profiles/, assembled from raw/costs/ by
 benchmarks/gpu/costs.sh) and the served speedup they predict against the one served."""
+
 from __future__ import annotations
 
 import json
@@ -10,13 +11,19 @@ from tables import read, served as s
 
 COSTS = read.RAW / "costs"
 VERSIONS = COSTS / "versions/out"
-PREDICTED = (("demo-serve-bf16", "bf16", "cpu-estimate", "demo"), ("gpu-served", "bf16", "eval/bf16", "gpu-profile-1b"),
-             ("gpu-served", "fp8-dynamic", "eval/fp8-dynamic", "gpu-profile-1b"),
-             ("gpu-served-3", "bf16", "eval/bf16", "gpu-profile-1b"),
-             ("gpu-served-3", "gptq-w4a16", "eval/gptq-w4a16", "gpu-profile-1b"),
-             ("smollm2-gpu-3", "bf16", "eval/bf16", "smollm2-135m"))
-RUNS = (*(f"costs/{p.name}" for p in sorted(COSTS.glob("lease-*"))), "costs/versions",
-        *dict.fromkeys(run for run, *_ in PREDICTED))
+PREDICTED = (
+    ("demo-serve-bf16", "bf16", "cpu-estimate", "demo"),
+    ("gpu-served", "bf16", "eval/bf16", "gpu-profile-1b"),
+    ("gpu-served", "fp8-dynamic", "eval/fp8-dynamic", "gpu-profile-1b"),
+    ("gpu-served-3", "bf16", "eval/bf16", "gpu-profile-1b"),
+    ("gpu-served-3", "gptq-w4a16", "eval/gptq-w4a16", "gpu-profile-1b"),
+    ("smollm2-gpu-3", "bf16", "eval/bf16", "smollm2-135m"),
+)
+RUNS = (
+    *(f"costs/{p.name}" for p in sorted(COSTS.glob("lease-*"))),
+    "costs/versions",
+    *dict.fromkeys(run for run, *_ in PREDICTED),
+)
 BATCHES = (1, 4, 8, 16, 32, 64)
 
 
@@ -31,24 +38,44 @@ def error_spread(err: list[float]) -> str | None:
 
 def profile_blocks(prof) -> dict:
     t = prof.target
-    out = {f"target-{prof.name}": Facts(lambda: [
-        ("target parameters (M)", f"{t['params'] / 1e6:.1f}"), ("layers", t["num_hidden_layers"]),
-        ("hidden size", t["hidden_size"]), ("vocabulary", t["vocab_size"]),
-        ("runs", ", ".join(f"`{r}`" for r in prof.runs))]),
-        f"plain-{prof.name}": lambda: Table(("plain decoding, batch", *prof.plain_step_ms), (
-            ("step as measured (ms)", *(num(v) for v in prof.plain_step_ms_measured.values())),
-            ("monotone fit (ms)", *(num(v) for v in prof.plain_step_ms.values()))))}
+    out = {
+        f"target-{prof.name}": Facts(
+            lambda: [
+                ("target parameters (M)", f"{t['params'] / 1e6:.1f}"),
+                ("layers", t["num_hidden_layers"]),
+                ("hidden size", t["hidden_size"]),
+                ("vocabulary", t["vocab_size"]),
+                ("runs", ", ".join(f"`{r}`" for r in prof.runs)),
+            ]
+        ),
+        f"plain-{prof.name}": lambda: Table(
+            ("plain decoding, batch", *prof.plain_step_ms),
+            (
+                ("step as measured (ms)", *(num(v) for v in prof.plain_step_ms_measured.values())),
+                ("monotone fit (ms)", *(num(v) for v in prof.plain_step_ms.values())),
+            ),
+        ),
+    }
     if prof.methods:
-        out[f"methods-{prof.name}"] = Spec(lambda: prof.methods.items(), (
-            C("method", lambda m: m[0]), C("run", lambda m: f"`{m[1].run}`"),
-            C("draft parameters (M)", lambda m: f"{m[1].drafter['params'] / 1e6:.1f}" if m[1].drafter else None),
-            C("draft layers", lambda m: m[1].drafter["num_hidden_layers"] if m[1].drafter else None),
-            C("an inner k interpolated from its neighbours: largest error over the batch sizes",
-              lambda m: error_spread(list(m[1].interpolation_error.values())))))
+        out[f"methods-{prof.name}"] = Spec(
+            lambda: prof.methods.items(),
+            (
+                C("method", lambda m: m[0]),
+                C("run", lambda m: f"`{m[1].run}`"),
+                C("draft parameters (M)", lambda m: f"{m[1].drafter['params'] / 1e6:.1f}" if m[1].drafter else None),
+                C("draft layers", lambda m: m[1].drafter["num_hidden_layers"] if m[1].drafter else None),
+                C(
+                    "an inner k interpolated from its neighbours: largest error over the batch sizes",
+                    lambda m: error_spread(list(m[1].interpolation_error.values())),
+                ),
+            ),
+        )
     for name, m in prof.methods.items():
         batches = list(next(iter(m.step_ms_measured.values())))
-        out[f"steps-{name}-{prof.name}"] = Spec(lambda m=m: m.step_ms_measured.items(), (
-            C("k", lambda r: r[0]), *(C(f"batch {b}", lambda r, b=b, m=m: step_cell(r[1][b], m, b)) for b in batches)))
+        out[f"steps-{name}-{prof.name}"] = Spec(
+            lambda m=m: m.step_ms_measured.items(),
+            (C("k", lambda r: r[0]), *(C(f"batch {b}", lambda r, b=b, m=m: step_cell(r[1][b], m, b)) for b in batches)),
+        )
     return out
 
 
@@ -62,18 +89,38 @@ def offline_rows(prof) -> list[dict]:
             method, k = f.stem.split("-k")[0], json.loads(f.read_text())["k"]
             if method == "plain":
                 continue
-            est = {key: v[str(k)] for key, v in json.loads(
-                (COSTS / "cpu-estimate" / f"speculative-{method}.json").read_text()).items() if key.endswith("_by_k")}
+            est = {
+                key: v[str(k)]
+                for key, v in json.loads((COSTS / "cpu-estimate" / f"speculative-{method}.json").read_text()).items()
+                if key.endswith("_by_k")
+            }
             for r in json.loads(f.read_text())["runs"]:
                 sv, p = r["served"], plain[r["batch"]]
                 measured = (sv["tokens"] / sv["wall_s"]) / (p["tokens"] / p["wall_s"])
-                pred = prof.speedup(method, r["batch"], est["tokens_per_step_by_k"], est["drafted_per_step_by_k"],
-                                    est["steps_per_response_by_k"])
-                rows.append({"run": served.parent.name, "method": method, "k": k, "batch": r["batch"],
-                             "plain": p["tokens"] / p["wall_s"], "spec": sv["tokens"] / sv["wall_s"],
-                             "measured": measured, "predicted": pred, "ratio": pred / measured,
-                             "vllm": sv["num_accepted_tokens"] / sv["num_draft_tokens"] if sv.get("num_draft_tokens")
-                             else None, "cpu": est["accepted_per_step_by_k"] / est["drafted_per_step_by_k"]})
+                pred = prof.speedup(
+                    method,
+                    r["batch"],
+                    est["tokens_per_step_by_k"],
+                    est["drafted_per_step_by_k"],
+                    est["steps_per_response_by_k"],
+                )
+                rows.append(
+                    {
+                        "run": served.parent.name,
+                        "method": method,
+                        "k": k,
+                        "batch": r["batch"],
+                        "plain": p["tokens"] / p["wall_s"],
+                        "spec": sv["tokens"] / sv["wall_s"],
+                        "measured": measured,
+                        "predicted": pred,
+                        "ratio": pred / measured,
+                        "vllm": sv["num_accepted_tokens"] / sv["num_draft_tokens"]
+                        if sv.get("num_draft_tokens")
+                        else None,
+                        "cpu": est["accepted_per_step_by_k"] / est["drafted_per_step_by_k"],
+                    }
+                )
     return rows
 
 
@@ -86,11 +133,16 @@ def offline_summary():
     demo = read.profile("-demo")
     rows = offline_rows(demo)
     wrong = [r for r in rows if (r["predicted"] >= 1) != (r["measured"] >= 1)]
-    return [("predicted cells", len(rows)), ("largest abs(predicted / served - 1), calibrated profile", spread(rows)),
-            ("the same without the profile's served calibration", spread(offline_rows(demo.uncalibrated()))),
-            ("cells where prediction and measurement disagree on whether speculation beats plain decoding",
-             f"{len(wrong)}" + (" (" + ", ".join(f"{r['method']} k={r['k']} batch {r['batch']}" for r in wrong) + ")"
-                                if wrong else ""))]
+    return [
+        ("predicted cells", len(rows)),
+        ("largest abs(predicted / served - 1), calibrated profile", spread(rows)),
+        ("the same without the profile's served calibration", spread(offline_rows(demo.uncalibrated()))),
+        (
+            "cells where prediction and measurement disagree on whether speculation beats plain decoding",
+            f"{len(wrong)}"
+            + (" (" + ", ".join(f"{r['method']} k={r['k']} batch {r['batch']}" for r in wrong) + ")" if wrong else ""),
+        ),
+    ]
 
 
 def step_costs() -> list[dict]:
@@ -101,15 +153,26 @@ def step_costs() -> list[dict]:
             logs = {f.stem: read.step_logs(f) for f in sorted(shape.glob("*.log"))}
             for name in sorted(logs, key=lambda n: (n != "plain-k0", n)):
                 k, plain = int(name.rsplit("-k", 1)[1]), logs.get("plain-k0", {})
-                rows.append({"vllm": version.name.removeprefix("vllm-"), "shape": shape.name, "config": name,
-                             **{b: f"{v:.2f}" + (f" ({(v - plain[b]) / k:.2f})" if k and b in plain else "")
-                                for b, v in logs[name].items()}})
+                rows.append(
+                    {
+                        "vllm": version.name.removeprefix("vllm-"),
+                        "shape": shape.name,
+                        "config": name,
+                        **{
+                            b: f"{v:.2f}" + (f" ({(v - plain[b]) / k:.2f})" if k and b in plain else "")
+                            for b, v in logs[name].items()
+                        },
+                    }
+                )
     return rows
 
 
 def predictions() -> list[dict]:
-    return [r for run, variant, estimates, shape in PREDICTED
-            for r in s.predicted(run, variant, estimates, read.profile(shape))]
+    return [
+        r
+        for run, variant, estimates, shape in PREDICTED
+        for r in s.predicted(run, variant, estimates, read.profile(shape))
+    ]
 
 
 def within(rows: list[dict], key: str) -> str:
@@ -122,35 +185,86 @@ def tally() -> list[dict]:
     groups = {(r["run"], r["variant"], r["sample"]): [] for r in rows}
     for r in rows:
         groups[(r["run"], r["variant"], r["sample"])].append(r)
-    return [{"run": f"`{run}`", "variant": f"`{variant}`", "sample": sample, "before": within(cells, "before"),
-             "after": within(cells, "after")} for (run, variant, sample), cells in groups.items()]
+    return [
+        {
+            "run": f"`{run}`",
+            "variant": f"`{variant}`",
+            "sample": sample,
+            "before": within(cells, "before"),
+            "after": within(cells, "after"),
+        }
+        for (run, variant, sample), cells in groups.items()
+    ]
 
 
 BLOCKS = {
-    "calibration": Spec(lambda: [(p.name, n, m) for p in read.profiles() for n, m in p.methods.items()
-                                 if m.served_scale], (
-        C("profile", lambda r: r[0]), C("method", lambda r: r[1]),
-        C("served runs it is calibrated by (pooled)", lambda r: ", ".join(f"`{x}`" for x in r[2].served_runs)),
-        C("tokens per step from (n-gram)",
-          lambda r: ", ".join(f"`{e}`" for e in r[2].served_estimates.values()) or None),
-        C("scale at concurrency", lambda r: ", ".join(f"c={c} x{v:.2f}" for c, v in r[2].served_scale.items())))),
-    "predicted": Spec(predictions, (
-        C("run", lambda r: f"`{r['run']}`"), C("variant", lambda r: f"`{r['variant']}`"), C("method", "method"),
-        C("k", "k"), C("concurrency", "c"), C("served", "served", times),
-        C("predicted, random-weight costs", "before", times), C("predicted, calibrated", "after", times),
-        C("calibration", "sample"), C("calibrated / served", "ratio", num), C(f"within {s.TOLERANCE:.0%}", "within"),
-        C("CPU accepted/drafted", "cpu", "{:.3f}"), C("vLLM accepted/drafted", "vllm", "{:.3f}"))),
-    "predicted-tally": Spec(tally, (C("run", "run"), C("variant", "variant"), C("calibration", "sample"),
-                                    C(f"random-weight costs within {s.TOLERANCE:.0%}", "before"),
-                                    C(f"calibrated within {s.TOLERANCE:.0%}", "after"))),
-    "offline": Spec(lambda: offline_rows(read.profile("-demo")), (
-        C("run", "run"), C("method", "method"), C("k", "k"), C("batch", "batch"), C("plain tok/s", "plain", "{:.0f}"),
-        C("speculative tok/s", "spec", "{:.0f}"), C("served speedup", "measured", times),
-        C("predicted", "predicted", times), C("predicted / served", "ratio", num),
-        C("vLLM accepted/drafted", "vllm", "{:.3f}"), C("CPU estimate", "cpu", "{:.3f}"))),
+    "calibration": Spec(
+        lambda: [(p.name, n, m) for p in read.profiles() for n, m in p.methods.items() if m.served_scale],
+        (
+            C("profile", lambda r: r[0]),
+            C("method", lambda r: r[1]),
+            C("served runs it is calibrated by (pooled)", lambda r: ", ".join(f"`{x}`" for x in r[2].served_runs)),
+            C(
+                "tokens per step from (n-gram)",
+                lambda r: ", ".join(f"`{e}`" for e in r[2].served_estimates.values()) or None,
+            ),
+            C("scale at concurrency", lambda r: ", ".join(f"c={c} x{v:.2f}" for c, v in r[2].served_scale.items())),
+        ),
+    ),
+    "predicted": Spec(
+        predictions,
+        (
+            C("run", lambda r: f"`{r['run']}`"),
+            C("variant", lambda r: f"`{r['variant']}`"),
+            C("method", "method"),
+            C("k", "k"),
+            C("concurrency", "c"),
+            C("served", "served", times),
+            C("predicted, random-weight costs", "before", times),
+            C("predicted, calibrated", "after", times),
+            C("calibration", "sample"),
+            C("calibrated / served", "ratio", num),
+            C(f"within {s.TOLERANCE:.0%}", "within"),
+            C("CPU accepted/drafted", "cpu", "{:.3f}"),
+            C("vLLM accepted/drafted", "vllm", "{:.3f}"),
+        ),
+    ),
+    "predicted-tally": Spec(
+        tally,
+        (
+            C("run", "run"),
+            C("variant", "variant"),
+            C("calibration", "sample"),
+            C(f"random-weight costs within {s.TOLERANCE:.0%}", "before"),
+            C(f"calibrated within {s.TOLERANCE:.0%}", "after"),
+        ),
+    ),
+    "offline": Spec(
+        lambda: offline_rows(read.profile("-demo")),
+        (
+            C("run", "run"),
+            C("method", "method"),
+            C("k", "k"),
+            C("batch", "batch"),
+            C("plain tok/s", "plain", "{:.0f}"),
+            C("speculative tok/s", "spec", "{:.0f}"),
+            C("served speedup", "measured", times),
+            C("predicted", "predicted", times),
+            C("predicted / served", "ratio", num),
+            C("vLLM accepted/drafted", "vllm", "{:.3f}"),
+            C("CPU estimate", "cpu", "{:.3f}"),
+        ),
+    ),
     "offline-summary": Facts(offline_summary),
-    "versions": Spec(step_costs, (C("vLLM", "vllm"), C("shape", "shape"), C("config", "config"),
-                                  *(C(f"batch {b}", lambda r, b=b: r.get(b)) for b in BATCHES))),
+    "versions": Spec(
+        step_costs,
+        (
+            C("vLLM", "vllm"),
+            C("shape", "shape"),
+            C("config", "config"),
+            *(C(f"batch {b}", lambda r, b=b: r.get(b)) for b in BATCHES),
+        ),
+    ),
 }
 for _prof in read.profiles():
     BLOCKS.update(profile_blocks(_prof))

@@ -1,4 +1,5 @@
 """benchmarks/gpu/QUALITY.md: each variant's fidelity to BF16 on the GPU, against the gate's thresholds."""
+
 from __future__ import annotations
 
 import json
@@ -10,9 +11,12 @@ from tables import read
 SMOLLM2 = "smollm2-gpu-4"  # the run whose evaluate stages all finished, and the gate over them (gate.txt)
 GPU_PROFILE = ("gpu-served", "gpu-served-3")
 RUNS = (SMOLLM2, *GPU_PROFILE, "greedy-determinism")
-CHECKS = (("max_perplexity_increase_pct", "perplexity_increase_pct", "{:+.2f}%"),
-          ("max_kl_divergence", "kl_divergence", "{:.4f}"), ("min_top1_agreement", "top1_agreement", "{:.3f}"),
-          ("max_heldout_perplexity", "perplexity", "{:.2f}"))
+CHECKS = (
+    ("max_perplexity_increase_pct", "perplexity_increase_pct", "{:+.2f}%"),
+    ("max_kl_divergence", "kl_divergence", "{:.4f}"),
+    ("min_top1_agreement", "top1_agreement", "{:.3f}"),
+    ("max_heldout_perplexity", "perplexity", "{:.2f}"),
+)
 
 
 def metrics(*runs: str) -> list[dict]:
@@ -22,15 +26,24 @@ def metrics(*runs: str) -> list[dict]:
         base = ev[read.BASELINE].get("lm_eval_domain_heldout_byte_perplexity")
         for variant, e in ev.items():
             lm = e.get("lm_eval_domain_heldout_byte_perplexity")
-            rows.append({**e, "run": f"`{run}`", "variant": f"`{variant}`", "lm": lm,
-                         "lm_vs_base": 100.0 * (lm / base - 1) if lm and base else None})
+            rows.append(
+                {
+                    **e,
+                    "run": f"`{run}`",
+                    "variant": f"`{variant}`",
+                    "lm": lm,
+                    "lm_vs_base": 100.0 * (lm / base - 1) if lm and base else None,
+                }
+            )
     return rows
 
 
 def verdict(e: dict, check: str, key: str, form: str, limits: dict) -> str:
     ok = e[key] <= limits[check] if check.startswith("max_") else e[key] >= limits[check]
-    return f"{form.format(e[key])} (needs {'<=' if check.startswith('max_') else '>='} {limits[check]}: " \
-           f"{'meets' if ok else 'fails'})"
+    return (
+        f"{form.format(e[key])} (needs {'<=' if check.startswith('max_') else '>='} {limits[check]}: "
+        f"{'meets' if ok else 'fails'})"
+    )
 
 
 def against_thresholds(run: str = SMOLLM2) -> list[dict]:
@@ -40,38 +53,65 @@ def against_thresholds(run: str = SMOLLM2) -> list[dict]:
     for variant, e in read.evals(run).items():
         limits = {**g["thresholds"], **(g.get("overrides") or {}).get(variant, {})}
         line = re.search(rf"^gate {re.escape(variant)}: (.*)$", gates.get(variant, ""), re.M)
-        rows.append({"variant": f"`{variant}`", "gate": line.group(1) if line else "not gated",
-                     **{check: verdict(e, check, key, form, limits) for check, key, form in CHECKS}})
+        rows.append(
+            {
+                "variant": f"`{variant}`",
+                "gate": line.group(1) if line else "not gated",
+                **{check: verdict(e, check, key, form, limits) for check, key, form in CHECKS},
+            }
+        )
     return rows
 
 
 def greedy() -> list[dict]:
     text = (read.RAW / "greedy-determinism/greedy-determinism.txt").read_text()
-    return [json.loads(line[len("RESULT "):]) for line in text.splitlines() if line.startswith("RESULT ")]
+    return [json.loads(line[len("RESULT ") :]) for line in text.splitlines() if line.startswith("RESULT ")]
 
 
 def code(text: str) -> Text:
     return Text("```\n" + text.rstrip() + "\n```")
 
 
-QUALITY = (C("run", "run"), C("variant", "variant"), C("held-out ppl", "perplexity", "{:.2f}"),
-           C("ppl change", "perplexity_increase_pct", "{:+.2f}%"), C("KL", "kl_divergence", "{:.4f}"),
-           C("top-1", "top1_agreement", "{:.3f}"), C("greedy match", "greedy_match", "{:.3f}"),
-           C("scored tokens", "tokens"), C("lm-eval byte ppl", "lm", "{:.3f}"),
-           C("lm-eval byte ppl vs BF16", "lm_vs_base", "{:+.2f}%"))
+QUALITY = (
+    C("run", "run"),
+    C("variant", "variant"),
+    C("held-out ppl", "perplexity", "{:.2f}"),
+    C("ppl change", "perplexity_increase_pct", "{:+.2f}%"),
+    C("KL", "kl_divergence", "{:.4f}"),
+    C("top-1", "top1_agreement", "{:.3f}"),
+    C("greedy match", "greedy_match", "{:.3f}"),
+    C("scored tokens", "tokens"),
+    C("lm-eval byte ppl", "lm", "{:.3f}"),
+    C("lm-eval byte ppl vs BF16", "lm_vs_base", "{:+.2f}%"),
+)
 
 BLOCKS = {
     "smollm2": Spec(lambda: metrics(SMOLLM2), QUALITY),
-    "smollm2-thresholds": Spec(against_thresholds, (C("variant", "variant"), *(C(f"{key} (`{check}`)", check)
-                                                                            for check, key, _ in CHECKS),
-                                                    C("gate (`gate.txt`)", "gate"))),
+    "smollm2-thresholds": Spec(
+        against_thresholds,
+        (
+            C("variant", "variant"),
+            *(C(f"{key} (`{check}`)", check) for check, key, _ in CHECKS),
+            C("gate (`gate.txt`)", "gate"),
+        ),
+    ),
     "smollm2-gate": lambda: code((read.RAW / SMOLLM2 / "gate.txt").read_text()),
     "gpu-profile": Spec(lambda: metrics(*GPU_PROFILE), QUALITY),
-    "gpu-profile-gate": lambda: code("\n\n".join(f"{run}:\n" + read.repro_gate_lines(run, log) for run, log in
-                                                  (("gpu-served", "repro-2.log"), ("gpu-served-3", "repro.log")))),
-    "greedy-determinism": Spec(greedy, (
-        C("mode", lambda r: f"`{r['mode']}`"), C("copy against copy (share of prompts with identical tokens)",
-                                                 "copy_vs_copy", "{:.4f}"),
-        C("one model twice", "same_model_twice", "{:.4f}"), C("prompts", "prompts"), C("tokens each", "tokens"),
-        C("torch", "torch"))),
+    "gpu-profile-gate": lambda: code(
+        "\n\n".join(
+            f"{run}:\n" + read.repro_gate_lines(run, log)
+            for run, log in (("gpu-served", "repro-2.log"), ("gpu-served-3", "repro.log"))
+        )
+    ),
+    "greedy-determinism": Spec(
+        greedy,
+        (
+            C("mode", lambda r: f"`{r['mode']}`"),
+            C("copy against copy (share of prompts with identical tokens)", "copy_vs_copy", "{:.4f}"),
+            C("one model twice", "same_model_twice", "{:.4f}"),
+            C("prompts", "prompts"),
+            C("tokens each", "tokens"),
+            C("torch", "torch"),
+        ),
+    ),
 }

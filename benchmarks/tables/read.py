@@ -2,6 +2,7 @@
 
 Each returns the raw file's content as written or as the pipeline's own typed record; nothing here formats.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -29,9 +30,25 @@ BASELINE = "bf16"
 __all__ = ["PLAIN", "ServeBenchRecord", "serving_costs"]
 # Runs recorded by code before pipeline/core/sizes.py RECORDED_IN_MIB_UNTIL, whose `*_mb` sizes and peak memory are
 # MiB: read back in MB (a BF16 Llama-3-8B is 16060 MB, not "15317 MB").
-RECORDED_IN_MIB = {"after-graph-refactor", "before-eos-fix", "calibration", "demo-bundles", "demo-serve",
-                   "evaluate-stage", "gpu-eagle3-variants", "gpu-methods", "gpu-profile", "gpu-schemes-served",
-                   "gpu-schemes", "gpu-tests", "gpu-tiers", "gpu-tp1", "handoff", "llama3-8b", "schemes8b"}
+RECORDED_IN_MIB = {
+    "after-graph-refactor",
+    "before-eos-fix",
+    "calibration",
+    "demo-bundles",
+    "demo-serve",
+    "evaluate-stage",
+    "gpu-eagle3-variants",
+    "gpu-methods",
+    "gpu-profile",
+    "gpu-schemes-served",
+    "gpu-schemes",
+    "gpu-tests",
+    "gpu-tiers",
+    "gpu-tp1",
+    "handoff",
+    "llama3-8b",
+    "schemes8b",
+}
 
 
 def load(path: Path):
@@ -72,8 +89,11 @@ def concurrencies(rec: ServeBenchRecord) -> list[int]:
 def evals(run: str) -> dict[str, dict]:
     """variant -> its evaluate metrics (current names), in quantize.enabled order, for the variants evaluated."""
     metrics = RAW / run / "metrics"
-    return {v: current_names(load(metrics / f"eval-{v}.json")) for v in params(run)["quantize"]["enabled"]
-            if (metrics / f"eval-{v}.json").is_file()}
+    return {
+        v: current_names(load(metrics / f"eval-{v}.json"))
+        for v in params(run)["quantize"]["enabled"]
+        if (metrics / f"eval-{v}.json").is_file()
+    }
 
 
 def gate_sections(run: str) -> dict[str, str]:
@@ -88,8 +108,11 @@ def gate_sections(run: str) -> dict[str, str]:
 
 def repro_gate_lines(run: str, log: str) -> str:
     """The gate, bundle and publish lines of a pipeline run's timestamped `dvc repro` log."""
-    return "\n".join(re.sub(r"^\d+ ", "", line) for line in (RAW / run / log).read_text().splitlines()
-                     if re.match(r"\d+ (gate |error: gate|bundle |publish )", line))
+    return "\n".join(
+        re.sub(r"^\d+ ", "", line)
+        for line in (RAW / run / log).read_text().splitlines()
+        if re.match(r"\d+ (gate |error: gate|bundle |publish )", line)
+    )
 
 
 def shipped() -> dict:

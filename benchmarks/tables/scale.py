@@ -1,6 +1,7 @@
 """benchmarks/gpu/SCALE.md: a model of Llama-3-70B's shape (random weights) per variant and tensor parallel size on a
 4x H100 host (benchmarks/gpu/scale_serve.py, raw/scale-70b*/): per GPU against BF16 at its own GPU count in the same
 run; one configuration beside others against alone; a TP-2 bundle's greedy outputs against TP 1 (raw/tp-greedy/)."""
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,11 @@ def level(run: str, name: str, c: int) -> dict | None:
 def users_at_slo(run: str, name: str, slo: dict) -> str | None:
     """The largest measured concurrency meeting the SLO and the smallest missing it: a bracket, not a search."""
     levels = {c: lvl for c in CONCURRENCY if (lvl := level(run, name, c))}
-    met = [c for c, v in levels.items() if not v.get("failed") and v["p99_ttft_ms"] <= slo["p99_ttft_ms"]
-           and v["p99_itl_ms"] <= slo["p99_itl_ms"]]
+    met = [
+        c
+        for c, v in levels.items()
+        if not v.get("failed") and v["p99_ttft_ms"] <= slo["p99_ttft_ms"] and v["p99_itl_ms"] <= slo["p99_itl_ms"]
+    ]
     lo = max(met, default=None)
     hi = min((c for c in levels if c not in met and (lo is None or c > lo)), default=None)
     return None if not levels else f"{lo}" + " (>= measured max)" if hi is None else f"{lo or 0} to {hi - 1}"
@@ -48,11 +52,18 @@ def configs() -> list[dict]:
         plan = json.loads((read.ROOT / "benchmarks/gpu/plans" / f"{run}.json").read_text())
         for config in (c for wave in plan for c in wave):
             name, meta = config["name"], read.RAW / run / "out" / config["name"] / "config.json"
-            rows.append({**config, "run": run, "gpus": len(config["gpus"]),
-                         "levels": {c: level(run, name, c) for c in CONCURRENCY},
-                         "beside": ", ".join(json.loads(meta.read_text())["beside"]) if meta.exists() else "",
-                         "users": users_at_slo(run, name, slo), "weights": server_log(run, name, WEIGHTS_GIB),
-                         "kv": server_log(run, name, KV_TOKENS)})
+            rows.append(
+                {
+                    **config,
+                    "run": run,
+                    "gpus": len(config["gpus"]),
+                    "levels": {c: level(run, name, c) for c in CONCURRENCY},
+                    "beside": ", ".join(json.loads(meta.read_text())["beside"]) if meta.exists() else "",
+                    "users": users_at_slo(run, name, slo),
+                    "weights": server_log(run, name, WEIGHTS_GIB),
+                    "kv": server_log(run, name, KV_TOKENS),
+                }
+            )
     return rows
 
 
@@ -66,9 +77,16 @@ def per_gpu() -> list[dict]:
             for c in CONCURRENCY:
                 if r["levels"][c] and base["levels"][c]:
                     per = r["levels"][c]["output_throughput"] / r["gpus"]
-                    out.append({"run": run, "name": r["name"], "c": c, "per": per,
-                                "vs": per / (base["levels"][c]["output_throughput"] / base["gpus"]),
-                                "gpu_hours": r["gpus"] / (r["levels"][c]["output_throughput"] * 3600) * 1e6})
+                    out.append(
+                        {
+                            "run": run,
+                            "name": r["name"],
+                            "c": c,
+                            "per": per,
+                            "vs": per / (base["levels"][c]["output_throughput"] / base["gpus"]),
+                            "gpu_hours": r["gpus"] / (r["levels"][c]["output_throughput"] * 3600) * 1e6,
+                        }
+                    )
     return out
 
 
@@ -80,8 +98,14 @@ def beside_alone() -> list[dict]:
     for c in CONCURRENCY:
         beside = [level(run, n, c)["output_throughput"] for n in BESIDE]
         alone = level(run, ALONE, c)["output_throughput"]
-        rows.append({"c": c, "beside": " / ".join(f"{x:,.1f}" for x in beside), "alone": alone,
-                     "worst": max(abs(x / alone - 1) for x in beside) * 100})
+        rows.append(
+            {
+                "c": c,
+                "beside": " / ".join(f"{x:,.1f}" for x in beside),
+                "alone": alone,
+                "worst": max(abs(x / alone - 1) for x in beside) * 100,
+            }
+        )
     return rows
 
 
@@ -91,12 +115,20 @@ def greedy() -> dict:
 
 def greedy_facts():
     g = greedy()
-    return [("bundle", f"the CPU demo's `{g['bundle']}` bundle built with `serving.tensor_parallel_size: 2` "
-                       "(`raw/tp-greedy/build-params.diff`), its serve.yaml as shipped (`bundle-serve.yaml`)"),
-            ("served", f"shipped (TP {g['tensor_parallel_size_shipped']}) on GPUs {g['configs']['shipped']['gpus']}, "
-                       f"the same serve.yaml at TP 1 on GPU {g['configs']['tp1']['gpus']}, at the same time"),
-            ("prompts", f"{g['prompts']} held-out prompts, {g['tokens']} greedy tokens each"),
-            ("identical outputs", f"{g['identical']} of {g['prompts']}")]
+    return [
+        (
+            "bundle",
+            f"the CPU demo's `{g['bundle']}` bundle built with `serving.tensor_parallel_size: 2` "
+            "(`raw/tp-greedy/build-params.diff`), its serve.yaml as shipped (`bundle-serve.yaml`)",
+        ),
+        (
+            "served",
+            f"shipped (TP {g['tensor_parallel_size_shipped']}) on GPUs {g['configs']['shipped']['gpus']}, "
+            f"the same serve.yaml at TP 1 on GPU {g['configs']['tp1']['gpus']}, at the same time",
+        ),
+        ("prompts", f"{g['prompts']} held-out prompts, {g['tokens']} greedy tokens each"),
+        ("identical outputs", f"{g['identical']} of {g['prompts']}"),
+    ]
 
 
 def greedy_differences() -> list[dict]:
@@ -109,22 +141,41 @@ def unrun() -> list[dict]:
         missing = [c for c in CONCURRENCY if not r["levels"][c]]
         log = read.RAW / r["run"] / "out" / r["name"] / f"c{missing[0]}.log" if missing else None
         if missing:
-            rows.append({"run": r["run"], "name": r["name"], "missing": ", ".join(map(str, missing)), "why": (
-                "its `vllm bench serve` client hung before sending a request (empty log); the device time ran out"
-                if log.exists() and not log.read_text().strip() else "not reached: the device time ran out")})
+            rows.append(
+                {
+                    "run": r["run"],
+                    "name": r["name"],
+                    "missing": ", ".join(map(str, missing)),
+                    "why": (
+                        "its `vllm bench serve` client hung before sending a request (empty log); "
+                        "the device time ran out"
+                        if log.exists() and not log.read_text().strip()
+                        else "not reached: the device time ran out"
+                    ),
+                }
+            )
     return rows
 
 
 def conditions():
     spec, slo = json.loads((RUN / "run.json").read_text()), read.project_params()["serving"]["slo"]
-    return [("GPU", f"{spec['gpu']['count']}x {spec['gpu']['name']} (NVLink between every pair: `topo.txt`)"),
-            ("vLLM", spec["software"]["vllm"]),
-            ("model", ("80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocab 128256 (Llama-3-70B's); "
-                       "random weights (`--load-format dummy`)")),
-            ("traffic", ("random prompts of 512 tokens, 128 output tokens each (`--ignore-eos`), 2 prompts per user, "
-                         "at least 4")),
-            ("server", "max-model-len 4096, max-num-seqs 64, gpu-memory-utilization 0.9"),
-            ("SLO (serving.slo)", f"p99 TTFT <= {slo['p99_ttft_ms']} ms, p99 ITL <= {slo['p99_itl_ms']} ms")]
+    return [
+        ("GPU", f"{spec['gpu']['count']}x {spec['gpu']['name']} (NVLink between every pair: `topo.txt`)"),
+        ("vLLM", spec["software"]["vllm"]),
+        (
+            "model",
+            (
+                "80 layers, hidden 8192, 64 heads, 8 KV heads, FFN 28672, vocab 128256 (Llama-3-70B's); "
+                "random weights (`--load-format dummy`)"
+            ),
+        ),
+        (
+            "traffic",
+            ("random prompts of 512 tokens, 128 output tokens each (`--ignore-eos`), 2 prompts per user, at least 4"),
+        ),
+        ("server", "max-model-len 4096, max-num-seqs 64, gpu-memory-utilization 0.9"),
+        ("SLO (serving.slo)", f"p99 TTFT <= {slo['p99_ttft_ms']} ms, p99 ITL <= {slo['p99_itl_ms']} ms"),
+    ]
 
 
 def tok(r: dict, c: int) -> str | None:
@@ -134,47 +185,101 @@ def tok(r: dict, c: int) -> str | None:
 
 NAME = C("config", lambda r: f"`{r['name']}`")
 RUN_COL = C("run", lambda r: f"`{r['run']}`")
+
+
 def pct(x: float | None) -> str | None:
     return None if x is None else f"{x:+.2f}%"
 
 
-GPTQ = (C("step", lambda r: f"`{r['step']}`"), C("GPUs", "gpus"), C("sequential onloading", "offload"),
-        C("finished", "done"), C("beside", "beside"),
-        C("step s (process start to exit)", "step_s", "{:.1f}"), C("quantize call s (tp_eval.py)", "wall_s"),
-        C("pipeline wall s", "pipeline_s"), C("oneshot s", "oneshot_s"),
-        C("peak GPU MB (pipeline, per process)", "peak_gpu_mb", "{:,.0f}"),
-        C("peak MiB per GPU used (nvidia-smi)", "smi_mib"), C("checkpoint MB", "size_mb", "{:,.1f}"))
-LAYERS = (C("step", lambda r: f"`{r['step']}`"), C("GPUs", "gpus"), C("layer-to-layer intervals timed", "layers"),
-          C("median s per layer", "median", "{:.2f}"), C("mean s per layer", "mean", "{:.2f}"),
-          C("sum s", "total", "{:.1f}"))
-FIDELITY = (C("checkpoint", lambda r: r["model"]), C("variant", lambda r: f"`{r['variant']}`"), C("TP", "tp"),
-            C("perplexity", "perplexity", "{:,.4g}"), C("vs BF16", "perplexity_increase_pct", pct),
-            C("KL (top-20 + tail, lower bound)", "kl_divergence", "{:.2e}"), C("top-1 agreement", "top1_agreement",
-                                                                                "{:.4f}"),
-            C("greedy match", "greedy_match", "{:.2f}"), C("error", lambda r: r["error"] and "failed (below)"))
+GPTQ = (
+    C("step", lambda r: f"`{r['step']}`"),
+    C("GPUs", "gpus"),
+    C("sequential onloading", "offload"),
+    C("finished", "done"),
+    C("beside", "beside"),
+    C("step s (process start to exit)", "step_s", "{:.1f}"),
+    C("quantize call s (tp_eval.py)", "wall_s"),
+    C("pipeline wall s", "pipeline_s"),
+    C("oneshot s", "oneshot_s"),
+    C("peak GPU MB (pipeline, per process)", "peak_gpu_mb", "{:,.0f}"),
+    C("peak MiB per GPU used (nvidia-smi)", "smi_mib"),
+    C("checkpoint MB", "size_mb", "{:,.1f}"),
+)
+LAYERS = (
+    C("step", lambda r: f"`{r['step']}`"),
+    C("GPUs", "gpus"),
+    C("layer-to-layer intervals timed", "layers"),
+    C("median s per layer", "median", "{:.2f}"),
+    C("mean s per layer", "mean", "{:.2f}"),
+    C("sum s", "total", "{:.1f}"),
+)
+FIDELITY = (
+    C("checkpoint", lambda r: r["model"]),
+    C("variant", lambda r: f"`{r['variant']}`"),
+    C("TP", "tp"),
+    C("perplexity", "perplexity", "{:,.4g}"),
+    C("vs BF16", "perplexity_increase_pct", pct),
+    C("KL (top-20 + tail, lower bound)", "kl_divergence", "{:.2e}"),
+    C("top-1 agreement", "top1_agreement", "{:.4f}"),
+    C("greedy match", "greedy_match", "{:.2f}"),
+    C("error", lambda r: r["error"] and "failed (below)"),
+)
 BLOCKS = {
     "tpeval-conditions": Facts(tpeval.conditions, ("condition", "value")),
     "gptq-gpus": Spec(tpeval.quant_rows, GPTQ),
     "gptq-layers": Spec(tpeval.quant_rows, LAYERS),
     "tp-fidelity": Spec(tpeval.fidelity_rows, FIDELITY),
-    "tpeval-failures": Spec(tpeval.failures, (C("entry", "entry"), C("first error in run.log", "cause"),
-                                              C("what it means", lambda r: tpeval.meaning(r["cause"])))),
+    "tpeval-failures": Spec(
+        tpeval.failures,
+        (
+            C("entry", "entry"),
+            C("first error in run.log", "cause"),
+            C("what it means", lambda r: tpeval.meaning(r["cause"])),
+        ),
+    ),
     "conditions": Facts(conditions, ("condition", "value")),
-    "served": Spec(lambda: [r for r in configs() if any(r["levels"].values())], (
-        RUN_COL, NAME, C("TP (GPUs)", "tp"), C("beside", lambda r: r["beside"] or "alone"),
-        *(C(f"c={c} tok/s (per GPU)", lambda r, c=c: tok(r, c)) for c in CONCURRENCY),
-        C("users at the SLO (measured levels)", "users"), C("weights GiB per GPU (vLLM)", "weights"),
-        C("KV cache tokens", "kv"))),
-    "per-gpu": Spec(per_gpu, (RUN_COL, NAME, C("concurrency", "c"), C("output tok/s per GPU", "per", "{:,.0f}"),
-                              C("per GPU x BF16 at TP 4 (same run)", "vs", "x{:.2f}"),
-                              C("GPU-hours per million output tokens", "gpu_hours", "{:.2f}"))),
-    "beside-alone": Spec(beside_alone, (
-        C("concurrency", "c"), C("tok/s beside three others (GPU 0 / 1 / 2 / 3)", "beside"),
-        C("tok/s alone (GPU 0)", "alone", "{:,.1f}"), C("largest difference", "worst", "{:.2f}%"))),
+    "served": Spec(
+        lambda: [r for r in configs() if any(r["levels"].values())],
+        (
+            RUN_COL,
+            NAME,
+            C("TP (GPUs)", "tp"),
+            C("beside", lambda r: r["beside"] or "alone"),
+            *(C(f"c={c} tok/s (per GPU)", lambda r, c=c: tok(r, c)) for c in CONCURRENCY),
+            C("users at the SLO (measured levels)", "users"),
+            C("weights GiB per GPU (vLLM)", "weights"),
+            C("KV cache tokens", "kv"),
+        ),
+    ),
+    "per-gpu": Spec(
+        per_gpu,
+        (
+            RUN_COL,
+            NAME,
+            C("concurrency", "c"),
+            C("output tok/s per GPU", "per", "{:,.0f}"),
+            C("per GPU x BF16 at TP 4 (same run)", "vs", "x{:.2f}"),
+            C("GPU-hours per million output tokens", "gpu_hours", "{:.2f}"),
+        ),
+    ),
+    "beside-alone": Spec(
+        beside_alone,
+        (
+            C("concurrency", "c"),
+            C("tok/s beside three others (GPU 0 / 1 / 2 / 3)", "beside"),
+            C("tok/s alone (GPU 0)", "alone", "{:,.1f}"),
+            C("largest difference", "worst", "{:.2f}%"),
+        ),
+    ),
     "tp-greedy": Facts(greedy_facts, ("quantity", "value")),
-    "tp-greedy-differences": Spec(greedy_differences, (
-        C("held-out prompt", "prompt"), C("first differing token", "first_difference"),
-        C("top-1 minus top-2 logprob there, TP 2", "margin_shipped"),
-        C("same, TP 1", "margin_tp1"))),
+    "tp-greedy-differences": Spec(
+        greedy_differences,
+        (
+            C("held-out prompt", "prompt"),
+            C("first differing token", "first_difference"),
+            C("top-1 minus top-2 logprob there, TP 2", "margin_shipped"),
+            C("same, TP 1", "margin_tp1"),
+        ),
+    ),
     "unrun": Spec(unrun, (RUN_COL, NAME, C("concurrency not measured", "missing"), C("why", "why"))),
 }

@@ -3,6 +3,7 @@
 Decisions and predictions are the pipeline's own functions (decision.speculation_for, decision.choose_kernel,
 serving_costs.predict) over the committed records; pages only pick columns.
 """
+
 from __future__ import annotations
 
 import json
@@ -17,6 +18,7 @@ TOLERANCE = 0.20  # the target for a predicted served speedup: within 20% of the
 @dataclass(frozen=True)
 class Config:
     """One served config of one variant in one run."""
+
     run: str
     variant: str
     config: str
@@ -45,8 +47,15 @@ def users_ratio(cap, base) -> str | None:
     """Users at the SLO over a reference's; a search that ended at its bound makes the ratio a bound too."""
     if cap is None or base is None:
         return None
-    bound = ("undecided (both at the search's bound)" if cap.lower_bound and base.lower_bound
-             else "at least" if cap.lower_bound else "at most" if base.lower_bound else "")
+    bound = (
+        "undecided (both at the search's bound)"
+        if cap.lower_bound and base.lower_bound
+        else "at least"
+        if cap.lower_bound
+        else "at most"
+        if base.lower_bound
+        else ""
+    )
     return f"x{cap.users_per_gpu / base.users_per_gpu:.2f} {bound}".strip()
 
 
@@ -67,13 +76,22 @@ def configs(run: str, variants: tuple[str, ...]) -> list[Config]:
         for name, c in named_configs(rec):
             tok = {n: c.at(n).output_throughput for n in conc if c.at(n)}
             first = c.at(conc[0])
-            rows.append(Config(
-                run, variant, name, c.num_speculative_tokens or None, tok,
-                {n: t / plain.at(n).output_throughput for n, t in tok.items()},
-                {n: t / base.at(n).output_throughput for n, t in tok.items()} if base else {},
-                first.accepted_per_draft_token if first else None, first.mean_acceptance_length if first else None,
-                ", ".join(c.kernels_used), c.capacity,
-                "x1.00" if c is plain else users_ratio(c.capacity, plain.capacity)))
+            rows.append(
+                Config(
+                    run,
+                    variant,
+                    name,
+                    c.num_speculative_tokens or None,
+                    tok,
+                    {n: t / plain.at(n).output_throughput for n, t in tok.items()},
+                    {n: t / base.at(n).output_throughput for n, t in tok.items()} if base else {},
+                    first.accepted_per_draft_token if first else None,
+                    first.mean_acceptance_length if first else None,
+                    ", ".join(c.kernels_used),
+                    c.capacity,
+                    "x1.00" if c is plain else users_ratio(c.capacity, plain.capacity),
+                )
+            )
     return rows
 
 
@@ -86,8 +104,14 @@ def misses(run: str, variant: str = BASELINE) -> list[dict]:
     rows = []
     for name, c in record(run, variant).configs.items():
         cap = c.capacity
-        level = next((lvl for lvl in [*c.levels.values(), *cap.probes]
-                      if cap.ceiling is not None and lvl.concurrency == cap.ceiling), None)
+        level = next(
+            (
+                lvl
+                for lvl in [*c.levels.values(), *cap.probes]
+                if cap.ceiling is not None and lvl.concurrency == cap.ceiling
+            ),
+            None,
+        )
         if level is not None:
             rows.append({"config": name, "users": cap.ceiling, "missed": ", ".join(cap.slo.misses(level))})
     return rows
@@ -101,18 +125,39 @@ def predicted(run: str, variant: str, estimates: str, calibrated) -> list[dict]:
     for name, config in rec.speculative().items():
         est = json.loads((RAW / run / estimates / f"speculative-{name}.json").read_text())
         k = config.num_speculative_tokens
-        pred = {label: serving_costs.predict(serving_costs.Choice(prof, label, 1.0), name, est["tokens_per_step_by_k"],
-                                             est["drafted_per_step_by_k"], conc, est.get("steps_per_response_by_k"))
-                for label, prof in (("before", calibrated.uncalibrated()), ("after", calibrated))}
+        pred = {
+            label: serving_costs.predict(
+                serving_costs.Choice(prof, label, 1.0),
+                name,
+                est["tokens_per_step_by_k"],
+                est["drafted_per_step_by_k"],
+                conc,
+                est.get("steps_per_response_by_k"),
+            )
+            for label, prof in (("before", calibrated.uncalibrated()), ("after", calibrated))
+        }
         for c in conc:
             served = config.at(c).output_throughput / plain.at(c).output_throughput
             after = pred["after"].speedup(c, k)
-            rows.append({"run": run, "variant": variant, "method": name, "k": k, "c": c, "served": served,
-                         "before": pred["before"].speedup(c, k), "after": after, "ratio": after / served,
-                         "within": "yes" if abs(after / served - 1) <= TOLERANCE else "no",
-                         "cpu": est["accepted_per_draft_token"], "vllm": config.at(c).accepted_per_draft_token,
-                         "sample": "in sample" if str(record_path(run, variant).relative_to(ROOT))
-                         in calibrated.methods[name].served_runs else "out of sample"})
+            rows.append(
+                {
+                    "run": run,
+                    "variant": variant,
+                    "method": name,
+                    "k": k,
+                    "c": c,
+                    "served": served,
+                    "before": pred["before"].speedup(c, k),
+                    "after": after,
+                    "ratio": after / served,
+                    "within": "yes" if abs(after / served - 1) <= TOLERANCE else "no",
+                    "cpu": est["accepted_per_draft_token"],
+                    "vllm": config.at(c).accepted_per_draft_token,
+                    "sample": "in sample"
+                    if str(record_path(run, variant).relative_to(ROOT)) in calibrated.methods[name].served_runs
+                    else "out of sample",
+                }
+            )
     return rows
 
 
@@ -133,10 +178,17 @@ def tok_x_base(r: Config, c: int) -> str | None:
     return f"{thousands(r.tok[c])} ({times(r.vs_base[c])})" if c in r.vs_base else tok_x_plain(r, c)
 
 
-CONFIG = (Column("run", lambda r: f"`{r.run}`"), Column("variant", lambda r: f"`{r.variant}`"),
-          Column("config", "config"), Column("k", "k"))
-CAPACITY = (Column("users per GPU at the SLO", lambda r: r.capacity and capacity_cell(
-                r.capacity.users_per_gpu, r.capacity.status, r.capacity.ceiling)),
-            Column("x its plain", "users_vs_plain"),
-            Column("output tok/s per GPU there", lambda r: thousands(r.capacity and
-                                                                     r.capacity.output_tokens_per_s_per_gpu)))
+CONFIG = (
+    Column("run", lambda r: f"`{r.run}`"),
+    Column("variant", lambda r: f"`{r.variant}`"),
+    Column("config", "config"),
+    Column("k", "k"),
+)
+CAPACITY = (
+    Column(
+        "users per GPU at the SLO",
+        lambda r: r.capacity and capacity_cell(r.capacity.users_per_gpu, r.capacity.status, r.capacity.ceiling),
+    ),
+    Column("x its plain", "users_vs_plain"),
+    Column("output tok/s per GPU there", lambda r: thousands(r.capacity and r.capacity.output_tokens_per_s_per_gpu)),
+)

@@ -1,4 +1,5 @@
 """One error type for every bad input the user can fix; stages turn it into one line."""
+
 from __future__ import annotations
 
 

@@ -1,4 +1,5 @@
 """Atomic writes: an artifact is either complete or absent, never half-written."""
+
 from __future__ import annotations
 
 import contextlib

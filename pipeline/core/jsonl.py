@@ -1,6 +1,7 @@
 """A JSONL file read as bytes, one line at a time: a bad encoding, bad JSON or JSON nested too deeply is one error
 naming the file and line, and a line over max_bytes is skipped without ever being held whole (a 50 MB traffic row
 once cost 9.8 GB and 85 s of tokenizing before it was dropped as too long)."""
+
 from __future__ import annotations
 
 import json
@@ -16,6 +17,7 @@ from pipeline.core.errors import PipelineError
 class Line:
     """One non-blank line: where it is ("<path>:<number>", what an error about its row names) and its JSON;
     oversized: over max_bytes, skipped unread (row None)."""
+
     number: int
     where: str
     row: object = None
@@ -53,8 +55,10 @@ def decode(raw: bytes, number: int, where: str) -> str:
     try:
         return raw.decode("utf-8-sig" if number == 1 else "utf-8")  # tolerate a leading byte-order mark
     except UnicodeDecodeError as e:
-        raise PipelineError(f"{where}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start} of the "
-                            "line); save the file as UTF-8") from None
+        raise PipelineError(
+            f"{where}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at offset {e.start} of the "
+            "line); save the file as UTF-8"
+        ) from None
 
 
 def parse(text: str, where: str) -> object:

@@ -2,13 +2,18 @@
 program that uses it can put every GPU of the host out of service. NCCL's NVLS algorithms, vLLM's symmetric-memory
 all-reduce (which can use multicast), PyTorch's symmetric memory multicast and NVSHMEM's NVLS: the four settings the
 4x H100 run of benchmarks/gpu/scale_serve.py served TP 2 and 4 with."""
+
 from __future__ import annotations
 
 import os
 from collections.abc import MutableMapping
 
-MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
-                 "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
 
 
 def multicast_off(tensor_parallel_size: int, environ: MutableMapping[str, str] | None = None) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The artifact layout: where each stage's outputs sit under artifacts/, relative to the project root (stages
 run there). dvc.yaml names the same paths as outs and deps, literally, as DVC needs them;
-tests/test_dvc_graph.py holds the two equal."""
+tests/project/test_dvc_graph.py holds the two equal."""
+
 from __future__ import annotations
 
 import os

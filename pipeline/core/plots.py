@@ -4,6 +4,7 @@
 directory plot only the files in it. So a chart a stage can lack data for (serve_bench on a host without a CUDA
 device) is a directory output: DATA when there is something to draw, else only SKIPPED, which .dvcignore hides from
 DVC. Git keeps the directory (a fresh clone has the output), DVC sees it empty and draws no chart for it."""
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,10 @@ def page_html() -> str:
     # Either would break the page: DVC would fill a placeholder inside the script, or the script would end early.
     if "</script" in bundle.lower() or any(p in bundle for p in DVC_PLACEHOLDERS):
         raise PipelineError(f"vl-convert-python {version('vl-convert-python')}'s bundle cannot be inlined as it is")
-    versions = (f"vega {vl_convert.get_vega_version()}, vega-lite {VEGA_LITE}, vega-embed "
-                f"{vl_convert.get_vega_embed_version()}, from vl-convert-python {version('vl-convert-python')}")
+    versions = (
+        f"vega {vl_convert.get_vega_version()}, vega-lite {VEGA_LITE}, vega-embed "
+        f"{vl_convert.get_vega_embed_version()}, from vl-convert-python {version('vl-convert-python')}"
+    )
     return f"{PAGE_HEAD}<script>/* {versions} */\n{bundle}\n</script>\n{PAGE_BODY}"
 
 
@@ -84,10 +87,16 @@ def install_page(root: Path) -> Path:
     path = root / ".dvc" / PAGE
     atomic_write_text(path, html)
     try:
-        subprocess.run(["dvc", "config", "--local", "plots.html_template", PAGE], cwd=root, check=True,
-                       capture_output=True, text=True)
+        subprocess.run(
+            ["dvc", "config", "--local", "plots.html_template", PAGE],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     except (OSError, subprocess.CalledProcessError) as e:
         detail = (getattr(e, "stderr", None) or str(e)).strip().splitlines()
-        raise PipelineError(f"dvc config --local plots.html_template {PAGE} in {root} failed: "
-                            f"{detail[-1] if detail else e}") from None
+        raise PipelineError(
+            f"dvc config --local plots.html_template {PAGE} in {root} failed: {detail[-1] if detail else e}"
+        ) from None
     return path

@@ -3,6 +3,7 @@
 A stage that reads another stage's JSON gets a checked object or one error line naming the file
 and the field, instead of a KeyError three calls later.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,5 @@
 """Keep credentials out of messages, receipts and provenance: URL userinfo and secret-named params."""
+
 from __future__ import annotations
 
 import copy
@@ -8,8 +9,11 @@ import re
 # whitespace), so a password holding an unescaped '@' is hidden whole.
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
 # A secret-named query parameter's value: ?token=..., &api_key=..., &X-Amz-Signature=...
-_QUERY_SECRET = re.compile(r"(?P<key>[?&;][A-Za-z0-9_.-]*?(?:token|password|passwd|secret|api_?key|signature|sig)"
-                           r"[A-Za-z0-9_.-]*=)[^&#;\s'\"]+", re.IGNORECASE)
+_QUERY_SECRET = re.compile(
+    r"(?P<key>[?&;][A-Za-z0-9_.-]*?(?:token|password|passwd|secret|api_?key|signature|sig)"
+    r"[A-Za-z0-9_.-]*=)[^&#;\s'\"]+",
+    re.IGNORECASE,
+)
 # Whole words of a key (snake_case or camelCase), so counts such as max_new_tokens stay visible.
 _SECRET_WORDS = re.compile(r"(?:^|_)(?:token|password|passwd|secret|api_?key)(?:_|$)")
 REDACTED = "***"
@@ -41,8 +45,9 @@ def redact_params(obj):
     naming a token, password, secret or api_key replaced by '***' (unset ones, empty mappings and lists included,
     stay as they are: `secret_env: {}` holds no secret and must read as empty)."""
     if isinstance(obj, dict):
-        return {k: REDACTED if _secret_key(k) and v not in (None, "", {}, []) else redact_params(v)
-                for k, v in obj.items()}
+        return {
+            k: REDACTED if _secret_key(k) and v not in (None, "", {}, []) else redact_params(v) for k, v in obj.items()
+        }
     if isinstance(obj, (list, tuple)):
         return type(obj)(redact_params(v) for v in obj)
     if isinstance(obj, str):

@@ -2,6 +2,7 @@
 a declared section (a variant's `mixed:` settings inside quantize.variants). params.yaml's sections are declared
 (pipeline/params/declare.py), not read through here.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

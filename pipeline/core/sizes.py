@@ -1,4 +1,5 @@
 """File sizes of checkpoints. Every size the pipeline reports in MB is megabytes (10^6 bytes), as labelled."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,5 +21,9 @@ RECORDED_IN_MIB_UNTIL = "e39f0c9"  # the commit that made `*_mb` MB; code before
 
 def mib_record_as_mb(record: dict) -> dict:
     """A record written before RECORDED_IN_MIB_UNTIL, whose `*_mb` numbers are MiB, with them in MB as labelled."""
-    return {k: round(v * MB_PER_MIB, 3) if k.endswith("_mb") and isinstance(v, (int, float))
-            and not isinstance(v, bool) else v for k, v in record.items()}
+    return {
+        k: round(v * MB_PER_MIB, 3)
+        if k.endswith("_mb") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        else v
+        for k, v in record.items()
+    }

@@ -6,6 +6,7 @@ METRIC lines, datasets, lm-eval, AWQ's per-layer grid-search bars) write hundred
 while a stage runs file descriptors 1 and 2 point at `artifacts/logs/<stage>.log`; the pipeline's own
 progress bars and summary go to the console streams saved before the redirect.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -103,10 +104,27 @@ def progress_bar(desc: str, total: int | None = None, initial: int = 0, items: I
     terminal; elsewhere a line every LINE_INTERVAL_S seconds and one when the step ends."""
     stream = console()
     if _is_terminal(stream):
-        return tqdm(items, desc=desc, total=total, initial=initial, file=stream, leave=False, dynamic_ncols=True,
-                    mininterval=float(os.environ.get("TQDM_MININTERVAL", 2)))
-    return tqdm(items, desc=desc, total=total, initial=initial, file=_Lines(stream), leave=True, ncols=LINE_WIDTH,
-                ascii=True, mininterval=float(os.environ.get("MODELPREP_PROGRESS_INTERVAL", LINE_INTERVAL_S)))
+        return tqdm(
+            items,
+            desc=desc,
+            total=total,
+            initial=initial,
+            file=stream,
+            leave=False,
+            dynamic_ncols=True,
+            mininterval=float(os.environ.get("TQDM_MININTERVAL", 2)),
+        )
+    return tqdm(
+        items,
+        desc=desc,
+        total=total,
+        initial=initial,
+        file=_Lines(stream),
+        leave=True,
+        ncols=LINE_WIDTH,
+        ascii=True,
+        mininterval=float(os.environ.get("MODELPREP_PROGRESS_INTERVAL", LINE_INTERVAL_S)),
+    )
 
 
 def progress(items: Iterable[T], desc: str) -> Iterator[T]:
@@ -204,6 +222,7 @@ def stage_main(name: str | None = None):
     """Decorator for a stage's main(argv): log file, one-line errors (exit 2), tracebacks to the log.
 
     name: the log file's name; None takes `<module>` or `<module>@<argv[0]>` for foreach stages."""
+
     def decorate(main):
         @functools.wraps(main)
         def wrapper(argv: list[str] | None = None):
@@ -232,5 +251,7 @@ def stage_main(name: str | None = None):
                     warn(f"error: {stem} failed: {type(e).__name__}: {first} (traceback in {log_path})")
                     code = 1
             sys.exit(code)
+
         return wrapper
+
     return decorate

@@ -1,4 +1,5 @@
 """Type tests for values read from YAML and JSON, where a bool is an int to Python but never a number here."""
+
 from __future__ import annotations
 
 

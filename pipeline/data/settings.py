@@ -1,4 +1,5 @@
 """params.yaml `data`, typed: the traffic file and how it is split."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ PROMPT_FORMATS = ("chat_template", "plain")
 @dataclass(frozen=True)
 class Fractions:
     """data.fractions: the shares of traffic held out and used for calibration; the rest trains the draft."""
+
     calibration: float = knob(0.2, required=True, help="share of traffic used for calibration")
     heldout: float = knob(0.2, required=True, help="share of traffic held out for evaluation")
 
@@ -20,10 +22,12 @@ class Fractions:
 @dataclass(frozen=True)
 class DataParams:
     """params.yaml `data`: the traffic file and how it is split."""
+
     traffic: str = knob("data/demo/traffic.jsonl", required=True, help="the traffic, JSONL conversations")
     seed: int = knob(0, required=True, help="the split's seed")
     fractions: Fractions = knob(Fractions(), required=True, help="the split; the rest trains the draft")
     max_tokens: int = knob(1024, required=True, help="longer conversations are dropped", minimum=1)
     # How prompts are laid out (pipeline/data/formatting.py)
     prompt_format: Literal["chat_template", "plain"] = knob(
-        "chat_template", help="chat_template: the target's own; plain: each turn's text on its own line (a base model)")
+        "chat_template", help="chat_template: the target's own; plain: each turn's text on its own line (a base model)"
+    )

@@ -6,6 +6,7 @@ are assigned by a seeded hash of each conversation, or of its group where it has
 when the file grows (no leakage from held-out into calibration or training), and rows of one group share a split
 (held-out traffic is then about documents the draft never saw).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,8 +39,10 @@ def _validate_row(row, where: str) -> list[dict]:
     else:
         for key in ("prompt", "response"):
             if not isinstance(row.get(key), str):
-                raise PipelineError(f"{where}: missing or empty string field {key!r} "
-                                    "(expected {prompt, response} or {messages: [...]})")
+                raise PipelineError(
+                    f"{where}: missing or empty string field {key!r} "
+                    "(expected {prompt, response} or {messages: [...]})"
+                )
             _check_text(row[key], f"missing or empty string field {key!r}", where)
     return row_to_messages(row)
 
@@ -60,8 +63,10 @@ def _check_turn_order(roles: list[str], where: str) -> None:
     for i in range(start, len(roles)):
         expected = "user" if (i - start) % 2 == 0 else "assistant"
         if roles[i] != expected:
-            raise PipelineError(f"{where}: message {i + 1} is from the {roles[i]} where the {expected} is expected "
-                                "(after an optional leading system message, turns alternate user/assistant)")
+            raise PipelineError(
+                f"{where}: message {i + 1} is from the {roles[i]} where the {expected} is expected "
+                "(after an optional leading system message, turns alternate user/assistant)"
+            )
     if roles[-1] != "assistant":
         raise PipelineError(f"{where}: a conversation needs a user turn and must end with an assistant turn")
 
@@ -92,8 +97,9 @@ def read_grouped(path: str | Path, max_row_bytes: int | None = None) -> tuple[li
         if "group" in line.row:
             groups.setdefault(conversation_key(conversations[-1]), line.row["group"])
     if not conversations:
-        raise PipelineError(f"traffic file {path} has no rows"
-                            + (f" within {max_row_bytes} bytes" if oversized else ""))
+        raise PipelineError(
+            f"traffic file {path} has no rows" + (f" within {max_row_bytes} bytes" if oversized else "")
+        )
     return conversations, groups, oversized
 
 
@@ -141,8 +147,11 @@ SOURCE_KEYS = ("generator", "python", "implementation", "seed")  # what decides 
 def max_token_bytes(tokenizer) -> int:
     """The most UTF-8 bytes one token of this tokenizer stands for: a row longer than max_tokens times this can't
     fit in max_tokens tokens, so it is dropped before it is parsed or tokenized."""
-    return max(len(tokenizer.convert_tokens_to_string([t]).encode("utf-8", "replace"))
-               for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if t is not None)
+    return max(
+        len(tokenizer.convert_tokens_to_string([t]).encode("utf-8", "replace"))
+        for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        if t is not None
+    )
 
 
 def conversation_key(messages: list[dict]) -> str:
@@ -161,8 +170,9 @@ def dedup(conversations: list[list[dict]]) -> list[list[dict]]:
     return unique
 
 
-def split(conversations: list[list[dict]], fractions: Fractions, seed: int,
-          groups: dict[str, str] | None = None) -> dict[str, list[list[dict]]]:
+def split(
+    conversations: list[list[dict]], fractions: Fractions, seed: int, groups: dict[str, str] | None = None
+) -> dict[str, list[list[dict]]]:
     """Assign each conversation to a split by a seeded hash in [0, 1) of the conversation, or of its group (by
     conversation_key, read_grouped's) where it has one: a group's rows land in one split."""
     cal, held = fractions.calibration, fractions.heldout
@@ -193,8 +203,11 @@ def drop_too_long(conversations: list[list[dict]], tokenizer, max_tokens: int) -
     """Keep conversations whose formatted length fits the serving context; return (kept, n_dropped)."""
     from pipeline.data.formatting import full_text
 
-    kept = [m for m in conversations if len(tokenizer(full_text(tokenizer, m), add_special_tokens=False)["input_ids"])
-            <= max_tokens]
+    kept = [
+        m
+        for m in conversations
+        if len(tokenizer(full_text(tokenizer, m), add_special_tokens=False)["input_ids"]) <= max_tokens
+    ]
     return kept, len(conversations) - len(kept)
 
 

@@ -4,6 +4,7 @@ Speculative decoding accepts a draft token when it matches the target's choice, 
 learns the target's responses (greedy, and optionally sampled at the serving temperature)
 rather than only the human-written ones.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,33 +28,49 @@ def pad_id(tokenizer) -> int:
 
 
 @torch.no_grad()
-def generate_batched(model, tokenizer, prompts: list[list[int]], max_new_tokens: int, batch_size: int,
-                     temperature: float = 0.0, seed: int = 0) -> list[list[int]]:
+def generate_batched(
+    model,
+    tokenizer,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    batch_size: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> list[list[int]]:
     """Responses of `model` to tokenized prompts (left-padded batches), cut after the first EOS."""
     pad, eos = pad_id(tokenizer), tokenizer.eos_token_id
     torch.manual_seed(seed)
-    sample = dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else \
-        dict(do_sample=False)
+    sample = (
+        dict(do_sample=True, temperature=temperature, top_p=1.0, top_k=0) if temperature > 0 else dict(do_sample=False)
+    )
     outs = []
     for i in progress(range(0, len(prompts), batch_size), desc="distill: target generates"):
-        chunk = prompts[i:i + batch_size]
+        chunk = prompts[i : i + batch_size]
         width = max(map(len, chunk))
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=model.device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=model.device)
-        gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, pad_token_id=pad,
-                             eos_token_id=eos, **sample)
+        gen = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad,
+            eos_token_id=eos,
+            **sample,
+        )
         for row in gen[:, width:].tolist():
             outs.append(row[: row.index(eos) + 1] if eos in row else row)
     return outs
 
 
 def transformers_generate(model, tokenizer, max_new_tokens: int, batch_size: int) -> Generate:
-    return lambda prompts, temperature, seed: generate_batched(model, tokenizer, prompts, max_new_tokens, batch_size,
-                                                               temperature, seed)
+    return lambda prompts, temperature, seed: generate_batched(
+        model, tokenizer, prompts, max_new_tokens, batch_size, temperature, seed
+    )
 
 
-def build_distillation_set(generate: Generate, tokenizer, conversations: list[list[dict]], cfg: DraftTrainingParams,
-                           sampled: bool = True) -> list[dict]:
+def build_distillation_set(
+    generate: Generate, tokenizer, conversations: list[list[dict]], cfg: DraftTrainingParams, sampled: bool = True
+) -> list[dict]:
     """Examples {input_ids, labels}, the prompt masked out of the loss: the target's greedy answer to
     each prompt, cfg.sampled_responses sampled answers (when `sampled`), and the original answer
     when cfg.include_original_responses."""
@@ -63,8 +80,10 @@ def build_distillation_set(generate: Generate, tokenizer, conversations: list[li
         pairs += zip(prompts, generate(prompts, cfg.temperature, cfg.seed + s + 1))
     if cfg.include_original_responses:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        pairs += [(p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)
-                  for p, m in zip(prompts, conversations)]
+        pairs += [
+            (p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)
+            for p, m in zip(prompts, conversations)
+        ]
     return [{"input_ids": p + r, "labels": [IGNORE_INDEX] * len(p) + r} for p, r in pairs if r]
 
 

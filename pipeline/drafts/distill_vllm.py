@@ -1,4 +1,5 @@
 """Distillation through vLLM's offline engine: the `distill` stage's generator where CUDA and vLLM are present."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,13 +15,24 @@ from pipeline.evaluate.vllm_spec import spawn_engine_if_cuda_initialized, unavai
 def engine_kwargs(model_dir: Path, max_model_len: int, engine: DistillEngine, tensor_parallel_size: int = 1) -> dict:
     """vllm.LLM's arguments for distillation: draft_training.vllm's settings, sharded as the target is served
     (a target that needs several GPUs to serve needs them to answer here too)."""
-    return {"model": str(Path(model_dir).resolve()), "max_model_len": max_model_len, "seed": 0,
-            "gpu_memory_utilization": engine.gpu_memory_utilization, "enforce_eager": engine.enforce_eager,
-            "tensor_parallel_size": tensor_parallel_size}
+    return {
+        "model": str(Path(model_dir).resolve()),
+        "max_model_len": max_model_len,
+        "seed": 0,
+        "gpu_memory_utilization": engine.gpu_memory_utilization,
+        "enforce_eager": engine.enforce_eager,
+        "tensor_parallel_size": tensor_parallel_size,
+    }
 
 
-def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int, max_model_len: int,
-                  engine: DistillEngine, tensor_parallel_size: int = 1) -> Generate:
+def vllm_generate(
+    model_dir: Path,
+    eos_token_id: int | None,
+    max_new_tokens: int,
+    max_model_len: int,
+    engine: DistillEngine,
+    tensor_parallel_size: int = 1,
+) -> Generate:
     """Generation through vLLM's offline engine (one engine for every call); as served, so a 1B
     target answers thousands of prompts in seconds rather than transformers' minutes."""
     from vllm import LLM, SamplingParams
@@ -40,6 +52,7 @@ def vllm_generate(model_dir: Path, eos_token_id: int | None, max_new_tokens: int
                 ids.append(eos_token_id)
             responses.append(ids)
         return responses
+
     return generate
 
 

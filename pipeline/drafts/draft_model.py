@@ -5,6 +5,7 @@ fine-tuned weights as they are, or quantized with a quantize variant's recipe).
 Every draft directory is a plain HF layout (safetensors, config, generation_config, tokenizer)
 that vLLM loads as speculative_config={"method": "draft_model", "model": <dir>}.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -35,6 +36,7 @@ class ConsoleProgress(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         self.bar.close()
 
+
 def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
     """Save in the base draft's own dtype (training ran in float32): same bytes per weight to read
     when serving, and the same weight-bytes cost ratio as the untrained draft."""
@@ -47,9 +49,16 @@ def save_draft(model, tokenizer, out: Path, base_dir: Path) -> None:
     tokenizer.save_pretrained(out)
 
 
-def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict], cfg: DraftTrainingParams,
-                   work_root: Path,
-                   out: Path, n_prompts: int) -> tuple[dict, list[dict]]:
+def finetune_draft(
+    base_dir: Path,
+    pad: int,
+    train: list[dict],
+    evals: list[dict],
+    cfg: DraftTrainingParams,
+    work_root: Path,
+    out: Path,
+    n_prompts: int,
+) -> tuple[dict, list[dict]]:
     """Fine-tune the base draft on distilled examples into out (a fresh directory); (metrics, log history).
     Checkpoints under work_root survive an interruption for `resume` and are cleared after success."""
     check_training_settings(cfg, n_prompts)
@@ -64,18 +73,24 @@ def finetune_draft(base_dir: Path, pad: int, train: list[dict], evals: list[dict
     else:
         save_draft(tuned, load_tokenizer(base_dir), out, base_dir)
     shutil.rmtree(work_root, ignore_errors=True)
-    return {"train_examples": len(train), "eval_examples": len(evals), "lora": cfg.lora.enabled,
-            **summary, "shipped": shipped}, history
+    return {
+        "train_examples": len(train),
+        "eval_examples": len(evals),
+        "lora": cfg.lora.enabled,
+        **summary,
+        "shipped": shipped,
+    }, history
 
 
 def shipped_draft(summary: dict) -> str:
-    """"base" when fine-tuning raised the held-out eval loss above the untrained draft's, else "finetuned"."""
+    """ "base" when fine-tuning raised the held-out eval loss above the untrained draft's, else "finetuned"."""
     before, after = summary.get("eval_loss_untrained"), summary.get("eval_loss_finetuned")
     return "base" if before is not None and after is not None and after > before else "finetuned"
 
 
-def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]],
-                             calibration_cfg: Calibration) -> None:
+def check_draft_quantization(
+    spec: VariantSpec, draft_dir: Path, calibration: list[list[dict]], calibration_cfg: Calibration
+) -> None:
     """The variant's recipe checked against the draft before any calibration runs (a group size that does not divide
     the draft's layer widths: refused where the variant sets it, else one that does, as for the target:
     recipes.choose_group_size)."""
@@ -83,14 +98,16 @@ def check_draft_quantization(spec: VariantSpec, draft_dir: Path, calibration: li
     from pipeline.quantize.recipes import needs_calibration
 
     if needs_calibration(spec) and not calibration:
-        raise PipelineError(f"draft_quantize.variant {spec.name!r} needs calibration data but the calibration "
-                            "split is empty")
+        raise PipelineError(
+            f"draft_quantize.variant {spec.name!r} needs calibration data but the calibration split is empty"
+        )
     ignore = sorted(set(calibration_cfg.ignore) | set(spec.ignore))
     resolve_group_size(load_causal_lm(draft_dir, torch.device("cpu")), spec, ignore)
 
 
-def quantize_draft(draft_dir: Path, out: Path, spec: VariantSpec, calibration: list[list[dict]],
-                   calibration_cfg: Calibration) -> dict:
+def quantize_draft(
+    draft_dir: Path, out: Path, spec: VariantSpec, calibration: list[list[dict]], calibration_cfg: Calibration
+) -> dict:
     """draft_dir -> out with the quantize stage's own code, calibrated on the domain's traffic."""
     from pipeline.quantize.oneshot import quantize_model
 

@@ -10,6 +10,7 @@ and expects a torch.distributed launch; here the target runs in-process (transfo
 and its hidden states go straight into the loss. The checkpoint is speculators' format
 (`speculators_model_type: eagle3`), which vLLM 0.26 loads for speculative_config method eagle3.
 """
+
 from __future__ import annotations
 
 import time
@@ -43,12 +44,15 @@ def aux_layer_ids(setting, num_layers: int) -> list[int]:
         if len(set(ids)) < 3 or min(ids) < 0:
             ids = sorted({max(0, round(i * (num_layers - 1) / 3)) for i in (1, 2, 3)} | {0})[-3:]
         if len(set(ids)) < 3:
-            raise PipelineError(f"draft.eagle3: a target with {num_layers} layers is too shallow for an EAGLE-3 "
-                                "head (three distinct layers are needed)")
+            raise PipelineError(
+                f"draft.eagle3: a target with {num_layers} layers is too shallow for an EAGLE-3 "
+                "head (three distinct layers are needed)"
+            )
         return sorted(ids)
     if max(setting) >= num_layers:
-        raise PipelineError(f"draft.eagle3.aux_layers {setting}: the target has {num_layers} layers (ids "
-                            f"0..{num_layers - 1})")
+        raise PipelineError(
+            f"draft.eagle3.aux_layers {setting}: the target has {num_layers} layers (ids 0..{num_layers - 1})"
+        )
     return sorted(setting)
 
 
@@ -56,8 +60,10 @@ def check_compatible(head_dir: Path, target_config: dict) -> None:
     """A head for another target (hidden size, vocabulary, layers) fails here, before any scoring."""
     cfg = read_json(Path(head_dir) / "config.json")
     if cfg.get("speculators_model_type") != "eagle3":
-        raise PipelineError(f"{head_dir}/config.json: not an EAGLE-3 head (speculators_model_type "
-                            f"{cfg.get('speculators_model_type')!r})")
+        raise PipelineError(
+            f"{head_dir}/config.json: not an EAGLE-3 head (speculators_model_type "
+            f"{cfg.get('speculators_model_type')!r})"
+        )
     layer = cfg["transformer_layer_config"]
     hidden = cfg.get("target_hidden_size") or layer["hidden_size"]
     problems = []
@@ -102,19 +108,26 @@ def build_head(target_dir: Path, cfg: Eagle3Params, layer_ids: list[int], token_
     # The head's own layers are initialised at random when it is built: seeded here, or two builds of the same
     # inputs train different heads (train() seeds the batch order only after the head exists).
     torch.manual_seed(cfg.seed)
-    layer = create_transformer_layer_config(str(target_dir), cfg.num_layers, "llama", None, 0,
-                                            list(range(cfg.num_layers)))
+    layer = create_transformer_layer_config(
+        str(target_dir), cfg.num_layers, "llama", None, 0, list(range(cfg.num_layers))
+    )
     layer._attn_implementation = "eager"  # flex attention needs a compiler; eager runs on CPU and GPU alike
     vocab = layer.vocab_size
     draft_vocab = cfg.draft_vocab_size or vocab
     if draft_vocab > vocab:
         raise PipelineError(f"draft.eagle3.draft_vocab_size {draft_vocab} exceeds the target's vocabulary ({vocab})")
     config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer, draft_vocab_size=draft_vocab, norm_before_residual=True,
+        transformer_layer_config=layer,
+        draft_vocab_size=draft_vocab,
+        norm_before_residual=True,
         eagle_aux_hidden_state_layer_ids=layer_ids,
         speculators_config=SpeculatorsConfig(
-            algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=cfg.ttt_steps)],
-            default_proposal_method="greedy", verifier=VerifierConfig.from_pretrained(str(target_dir))))
+            algorithm="eagle3",
+            proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=cfg.ttt_steps)],
+            default_proposal_method="greedy",
+            verifier=VerifierConfig.from_pretrained(str(target_dir)),
+        ),
+    )
     head = Eagle3DraftModel(config)
     if draft_vocab < vocab:  # the most frequent tokens of the target's answers (speculators' t2d/d2t)
         d2t, t2d = build_vocab_mappings_from_distribution(dict(token_counts), draft_vocab, vocab)
@@ -132,14 +145,25 @@ def pack(rows: list[dict], features: TargetFeatures, device) -> dict:
     for row in rows:
         ids = torch.tensor([row["input_ids"]], device=device)
         aux, last, _ = features(ids)
-        parts.append(shift_batch({
-            "input_ids": ids[0], "hidden_states": aux[0], "verifier_last_hidden_states": last[0],
-            "loss_mask": torch.tensor([label != -100 for label in row["labels"]], device=device),
-            "lengths": torch.tensor([ids.shape[1]]), "position_ids": torch.arange(ids.shape[1], device=device)}))
-    cat = {k: torch.cat([p[k] for p in parts]).unsqueeze(0)
-           for k in ("input_ids", "hidden_states", "verifier_last_hidden_states", "loss_mask", "position_ids")}
-    cat["document_ids"] = torch.cat([torch.full((len(p["input_ids"]),), i, device=device)
-                                     for i, p in enumerate(parts)]).unsqueeze(0)
+        parts.append(
+            shift_batch(
+                {
+                    "input_ids": ids[0],
+                    "hidden_states": aux[0],
+                    "verifier_last_hidden_states": last[0],
+                    "loss_mask": torch.tensor([label != -100 for label in row["labels"]], device=device),
+                    "lengths": torch.tensor([ids.shape[1]]),
+                    "position_ids": torch.arange(ids.shape[1], device=device),
+                }
+            )
+        )
+    cat = {
+        k: torch.cat([p[k] for p in parts]).unsqueeze(0)
+        for k in ("input_ids", "hidden_states", "verifier_last_hidden_states", "loss_mask", "position_ids")
+    }
+    cat["document_ids"] = torch.cat(
+        [torch.full((len(p["input_ids"]),), i, device=device) for i, p in enumerate(parts)]
+    ).unsqueeze(0)
     return cat
 
 
@@ -162,18 +186,26 @@ def train(head, features: TargetFeatures, rows: list[dict], cfg: Eagle3Params, d
     for step in progress(range(cfg.train_steps), desc="eagle3 head"):
         batch = [rows[order[(step * cfg.batch_size + i) % len(rows)]] for i in range(cfg.batch_size)]
         with eager():
-            _, loss, metrics = head(**pack(batch, features, device), ttt_steps=cfg.ttt_steps,
-                                    ttt_step_loss_decay=1.0, loss_config=loss_config)
+            _, loss, metrics = head(
+                **pack(batch, features, device),
+                ttt_steps=cfg.ttt_steps,
+                ttt_step_loss_decay=1.0,
+                loss_config=loss_config,
+            )
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
-        curve.append({"step": step + 1, "loss": float(loss.detach()),
-                      **{f"accuracy_step{s}": _ratio(metrics, f"full_acc_{s}") for s in range(cfg.ttt_steps)}})
+        curve.append(
+            {
+                "step": step + 1,
+                "loss": float(loss.detach()),
+                **{f"accuracy_step{s}": _ratio(metrics, f"full_acc_{s}") for s in range(cfg.ttt_steps)},
+            }
+        )
     head.eval()
-    return {"curve": curve, "train_s": time.perf_counter() - t0,
-            "trainable_parameters": sum(p.numel() for p in params)}
+    return {"curve": curve, "train_s": time.perf_counter() - t0, "trainable_parameters": sum(p.numel() for p in params)}
 
 
 def _ratio(metrics: dict, key: str) -> float | None:
@@ -217,8 +249,9 @@ def load(head_dir: Path, device="cpu"):
     missing, unexpected = head.load_state_dict(state, strict=False)
     missing = [m for m in missing if not m.startswith("verifier_")]  # the loss's copy of the target's head
     if missing or unexpected:
-        raise PipelineError(f"{head_dir}: EAGLE-3 weights do not match its config (missing {missing[:3]}, "
-                            f"unexpected {unexpected[:3]})")
+        raise PipelineError(
+            f"{head_dir}: EAGLE-3 weights do not match its config (missing {missing[:3]}, unexpected {unexpected[:3]})"
+        )
     return head.to(device).eval()
 
 
@@ -237,8 +270,12 @@ def draft_logits(head, features: TargetFeatures, ids: list[int], steps: int) -> 
     try:
         n = len(ids) - 1
         with eager():
-            head(hidden_states=aux[:, :-1], input_ids=x[:, 1:],
-                 document_ids=torch.zeros(1, n, device=device, dtype=torch.long), ttt_steps=steps)
+            head(
+                hidden_states=aux[:, :-1],
+                input_ids=x[:, 1:],
+                document_ids=torch.zeros(1, n, device=device, dtype=torch.long),
+                ttt_steps=steps,
+            )
     finally:
         hook.remove()
     if head.d2t is not None:  # reduced draft vocabulary: draft id d is target id d + d2t[d]
@@ -282,6 +319,7 @@ def scorer(head, features: TargetFeatures, temperature: float):
             alive = alive * step
             reach[:, s] = alive
         return reach, None
+
     return score
 
 
@@ -312,6 +350,7 @@ def cost_ratio(head_dir: Path, target_dir: Path) -> float:
 class Eagle3Record:
     """artifacts/eagle3/record.json: the trained head, or why none was trained. The training's seconds are in
     artifacts/timings/eagle3.json (run-dependent: a record DVC hashes must rebuild bit for bit)."""
+
     skipped: str | None = None
     aux_layers: list[int] | None = None
     draft_vocab_size: int | None = None

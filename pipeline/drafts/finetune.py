@@ -1,5 +1,6 @@
 """Fine-tune the draft with transformers' Trainer: full fine-tune, or LoRA merged back into the
 weights, resumable from checkpoints and deterministic by seed."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,6 +37,7 @@ class PadCollator:
 
         def pad(seq, value):
             return seq + [value] * (width - len(seq))
+
         return {
             "input_ids": torch.tensor([pad(b["input_ids"], self.pad_id) for b in batch]),
             "labels": torch.tensor([pad(b["labels"], IGNORE_INDEX) for b in batch]),
@@ -48,13 +50,16 @@ def check_training_settings(cfg: DraftTrainingParams, n_prompts: int) -> None:
     per_prompt = 1 + cfg.sampled_responses + bool(cfg.include_original_responses)
     steps = math.ceil(n_prompts * per_prompt / cfg.batch_size) * cfg.epochs
     if steps < cfg.logging_steps:
-        raise PipelineError(f"draft_training.logging_steps {cfg.logging_steps} exceeds the ~{steps} training "
-                            "steps, so no loss would be logged; lower it or train longer")
+        raise PipelineError(
+            f"draft_training.logging_steps {cfg.logging_steps} exceeds the ~{steps} training "
+            "steps, so no loss would be logged; lower it or train longer"
+        )
     if cfg.save_steps % cfg.logging_steps:
         # Trainer averages the train loss over each logging window; a checkpoint inside a window
         # would make a resumed run log a different curve from an uninterrupted one.
-        raise PipelineError(f"draft_training.save_steps ({cfg.save_steps}) must be a multiple of logging_steps "
-                            f"({cfg.logging_steps})")
+        raise PipelineError(
+            f"draft_training.save_steps ({cfg.save_steps}) must be a multiple of logging_steps ({cfg.logging_steps})"
+        )
 
 
 def checkpoint_dir(root: Path, base_dir: Path, cfg: DraftTrainingParams, train: list[dict], evals: list[dict]) -> Path:
@@ -62,8 +67,11 @@ def checkpoint_dir(root: Path, base_dir: Path, cfg: DraftTrainingParams, train: 
     weights), so `resume` only ever continues an interrupted run of the very same training."""
     h = hashlib.sha256()
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in NOT_TRAINING_SETTINGS}
-    h.update(json.dumps([settings, [t["input_ids"] for t in train], [e["input_ids"] for e in evals]],
-                        sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            [settings, [t["input_ids"] for t in train], [e["input_ids"] for e in evals]], sort_keys=True
+        ).encode()
+    )
     for f in sorted(Path(base_dir).iterdir()):
         if f.suffix in (".safetensors", ".json"):
             h.update(f.name.encode())
@@ -77,15 +85,17 @@ def load_for_training(base_dir: Path):
     """float32 master weights whatever the checkpoint's dtype; bf16 autocast does the GPU speed-up."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32, trust_remote_code=False,
-                                                use_safetensors=True)
+    return AutoModelForCausalLM.from_pretrained(
+        base_dir, dtype=torch.float32, trust_remote_code=False, use_safetensors=True
+    )
 
 
 def apply_lora(model, cfg: Lora):
     from peft import LoraConfig, get_peft_model
 
-    lora = LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules="all-linear",
-                      task_type="CAUSAL_LM")
+    lora = LoraConfig(
+        r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules="all-linear", task_type="CAUSAL_LM"
+    )
     return get_peft_model(model, lora)
 
 
@@ -94,30 +104,51 @@ def training_args(cfg: DraftTrainingParams, work_dir: Path, evaluate_first: bool
 
     gpu = torch.cuda.is_available()
     return TrainingArguments(
-        output_dir=str(work_dir), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-        per_device_eval_batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
-        lr_scheduler_type="cosine", warmup_steps=cfg.warmup_steps, weight_decay=0.0,
+        output_dir=str(work_dir),
+        num_train_epochs=cfg.epochs,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=cfg.warmup_steps,
+        weight_decay=0.0,
         # Evaluating at every logging step gives train and eval loss on the same steps (one plot row each).
-        logging_steps=cfg.logging_steps, eval_strategy="steps", eval_steps=cfg.logging_steps,
-        eval_on_start=evaluate_first, save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=1,
-        seed=cfg.seed, data_seed=cfg.seed, report_to="none", use_cpu=not gpu,
-        bf16=gpu and torch.cuda.is_bf16_supported(), dataloader_num_workers=0, disable_tqdm=False,
+        logging_steps=cfg.logging_steps,
+        eval_strategy="steps",
+        eval_steps=cfg.logging_steps,
+        eval_on_start=evaluate_first,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=1,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        report_to="none",
+        use_cpu=not gpu,
+        bf16=gpu and torch.cuda.is_bf16_supported(),
+        dataloader_num_workers=0,
+        disable_tqdm=False,
     )
 
 
 def resumable_checkpoint(work_dir: Path) -> Path | None:
     """The newest complete checkpoint in work_dir, or None. Incomplete ones (a run killed while
     saving) are deleted: Trainer would pick the newest and fail on every later resume."""
-    found = sorted((d for d in work_dir.glob("checkpoint-*") if d.is_dir() and CHECKPOINT.fullmatch(d.name)),
-                   key=lambda d: int(d.name.split("-")[1]), reverse=True)
+    found = sorted(
+        (d for d in work_dir.glob("checkpoint-*") if d.is_dir() and CHECKPOINT.fullmatch(d.name)),
+        key=lambda d: int(d.name.split("-")[1]),
+        reverse=True,
+    )
     problems = {d: checkpoint_problem(d) for d in found}
     complete = [d for d in found if problems[d] is None]
     discarded = [d for d in found if problems[d]]
     for d in discarded:
         shutil.rmtree(d)
     if discarded:
-        say("draft training: discarded incomplete " + ", ".join(f"{d.name} ({problems[d]})" for d in discarded)
-              + (f"; resuming from {complete[0].name}" if complete else "; starting afresh"))
+        say(
+            "draft training: discarded incomplete "
+            + ", ".join(f"{d.name} ({problems[d]})" for d in discarded)
+            + (f"; resuming from {complete[0].name}" if complete else "; starting afresh")
+        )
     return complete[0] if complete else None
 
 
@@ -148,9 +179,15 @@ def checkpoint_problem(checkpoint: Path) -> str | None:
     return None
 
 
-def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict], cfg: DraftTrainingParams,
-              work_dir: Path,
-              callbacks: list | None = None):
+def fine_tune(
+    base_dir: Path,
+    pad_id: int,
+    train: list[dict],
+    evals: list[dict],
+    cfg: DraftTrainingParams,
+    work_dir: Path,
+    callbacks: list | None = None,
+):
     """Train the draft in base_dir; returns (merged float32 model, Trainer log history).
 
     With cfg.resume, a checkpoint left in work_dir by an interrupted run continues where it stopped."""
@@ -166,9 +203,14 @@ def fine_tune(base_dir: Path, pad_id: int, train: list[dict], evals: list[dict],
     checkpoint = resumable_checkpoint(Path(work_dir)) if cfg.resume else None
     if checkpoint is None and Path(work_dir).exists():
         shutil.rmtree(work_dir)  # stale checkpoints of a run we are not resuming
-    trainer = Trainer(model=model, args=training_args(cfg, work_dir, evaluate_first=checkpoint is None),
-                      train_dataset=Dataset.from_list(train), eval_dataset=Dataset.from_list(evals),
-                      data_collator=PadCollator(pad_id), callbacks=callbacks)
+    trainer = Trainer(
+        model=model,
+        args=training_args(cfg, work_dir, evaluate_first=checkpoint is None),
+        train_dataset=Dataset.from_list(train),
+        eval_dataset=Dataset.from_list(evals),
+        data_collator=PadCollator(pad_id),
+        callbacks=callbacks,
+    )
     trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     trainer.evaluate()  # the final eval loss, whatever step training ended on
     model = trainer.model.merge_and_unload() if lora else trainer.model
@@ -186,7 +228,10 @@ def loss_curve_rows(history: list[dict]) -> list[dict]:
 def summarize(history: list[dict]) -> dict:
     train = [h["loss"] for h in history if "loss" in h]
     evals = [h for h in history if "eval_loss" in h]
-    return {"train_steps": max((h["step"] for h in history), default=0),
-            "train_loss_first": train[0] if train else None, "train_loss_last": train[-1] if train else None,
-            "eval_loss_untrained": next((h["eval_loss"] for h in evals if h["step"] == 0), None),
-            "eval_loss_finetuned": evals[-1]["eval_loss"] if evals else None}
+    return {
+        "train_steps": max((h["step"] for h in history), default=0),
+        "train_loss_first": train[0] if train else None,
+        "train_loss_last": train[-1] if train else None,
+        "eval_loss_untrained": next((h["eval_loss"] for h in evals if h["step"] == 0), None),
+        "eval_loss_finetuned": evals[-1]["eval_loss"] if evals else None,
+    }

@@ -8,6 +8,7 @@
 
 Light on purpose (no torch): params validation imports it before any stage runs.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ KSchedule = tuple[tuple[int, int, int], ...]
 class Speculation:
     """What a serving config speculates with: a method at k draft tokens (k 0: none), or with a k per batch-size
     range (schedule; k is then its largest, vLLM's num_speculative_tokens)."""
+
     method: str | None
     k: int
     schedule: KSchedule | None = None
@@ -54,7 +56,8 @@ class Speculation:
         last = len(self.schedule) - 1  # vLLM carries the last range's k to every larger batch
         return f"{self.method} " + ", ".join(
             (f"k={k}" if k else "none") + (f" from batch {lo}" if i == last else f" at batch {lo}-{hi}")
-            for i, (lo, hi, k) in enumerate(self.schedule))
+            for i, (lo, hi, k) in enumerate(self.schedule)
+        )
 
 
 def check_schedule(schedule: KSchedule, where: str) -> None:
@@ -65,8 +68,10 @@ def check_schedule(schedule: KSchedule, where: str) -> None:
     previous = 0
     for lo, hi, k in schedule:
         if not (is_int(lo) and is_int(hi) and is_int(k)) or lo <= previous or hi < lo or k < 0:
-            raise PipelineError(f"{where}: k schedule {list(map(list, schedule))} must be sorted, non-overlapping "
-                                "inclusive [first batch, last batch, k >= 0] ranges")
+            raise PipelineError(
+                f"{where}: k schedule {list(map(list, schedule))} must be sorted, non-overlapping "
+                "inclusive [first batch, last batch, k >= 0] ranges"
+            )
         previous = hi
     if schedule[0][0] != 1:
         raise PipelineError(f"{where}: a k schedule's first range must start at batch size 1")
@@ -86,8 +91,9 @@ def parse_methods(raw) -> list[str]:
     """draft.method's value (one name or a list of them) as a list, in the order given; one line when it is wrong."""
     names = [raw] if isinstance(raw, str) else raw
     if not isinstance(names, list) or not names:
-        raise PipelineError(f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, "
-                            f"got {raw!r}")
+        raise PipelineError(
+            f"draft.method must be one of {', '.join(METHODS)} or a non-empty list of them, got {raw!r}"
+        )
     unknown = [n for n in names if n not in METHODS]
     if unknown:
         raise PipelineError(f"draft.method: unknown method {unknown[0]!r} (choose from {', '.join(METHODS)})")
@@ -122,17 +128,22 @@ def check_eagle3(cfg: dict) -> None:
         raise PipelineError(f"draft.eagle3.learning_rate must be a positive number, got {lr!r}")
     vocab = cfg.get("draft_vocab_size")
     if vocab is not None and not (is_int(vocab) and vocab >= 2):
-        raise PipelineError(f"draft.eagle3.draft_vocab_size must be null (the target's vocabulary) or an integer >= 2, "
-                            f"got {vocab!r}")
+        raise PipelineError(
+            f"draft.eagle3.draft_vocab_size must be null (the target's vocabulary) or an integer >= 2, got {vocab!r}"
+        )
     layers = cfg.get("aux_layers")
-    if layers != "auto" and (not isinstance(layers, list) or len(layers) != 3
-                             or not all(is_int(i) and i >= 0 for i in layers)
-                             or len(set(layers)) != 3):
+    if layers != "auto" and (
+        not isinstance(layers, list)
+        or len(layers) != 3
+        or not all(is_int(i) and i >= 0 for i in layers)
+        or len(set(layers)) != 3
+    ):
         raise PipelineError(f"draft.eagle3.aux_layers must be auto or three distinct target layer ids, got {layers!r}")
 
 
-def speculative_config(spec: Speculation, ngram: dict | None = None,
-                       draft_tensor_parallel_size: int | None = None) -> dict | None:
+def speculative_config(
+    spec: Speculation, ngram: dict | None = None, draft_tensor_parallel_size: int | None = None
+) -> dict | None:
     """vLLM 0.26's speculative_config for a bundle laid out as ./model, ./draft, ./eagle3.
     draft_tensor_parallel_size: the draft model's (None: vLLM's default, the target's); other methods have none."""
     if not spec.enabled:
@@ -153,4 +164,3 @@ def speculative_config(spec: Speculation, ngram: dict | None = None,
     if spec.method == DRAFT_MODEL and draft_tensor_parallel_size is not None:
         config["draft_tensor_parallel_size"] = draft_tensor_parallel_size
     return config
-

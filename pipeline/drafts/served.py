@@ -1,5 +1,6 @@
 """What artifacts/draft holds (core/paths.py DRAFT): the draft bundles serve, as trained or quantized (stage
 draft_quantize), and this record of which (DRAFT_RECORD)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

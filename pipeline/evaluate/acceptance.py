@@ -22,6 +22,7 @@ an H100, vLLM's acceptance for the demo fell from 0.84 to 0.43 when generation w
 through EOS (benchmarks/gpu/history/vllm-0.25.md). So both this estimator and the GPU path stop at EOS,
 and drafts start only within the response.
 """
+
 from __future__ import annotations
 
 import time
@@ -61,8 +62,14 @@ def stop_token_ids(model) -> set[int]:
 
 
 @torch.no_grad()
-def target_continuation(target, prompt: list[int], n_tokens: int, temperature: float = 0.0,
-                        stop_ids: set[int] | frozenset = frozenset(), overrun: int = 0) -> tuple[list[int], int]:
+def target_continuation(
+    target,
+    prompt: list[int],
+    n_tokens: int,
+    temperature: float = 0.0,
+    stop_ids: set[int] | frozenset = frozenset(),
+    overrun: int = 0,
+) -> tuple[list[int], int]:
     """(tokens, response_length): up to n tokens of the target, the response ending with its first
     stop token as a server stops, then `overrun` tokens past that end. A draft started near the end
     still proposes k tokens and vLLM still scores all of them, so the estimator scores them too."""
@@ -73,8 +80,11 @@ def target_continuation(target, prompt: list[int], n_tokens: int, temperature: f
             end = len(tokens)
         if end is not None and len(tokens) >= end + overrun:
             return tokens, end
-        out = target(input_ids=torch.tensor([[tokens[-1]]], device=target.device),
-                     past_key_values=out.past_key_values, use_cache=True)
+        out = target(
+            input_ids=torch.tensor([[tokens[-1]]], device=target.device),
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
         tokens.append(_next_token(out.logits[0, -1], temperature))
 
 
@@ -134,12 +144,14 @@ def schedule(reaches: list[torch.Tensor], k: int, lengths: list[torch.Tensor] | 
                 drafts += mass
                 drafted += mass * n
             exactly = torch.cat([torch.ones(1), reach]) - torch.cat([reach, torch.zeros(1)])  # P(exactly j)
-            start_mass[t + 1:t + k + 2] += mass * exactly
-    return Schedule(accepted_per_position=(totals / max(drafts, 1e-12)).tolist(),
-                    accepted_per_step=float(totals.sum()) / max(steps, 1e-12),
-                    drafted_per_step=drafted / max(steps, 1e-12),
-                    tokens_per_step=useful / max(steps, 1e-12),
-                    steps_per_response=steps / max(len(reaches), 1))
+            start_mass[t + 1 : t + k + 2] += mass * exactly
+    return Schedule(
+        accepted_per_position=(totals / max(drafts, 1e-12)).tolist(),
+        accepted_per_step=float(totals.sum()) / max(steps, 1e-12),
+        drafted_per_step=drafted / max(steps, 1e-12),
+        tokens_per_step=useful / max(steps, 1e-12),
+        steps_per_response=steps / max(len(reaches), 1),
+    )
 
 
 def accepted_per_position(alphas: list[torch.Tensor], k: int, starts: list[int] | None = None) -> list[float]:
@@ -159,20 +171,24 @@ def resolve_cost_ratio(setting, target_dir: str | Path, draft_dir: str | Path) -
         return None
     if isinstance(setting, (int, float)) and not isinstance(setting, bool) and setting > 0:
         return float(setting)
-    raise PipelineError(f"evaluate.acceptance.cost_ratio must be {' | '.join(COST_RATIO_CHOICES)} "
-                        f"or a positive number, got {setting!r}")
+    raise PipelineError(
+        f"evaluate.acceptance.cost_ratio must be {' | '.join(COST_RATIO_CHOICES)} or a positive number, got {setting!r}"
+    )
 
 
 def draft_cost_ratio(target, draft, context: list[int], steps: int = 16) -> float:
     """Measured per-token decode cost of the draft relative to the target (KV-cached steps)."""
+
     def per_token(model) -> float:
         ids = torch.tensor([context], device=model.device)
         with torch.no_grad():
             model.generate(ids, max_new_tokens=2, do_sample=False, pad_token_id=model.config.eos_token_id)  # warm
             t0 = time.perf_counter()
-            model.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False,
-                           pad_token_id=model.config.eos_token_id)
+            model.generate(
+                ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False, pad_token_id=model.config.eos_token_id
+            )
         return (time.perf_counter() - t0) / steps
+
     return per_token(draft) / per_token(target)
 
 
@@ -188,12 +204,15 @@ def weight_bytes_ratio(target_dir, draft_dir) -> float:
     return draft_bytes / target_bytes
 
 
-def best_k(expected_accepted: dict[int, float], cost_ratio: float,
-           drafted: dict[int, float] | None = None) -> tuple[int, dict[int, float]]:
+def best_k(
+    expected_accepted: dict[int, float], cost_ratio: float, drafted: dict[int, float] | None = None
+) -> tuple[int, dict[int, float]]:
     """The k with the highest expected speedup (1 + E[accepted | k]) / (1 + E[drafted | k] * cost_ratio);
     drafted defaults to k tokens per step (a model drafter)."""
-    speedups = {k: (1 + accepted) / (1 + (k if drafted is None else drafted[k]) * cost_ratio)
-                for k, accepted in expected_accepted.items()}
+    speedups = {
+        k: (1 + accepted) / (1 + (k if drafted is None else drafted[k]) * cost_ratio)
+        for k, accepted in expected_accepted.items()
+    }
     return max(speedups, key=speedups.get), speedups
 
 
@@ -203,9 +222,11 @@ def check_settings(n_prompts: int, continuation_tokens: int, temperature: float,
     if not isinstance(max_k, int) or max_k < 1:
         raise PipelineError(f"evaluate.acceptance.max_k must be a positive integer, got {max_k!r}")
     if continuation_tokens < max_k + FIRST_DRAFT:
-        raise PipelineError(f"evaluate.acceptance.continuation_tokens ({continuation_tokens}) must be > max_k "
-                            f"({max_k}): the first token is the prefill's, and a draft of k tokens after it needs k "
-                            "positions to be scored")
+        raise PipelineError(
+            f"evaluate.acceptance.continuation_tokens ({continuation_tokens}) must be > max_k "
+            f"({max_k}): the first token is the prefill's, and a draft of k tokens after it needs k "
+            "positions to be scored"
+        )
     if temperature < 0:
         raise PipelineError(f"evaluate.acceptance.temperature must be >= 0, got {temperature}")
 
@@ -218,21 +239,41 @@ Scorer = Callable[[list[int], list[int], int, int], tuple[torch.Tensor, torch.Te
 def draft_model_scorer(target, draft, temperature: float) -> Scorer:
     def score(prompt, cont, end, max_k):
         return reach_from_alphas(position_acceptance(target, draft, prompt, cont, temperature), max_k, end), None
+
     return score
 
 
-def estimate(target, draft, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
-             cost_ratio: float | None = None, seed: int = 0,
-             continuations: list[tuple[list[int], int]] | None = None) -> SpeculativeEstimate:
+def estimate(
+    target,
+    draft,
+    prompts: list[list[int]],
+    continuation_tokens: int,
+    temperature: float,
+    max_k: int,
+    cost_ratio: float | None = None,
+    seed: int = 0,
+    continuations: list[tuple[list[int], int]] | None = None,
+) -> SpeculativeEstimate:
     """The draft model's estimate; cost_ratio None times both models on the first prompt."""
     if cost_ratio is None:
         cost_ratio = draft_cost_ratio(target, draft, prompts[0]) if prompts else 0.0
-    return estimate_method(target, draft_model_scorer(target, draft, temperature), prompts, continuation_tokens,
-                           temperature, max_k, cost_ratio, method="draft_model", seed=seed, continuations=continuations)
+    return estimate_method(
+        target,
+        draft_model_scorer(target, draft, temperature),
+        prompts,
+        continuation_tokens,
+        temperature,
+        max_k,
+        cost_ratio,
+        method="draft_model",
+        seed=seed,
+        continuations=continuations,
+    )
 
 
-def target_continuations(target, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int,
-                         seed: int = 0) -> list[tuple[list[int], int]]:
+def target_continuations(
+    target, prompts: list[list[int]], continuation_tokens: int, temperature: float, max_k: int, seed: int = 0
+) -> list[tuple[list[int], int]]:
     """What the target writes after each prompt ((tokens, response length), as target_continuation): the same
     for every method, so the evaluate stage writes them once per variant and each method is scored on the same
     text (a paired comparison; at temperature 0 exactly what each method's own run would write)."""
@@ -241,13 +282,24 @@ def target_continuations(target, prompts: list[list[int]], continuation_tokens: 
     if temperature == 0:  # all prompts in one batch, the same tokens as target_continuation's (generation.py)
         return generation.greedy_continuations(target, prompts, continuation_tokens, stop_ids, overrun=max_k - 1)
     torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible: one prompt at a time, in order
-    return [target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
-            for prompt in progress(prompts, desc="target continuations")]
+    return [
+        target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)
+        for prompt in progress(prompts, desc="target continuations")
+    ]
 
 
-def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuation_tokens: int, temperature: float,
-                    max_k: int, cost_ratio: float, method: str, seed: int = 0,
-                    continuations: list[tuple[list[int], int]] | None = None) -> SpeculativeEstimate:
+def estimate_method(
+    target,
+    scorer: Scorer,
+    prompts: list[list[int]],
+    continuation_tokens: int,
+    temperature: float,
+    max_k: int,
+    cost_ratio: float,
+    method: str,
+    seed: int = 0,
+    continuations: list[tuple[list[int], int]] | None = None,
+) -> SpeculativeEstimate:
     """Acceptance per position, expected speedup for k = 1..max_k and the best k, for any drafter: the
     target writes each continuation (continuations: already written by target_continuations with the same
     settings), the scorer says how its drafts would be accepted along it."""
@@ -263,10 +315,10 @@ def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuati
         lengths.append(torch.full((end,), max_k) if length is None else length)
     # Each k has its own schedule (where the next draft starts depends on k), so each is scored; a k-token
     # draft is the first k tokens of the max_k one (true of all three methods).
-    by_k = {j: schedule([r[:, :j] for r in reaches], j, [n.clamp(max=j) for n in lengths])
-            for j in range(1, max_k + 1)}
-    k, speedups = best_k({j: s.accepted_per_step for j, s in by_k.items()}, cost_ratio,
-                         {j: s.drafted_per_step for j, s in by_k.items()})
+    by_k = {j: schedule([r[:, :j] for r in reaches], j, [n.clamp(max=j) for n in lengths]) for j in range(1, max_k + 1)}
+    k, speedups = best_k(
+        {j: s.accepted_per_step for j, s in by_k.items()}, cost_ratio, {j: s.drafted_per_step for j, s in by_k.items()}
+    )
     chosen = by_k[k]
     proposed = torch.cat([r[FIRST_DRAFT:, 0][n[FIRST_DRAFT:] > 0] for r, n in zip(reaches, lengths)])
     return SpeculativeEstimate(
@@ -295,13 +347,19 @@ def estimate_method(target, scorer: Scorer, prompts: list[list[int]], continuati
 def at_k(est: SpeculativeEstimate, k: int) -> SpeculativeEstimate:
     """The estimate with its k-dependent numbers taken at k (every k's schedule was scored)."""
     accepted, drafted = est.accepted_per_step_by_k[str(k)], est.drafted_per_step_by_k[str(k)]
-    return replace(est, num_speculative_tokens=k, accepted_per_position=est.accepted_per_position_by_k[str(k)],
-                   expected_accepted_tokens=accepted, drafted_tokens_per_step=drafted,
-                   accepted_per_draft_token=accepted / drafted if drafted else 0.0)
+    return replace(
+        est,
+        num_speculative_tokens=k,
+        accepted_per_position=est.accepted_per_position_by_k[str(k)],
+        expected_accepted_tokens=accepted,
+        drafted_tokens_per_step=drafted,
+        accepted_per_draft_token=accepted / drafted if drafted else 0.0,
+    )
 
 
-def with_served_prediction(est: SpeculativeEstimate, prediction: ServedPrediction | None,
-                           concurrency: int) -> SpeculativeEstimate:
+def with_served_prediction(
+    est: SpeculativeEstimate, prediction: ServedPrediction | None, concurrency: int
+) -> SpeculativeEstimate:
     """What decides shipping: the k predicted fastest as served at `concurrency`, and its predicted speedup.
     Without a prediction (no cost profile for the serving GPU and vLLM) there is no expected speedup: the
     ideal bound is kept, labelled, and never ships anything by itself."""
@@ -313,6 +371,10 @@ def with_served_prediction(est: SpeculativeEstimate, prediction: ServedPredictio
     # to 1 where tokens per step falls by the factor `speedup`
     tokens = est.tokens_per_step_by_k[str(k)]
     even = max(0.0, (tokens / speedup - 1) / chosen.drafted_tokens_per_step) if chosen.drafted_tokens_per_step else None
-    return replace(chosen, expected_speedup=speedup,
-                   expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]), served=prediction,
-                   break_even_acceptance=even)
+    return replace(
+        chosen,
+        expected_speedup=speedup,
+        expected_speedup_by_k=dict(prediction.speedup_by_k[str(concurrency)]),
+        served=prediction,
+        break_even_acceptance=even,
+    )

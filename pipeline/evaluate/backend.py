@@ -9,6 +9,7 @@
   transformers otherwise; lm-eval through vLLM as before.
 A GPU host with fewer GPUs than the engines need is an error wherever vLLM would run (lmeval.backend's reason).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pipeline.evaluate.settings import BACKENDS
 @dataclass(frozen=True)
 class Backends:
     """The resolved choice: fidelity's (transformers | vllm) and lm-eval's model type (hf | vllm), and why."""
+
     fidelity: str
     lm_eval: str
     reason: str

@@ -1,5 +1,6 @@
 """The record of a speculative-decoding estimate (pipeline/evaluate/acceptance.py computes it), in a module of its
 own without torch: the stages that only read it (bundle, serve_bench's skip) then start without importing torch."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ class SpeculativeEstimate:
     response position counts once); accepted_per_draft_token is what vLLM reports as
     num_accepted_tokens / num_draft_tokens at k = num_speculative_tokens, which is lower because a
     rejection discards the rest of the draft."""
+
     temperature: float
     token_acceptance: float
     accepted_per_draft_token: float

@@ -8,6 +8,7 @@ completion is cut where HumanEval cuts it (a new top-level `def`, `class`, `if`,
 decoding is the fraction of tasks whose program passed; every other outcome (failed, timeout, memory, forbidden,
 error) counts as a failure and is counted by kind.
 """
+
 from __future__ import annotations
 
 import collections
@@ -40,6 +41,7 @@ class TaskResult:
 @dataclass(frozen=True)
 class PassAtOne:
     """One model's pass@1 over the task file: passed / tasks, every outcome counted by kind."""
+
     tasks: int
     passed: int
     pass_at_1: float
@@ -91,15 +93,16 @@ def score(tasks: list[Task], completions: list[str], limits: Limits) -> PassAtOn
     results = [run_task(t, c, limits) for t, c in progress(list(zip(tasks, completions)), desc="functional check")]
     counts = collections.Counter(r.outcome for r in results)
     passed = counts[Outcome.PASSED.value]
-    return PassAtOne(len(results), passed, passed / len(results),
-                     {o.value: counts[o.value] for o in Outcome}, results)
+    return PassAtOne(len(results), passed, passed / len(results), {o.value: counts[o.value] for o in Outcome}, results)
 
 
 def _stops_at_text(tokenizer):
     """generation's `done`: a row ends once its decoded text holds a stop sequence (no tokens wasted past it)."""
+
     def done(tokens: list[int]) -> bool:
         tail = tokenizer.decode(tokens[-8:], skip_special_tokens=True)  # a stop sequence spans a few tokens at most
         return any(s in tail for s in STOP)
+
     return done
 
 
@@ -109,15 +112,21 @@ def complete(model, tokenizer, tasks: list[Task], max_new_tokens: int) -> list[s
     prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
-    written = generation.greedy_continuations(model, prompts, max_new_tokens, frozenset() if eos is None else {eos},
-                                              pad_id=pad, done=_stops_at_text(tokenizer))
+    written = generation.greedy_continuations(
+        model,
+        prompts,
+        max_new_tokens,
+        frozenset() if eos is None else {eos},
+        pad_id=pad,
+        done=_stops_at_text(tokenizer),
+    )
     out = []
     for ids, (tokens, end) in zip(prompts, written):
         # decoded with the prompt: a tokenizer that merges a leading space into the next piece decodes it right only
         # in context
         head = tokenizer.decode(ids, skip_special_tokens=True)
         full = tokenizer.decode(ids + tokens[:end], skip_special_tokens=True)
-        text = full[len(head):] if full.startswith(head) else tokenizer.decode(tokens[:end], skip_special_tokens=True)
+        text = full[len(head) :] if full.startswith(head) else tokenizer.decode(tokens[:end], skip_special_tokens=True)
         out.append(cut(text))
     return out
 
@@ -135,13 +144,23 @@ def tasks_of(cfg: FunctionalCheck) -> list[Task] | None:
     return None if cfg.tasks is None else load_tasks(cfg.tasks, cfg.limit)
 
 
-def measure(baseline, variant, tokenizer, tasks: list[Task], cfg: FunctionalCheck, same_weights: bool
-            ) -> tuple[Functional, PassAtOne, PassAtOne]:
+def measure(
+    baseline, variant, tokenizer, tasks: list[Task], cfg: FunctionalCheck, same_weights: bool
+) -> tuple[Functional, PassAtOne, PassAtOne]:
     """pass@1 of the unquantized target and of the variant, and the drop (same_weights: the variant is the target
     itself, bf16's `algorithm: none`, so its completions are the baseline's and are written once)."""
     limits = limits_of(cfg)
     base = pass_at_1(baseline, tokenizer, tasks, cfg.max_new_tokens, limits)
     own = base if same_weights else pass_at_1(variant, tokenizer, tasks, cfg.max_new_tokens, limits)
-    return Functional(tasks=len(tasks), pass_at_1_baseline=base.pass_at_1, pass_at_1=own.pass_at_1,
-                      pass_at_1_drop=base.pass_at_1 - own.pass_at_1, outcomes=own.outcomes,
-                      baseline_outcomes=base.outcomes), base, own
+    return (
+        Functional(
+            tasks=len(tasks),
+            pass_at_1_baseline=base.pass_at_1,
+            pass_at_1=own.pass_at_1,
+            pass_at_1_drop=base.pass_at_1 - own.pass_at_1,
+            outcomes=own.outcomes,
+            baseline_outcomes=base.outcomes,
+        ),
+        base,
+        own,
+    )

@@ -5,9 +5,10 @@ forward dominated by per-call overhead on a small model).
 Prompts are left-padded, with an attention mask and position ids that start at each prompt's first real token,
 so every row computes the same function as its own unbatched run. The logits are not bit-identical to the
 unbatched run (float32 GEMMs and attention over a padded length round differently, ~1e-6 on the demo), so a
-near-tie between two tokens could in principle flip; tests/test_generation.py and the demo's evaluate outputs
+near-tie between two tokens could in principle flip; tests/evaluate/test_generation.py and the demo's evaluate outputs
 check that the tokens are the same as one prompt at a time.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -20,14 +21,21 @@ BATCH_SIZE = 32
 
 
 @torch.no_grad()
-def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, overrun: int, pad_id: int,
-                  done: Callable[[list[int]], bool] | None = None) -> list[tuple[list[int], int]]:
+def _greedy_batch(
+    model,
+    prompts: list[list[int]],
+    n_tokens: int,
+    stop_ids,
+    overrun: int,
+    pad_id: int,
+    done: Callable[[list[int]], bool] | None = None,
+) -> list[tuple[list[int], int]]:
     rows, width = len(prompts), max(map(len, prompts))
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
     mask = torch.zeros(rows, width, dtype=torch.long)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p, dtype=torch.long)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p, dtype=torch.long)
+        mask[i, width - len(p) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # each prompt's own positions, as unbatched
     device = model.device
     ids, mask, positions = ids.to(device), mask.to(device), positions.to(device)
@@ -50,18 +58,30 @@ def _greedy_batch(model, prompts: list[list[int]], n_tokens: int, stop_ids, over
             return list(zip(tokens, ends))
         mask = torch.cat([mask, mask.new_ones(rows, 1)], dim=1)
         positions = positions[:, -1:] + 1
-        out = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=positions,
-                    past_key_values=out.past_key_values, use_cache=True)
+        out = model(
+            input_ids=nxt[:, None],
+            attention_mask=mask,
+            position_ids=positions,
+            past_key_values=out.past_key_values,
+            use_cache=True,
+        )
 
 
-def greedy_continuations(model, prompts: list[list[int]], n_tokens: int, stop_ids=frozenset(), overrun: int = 0,
-                         batch_size: int = BATCH_SIZE, pad_id: int = 0,
-                         done: Callable[[list[int]], bool] | None = None) -> list[tuple[list[int], int]]:
+def greedy_continuations(
+    model,
+    prompts: list[list[int]],
+    n_tokens: int,
+    stop_ids=frozenset(),
+    overrun: int = 0,
+    batch_size: int = BATCH_SIZE,
+    pad_id: int = 0,
+    done: Callable[[list[int]], bool] | None = None,
+) -> list[tuple[list[int], int]]:
     """(tokens, response_length) per prompt, as acceptance.target_continuation at temperature 0: the model's
     greedy tokens up to its first stop token or n_tokens (or, given `done`, the first length at which done(tokens)
     holds: a stop that is text, not a token), then `overrun` more. The pad id only fills masked positions (any
     valid id)."""
     out: list[tuple[list[int], int]] = []
     for start in range(0, len(prompts), batch_size):
-        out += _greedy_batch(model, prompts[start:start + batch_size], n_tokens, stop_ids, overrun, pad_id, done)
+        out += _greedy_batch(model, prompts[start : start + batch_size], n_tokens, stop_ids, overrun, pad_id, done)
     return out

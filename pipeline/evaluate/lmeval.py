@@ -1,4 +1,5 @@
 """lm-eval harness runs: the project's own tasks in evals/ plus standard tasks available locally."""
+
 from __future__ import annotations
 
 import functools
@@ -44,8 +45,13 @@ def backend(tensor_parallel_size: int = 1) -> str:
 def vllm_model_args(model_dir: str | Path, vllm_args: dict | None = None) -> dict:
     """lm-eval's vllm model_args: vllm_args (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...)
     over the defaults; tensor_parallel_size 1 unless given."""
-    return {"pretrained": str(model_dir), "gpu_memory_utilization": 0.3, "enforce_eager": True,
-            "tensor_parallel_size": 1, **(vllm_args or {})}
+    return {
+        "pretrained": str(model_dir),
+        "gpu_memory_utilization": 0.3,
+        "enforce_eager": True,
+        "tensor_parallel_size": 1,
+        **(vllm_args or {}),
+    }
 
 
 @functools.lru_cache(maxsize=2)
@@ -81,13 +87,21 @@ def check_tasks(manager, tasks: list[str]) -> None:
             manager.load([task])
         except Exception as e:  # noqa: BLE001 - any failure to build a task is a data/config problem
             reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise PipelineError(f"lm-eval task {task!r}: its data is not available locally ({reason}); "
-                                "put it in the HF datasets cache or remove the task from evaluate.lm_eval.tasks") \
-                from None
+            raise PipelineError(
+                f"lm-eval task {task!r}: its data is not available locally ({reason}); "
+                "put it in the HF datasets cache or remove the task from evaluate.lm_eval.tasks"
+            ) from None
 
 
-def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_size: int = 8,
-              vllm_args: dict | None = None, loaded=None, name: str | None = None) -> dict:
+def run_tasks(
+    model_dir: str | Path,
+    tasks: list[str],
+    limit: int | None,
+    batch_size: int = 8,
+    vllm_args: dict | None = None,
+    loaded=None,
+    name: str | None = None,
+) -> dict:
     """Scores per task, e.g. {"domain_heldout": {"byte_perplexity": 1.3, "acc": 0.4}}. vllm_args
     (gpu_memory_utilization, max_model_len, tensor_parallel_size, ...) apply only to the vllm backend, which
     runs only where the host has tensor_parallel_size GPUs. loaded: model_dir's model as load_causal_lm(model_dir,
@@ -112,11 +126,21 @@ def run_tasks(model_dir: str | Path, tasks: list[str], limit: int | None, batch_
         from pipeline.models.loading import load_causal_lm, load_tokenizer
 
         usable = loaded is not None and loaded.device.type == "cpu"
-        model_args = {"pretrained": loaded if usable else load_causal_lm(model_dir, torch.device("cpu")),
-                      "tokenizer": load_tokenizer(model_dir)}
-    out = lm_eval.simple_evaluate(model=name, model_args=model_args, tasks=tasks, limit=limit,
-                                  batch_size=batch_size, device="cuda" if name == "vllm" else "cpu",
-                                  task_manager=manager, log_samples=False, bootstrap_iters=0)
+        model_args = {
+            "pretrained": loaded if usable else load_causal_lm(model_dir, torch.device("cpu")),
+            "tokenizer": load_tokenizer(model_dir),
+        }
+    out = lm_eval.simple_evaluate(
+        model=name,
+        model_args=model_args,
+        tasks=tasks,
+        limit=limit,
+        batch_size=batch_size,
+        device="cuda" if name == "vllm" else "cpu",
+        task_manager=manager,
+        log_samples=False,
+        bootstrap_iters=0,
+    )
     return {"backend": name, **scores_of(out)}
 
 
@@ -128,8 +152,11 @@ def scores_of(out: dict) -> dict:
     scores, samples = {}, {}
     for task, result in out["results"].items():
         metrics = set((out.get("higher_is_better") or {}).get(task) or {})
-        values = {k.split(",")[0]: v for k, v in result.items()
-                  if isinstance(v, (int, float)) and not isinstance(v, bool) and "stderr" not in k}
+        values = {
+            k.split(",")[0]: v
+            for k, v in result.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and "stderr" not in k
+        }
         if "sample_len" in values:
             samples[task] = values.pop("sample_len")
         scores[task] = {k: v for k, v in values.items() if not metrics or k in metrics}

@@ -4,6 +4,7 @@ Perplexity of the responses given their prompts (response tokens only), mean tok
 KL(baseline || variant) of the next-token distributions, top-1 agreement, and greedy
 generation match. KL and top-1 see every position, so they move before perplexity does.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from pipeline.evaluate import generation
 def response_logprobs(model, prompt: list[int], response: list[int]) -> torch.Tensor:
     """Log-probabilities (float32) of the next token at each position that predicts a response token."""
     ids = torch.tensor([prompt + response], device=model.device)
-    logits = model(input_ids=ids).logits[0, len(prompt) - 1: -1].float()
+    logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
     return F.log_softmax(logits, dim=-1)
 
 
@@ -64,7 +65,11 @@ def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     stop = frozenset() if eos_token_id is None else {eos_token_id}
     paths = generation.greedy_continuations(baseline, prompts, n_tokens, stop)
-    matched = sum(torch.equal(response_logprobs(baseline, prompt, path).argmax(-1).cpu(),
-                              response_logprobs(variant, prompt, path).argmax(-1).cpu())
-                  for prompt, (path, _) in zip(prompts, paths))
+    matched = sum(
+        torch.equal(
+            response_logprobs(baseline, prompt, path).argmax(-1).cpu(),
+            response_logprobs(variant, prompt, path).argmax(-1).cpu(),
+        )
+        for prompt, (path, _) in zip(prompts, paths)
+    )
     return matched / len(prompts)

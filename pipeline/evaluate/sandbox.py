@@ -24,6 +24,7 @@ own permissions and the hook. A real boundary for hostile code is a container or
 root (gVisor, Firecracker, nsjail); this module is sized for model completions that are wrong, loop, allocate or call
 things by accident, which is what a functional quality check meets.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -70,6 +71,7 @@ class Limits:
 @dataclass(frozen=True)
 class Isolation:
     """The kernel-enforced layers this run actually had (the audit hook is always installed)."""
+
     network_namespace: bool
     uid_dropped: bool  # ran as `nobody` (only possible, and only needed, when the parent is root)
 
@@ -93,7 +95,7 @@ class Result:
 # Runs inside the sandboxed interpreter (python -I -S -B -c). Reads a JSON header line and the code from stdin,
 # installs the hook, runs the code, and reports on the status pipe: "started", "forbidden <event>", then one of
 # "done <token>", "memory", "raised <type>: <message>". It must itself trigger no refused event after the hook.
-BOOTSTRAP = r'''
+BOOTSTRAP = r"""
 import json, os, sys
 sys.dont_write_bytecode = True
 def _main():
@@ -169,7 +171,7 @@ def _main():
         leave(f"raised {type(e).__name__}: {e}", 2)
     leave(f"done {token}", 0)
 _main()
-'''
+"""
 
 
 def python_for_sandbox(uid: int | None) -> str | None:
@@ -202,9 +204,13 @@ def _preexec(limits: Limits, uid: int | None, status_w: int):
         # as root a network namespace alone; otherwise a user namespace makes it allowed where the kernel permits
         net = unshare is not None and (unshare(CLONE_NEWNET) == 0 or unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0)
         mem = limits.memory_mb * 2**20
-        for which, value in ((resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)), (resource.RLIMIT_AS, (mem, mem)),
-                             (resource.RLIMIT_FSIZE, (limits.file_mb * 2**20,) * 2),
-                             (resource.RLIMIT_NOFILE, (limits.open_files,) * 2), (resource.RLIMIT_CORE, (0, 0))):
+        for which, value in (
+            (resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1)),
+            (resource.RLIMIT_AS, (mem, mem)),
+            (resource.RLIMIT_FSIZE, (limits.file_mb * 2**20,) * 2),
+            (resource.RLIMIT_NOFILE, (limits.open_files,) * 2),
+            (resource.RLIMIT_CORE, (0, 0)),
+        ):
             resource.setrlimit(which, value)
         if uid is not None:
             os.setgroups([])
@@ -212,12 +218,14 @@ def _preexec(limits: Limits, uid: int | None, status_w: int):
             os.setuid(uid)
         resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # any fork fails: the user already runs this process
         os.write(status_w, f"isolation {int(net)} {int(uid is not None)}\n".encode())
+
     return setup
 
 
 class _Reader(threading.Thread):
     """Drains a pipe to its end, keeping the first `keep` bytes: a child printing forever never fills the parent's
     memory nor blocks on a full pipe."""
+
     def __init__(self, fd, keep: int):
         super().__init__(daemon=True)
         self.fd, self.keep, self.head, self.total = fd, keep, bytearray(), 0
@@ -231,8 +239,9 @@ class _Reader(threading.Thread):
 
     def text(self) -> str:
         out = self.head.decode("utf-8", "replace")
-        return out + (f"\n[... {self.total - len(self.head)} more bytes dropped]"
-                      if self.total > len(self.head) else "")
+        return out + (
+            f"\n[... {self.total - len(self.head)} more bytes dropped]" if self.total > len(self.head) else ""
+        )
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -244,16 +253,26 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def supervise(argv: list[str], stdin: bytes, cwd: str, env: dict, preexec, limits: Limits, status_r: int,
-              status_w: int) -> tuple[int | None, bool, float, _Reader, _Reader, _Reader]:
+def supervise(
+    argv: list[str], stdin: bytes, cwd: str, env: dict, preexec, limits: Limits, status_r: int, status_w: int
+) -> tuple[int | None, bool, float, _Reader, _Reader, _Reader]:
     """Start argv in a new session, feed stdin, wait at most limits.wall_s, then kill its process group (always:
     whatever it left behind in the group goes too). (returncode, timed out, seconds, stdout, stderr, status)."""
     start = time.monotonic()
     # preexec_fn in a parent with threads (torch's): it only makes system calls (unshare resolved beforehand, setrlimit,
     # setuid, write), no imports, no library loads, nothing that takes a lock another thread could have held at fork
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd,
-                            env=env, start_new_session=True, preexec_fn=preexec,  # noqa: PLW1509
-                            pass_fds=(status_w,), close_fds=True)
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        preexec_fn=preexec,  # noqa: PLW1509
+        pass_fds=(status_w,),
+        close_fds=True,
+    )
     os.close(status_w)
     readers = [_Reader(os.dup(s.fileno()), limits.output_bytes) for s in (proc.stdout, proc.stderr)]
     proc.stdout.close(), proc.stderr.close()
@@ -283,8 +302,13 @@ def run(code: str, limits: Limits = Limits()) -> Result:
     uid = NOBODY if os.geteuid() == 0 else None
     python = python_for_sandbox(uid)
     if python is None:
-        return Result(Outcome.ERROR, f"no Python interpreter that uid {uid} can run ({sys.executable} is not "
-                      f"reachable by it, nor {', '.join(SYSTEM_PYTHONS)})", None, 0.0)
+        return Result(
+            Outcome.ERROR,
+            f"no Python interpreter that uid {uid} can run ({sys.executable} is not "
+            f"reachable by it, nor {', '.join(SYSTEM_PYTHONS)})",
+            None,
+            0.0,
+        )
     scratch = tempfile.mkdtemp(prefix="modelprep-sandbox-")
     try:
         if uid is not None:
@@ -293,19 +317,40 @@ def run(code: str, limits: Limits = Limits()) -> Result:
         status_r, status_w = os.pipe()
         header = json.dumps({"fd": status_w, "token": token})
         rc, timed_out, seconds, out, err, status = supervise(
-            [python, "-I", "-S", "-B", "-c", BOOTSTRAP], header.encode() + b"\n" + code.encode(), scratch,
-            {"TMPDIR": scratch}, _preexec(limits, uid, status_w), limits, status_r, status_w)
+            [python, "-I", "-S", "-B", "-c", BOOTSTRAP],
+            header.encode() + b"\n" + code.encode(),
+            scratch,
+            {"TMPDIR": scratch},
+            _preexec(limits, uid, status_w),
+            limits,
+            status_r,
+            status_w,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return classify(rc, timed_out, seconds, out.text(), err.text(), status.text().splitlines(), token, limits)
 
 
-def classify(rc: int | None, timed_out: bool, seconds: float, stdout: str, stderr: str, status: list[str],
-             token: str, limits: Limits) -> Result:
+def classify(
+    rc: int | None,
+    timed_out: bool,
+    seconds: float,
+    stdout: str,
+    stderr: str,
+    status: list[str],
+    token: str,
+    limits: Limits,
+) -> Result:
     """The outcome from the exit and the status lines; a refusal outranks everything (code that caught the
     PermissionError and went on still tried it), then the clock, memory, and a finished run."""
-    isolation = next((Isolation(bool(int(line.split()[1])), bool(int(line.split()[2])))
-                      for line in status if line.startswith("isolation ")), None)
+    isolation = next(
+        (
+            Isolation(bool(int(line.split()[1])), bool(int(line.split()[2])))
+            for line in status
+            if line.startswith("isolation ")
+        ),
+        None,
+    )
     refused = [line.removeprefix("forbidden ") for line in status if line.startswith("forbidden ")]
 
     def result(outcome: Outcome, detail: str) -> Result:
@@ -315,8 +360,9 @@ def classify(rc: int | None, timed_out: bool, seconds: float, stdout: str, stder
         return result(Outcome.FORBIDDEN, f"refused: {refused[0]}")
     cpu_killed = rc is not None and rc in (-signal.SIGXCPU, -signal.SIGKILL) and not timed_out
     if timed_out or cpu_killed:
-        return result(Outcome.TIMEOUT, f"past {limits.wall_s:g} s wall clock" if timed_out
-                      else f"past {limits.cpu_s} CPU seconds")
+        return result(
+            Outcome.TIMEOUT, f"past {limits.wall_s:g} s wall clock" if timed_out else f"past {limits.cpu_s} CPU seconds"
+        )
     if "started" not in status:
         return result(Outcome.ERROR, f"the sandboxed interpreter did not start (exit {rc}): {stderr.strip()[-300:]}")
     if "memory" in status:
@@ -326,5 +372,7 @@ def classify(rc: int | None, timed_out: bool, seconds: float, stdout: str, stder
     raised = next((line.removeprefix("raised ") for line in status if line.startswith("raised ")), None)
     if raised and raised.startswith("MemoryError"):
         return result(Outcome.MEMORY, f"MemoryError past {limits.memory_mb} MB of address space")
-    return result(Outcome.FAILED, raised or (f"killed by signal {-rc}" if rc is not None and rc < 0
-                                             else f"exited {rc} before its end"))
+    return result(
+        Outcome.FAILED,
+        raised or (f"killed by signal {-rc}" if rc is not None and rc < 0 else f"exited {rc} before its end"),
+    )

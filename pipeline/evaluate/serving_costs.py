@@ -19,6 +19,7 @@ takes R * N steps of T, speculation N steps of S plus the drafting in the prefil
 speedup = R N T / ((N + 1) S - T), which tends to R T / S on long answers; T and S from one run. The prefill's
 own forward pass is the same with and without speculation and left out.
 """
+
 from __future__ import annotations
 
 import json
@@ -64,7 +65,8 @@ class MethodCost:
         """S(c, D): piecewise linear in D through (0, T(c)) and each measured (D_k, S_k(c)), times the served
         scale at c where the method was calibrated."""
         pts = [(0.0, interpolate(self.plain_step_ms, concurrency))] + sorted(
-            (self.drafted_per_step[k], interpolate(by_batch, concurrency)) for k, by_batch in self.step_ms.items())
+            (self.drafted_per_step[k], interpolate(by_batch, concurrency)) for k, by_batch in self.step_ms.items()
+        )
         scale = interpolate(self.served_scale, concurrency) if self.served_scale else 1.0
         return interpolate({str(d): ms for d, ms in pts}, drafted) * scale
 
@@ -93,8 +95,14 @@ class CostProfile:
     def plain_ms(self, concurrency: float) -> float:
         return interpolate(self.plain_step_ms, concurrency)
 
-    def speedup(self, method: str, concurrency: int, tokens_per_step: float, drafted: float,
-                steps_per_response: float | None = None) -> float:
+    def speedup(
+        self,
+        method: str,
+        concurrency: int,
+        tokens_per_step: float,
+        drafted: float,
+        steps_per_response: float | None = None,
+    ) -> float:
         cost = self.methods[method]
         plain, spec = interpolate(cost.plain_step_ms, concurrency), cost.spec_ms(concurrency, drafted)
         if not steps_per_response:  # the long-answer limit
@@ -118,8 +126,12 @@ def interpolate(table: dict[str, float], x: float) -> float:
 
 def llama_params(config: dict) -> int:
     """Parameters of a Llama-family decoder from its config (embeddings, attention, MLP, norms, head)."""
-    h, inter, layers, vocab = (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"],
-                               config["vocab_size"])
+    h, inter, layers, vocab = (
+        config["hidden_size"],
+        config["intermediate_size"],
+        config["num_hidden_layers"],
+        config["vocab_size"],
+    )
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or h // heads
     kv = config.get("num_key_value_heads") or heads
@@ -130,6 +142,7 @@ def llama_params(config: dict) -> int:
 
 
 # --- reading and choosing profiles -------------------------------------------------------------------------
+
 
 def parse(data: dict, where: str) -> CostProfile:
     from pipeline.core.records import from_dict
@@ -166,29 +179,42 @@ def choose(setting: str, gpu: str | None, target_params: int, directory: Path = 
     want_gpu = gpu or DEFAULT_GPU
     if setting != "auto":
         path = Path(setting)
-        profile = load(path) if path.suffix == ".json" else next(
-            (p for p in available(directory) if p.name == setting), None)
+        profile = (
+            load(path) if path.suffix == ".json" else next((p for p in available(directory) if p.name == setting), None)
+        )
         if profile is None:
-            raise PipelineError(f"serving.speculation.cost_profile: no profile named {setting!r} in {directory} "
-                                f"(names: {', '.join(p.name for p in available(directory)) or 'none'})")
-        return Choice(profile, f"serving.speculation.cost_profile names {profile.name}",
-                      target_params / profile.target["params"])
+            raise PipelineError(
+                f"serving.speculation.cost_profile: no profile named {setting!r} in {directory} "
+                f"(names: {', '.join(p.name for p in available(directory)) or 'none'})"
+            )
+        return Choice(
+            profile, f"serving.speculation.cost_profile names {profile.name}", target_params / profile.target["params"]
+        )
     pool = [p for p in available(directory) if p.gpu == want_gpu and p.vllm_version == VLLM_VERSION]
     if not pool:
-        return Choice(None, f"no serving-cost profile measured on {want_gpu} with vLLM {VLLM_VERSION} "
-                            "(benchmarks/gpu/measure_costs.py measures one)")
+        return Choice(
+            None,
+            f"no serving-cost profile measured on {want_gpu} with vLLM {VLLM_VERSION} "
+            "(benchmarks/gpu/measure_costs.py measures one)",
+        )
     best = min(pool, key=lambda p: abs(math.log(target_params / p.target["params"])))
     ratio = target_params / best.target["params"]
     gpu_note = "" if gpu else f" (serving.gpu is null: predicted for the {DEFAULT_GPU})"
-    return Choice(best, f"nearest target size among {len(pool)} {want_gpu} profiles: {best.name}, "
-                        f"x{ratio:.3g} this target's parameters{gpu_note}", ratio)
+    return Choice(
+        best,
+        f"nearest target size among {len(pool)} {want_gpu} profiles: {best.name}, "
+        f"x{ratio:.3g} this target's parameters{gpu_note}",
+        ratio,
+    )
 
 
 # --- prediction --------------------------------------------------------------------------------------------
 
+
 @dataclass
 class ServedPrediction:
     """Predicted served speed of one method on one variant, per concurrency and k."""
+
     profile: str
     basis: str  # what the numbers rest on, for the card
     method: str
@@ -201,8 +227,14 @@ class ServedPrediction:
         return self.speedup_by_k[str(concurrency)][str(k)]
 
 
-def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], drafted_per_step: dict[str, float],
-            concurrencies: list[int], steps_per_response: dict[str, float] | None = None) -> ServedPrediction | None:
+def predict(
+    choice: Choice,
+    method: str,
+    tokens_per_step: dict[str, float],
+    drafted_per_step: dict[str, float],
+    concurrencies: list[int],
+    steps_per_response: dict[str, float] | None = None,
+) -> ServedPrediction | None:
     """Response tokens, drafted tokens and steps per response by k (the CPU estimate's schedule). None without a
     profile for the method."""
     profile = choice.profile
@@ -210,22 +242,35 @@ def predict(choice: Choice, method: str, tokens_per_step: dict[str, float], draf
         return None
     speedups, plain, best = {}, {}, {}
     for c in sorted(set(concurrencies)):
-        by_k = {k: profile.speedup(method, c, tokens_per_step[k], drafted_per_step[k],
-                                   (steps_per_response or {}).get(k))
-                for k in tokens_per_step}
+        by_k = {
+            k: profile.speedup(method, c, tokens_per_step[k], drafted_per_step[k], (steps_per_response or {}).get(k))
+            for k in tokens_per_step
+        }
         speedups[str(c)] = by_k
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
         best[str(c)] = int(max(by_k, key=by_k.get))
     cost = profile.methods[method]
     runs = ", ".join(cost.served_runs)
-    basis = choice.reason + (f"; {method}'s step costs scaled by served runs ({runs})" if len(cost.served_runs) > 1
-                             else f"; {method}'s step costs scaled by a served run ({runs})"
-                             if cost.served_scale else f"; {method}'s step costs not calibrated by a served run")
-    return ServedPrediction(profile=profile.name, basis=basis, method=method, plain_tokens_per_s=plain,
-                            speedup_by_k=speedups, best_k=best, target_params_ratio=choice.target_params_ratio)
+    basis = choice.reason + (
+        f"; {method}'s step costs scaled by served runs ({runs})"
+        if len(cost.served_runs) > 1
+        else f"; {method}'s step costs scaled by a served run ({runs})"
+        if cost.served_scale
+        else f"; {method}'s step costs not calibrated by a served run"
+    )
+    return ServedPrediction(
+        profile=profile.name,
+        basis=basis,
+        method=method,
+        plain_tokens_per_s=plain,
+        speedup_by_k=speedups,
+        best_k=best,
+        target_params_ratio=choice.target_params_ratio,
+    )
 
 
 # --- assembling a profile from measure_costs.py's raw output (CPU) -----------------------------------------
+
 
 def _pairs(run: dict) -> list[tuple[dict, dict]]:
     """(short, long) timed generations of one batch size: one pair (first runs) or several (repeats)."""
@@ -289,16 +334,22 @@ def _method(raw_dir: Path, method: str, plain: dict[str, float], drafter: dict) 
         drafted[str(rec["k"])] = statistics.median(d for _, d in steps.values())
     ks = sorted(measured, key=int)
     measured = {k: measured[k] for k in ks}
-    cost = MethodCost(run=raw_dir.as_posix(), drafter=drafter, plain_step_ms=plain,
-                      step_ms={k: monotone(v) for k, v in measured.items()}, step_ms_measured=measured,
-                      drafted_per_step={k: drafted[k] for k in ks})
+    cost = MethodCost(
+        run=raw_dir.as_posix(),
+        drafter=drafter,
+        plain_step_ms=plain,
+        step_ms={k: monotone(v) for k, v in measured.items()},
+        step_ms_measured=measured,
+        drafted_per_step={k: drafted[k] for k in ks},
+    )
     if len(ks) < 3:
         return cost
     errors: dict[str, float] = {}
     for i in range(1, len(ks) - 1):  # each inner k predicted from its neighbours alone
         k, around = ks[i], {key: cost.step_ms[key] for key in (ks[i - 1], ks[i + 1])}
-        partial = MethodCost(cost.run, drafter, plain, around, around,
-                             {key: cost.drafted_per_step[key] for key in around})
+        partial = MethodCost(
+            cost.run, drafter, plain, around, around, {key: cost.drafted_per_step[key] for key in around}
+        )
         for b, ms in measured[k].items():
             err = abs(partial.spec_ms(int(b), cost.drafted_per_step[k]) - ms) / ms
             errors[b] = max(errors.get(b, 0.0), err)
@@ -319,8 +370,11 @@ def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> Cost
             continue
         newest_plain = (raw_dir, *plain)
         for method in METHODS:
-            drafter = ({"params": llama_params(draft_cfg), "num_hidden_layers": draft_cfg["num_hidden_layers"]}
-                       if method == "draft_model" else {})
+            drafter = (
+                {"params": llama_params(draft_cfg), "num_hidden_layers": draft_cfg["num_hidden_layers"]}
+                if method == "draft_model"
+                else {}
+            )
             cost = _method(raw_dir, method, plain[0], drafter)
             if cost is not None:
                 methods[method] = cost
@@ -329,23 +383,36 @@ def assemble(raw_dirs: list[Path], shape_dir: Path, name: str, gpu: str) -> Cost
     run_dir, plain, measured = newest_plain
     gpu_name = (run_dir.parent / "gpu.txt").read_text().split(",")[0].strip()
     vllm = (run_dir.parent / "versions.txt").read_text().split()[1]
-    target = {"params": llama_params(target_cfg), **{k: target_cfg[k] for k in ("hidden_size", "num_hidden_layers",
-                                                                                  "vocab_size")}}
-    return CostProfile(name=name, gpu=gpu, gpu_name=gpu_name, vllm_version=vllm, target=target, plain_step_ms=plain,
-                       methods={m: methods[m] for m in METHODS if m in methods},
-                       runs=[d.as_posix() for d in raw_dirs], plain_step_ms_measured=measured)
+    target = {
+        "params": llama_params(target_cfg),
+        **{k: target_cfg[k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
+    }
+    return CostProfile(
+        name=name,
+        gpu=gpu,
+        gpu_name=gpu_name,
+        vllm_version=vllm,
+        target=target,
+        plain_step_ms=plain,
+        methods={m: methods[m] for m in METHODS if m in methods},
+        runs=[d.as_posix() for d in raw_dirs],
+        plain_step_ms_measured=measured,
+    )
 
 
-def served_step_ratio(level: dict, plain: dict, known: tuple[float, float] | None = None
-                      ) -> tuple[float, float] | None:
+def served_step_ratio(level: dict, plain: dict, known: tuple[float, float] | None = None) -> tuple[float, float] | None:
     """(S/T, drafted tokens per request per step) of one served load level against plain decoding's at the same
     load, from `vllm bench serve`'s output tokens/s: S/T = tokens per step x plain tokens/s / speculative tokens/s.
     Tokens and drafted tokens per step come from vLLM's acceptance counters (a step makes the mean acceptance
     length L tokens and drafts (L - 1) / accepted per drafted token), or are `known` from elsewhere where those
     counters do not give them (n-gram: its CPU estimate). None where either run failed requests or measured no
     throughput, or the acceptance was not measured."""
-    if level.get("failed") or plain.get("failed") or not level["output_throughput"] \
-            or not plain.get("output_throughput"):
+    if (
+        level.get("failed")
+        or plain.get("failed")
+        or not level["output_throughput"]
+        or not plain.get("output_throughput")
+    ):
         return None
     if known is None:
         mal, rate = level.get("mean_acceptance_length"), level.get("accepted_per_draft_token")
@@ -360,6 +427,7 @@ def served_step_ratio(level: dict, plain: dict, known: tuple[float, float] | Non
 class ServedRun:
     """One serve_bench record to calibrate by, with its variant's CPU n-gram estimate (None: n-gram stays as
     measured); `run` and `estimate_run` are the paths the profile names them by."""
+
     record: dict
     run: str
     ngram_estimate: dict | None = None
@@ -383,8 +451,10 @@ def served_scales(profile: CostProfile, served: ServedRun) -> dict[str, tuple[di
         known = None  # n-gram's tokens and drafted tokens per step, from its CPU estimate at the served k
         if method == "ngram" and served.ngram_estimate:
             k = str(config["num_speculative_tokens"])
-            known = (served.ngram_estimate["tokens_per_step_by_k"][k],
-                     served.ngram_estimate["drafted_per_step_by_k"][k])
+            known = (
+                served.ngram_estimate["tokens_per_step_by_k"][k],
+                served.ngram_estimate["drafted_per_step_by_k"][k],
+            )
         if method not in profile.methods or (method not in DRAFT_EVERY_STEP and known is None):
             continue
         cost = profile.methods[method].uncalibrated()
@@ -415,12 +485,16 @@ def calibrate(profile: CostProfile, served: list[ServedRun]) -> CostProfile:
         for _, (scale, _) in read:
             for c, v in scale.items():
                 by_c.setdefault(c, []).append(v)
-        pooled = {c: math.exp(statistics.fmean(math.log(v) for v in vs))
-                  for c, vs in sorted(by_c.items(), key=lambda kv: float(kv[0]))}
-        methods[method] = replace(profile.methods[method].uncalibrated(), served_scale=pooled,
-                                  served_runs=[s.run for s, _ in read],
-                                  served_estimates={s.run: s.estimate_run for s, (_, by_estimate) in read
-                                                    if by_estimate and s.estimate_run})
+        pooled = {
+            c: math.exp(statistics.fmean(math.log(v) for v in vs))
+            for c, vs in sorted(by_c.items(), key=lambda kv: float(kv[0]))
+        }
+        methods[method] = replace(
+            profile.methods[method].uncalibrated(),
+            served_scale=pooled,
+            served_runs=[s.run for s, _ in read],
+            served_estimates={s.run: s.estimate_run for s, (_, by_estimate) in read if by_estimate and s.estimate_run},
+        )
     return replace(profile, methods=methods)
 
 
@@ -443,12 +517,19 @@ def main(argv: list[str]) -> int:
                 return 2
             if isinstance(data, dict) and "configs" in data:
                 served.append(ServedRun(data, arg.as_posix()))
-            elif (isinstance(data, dict) and "tokens_per_step_by_k" in data and served
-                  and served[-1].ngram_estimate is None):
+            elif (
+                isinstance(data, dict)
+                and "tokens_per_step_by_k" in data
+                and served
+                and served[-1].ngram_estimate is None
+            ):
                 served[-1] = replace(served[-1], ngram_estimate=data, estimate_run=arg.as_posix())
             else:
-                print(f"calibrate: {arg}: neither a serve_bench record (configs) nor a CPU n-gram estimate "
-                      "(tokens_per_step_by_k) following one", file=sys.stderr)
+                print(
+                    f"calibrate: {arg}: neither a serve_bench record (configs) nor a CPU n-gram estimate "
+                    "(tokens_per_step_by_k) following one",
+                    file=sys.stderr,
+                )
                 return 2
         calibrated = calibrate(load(path), served)
         write(calibrated, path)

@@ -10,6 +10,7 @@ concurrency in lists, lm-eval scores as `lm_eval_<task>_<metric>` (the names the
 (`modelprep gate --metrics-dir`) and a bundle's EVAL.json; `current_names` maps the names older files hold
 (benchmarks/gpu/raw/*/metrics, bundles built before the rename) to these.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,6 +30,7 @@ PREDICTED = "estimated_speedup_by_concurrency"
 @dataclass(frozen=True)
 class Quality:
     """Fidelity to the unquantized target on held-out responses (pipeline/evaluate/quality.py); None: not measured."""
+
     perplexity_baseline: float | None = None
     perplexity: float | None = None
     perplexity_increase_pct: float | None = None
@@ -42,6 +44,7 @@ class Quality:
 class Functional:
     """pass@1 on evaluate.functional.tasks (pipeline/evaluate/functional.py): the unquantized target's, this
     variant's, and the drop between them (baseline minus variant: 0.05 is five tasks in a hundred lost)."""
+
     tasks: int
     pass_at_1_baseline: float
     pass_at_1: float
@@ -50,8 +53,12 @@ class Functional:
     baseline_outcomes: dict[str, int] = field(default_factory=dict)
 
     def metrics(self) -> dict:
-        return {f"{FUNCTIONAL}tasks": self.tasks, "pass_at_1_baseline": self.pass_at_1_baseline,
-                "pass_at_1": self.pass_at_1, "pass_at_1_drop": self.pass_at_1_drop}
+        return {
+            f"{FUNCTIONAL}tasks": self.tasks,
+            "pass_at_1_baseline": self.pass_at_1_baseline,
+            "pass_at_1": self.pass_at_1,
+            "pass_at_1_drop": self.pass_at_1_drop,
+        }
 
     @classmethod
     def from_metrics(cls, data: dict) -> dict | None:
@@ -66,6 +73,7 @@ class Functional:
 @dataclass(frozen=True)
 class MethodEstimate:
     """One speculative method's CPU estimate on this variant, at the k predicted fastest as served."""
+
     method: str
     accepted_per_draft_token: float | None = None
     num_speculative_tokens: int | None = None
@@ -81,6 +89,7 @@ class PredictedSpeedup:
 @dataclass(frozen=True)
 class OfflineVllm:
     """evaluate's offline vLLM run of the draft model (evaluate.vllm), where it ran."""
+
     accepted_per_draft_token: float | None = None
     speculative_speedup: float | None = None  # at batch size 1; None: evaluate.vllm.throughput_batch_sizes has none
 
@@ -89,6 +98,7 @@ class OfflineVllm:
 class SpeculativeSummary:
     """The method predicted fastest (its numbers unsuffixed in the metrics), every method's, the prediction per
     concurrency at the best method's k, and the offline vLLM numbers (the draft model's, whatever method is best)."""
+
     method: str | None = None  # None: not recorded (a summary from before several methods: the draft model's)
     token_acceptance: float | None = None
     accepted_per_draft_token: float | None = None
@@ -109,17 +119,25 @@ class SpeculativeSummary:
 
 # metric name -> SpeculativeSummary field, in the order the metrics list them. The method and k are the CPU
 # estimate's best, not what ships (the gate's decision: metrics/gates.json, metrics/release/), hence `estimated_`.
-HEADLINE = {"estimated_method": "method", "token_acceptance": "token_acceptance",
-            "accepted_per_draft_token": "accepted_per_draft_token",
-            "estimated_num_speculative_tokens": "num_speculative_tokens", "estimated_speedup": "expected_speedup",
-            "cost_profile": "cost_profile", "weight_bytes_speedup": "ideal_speedup"}
+HEADLINE = {
+    "estimated_method": "method",
+    "token_acceptance": "token_acceptance",
+    "accepted_per_draft_token": "accepted_per_draft_token",
+    "estimated_num_speculative_tokens": "num_speculative_tokens",
+    "estimated_speedup": "expected_speedup",
+    "cost_profile": "cost_profile",
+    "weight_bytes_speedup": "ideal_speedup",
+}
 METHOD_SPEEDUP = "estimated_speedup"  # each method's entry in `methods`: MethodEstimate.expected_speedup
 # The names metrics files held before they said what they are (issue #49): old -> current.
-OLD_NAMES = {"speculative_method": "estimated_method", "num_speculative_tokens": "estimated_num_speculative_tokens",
-             "expected_speedup": "estimated_speedup", "ideal_speedup": "weight_bytes_speedup",
-             "predicted_speedup_by_concurrency": PREDICTED}
-VLLM = {"vllm_accepted_per_draft_token": "accepted_per_draft_token",
-        "vllm_speculative_speedup": "speculative_speedup"}
+OLD_NAMES = {
+    "speculative_method": "estimated_method",
+    "num_speculative_tokens": "estimated_num_speculative_tokens",
+    "expected_speedup": "estimated_speedup",
+    "ideal_speedup": "weight_bytes_speedup",
+    "predicted_speedup_by_concurrency": PREDICTED,
+}
+VLLM = {"vllm_accepted_per_draft_token": "accepted_per_draft_token", "vllm_speculative_speedup": "speculative_speedup"}
 LISTS = ("methods", PREDICTED)
 
 
@@ -146,9 +164,12 @@ class EvalSummary:
     def quality_metrics(self) -> dict:
         """The variant, its fidelity, its pass@1 (where measured) and its lm-eval scores: what is about the model,
         not about speculation."""
-        return {"variant": self.variant, **dataclasses.asdict(self.quality),
-                **(self.functional.metrics() if self.functional else {}),
-                **{f"{LM_EVAL}{name}": score for name, score in self.lm_eval.items()}}
+        return {
+            "variant": self.variant,
+            **dataclasses.asdict(self.quality),
+            **(self.functional.metrics() if self.functional else {}),
+            **{f"{LM_EVAL}{name}": score for name, score in self.lm_eval.items()},
+        }
 
     def speculation_metrics(self) -> dict:
         """The speculative estimates as metrics: the best method's headline numbers, the offline vLLM ones, then
@@ -189,11 +210,23 @@ class EvalSummary:
         if vllm:
             spec["vllm"] = vllm
         variant = data.pop("variant", None)
-        lm_eval = {key[len(LM_EVAL):]: data.pop(key) for key in list(data) if key.startswith(LM_EVAL)}
+        lm_eval = {key[len(LM_EVAL) :]: data.pop(key) for key in list(data) if key.startswith(LM_EVAL)}
         if data:
             raise PipelineError(f"{where}: unknown evaluation metrics {sorted(data)}")
-        return check_possible(records.from_dict(cls, {"variant": variant, "quality": quality, "speculation": spec,
-                                                      "lm_eval": lm_eval, "functional": functional}, where), where)
+        return check_possible(
+            records.from_dict(
+                cls,
+                {
+                    "variant": variant,
+                    "quality": quality,
+                    "speculation": spec,
+                    "lm_eval": lm_eval,
+                    "functional": functional,
+                },
+                where,
+            ),
+            where,
+        )
 
 
 # The values each metric can take at all (issue #47, round four's own attack: a KL of -0.5, a top-1 agreement of 1.7
@@ -207,21 +240,30 @@ def check_possible(summary: EvalSummary, where: str) -> EvalSummary:
     """The summary, or one line naming the first metric whose value no measurement can produce."""
     q = summary.quality
     values = [(name, getattr(q, name), 0.0, 1.0) for name in FRACTIONS]
-    values += [("kl_divergence", q.kl_divergence, -KL_ROUNDING, math.inf),
-               ("perplexity", q.perplexity, 1.0, math.inf),
-               ("perplexity_baseline", q.perplexity_baseline, 1.0, math.inf),
-               ("tokens", q.tokens, 0, math.inf),
-               ("accepted_per_draft_token", summary.speculation.accepted_per_draft_token, 0.0, 1.0)]
-    values += [(f"methods[{m.method}].accepted_per_draft_token", m.accepted_per_draft_token, 0.0, 1.0)
-               for m in summary.speculation.methods]
+    values += [
+        ("kl_divergence", q.kl_divergence, -KL_ROUNDING, math.inf),
+        ("perplexity", q.perplexity, 1.0, math.inf),
+        ("perplexity_baseline", q.perplexity_baseline, 1.0, math.inf),
+        ("tokens", q.tokens, 0, math.inf),
+        ("accepted_per_draft_token", summary.speculation.accepted_per_draft_token, 0.0, 1.0),
+    ]
+    values += [
+        (f"methods[{m.method}].accepted_per_draft_token", m.accepted_per_draft_token, 0.0, 1.0)
+        for m in summary.speculation.methods
+    ]
     if summary.functional is not None:
         f = summary.functional
-        values += [("pass_at_1", f.pass_at_1, 0.0, 1.0), ("pass_at_1_baseline", f.pass_at_1_baseline, 0.0, 1.0),
-                   ("pass_at_1_drop", f.pass_at_1_drop, -1.0, 1.0)]
+        values += [
+            ("pass_at_1", f.pass_at_1, 0.0, 1.0),
+            ("pass_at_1_baseline", f.pass_at_1_baseline, 0.0, 1.0),
+            ("pass_at_1_drop", f.pass_at_1_drop, -1.0, 1.0),
+        ]
     for name, value, low, high in values:
         if value is not None and not math.isnan(value) and not low <= value <= high:
-            raise PipelineError(f"{where}: {name} is {value}, which no measurement can give (it lies in "
-                                f"[{low:g}, {high:g}]); the metrics were not produced by evaluate")
+            raise PipelineError(
+                f"{where}: {name} is {value}, which no measurement can give (it lies in "
+                f"[{low:g}, {high:g}]); the metrics were not produced by evaluate"
+            )
     return summary
 
 
@@ -248,8 +290,12 @@ def current_names(metrics: dict) -> dict:
         return metrics
     out = {(OLD_NAMES[k] if k in OLD_NAMES and OLD_NAMES[k] not in metrics else k): v for k, v in metrics.items()}
     if isinstance(out.get("methods"), list):
-        out["methods"] = [{(METHOD_SPEEDUP if k == "expected_speedup" and METHOD_SPEEDUP not in e else k): v
-                           for k, v in e.items()} if isinstance(e, dict) else e for e in out["methods"]]
+        out["methods"] = [
+            {(METHOD_SPEEDUP if k == "expected_speedup" and METHOD_SPEEDUP not in e else k): v for k, v in e.items()}
+            if isinstance(e, dict)
+            else e
+            for e in out["methods"]
+        ]
     return out
 
 

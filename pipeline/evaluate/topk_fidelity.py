@@ -12,8 +12,9 @@ KL - KL_S = p_T * KL(P(.|T) || Q(.|T)), the baseline's tail mass times the diver
 the tail is one token or the two distributions are proportional there; the tail mass is reported beside the
 estimate (`kl_tail_mass`) so a reader can see how much of the distribution the estimate coarse-grains. Pure
 functions over {token: logprob} maps: tested on CPU against the exact KL of small distributions
-(tests/test_topk_fidelity.py); the engine that produces the maps is pipeline/evaluate/vllm_fidelity.py.
+(tests/evaluate/test_topk_fidelity.py); the engine that produces the maps is pipeline/evaluate/vllm_fidelity.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,6 +57,7 @@ def argmax(logprobs: TopLogprobs) -> int:
 @dataclass(frozen=True)
 class Position:
     """One scored position: the token that is there and each engine's top-k map (which holds it)."""
+
     token: int
     baseline: TopLogprobs
     variant: TopLogprobs
@@ -77,9 +79,17 @@ def fidelity(positions: list[Position], top_k: int) -> tuple[dict, dict]:
         agree += argmax(pos.baseline) == argmax(pos.variant)
     n = len(positions)
     ppl_b, ppl_v = math.exp(nll_b / n), math.exp(nll_v / n)
-    return ({"perplexity_baseline": ppl_b, "perplexity": ppl_v, "perplexity_increase_pct": 100 * (ppl_v / ppl_b - 1),
-             "kl_divergence": kl / n, "top1_agreement": agree / n, "tokens": n},
-            {"kl_estimator": KL_ESTIMATOR, "top_k": top_k, "kl_tail_mass": tail / n})
+    return (
+        {
+            "perplexity_baseline": ppl_b,
+            "perplexity": ppl_v,
+            "perplexity_increase_pct": 100 * (ppl_v / ppl_b - 1),
+            "kl_divergence": kl / n,
+            "top1_agreement": agree / n,
+            "tokens": n,
+        },
+        {"kl_estimator": KL_ESTIMATOR, "top_k": top_k, "kl_tail_mass": tail / n},
+    )
 
 
 def argmax_path_matches(baseline: list[TopLogprobs], variant: list[TopLogprobs]) -> bool:

@@ -8,6 +8,7 @@ baseline engine writes its greedy paths, then both engines read prompt + path an
 argmax equals the baseline's at every position, the same condition as quality.greedy_match.
 Runs only where CUDA and vLLM are present (pipeline/evaluate/backend.py decides); nothing here is simulated.
 """
+
 from __future__ import annotations
 
 import gc
@@ -26,6 +27,7 @@ TOP_K = 20
 @dataclass(frozen=True)
 class Engine:
     """vllm.LLM's settings for one scoring engine."""
+
     tensor_parallel_size: int
     gpu_memory_utilization: float
     enforce_eager: bool = False
@@ -40,10 +42,17 @@ class Engine:
         spawn_engine_if_cuda_initialized()
         multicast_off(self.tensor_parallel_size)
         # one sequence at a time needs little KV cache; no prefix cache: prompt logprobs are recomputed per request
-        return LLM(model=str(model_dir), tensor_parallel_size=self.tensor_parallel_size,
-                   gpu_memory_utilization=self.gpu_memory_utilization, max_model_len=max_model_len,
-                   max_logprobs=TOP_K, enforce_eager=self.enforce_eager, enable_prefix_caching=False, seed=0,
-                   dtype=self.dtype)
+        return LLM(
+            model=str(model_dir),
+            tensor_parallel_size=self.tensor_parallel_size,
+            gpu_memory_utilization=self.gpu_memory_utilization,
+            max_model_len=max_model_len,
+            max_logprobs=TOP_K,
+            enforce_eager=self.enforce_eager,
+            enable_prefix_caching=False,
+            seed=0,
+            dtype=self.dtype,
+        )
 
 
 def _release(llm) -> None:
@@ -68,21 +77,27 @@ def greedy_paths(llm, prompts: list[list[int]], n_tokens: int, eos_token_id: int
     """The greedy tokens up to EOS (kept, as generation.greedy_continuations keeps its stop token) or n_tokens."""
     from vllm import SamplingParams
 
-    sampling = SamplingParams(max_tokens=n_tokens, temperature=0.0, detokenize=False,
-                              stop_token_ids=[] if eos_token_id is None else [eos_token_id])
+    sampling = SamplingParams(
+        max_tokens=n_tokens,
+        temperature=0.0,
+        detokenize=False,
+        stop_token_ids=[] if eos_token_id is None else [eos_token_id],
+    )
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outs]
 
 
-def responses(maps: list[list[dict[int, float]]], examples: list[tuple[list[int], list[int]]]
-              ) -> list[list[TopLogprobs]]:
+def responses(
+    maps: list[list[dict[int, float]]], examples: list[tuple[list[int], list[int]]]
+) -> list[list[TopLogprobs]]:
     """The maps at the positions that predict each example's response tokens (as quality.response_logprobs)."""
-    return [seq[len(prompt):len(prompt) + len(response)] for seq, (prompt, response) in zip(maps, examples)]
+    return [seq[len(prompt) : len(prompt) + len(response)] for seq, (prompt, response) in zip(maps, examples)]
 
 
 @dataclass(frozen=True)
 class Request:
     """What one fidelity run scores: held-out (prompt, response) pairs, and the prompts of the greedy-match check."""
+
     examples: list[tuple[list[int], list[int]]]
     greedy_prompts: list[list[int]]
     greedy_tokens: int
@@ -96,8 +111,9 @@ class Request:
             raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
 
     def max_model_len(self) -> int:
-        longest = max([len(p) + len(r) for p, r in self.examples] + [len(p) + self.greedy_tokens
-                                                                      for p in self.greedy_prompts])
+        longest = max(
+            [len(p) + len(r) for p, r in self.examples] + [len(p) + self.greedy_tokens for p in self.greedy_prompts]
+        )
         return longest + 1  # the one token each scoring request generates
 
 
@@ -105,6 +121,7 @@ class Request:
 class Scored:
     """One model's prompt-logprob maps over the request's sequences: the held-out examples, then each greedy prompt
     followed by the baseline's greedy path (`paths`)."""
+
     maps: list[list[dict[int, float]]]
     paths: list[list[int]]
 
@@ -127,12 +144,18 @@ def compare(request: Request, base: Scored, own: Scored) -> tuple[dict, dict]:
     """(quality.fidelity's dict plus greedy_match, the KL estimator's record) from the two models' maps."""
     examples, n = request.examples, len(request.examples)
     walked = list(zip(request.greedy_prompts, base.paths))
-    positions = [Position(token, b, v) for (_, response), bs, vs in
-                 zip(examples, responses(base.maps[:n], examples), responses(own.maps[:n], examples))
-                 for token, b, v in zip(response, bs, vs)]
+    positions = [
+        Position(token, b, v)
+        for (_, response), bs, vs in zip(
+            examples, responses(base.maps[:n], examples), responses(own.maps[:n], examples)
+        )
+        for token, b, v in zip(response, bs, vs)
+    ]
     out, estimator = topk_fidelity.fidelity(positions, TOP_K)
-    matched = [topk_fidelity.argmax_path_matches(b, v)
-               for b, v in zip(responses(base.maps[n:], walked), responses(own.maps[n:], walked))]
+    matched = [
+        topk_fidelity.argmax_path_matches(b, v)
+        for b, v in zip(responses(base.maps[n:], walked), responses(own.maps[n:], walked))
+    ]
     out["greedy_match"] = sum(matched) / len(matched)
     return out, estimator
 

@@ -3,6 +3,7 @@
 Only runs where CUDA and vLLM are importable; elsewhere `unavailable_reason()` says why and the
 pipeline records the skip. Nothing here is ever simulated.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -18,6 +19,7 @@ from pipeline.core.multigpu import multicast_off
 @dataclass
 class VllmMeasurement:
     """What the evaluate stage records from real vLLM speculative decoding, or why it was skipped."""
+
     skipped: str | None = None
     num_speculative_tokens: int | None = None
     accepted_per_draft_token: float | None = None  # vLLM's num_accepted_tokens / num_draft_tokens
@@ -31,17 +33,23 @@ class VllmMeasurement:
     @classmethod
     def from_measure(cls, raw: dict) -> "VllmMeasurement":
         """The typed view of measure()'s flat result (which GPU benchmark scripts also write as is)."""
-        speed = {k.removesuffix("_tokens_per_s").replace("_tokens_per_s_", "_"): v for k, v in raw.items()
-                 if "_tokens_per_s_bs" in k}
-        return cls(num_speculative_tokens=raw.get("num_speculative_tokens"),
-                   accepted_per_draft_token=raw.get("accepted_per_draft_token"),
-                   accepted_per_position=raw.get("accepted_per_position"),
-                   mean_accepted_tokens=raw.get("mean_accepted_tokens"),
-                   speculative_output_matches_baseline=raw.get("spec_output_matches_baseline"),
-                   tokens_per_s=speed,
-                   speculative_speedup={k.removeprefix("measured_speedup_"): v for k, v in raw.items()
-                                        if k.startswith("measured_speedup_")},
-                   counters=raw.get("vllm_metrics") or {})
+        speed = {
+            k.removesuffix("_tokens_per_s").replace("_tokens_per_s_", "_"): v
+            for k, v in raw.items()
+            if "_tokens_per_s_bs" in k
+        }
+        return cls(
+            num_speculative_tokens=raw.get("num_speculative_tokens"),
+            accepted_per_draft_token=raw.get("accepted_per_draft_token"),
+            accepted_per_position=raw.get("accepted_per_position"),
+            mean_accepted_tokens=raw.get("mean_accepted_tokens"),
+            speculative_output_matches_baseline=raw.get("spec_output_matches_baseline"),
+            tokens_per_s=speed,
+            speculative_speedup={
+                k.removeprefix("measured_speedup_"): v for k, v in raw.items() if k.startswith("measured_speedup_")
+            },
+            counters=raw.get("vllm_metrics") or {},
+        )
 
 
 def too_few_gpus(tensor_parallel_size: int, gpus: int, what: str = "serving.tensor_parallel_size") -> str | None:
@@ -122,14 +130,28 @@ def acceptance_from_metrics(m: dict) -> dict:
     return out
 
 
-def engine_configs(model_dir: str, draft_dir: str | None, k: int, gpu_memory_utilization: float, max_model_len: int,
-                   tensor_parallel_size: int = 1, draft_tensor_parallel_size: int | None = None,
-                   **llm_kwargs) -> list[tuple[str, dict]]:
+def engine_configs(
+    model_dir: str,
+    draft_dir: str | None,
+    k: int,
+    gpu_memory_utilization: float,
+    max_model_len: int,
+    tensor_parallel_size: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    **llm_kwargs,
+) -> list[tuple[str, dict]]:
     """(label, vllm.LLM keyword arguments) of the baseline engine and, with a draft, the speculative one: both
     sharded as served (serving.tensor_parallel_size; the draft at serving.speculation.draft_tensor_parallel_size,
     None leaving vLLM's default), so the acceptance measured is the acceptance served."""
-    base = dict(model=model_dir, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-                tensor_parallel_size=tensor_parallel_size, disable_log_stats=False, seed=0, **llm_kwargs)
+    base = dict(
+        model=model_dir,
+        gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len,
+        tensor_parallel_size=tensor_parallel_size,
+        disable_log_stats=False,
+        seed=0,
+        **llm_kwargs,
+    )
     configs = [("baseline", base)]
     if draft_dir:
         spec = {"method": "draft_model", "model": draft_dir, "num_speculative_tokens": k}
@@ -139,10 +161,21 @@ def engine_configs(model_dir: str, draft_dir: str | None, k: int, gpu_memory_uti
     return configs
 
 
-def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[int]], k: int, max_tokens: int,
-            temperature: float, gpu_memory_utilization: float, max_model_len: int,
-            batch_sizes: tuple[int, ...] = (1, 32), return_tokens: bool = False, tensor_parallel_size: int = 1,
-            draft_tensor_parallel_size: int | None = None, **llm_kwargs) -> dict:
+def measure(
+    model_dir: str,
+    draft_dir: str | None,
+    prompt_token_ids: list[list[int]],
+    k: int,
+    max_tokens: int,
+    temperature: float,
+    gpu_memory_utilization: float,
+    max_model_len: int,
+    batch_sizes: tuple[int, ...] = (1, 32),
+    return_tokens: bool = False,
+    tensor_parallel_size: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    **llm_kwargs,
+) -> dict:
     """tokens/s with and without the draft at each batch size, plus vLLM's acceptance counters
     from one pass over every prompt (read before the throughput runs re-use prompts)."""
     import gc
@@ -156,10 +189,22 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
     # text the draft can't predict, and acceptance halved on the H100 run (benchmarks/gpu/history/vllm-0.25.md).
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=0)
     prompts = [{"prompt_token_ids": p} for p in prompt_token_ids]
-    result: dict = {"num_speculative_tokens": k, "max_tokens": max_tokens, "temperature": temperature,
-                    "prompts": len(prompts)}
-    for label, kw in engine_configs(model_dir, draft_dir, k, gpu_memory_utilization, max_model_len,
-                                    tensor_parallel_size, draft_tensor_parallel_size, **llm_kwargs):
+    result: dict = {
+        "num_speculative_tokens": k,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "prompts": len(prompts),
+    }
+    for label, kw in engine_configs(
+        model_dir,
+        draft_dir,
+        k,
+        gpu_memory_utilization,
+        max_model_len,
+        tensor_parallel_size,
+        draft_tensor_parallel_size,
+        **llm_kwargs,
+    ):
         spec = kw.get("speculative_config")
         t0 = time.perf_counter()
         llm = LLM(**kw)
@@ -173,15 +218,17 @@ def measure(model_dir: str, draft_dir: str | None, prompt_token_ids: list[list[i
         elif return_tokens or draft_dir:
             result["tokens"] = tokens
         for bs in batch_sizes:
-            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(llm, prompts, sampling, bs,
-                                                                   rounds=8 if bs == 1 else 2)
+            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(
+                llm, prompts, sampling, bs, rounds=8 if bs == 1 else 2
+            )
         del llm
         gc.collect()
         torch.cuda.empty_cache()
     for bs in batch_sizes:
         if f"speculative_tokens_per_s_bs{bs}" in result:
-            result[f"measured_speedup_bs{bs}"] = (result[f"speculative_tokens_per_s_bs{bs}"]
-                                                  / result[f"baseline_tokens_per_s_bs{bs}"])
+            result[f"measured_speedup_bs{bs}"] = (
+                result[f"speculative_tokens_per_s_bs{bs}"] / result[f"baseline_tokens_per_s_bs{bs}"]
+            )
     if not return_tokens:
         result.pop("tokens", None)
     return result

@@ -5,6 +5,7 @@ vLLM's draft_model method compares token ids across the two models and refuses a
 config vocab_size differs; a draft with another chat template or special tokens would be
 trained on text laid out differently from what the target is served.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,31 +28,44 @@ def check_tokenizers(target_tok, draft_tok) -> None:
     target_vocab, draft_vocab = target_tok.get_vocab(), draft_tok.get_vocab()
     if target_vocab != draft_vocab:
         differing = len(target_vocab.items() - draft_vocab.items())
-        raise PipelineError(f"draft tokenizer vocabulary differs from the target's ({differing} of the target's "
-                            f"{len(target_vocab)} tokens are missing from the draft's {len(draft_vocab)} or have other "
-                            "ids); vLLM speculative decoding needs an identical vocabulary, so pick a draft from the "
-                            "target's model family")
+        raise PipelineError(
+            f"draft tokenizer vocabulary differs from the target's ({differing} of the target's "
+            f"{len(target_vocab)} tokens are missing from the draft's {len(draft_vocab)} or have other "
+            "ids); vLLM speculative decoding needs an identical vocabulary, so pick a draft from the "
+            "target's model family"
+        )
     for attr in SPECIAL_IDS:
         if getattr(target_tok, attr) != getattr(draft_tok, attr):
-            raise PipelineError(f"draft special token {attr} is {getattr(draft_tok, attr)}, the target's is "
-                                f"{getattr(target_tok, attr)}; the draft must share the target's special tokens")
+            raise PipelineError(
+                f"draft special token {attr} is {getattr(draft_tok, attr)}, the target's is "
+                f"{getattr(target_tok, attr)}; the draft must share the target's special tokens"
+            )
     if sorted(target_tok.all_special_tokens) != sorted(draft_tok.all_special_tokens):
-        raise PipelineError(f"draft special tokens {sorted(draft_tok.all_special_tokens)} differ from the target's "
-                            f"{sorted(target_tok.all_special_tokens)}")
+        raise PipelineError(
+            f"draft special tokens {sorted(draft_tok.all_special_tokens)} differ from the target's "
+            f"{sorted(target_tok.all_special_tokens)}"
+        )
     if (target_tok.chat_template or "") != (draft_tok.chat_template or ""):
         differs = template_difference(target_tok, draft_tok)
         if differs:
-            raise PipelineError(f"draft chat template differs from the target's ({differs}); the draft would learn "
-                                "prompts laid out differently from how the target is served")
+            raise PipelineError(
+                f"draft chat template differs from the target's ({differs}); the draft would learn "
+                "prompts laid out differently from how the target is served"
+            )
 
 
 # The conversations the pipeline lays out (pipeline/data/formatting.py: roles system, user, assistant; no tools),
 # each rendered as a prompt and as a whole conversation. Two templates that differ as text but render these the same
 # lay out every row alike (Qwen2.5-Coder 1.5B and 0.5B differ only in the braces of their tools branch, issue #45).
-PROBES = ([{"role": "user", "content": "Write a function."}],
-          [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Explain x = 1."}],
-          [{"role": "user", "content": "def f(a):"}, {"role": "assistant", "content": "    return a"},
-           {"role": "user", "content": "Add a docstring.\n  Keep it short."}])
+PROBES = (
+    [{"role": "user", "content": "Write a function."}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Explain x = 1."}],
+    [
+        {"role": "user", "content": "def f(a):"},
+        {"role": "assistant", "content": "    return a"},
+        {"role": "user", "content": "Add a docstring.\n  Keep it short."},
+    ],
+)
 
 
 def template_difference(target_tok, draft_tok) -> str | None:
@@ -62,8 +76,10 @@ def template_difference(target_tok, draft_tok) -> str | None:
         for ended in (False, True):
             convo = [*messages, {"role": "assistant", "content": "Done."}] if ended else messages
             try:
-                shown = [tok.apply_chat_template(convo, tokenize=False, add_generation_prompt=not ended)
-                         for tok in (target_tok, draft_tok)]
+                shown = [
+                    tok.apply_chat_template(convo, tokenize=False, add_generation_prompt=not ended)
+                    for tok in (target_tok, draft_tok)
+                ]
             except (TemplateError, ValueError) as e:  # no template on one side, or one that refuses a probe
                 return f"one of them cannot render a {len(convo)}-message conversation: {type(e).__name__}"
             if shown[0] != shown[1]:
@@ -75,15 +91,21 @@ def template_difference(target_tok, draft_tok) -> str | None:
 def check_configs(target_config, draft_config, max_model_len: int) -> None:
     target_vocab, draft_vocab = target_config.get_text_config().vocab_size, draft_config.get_text_config().vocab_size
     if target_vocab != draft_vocab:
-        raise PipelineError(f"draft vocab_size {draft_vocab} differs from the target's {target_vocab}; vLLM refuses "
-                            "a draft_model whose vocab_size differs from the target's")
+        raise PipelineError(
+            f"draft vocab_size {draft_vocab} differs from the target's {target_vocab}; vLLM refuses "
+            "a draft_model whose vocab_size differs from the target's"
+        )
     positions = max_positions(draft_config)
     if positions is None:
-        raise PipelineError("draft config declares no max_position_embeddings; cannot confirm it covers the serving "
-                            f"max_model_len {max_model_len}")
+        raise PipelineError(
+            "draft config declares no max_position_embeddings; cannot confirm it covers the serving "
+            f"max_model_len {max_model_len}"
+        )
     if positions < max_model_len:
-        raise PipelineError(f"draft max_position_embeddings {positions} is below the serving max_model_len "
-                            f"{max_model_len}; pick a draft with a longer context or lower serving.max_model_len")
+        raise PipelineError(
+            f"draft max_position_embeddings {positions} is below the serving max_model_len "
+            f"{max_model_len}; pick a draft with a longer context or lower serving.max_model_len"
+        )
 
 
 def check_compatible(target_dir: str | Path, draft_dir: str | Path, max_model_len: int) -> None:
@@ -93,5 +115,8 @@ def check_compatible(target_dir: str | Path, draft_dir: str | Path, max_model_le
     from pipeline.models.loading import load_tokenizer
 
     check_tokenizers(load_tokenizer(target_dir), load_tokenizer(draft_dir))
-    check_configs(AutoConfig.from_pretrained(target_dir, trust_remote_code=False),
-                  AutoConfig.from_pretrained(draft_dir, trust_remote_code=False), max_model_len)
+    check_configs(
+        AutoConfig.from_pretrained(target_dir, trust_remote_code=False),
+        AutoConfig.from_pretrained(draft_dir, trust_remote_code=False),
+        max_model_len,
+    )

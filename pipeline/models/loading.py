@@ -1,4 +1,5 @@
 """Load checkpoints for evaluation: float32 on CPU, bf16 on GPU, never remote code."""
+
 from __future__ import annotations
 
 import warnings
@@ -54,8 +55,9 @@ def load_causal_lm(path: str | Path, device: torch.device | None = None):
         # Passing loading attributes for a quantized checkpoint always warns that its own config is used.
         warnings.filterwarnings("ignore", message="You passed `quantization_config`")
         # safetensors only: a pickled .bin beside the weights is never unpickled.
-        model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype, trust_remote_code=False,
-                                                     use_safetensors=True, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=config, dtype=dtype, trust_remote_code=False, use_safetensors=True, **kwargs
+        )
     if kwargs:
         undo_offload(model)
     for module in model.modules():
@@ -79,11 +81,21 @@ def undo_offload(model) -> None:
 # intermediate 53248; Gemma 3: vocab 262144; Llama 4 Scout: 10M positions): a config beyond them is refused before
 # anything is built from it (issue #47: num_hidden_layers 200000 made a meta-device model of 4.3 GB, still being
 # built after 150 s).
-SHAPE_LIMITS = {"num_hidden_layers": 1024, "hidden_size": 65536, "intermediate_size": 1 << 19,
-                "moe_intermediate_size": 1 << 19, "vocab_size": 1 << 22, "num_attention_heads": 1024,
-                "num_key_value_heads": 1024, "head_dim": 4096, "num_local_experts": 4096, "n_routed_experts": 4096,
-                "num_experts": 4096, "max_position_embeddings": 1 << 26}
-MAX_PARAMETERS = 10 ** 13  # a dense estimate (layers x (4 h^2 + 3 h x intermediate) + 2 vocab x h): 10T
+SHAPE_LIMITS = {
+    "num_hidden_layers": 1024,
+    "hidden_size": 65536,
+    "intermediate_size": 1 << 19,
+    "moe_intermediate_size": 1 << 19,
+    "vocab_size": 1 << 22,
+    "num_attention_heads": 1024,
+    "num_key_value_heads": 1024,
+    "head_dim": 4096,
+    "num_local_experts": 4096,
+    "n_routed_experts": 4096,
+    "num_experts": 4096,
+    "max_position_embeddings": 1 << 26,
+}
+MAX_PARAMETERS = 10**13  # a dense estimate (layers x (4 h^2 + 3 h x intermediate) + 2 vocab x h): 10T
 
 
 def check_shape(config: dict, where: str) -> None:
@@ -100,14 +112,20 @@ def check_shape(config: dict, where: str) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise PipelineError(f"{where}: {key} is {value!r}, not a positive integer")
             if value > limit:
-                raise PipelineError(f"{where}: {key} {value} is beyond any real model's (at most {limit} accepted); "
-                                    "refused before a model is built from it")
+                raise PipelineError(
+                    f"{where}: {key} {value} is beyond any real model's (at most {limit} accepted); "
+                    "refused before a model is built from it"
+                )
         layers, hidden = part.get("num_hidden_layers") or 0, part.get("hidden_size") or 0
-        estimate = layers * (4 * hidden ** 2 + 3 * hidden * (part.get("intermediate_size") or 0)) \
+        estimate = (
+            layers * (4 * hidden**2 + 3 * hidden * (part.get("intermediate_size") or 0))
             + 2 * (part.get("vocab_size") or 0) * hidden
+        )
         if estimate > MAX_PARAMETERS:
-            raise PipelineError(f"{where}: its shape describes about {estimate:.2g} parameters, beyond any real "
-                                f"model's (at most {MAX_PARAMETERS:.0g} accepted)")
+            raise PipelineError(
+                f"{where}: its shape describes about {estimate:.2g} parameters, beyond any real "
+                f"model's (at most {MAX_PARAMETERS:.0g} accepted)"
+            )
 
 
 def check_checkpoint_tensors(path: str | Path, role: str) -> None:
@@ -130,8 +148,9 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     # with the missing layers at random): its packed weights and scales are mapped back to the parameters they hold.
     quantized = getattr(config, "quantization_config", None) is not None
     index = path / "model.safetensors.index.json"
-    files = (sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file()
-             else ["model.safetensors"])
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.is_file() else ["model.safetensors"]
+    )
     stored: dict[str, tuple] = {}
     for name in files:
         with safe_open(str(path / name), framework="pt") as f:
@@ -142,25 +161,47 @@ def check_checkpoint_tensors(path: str | Path, role: str) -> None:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-    tied = {k for k in expected if k not in stored and getattr(config, "tie_word_embeddings", False)
-            and k.endswith("lm_head.weight")}
+    tied = {
+        k
+        for k in expected
+        if k not in stored and getattr(config, "tie_word_embeddings", False) and k.endswith("lm_head.weight")
+    }
     missing = sorted(set(expected) - set(stored) - tied)
     unexpected = sorted(set(stored) - set(expected))
     wrong = sorted(k for k in set(expected) & set(stored) if stored[k] != ANY_SHAPE and expected[k] != stored[k])
-    for what, keys in (("has no tensor for", missing), ("holds tensors the config has no place for", unexpected),
-                       ("holds tensors of another shape than the config's", wrong)):
+    for what, keys in (
+        ("has no tensor for", missing),
+        ("holds tensors the config has no place for", unexpected),
+        ("holds tensors of another shape than the config's", wrong),
+    ):
         if keys:
-            raise PipelineError(f"{role} model {path}: {', '.join(files)} {what} {len(keys)} parameter(s) "
-                                f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}); config.json and the "
-                                "weights describe different models")
+            raise PipelineError(
+                f"{role} model {path}: {', '.join(files)} {what} {len(keys)} parameter(s) "
+                f"({', '.join(keys[:3])}{', ...' if len(keys) > 3 else ''}); config.json and the "
+                "weights describe different models"
+            )
 
 
 # compressed-tensors' tensor names (0.19): a packed weight stands for the module's weight; the rest are the quantized
 # module's scales, zero points, shapes and indices, which belong to a module that has a weight.
 PACKED = {"weight_packed": "weight"}
-QUANTIZATION_TENSORS = frozenset({"weight_scale", "weight_zero_point", "weight_shape", "weight_g_idx",
-                                  "weight_global_scale", "input_scale", "input_zero_point", "input_global_scale",
-                                  "output_scale", "output_zero_point", "k_scale", "v_scale", "q_scale"})
+QUANTIZATION_TENSORS = frozenset(
+    {
+        "weight_scale",
+        "weight_zero_point",
+        "weight_shape",
+        "weight_g_idx",
+        "weight_global_scale",
+        "input_scale",
+        "input_zero_point",
+        "input_global_scale",
+        "output_scale",
+        "output_zero_point",
+        "k_scale",
+        "v_scale",
+        "q_scale",
+    }
+)
 ANY_SHAPE = ()  # a packed weight's shape is the packing's, not the parameter's: not compared
 
 
@@ -176,8 +217,11 @@ def parameters_of_compressed(stored: dict[str, tuple]) -> dict[str, tuple]:
         elif leaf not in QUANTIZATION_TENSORS:
             params.setdefault(key, shape)
     weights = {k.rpartition(".")[0] for k in params if k.endswith(".weight")}
-    extra = {k: v for k, v in stored.items() if k.rpartition(".")[2] in QUANTIZATION_TENSORS
-             and k.rpartition(".")[0] not in weights}
+    extra = {
+        k: v
+        for k, v in stored.items()
+        if k.rpartition(".")[2] in QUANTIZATION_TENSORS and k.rpartition(".")[0] not in weights
+    }
     return {**params, **extra}
 
 

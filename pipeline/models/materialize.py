@@ -2,6 +2,7 @@
 or the sources fetched (Hub sources at the commit `sources` fingerprinted) and a draft cut from the target's first
 layers, each tokenizer checked (pipeline/models/tokenizer_check.py) and proved (model_proof.py) on the traffic's
 texts as soon as it is there, before the next model is downloaded or cut."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pipeline.models.tokenizer_check import check_tokenizer
 @dataclass(frozen=True)
 class ProofTraffic:
     """The traffic the models are proved on: data.prompt_format, data.traffic and the first rows' message texts."""
+
     prompt_format: str
     path: str
     texts: list[str]
@@ -29,6 +31,7 @@ class ProofTraffic:
 class Materialized:
     """The two directories filled and proved: metrics/models.json's source record, each proved tokenizer, the prompt
     format's line, and the demo pair's pretraining seconds (None: fetched, not trained)."""
+
     summary: dict
     proofs: dict[str, TokenizerProof]
     format_line: str
@@ -36,9 +39,15 @@ class Materialized:
 
     def record(self, prompt_format: str, rows: int, perplexity: float) -> dict:
         """metrics/models.json."""
-        return {**self.summary, "proof": {**{role: proof.to_json() for role, proof in self.proofs.items()},
-                                          "prompt_format": prompt_format, "traffic_rows": rows,
-                                          "target_perplexity": round(perplexity, 3)}}
+        return {
+            **self.summary,
+            "proof": {
+                **{role: proof.to_json() for role, proof in self.proofs.items()},
+                "prompt_format": prompt_format,
+                "traffic_rows": rows,
+                "target_perplexity": round(perplexity, 3),
+            },
+        }
 
 
 def shown_target(target: TargetParams) -> str:
@@ -54,22 +63,30 @@ def build_demo(target_dir: Path, draft_dir: Path, demo: DemoParams, traffic: Pro
     for role, built in (("target", target_dir), ("draft", draft_dir)):
         check_tokenizer(built, role, shown=f"demo {role}")
         proofs[role] = prove_tokenizer(built, role, f"demo {role}", traffic.texts)
-    line = prompt_format_line(load_tokenizer(target_dir), target_dir, "demo target", traffic.prompt_format,
-                              traffic.path)
+    line = prompt_format_line(
+        load_tokenizer(target_dir), target_dir, "demo target", traffic.prompt_format, traffic.path
+    )
     return Materialized({"source": "demo", **pair}, proofs, line, seconds)
 
 
-def fetch_sources(target: TargetParams, draft: DraftSource, target_dir: Path, draft_dir: Path,
-                  traffic: ProofTraffic) -> Materialized:
+def fetch_sources(
+    target: TargetParams, draft: DraftSource, target_dir: Path, draft_dir: Path, traffic: ProofTraffic
+) -> Materialized:
     # Hub sources download at the commit the `sources` stage fingerprinted, not wherever a branch is now.
-    prints = read_json(paths.SOURCES) if paths.SOURCES.is_file() else {  # run by hand, without `dvc repro`
-        "target": source_fingerprint(target.source, "target", target.revision),
-        "draft": source_fingerprint(draft, "draft")}
+    prints = (
+        read_json(paths.SOURCES)
+        if paths.SOURCES.is_file()
+        else {  # run by hand, without `dvc repro`
+            "target": source_fingerprint(target.source, "target", target.revision),
+            "draft": source_fingerprint(draft, "draft"),
+        }
+    )
     fetch_model(target.source, target_dir, "target", prints["target"].get("revision"))
     check_tokenizer(target_dir, "target", shown=target.source)  # before a draft is downloaded or cut
     proofs = {"target": prove_source(target_dir, "target", target.source, traffic.texts)}
-    line = prompt_format_line(load_tokenizer(target_dir), target_dir, target.source, traffic.prompt_format,
-                              traffic.path)
+    line = prompt_format_line(
+        load_tokenizer(target_dir), target_dir, target.source, traffic.prompt_format, traffic.path
+    )
     if isinstance(draft, LayerDraft):  # the target's own tokenizer files, checked above
         from pipeline.models.layer_draft import build_layer_draft
         from pipeline.models.loading import check_checkpoint_tensors
@@ -83,13 +100,19 @@ def fetch_sources(target: TargetParams, draft: DraftSource, target_dir: Path, dr
     return Materialized(prints, proofs, line)
 
 
-def summary_line(built: Materialized, target: TargetParams, draft: DraftSource, perplexity: float, rows: int,
-                 gpus: str) -> str:
+def summary_line(
+    built: Materialized, target: TargetParams, draft: DraftSource, perplexity: float, rows: int, gpus: str
+) -> str:
     """The stage's last line; gpus: each enabled variant's GPUs per replica."""
     drafted = f", draft = its first {draft.layers} layers" if isinstance(draft, LayerDraft) else ""
     source = target.source if target.source == "demo" else "their sources"
     seconds = built.seconds
-    pretrained = (f" (pretrained in {seconds['target']['train_s']:.0f} s and {seconds['draft']['train_s']:.0f} s)"
-                  if seconds else "")
-    return (f"models: target and draft from {source}{pretrained}{drafted}, compatible; target perplexity "
-            f"{perplexity:.1f} on {rows} rows of its traffic; GPUs per replica: {gpus}")
+    pretrained = (
+        f" (pretrained in {seconds['target']['train_s']:.0f} s and {seconds['draft']['train_s']:.0f} s)"
+        if seconds
+        else ""
+    )
+    return (
+        f"models: target and draft from {source}{pretrained}{drafted}, compatible; target perplexity "
+        f"{perplexity:.1f} on {rows} rows of its traffic; GPUs per replica: {gpus}"
+    )

@@ -6,6 +6,7 @@ Found in issue #45: a SentencePiece GGUF converted by transformers 5.17 came out
 (every text single characters) and no <bos>, a base model without a chat template was silently sent raw text, and
 `models` said "compatible"; only the gate's absolute perplexity (6,699) stopped it, after every expensive stage.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,9 +24,9 @@ SAMPLE = (
     "and the login page keeps saying that my account is locked. Could you also explain how the new billing "
     "settings work?\n"
     "def mean(values: list[float]) -> float:\n"
-    "    \"\"\"Return the arithmetic mean of a non-empty list.\"\"\"\n"
+    '    """Return the arithmetic mean of a non-empty list."""\n'
     "    if not values:\n"
-    "        raise ValueError(\"mean of an empty list\")\n"
+    '        raise ValueError("mean of an empty list")\n'
     "    return sum(values) / len(values)\n"
 )
 # A vocabulary of tens of thousands of pieces reads English and code in well under one piece per two characters; from
@@ -35,26 +36,32 @@ LARGE_VOCAB_MAX_TOKENS_PER_CHAR = 0.6
 # Any vocabulary that joins characters at all makes some pieces of several characters on English; below this share
 # of multi-character pieces, text is read as (nearly) single characters, as a BPE without merges reads it.
 MIN_MULTI_CHAR_SHARE = 0.05
-PERPLEXITY_ROWS = 8          # traffic rows the perplexity sanity check reads
+PERPLEXITY_ROWS = 8  # traffic rows the perplexity sanity check reads
 PERPLEXITY_MAX_TOKENS = 256  # per row: the prompt's end and at most the answer's first half of this
 
 
 @dataclass(frozen=True)
 class TokenizerProof:
     """What the proof measured, for the stage's line and metrics."""
-    tokens_per_char: float      # on SAMPLE
-    multi_char_share: float     # of SAMPLE's pieces
+
+    tokens_per_char: float  # on SAMPLE
+    multi_char_share: float  # of SAMPLE's pieces
     adds_bos: bool
-    texts: int                  # texts that round-tripped (SAMPLE and the traffic's)
-    against: str | None         # what the tokenizer was compared with: the GGUF's merges or scores, or None
+    texts: int  # texts that round-tripped (SAMPLE and the traffic's)
+    against: str | None  # what the tokenizer was compared with: the GGUF's merges or scores, or None
 
     def to_json(self) -> dict:
-        return {"tokens_per_char": round(self.tokens_per_char, 4), "multi_char_share": round(self.multi_char_share, 4),
-                "adds_bos": self.adds_bos, "texts_round_tripped": self.texts, "checked_against": self.against}
+        return {
+            "tokens_per_char": round(self.tokens_per_char, 4),
+            "multi_char_share": round(self.multi_char_share, 4),
+            "adds_bos": self.adds_bos,
+            "texts_round_tripped": self.texts,
+            "checked_against": self.against,
+        }
 
 
 def snippet(text: str, at: int = 0, width: int = 40) -> str:
-    return repr(text[max(0, at - 10):max(0, at - 10) + width])
+    return repr(text[max(0, at - 10) : max(0, at - 10) + width])
 
 
 def first_difference(a: str, b: str) -> int:
@@ -106,13 +113,17 @@ def gguf_problem(tokenizer, vocab: GgufVocab, texts: list[str]) -> str | None:
     ids = token_ids(vocab)  # a string the GGUF repeats is compared at its first id
     mismatched = [t for t, i in ids.items() if tokenizer.convert_tokens_to_ids(t) != i]
     if mismatched:
-        return (f"{len(mismatched)} of the GGUF's {len(vocab.tokens)} tokens have another id in its tokenizer "
-                f"(first {mismatched[0]!r})")
+        return (
+            f"{len(mismatched)} of the GGUF's {len(vocab.tokens)} tokens have another id in its tokenizer "
+            f"(first {mismatched[0]!r})"
+        )
     if vocab.kind == BPE_KIND:
         merges = merges_of(tokenizer)
         if merges != len(vocab.merges):
-            return (f"its tokenizer.json has {merges if merges is not None else 'no BPE'} merges where the GGUF's "
-                    f"tokenizer.ggml.merges has {len(vocab.merges)}")
+            return (
+                f"its tokenizer.json has {merges if merges is not None else 'no BPE'} merges where the GGUF's "
+                f"tokenizer.ggml.merges has {len(vocab.merges)}"
+            )
     if vocab.kind == SPM_KIND:
         specials = [t for t in tokenizer.all_special_tokens if t]
         for text in texts:
@@ -121,14 +132,22 @@ def gguf_problem(tokenizer, vocab: GgufVocab, texts: list[str]) -> str | None:
             ours = tokenizer(text, add_special_tokens=False)["input_ids"]
             reference = spm_reference(vocab, text)
             if ours != reference:
-                at = next((i for i, (a, b) in enumerate(zip(ours, reference)) if a != b),
-                          min(len(ours), len(reference)))
-                return (f"its tokenizer splits {snippet(text)} into {len(ours)} pieces where the GGUF's vocabulary "
-                        f"(tokenizer.ggml.scores, as llama.cpp joins them) gives {len(reference)}; first difference "
-                        f"at piece {at}: {tokenizer.convert_ids_to_tokens(ours[at:at + 1])} vs "
-                        f"{tokenizer.convert_ids_to_tokens(reference[at:at + 1])}")
-    return bos_problem(tokenizer, vocab.adds_bos, "the GGUF (tokenizer.ggml.add_bos_token"
-                       + ("" if vocab.add_bos is not None else ", llama.cpp's default for its kind") + ")")
+                at = next(
+                    (i for i, (a, b) in enumerate(zip(ours, reference)) if a != b), min(len(ours), len(reference))
+                )
+                return (
+                    f"its tokenizer splits {snippet(text)} into {len(ours)} pieces where the GGUF's vocabulary "
+                    f"(tokenizer.ggml.scores, as llama.cpp joins them) gives {len(reference)}; first difference "
+                    f"at piece {at}: {tokenizer.convert_ids_to_tokens(ours[at : at + 1])} vs "
+                    f"{tokenizer.convert_ids_to_tokens(reference[at : at + 1])}"
+                )
+    return bos_problem(
+        tokenizer,
+        vocab.adds_bos,
+        "the GGUF (tokenizer.ggml.add_bos_token"
+        + ("" if vocab.add_bos is not None else ", llama.cpp's default for its kind")
+        + ")",
+    )
 
 
 def declared_add_bos(model_dir: Path) -> bool | None:
@@ -145,18 +164,31 @@ def pieces_problem(tokenizer) -> tuple[str | None, float, float]:
     pieces, multi = piece_counts(tokenizer, SAMPLE)
     per_char, share = pieces / len(SAMPLE), multi / max(pieces, 1)
     if share < MIN_MULTI_CHAR_SHARE:
-        return (f"its tokenizer reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} "
+        return (
+            (
+                f"its tokenizer reads English and code as single characters ({pieces} pieces for {len(SAMPLE)} "
                 f"characters, {multi} of them longer than one character): a BPE without merges, or merges it does "
-                "not apply"), per_char, share
+                "not apply"
+            ),
+            per_char,
+            share,
+        )
     if len(tokenizer) >= LARGE_VOCAB and per_char > LARGE_VOCAB_MAX_TOKENS_PER_CHAR:
-        return (f"its tokenizer gives {per_char:.2f} tokens per character on English and code ({pieces} for "
+        return (
+            (
+                f"its tokenizer gives {per_char:.2f} tokens per character on English and code ({pieces} for "
                 f"{len(SAMPLE)}); a vocabulary of {len(tokenizer)} gives well under "
-                f"{LARGE_VOCAB_MAX_TOKENS_PER_CHAR}"), per_char, share
+                f"{LARGE_VOCAB_MAX_TOKENS_PER_CHAR}"
+            ),
+            per_char,
+            share,
+        )
     return None, per_char, share
 
 
-def prove_tokenizer(model_dir: str | Path, role: str, shown: str, texts: list[str] = (),
-                    vocab: GgufVocab | None = None) -> TokenizerProof:
+def prove_tokenizer(
+    model_dir: str | Path, role: str, shown: str, texts: list[str] = (), vocab: GgufVocab | None = None
+) -> TokenizerProof:
     """One line naming the model and what is wrong when its tokenizer does not read text as a model can: it must give
     SAMPLE and texts (the traffic's) back, read English and code in plausibly few pieces, agree with the GGUF's own
     vocabulary where vocab is given, and add <bos> exactly where the GGUF or tokenizer_config.json says so."""
@@ -186,22 +218,28 @@ def prompt_format_line(tokenizer, model_dir: Path, shown: str, prompt_format: st
 
     if tokenizer.chat_template:
         if prompt_format == "plain":
-            raise PipelineError(f"data.prompt_format is plain, but target model {shown} has a chat template "
-                                f"({template_file(model_dir)}), which lays out its prompts as served; set "
-                                "data.prompt_format: chat_template")
+            raise PipelineError(
+                f"data.prompt_format is plain, but target model {shown} has a chat template "
+                f"({template_file(model_dir)}), which lays out its prompts as served; set "
+                "data.prompt_format: chat_template"
+            )
         return f"prompt format: the chat template of target model {shown} ({template_file(model_dir)})"
     if prompt_format != "plain":
-        raise PipelineError(f"target model {shown} has no chat template (a base model), and {traffic} is chat traffic "
-                            "(user and assistant turns): set data.prompt_format: plain to send each turn's text on its "
-                            "own line, or use a model with a chat template")
-    return (f"prompt format: plain text, each turn's text on its own line (data.prompt_format: plain; target model "
-            f"{shown} has no chat template)")
+        raise PipelineError(
+            f"target model {shown} has no chat template (a base model), and {traffic} is chat traffic "
+            "(user and assistant turns): set data.prompt_format: plain to send each turn's text on its "
+            "own line, or use a model with a chat template"
+        )
+    return (
+        f"prompt format: plain text, each turn's text on its own line (data.prompt_format: plain; target model "
+        f"{shown} has no chat template)"
+    )
 
 
 def cut_example(prompt: list[int], response: list[int]) -> tuple[list[int], list[int]]:
     """At most PERPLEXITY_MAX_TOKENS: the answer's first half of them at most, after the prompt's end."""
-    response = response[:PERPLEXITY_MAX_TOKENS // 2]
-    return prompt[-(PERPLEXITY_MAX_TOKENS - len(response)):], response
+    response = response[: PERPLEXITY_MAX_TOKENS // 2]
+    return prompt[-(PERPLEXITY_MAX_TOKENS - len(response)) :], response
 
 
 def traffic_perplexity(model_dir: str | Path, examples: list[tuple[list[int], list[int]]]) -> float:
@@ -218,17 +256,19 @@ def traffic_perplexity(model_dir: str | Path, examples: list[tuple[list[int], li
             if not prompt or not response:  # nothing to predict from, or nothing to predict
                 continue
             ids = torch.tensor([prompt + response], device=device)
-            logits = model(ids).logits[0, len(prompt) - 1:-1].float()
-            total += torch.nn.functional.cross_entropy(logits, ids[0, len(prompt):], reduction="sum").item()
+            logits = model(ids).logits[0, len(prompt) - 1 : -1].float()
+            total += torch.nn.functional.cross_entropy(logits, ids[0, len(prompt) :], reduction="sum").item()
             count += len(response)
     return math.exp(total / count) if count else float("nan")
 
 
 def check_perplexity(perplexity: float, bound: float, shown: str, rows: int, traffic: str) -> None:
     if not perplexity <= bound:  # NaN too: an empty or broken measurement proves nothing
-        raise PipelineError(f"target model {shown}: perplexity {perplexity:,.1f} on the answers of {rows} rows of "
-                            f"{traffic} is above target.max_perplexity {bound:g}: its tokenizer, prompt format or "
-                            "weights do not fit this text")
+        raise PipelineError(
+            f"target model {shown}: perplexity {perplexity:,.1f} on the answers of {rows} rows of "
+            f"{traffic} is above target.max_perplexity {bound:g}: its tokenizer, prompt format or "
+            "weights do not fit this text"
+        )
 
 
 def prove_source(model_dir: Path, role: str, source: str, texts: list[str]) -> TokenizerProof:

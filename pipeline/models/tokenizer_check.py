@@ -7,6 +7,7 @@ SmolLM2 tokenizer names <|im_start|>, its template ends turns with <|im_end|>) m
 end and a draft trained on a layout the target is not served with; found here, from the files alone,
 before any weights load.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -51,14 +52,15 @@ def time_limit(seconds: float):
 @dataclass(frozen=True)
 class EndTokens:
     """What each file of a model says ends an answer, and pads, as token ids."""
-    eos: int | None                 # the tokenizer's eos_token (tokenizer_config.json)
+
+    eos: int | None  # the tokenizer's eos_token (tokenizer_config.json)
     eos_text: str | None
-    turn_end: int | None            # the first special token the chat template writes after an answer
-    declared_eos: tuple[int, ...]   # generation_config.json's eos_token_id, else config.json's
-    declared_file: str | None       # which of the two declared it
-    pad: int | None                 # the tokenizer's pad_token
+    turn_end: int | None  # the first special token the chat template writes after an answer
+    declared_eos: tuple[int, ...]  # generation_config.json's eos_token_id, else config.json's
+    declared_file: str | None  # which of the two declared it
+    pad: int | None  # the tokenizer's pad_token
     pad_text: str | None
-    declared_pad: int | None        # config.json's pad_token_id
+    declared_pad: int | None  # config.json's pad_token_id
 
 
 def ids(value) -> tuple[int, ...]:
@@ -99,18 +101,23 @@ def turn_end_id(tokenizer, model_dir: Path, shown: str) -> int | None:
         with time_limit(RENDER_LIMIT_S):
             text = tokenizer.apply_chat_template(messages, tokenize=False)
     except RenderTimeout:
-        raise PipelineError(f"{shown}/{template_file(model_dir)}: the chat template took over {RENDER_LIMIT_S:g} s to "
-                            "render a user question and an answer (real ones take milliseconds); refused") from None
+        raise PipelineError(
+            f"{shown}/{template_file(model_dir)}: the chat template took over {RENDER_LIMIT_S:g} s to "
+            "render a user question and an answer (real ones take milliseconds); refused"
+        ) from None
     except Exception as e:  # noqa: BLE001 - jinja's errors and the template's own raise_exception
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise PipelineError(f"{shown}/{template_file(model_dir)}: the chat template cannot render a user question and "
-                            f"an answer ({type(e).__name__}: {first})") from None
+        raise PipelineError(
+            f"{shown}/{template_file(model_dir)}: the chat template cannot render a user question and "
+            f"an answer ({type(e).__name__}: {first})"
+        ) from None
     at = text.rfind(PROBE)
     if at < 0:
         return None
     special = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
-    return next((i for i in tokenizer(text[at + len(PROBE):], add_special_tokens=False)["input_ids"] if i in special),
-                None)
+    return next(
+        (i for i in tokenizer(text[at + len(PROBE) :], add_special_tokens=False)["input_ids"] if i in special), None
+    )
 
 
 def end_tokens(tokenizer, model_dir: Path, shown: str) -> EndTokens:
@@ -122,13 +129,21 @@ def end_tokens(tokenizer, model_dir: Path, shown: str) -> EndTokens:
     if ids(generation.get("eos_token_id")):
         declared, declared_file = ids(generation["eos_token_id"]), "generation_config.json"
     else:
-        declared, declared_file = (ids(config.get("eos_token_id")),
-                                   "config.json" if ids(config.get("eos_token_id")) else None)
+        declared, declared_file = (
+            ids(config.get("eos_token_id")),
+            "config.json" if ids(config.get("eos_token_id")) else None,
+        )
     pad = config.get("pad_token_id")
-    return EndTokens(eos=tokenizer.eos_token_id, eos_text=tokenizer.eos_token,
-                     turn_end=turn_end_id(tokenizer, model_dir, shown), declared_eos=declared,
-                     declared_file=declared_file, pad=tokenizer.pad_token_id, pad_text=tokenizer.pad_token,
-                     declared_pad=pad if isinstance(pad, int) and not isinstance(pad, bool) else None)
+    return EndTokens(
+        eos=tokenizer.eos_token_id,
+        eos_text=tokenizer.eos_token,
+        turn_end=turn_end_id(tokenizer, model_dir, shown),
+        declared_eos=declared,
+        declared_file=declared_file,
+        pad=tokenizer.pad_token_id,
+        pad_text=tokenizer.pad_token,
+        declared_pad=pad if isinstance(pad, int) and not isinstance(pad, bool) else None,
+    )
 
 
 def agreed_eos(tokens: EndTokens, metadata_eos: int | None = None) -> int | None:
@@ -142,6 +157,7 @@ def agreed_eos(tokens: EndTokens, metadata_eos: int | None = None) -> int | None
 
 def mismatch(tokens: EndTokens, tokenizer, model_dir: Path) -> str | None:
     """What disagrees, as the tail of one error line; None when eos, pad and the template agree."""
+
     def token(i: int) -> str:
         return f"{tokenizer.convert_ids_to_tokens(i)!r} (id {i})"
 
@@ -155,11 +171,14 @@ def mismatch(tokens: EndTokens, tokenizer, model_dir: Path) -> str | None:
     if disagree:
         fix = agreed_eos(tokens)
         hint = f"; set eos_token to {tokenizer.convert_ids_to_tokens(fix)!r} there" if fix is not None else ""
-        return (f"tokenizer_config.json {eos}, but {' and '.join(disagree)}: answers would not stop where a turn "
-                f"ends{hint}")
+        return (
+            f"tokenizer_config.json {eos}, but {' and '.join(disagree)}: answers would not stop where a turn ends{hint}"
+        )
     if tokens.pad is not None and tokens.declared_pad is not None and tokens.pad != tokens.declared_pad:
-        return (f"tokenizer_config.json names pad_token {tokens.pad_text!r} (id {tokens.pad}), but config.json "
-                f"pad_token_id is {tokens.declared_pad} ({tokenizer.convert_ids_to_tokens(tokens.declared_pad)!r})")
+        return (
+            f"tokenizer_config.json names pad_token {tokens.pad_text!r} (id {tokens.pad}), but config.json "
+            f"pad_token_id is {tokens.declared_pad} ({tokenizer.convert_ids_to_tokens(tokens.declared_pad)!r})"
+        )
     return None
 
 

@@ -9,6 +9,7 @@ A concern declares its sections beside its code (pipeline/<concern>/settings.py)
 whole-file check sees every section. A rule that needs more than one key's value is a `rule` of the section
 (`__post_init__` of its dataclass, one line naming the key) or, across sections, pipeline/rules.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,7 @@ class Knob:
     """What a field's annotation does not say: its help and range. required: absence is an error (the default is
     then the shipped value, documented and compared with params.yaml's, never filled in). parse/schema: a value
     with a shape of its own (a source, the tiers) parsed by the concern's function, with its JSON schema."""
+
     help: str
     required: bool = False
     minimum: float | None = None
@@ -91,6 +93,7 @@ def default_of(f: dataclasses.Field) -> Any:
 
 # --- the typed value -------------------------------------------------------------------------------------------
 
+
 def members(tp: Any) -> tuple:
     return typing.get_args(tp) if typing.get_origin(tp) in (Union, types.UnionType) else (tp,)
 
@@ -128,6 +131,7 @@ def convert(value: Any, tp: Any, where: str) -> Any:
 
 def wanted(tp: Any, k: Knob) -> str:
     """What a value of this declaration must be, as an error line says it: `auto or an integer >= 1`."""
+
     def one(t: Any, alone: bool) -> str:
         if t is type(None):
             return "null"
@@ -137,10 +141,20 @@ def wanted(tp: Any, k: Knob) -> str:
             if t is float and k.exclusive_minimum == 0 and k.minimum is None and k.maximum is None:
                 return "a positive number"
             noun = "an integer" if t is int else "a number"
-            lo = (f"[{k.minimum:g}" if k.minimum is not None else
-                  f"({k.exclusive_minimum:g}" if k.exclusive_minimum is not None else None)
-            hi = (f"{k.maximum:g}]" if k.maximum is not None else
-                  f"{k.exclusive_maximum:g})" if k.exclusive_maximum is not None else None)
+            lo = (
+                f"[{k.minimum:g}"
+                if k.minimum is not None
+                else f"({k.exclusive_minimum:g}"
+                if k.exclusive_minimum is not None
+                else None
+            )
+            hi = (
+                f"{k.maximum:g}]"
+                if k.maximum is not None
+                else f"{k.exclusive_maximum:g})"
+                if k.exclusive_maximum is not None
+                else None
+            )
             if lo and hi:
                 return f"{noun} in {lo}, {hi}"
             if lo:
@@ -155,6 +169,7 @@ def wanted(tp: Any, k: Knob) -> str:
             inner = typing.get_args(t)[0]
             return "a list of " + {int: "integers", str: "strings", float: "numbers"}.get(inner, "values")
         return "a mapping"
+
     options = sorted(members(tp), key=lambda t: typing.get_origin(t) is not Literal)  # auto or an integer
     return " or ".join(one(t, len(options) == 1) for t in options)
 
@@ -167,9 +182,12 @@ def in_range(value: Any, k: Knob) -> bool:
         return k.min_length is None or len(value.strip()) >= k.min_length
     if not is_number(value):
         return True
-    return not ((k.minimum is not None and value < k.minimum) or (k.maximum is not None and value > k.maximum)
-                or (k.exclusive_minimum is not None and value <= k.exclusive_minimum)
-                or (k.exclusive_maximum is not None and value >= k.exclusive_maximum))
+    return not (
+        (k.minimum is not None and value < k.minimum)
+        or (k.maximum is not None and value > k.maximum)
+        or (k.exclusive_minimum is not None and value <= k.exclusive_minimum)
+        or (k.exclusive_maximum is not None and value >= k.exclusive_maximum)
+    )
 
 
 def parse_key(value: Any, tp: Any, k: Knob, where: str) -> Any:
@@ -198,8 +216,11 @@ def unknown_key(raw: Mapping, allowed: list[str], where: str) -> None:
     unknown = sorted(str(key) for key in raw if key not in allowed)
     if unknown:
         near = difflib.get_close_matches(unknown[0], allowed, n=1)
-        raise PipelineError(f"unknown key {where}.{unknown[0]}" + (f" (did you mean {near[0]}?)" if near else "")
-                            + f"; allowed here: {', '.join(sorted(allowed))}")
+        raise PipelineError(
+            f"unknown key {where}.{unknown[0]}"
+            + (f" (did you mean {near[0]}?)" if near else "")
+            + f"; allowed here: {', '.join(sorted(allowed))}"
+        )
 
 
 def parse_declared(kind: type, raw: Any, where: str | None = None) -> Any:
@@ -228,15 +249,18 @@ def declared_parse(cls: type, section: Mapping) -> Any:
 def section(name: str, registry: dict[str, type] = REGISTRY) -> Callable[[type], type]:
     """Class decorator: a frozen dataclass declared as params.yaml's section `name`, registered, with `parse`
     (parse_declared, unless the class has its own)."""
+
     def wrap(kind: type) -> type:
         kind.SECTION = name
         if "parse" not in kind.__dict__:
             kind.parse = classmethod(declared_parse)
         return register(kind, registry)
+
     return wrap
 
 
 # --- the JSON schema -------------------------------------------------------------------------------------------
+
 
 def type_schema(tp: Any) -> dict:
     origin = typing.get_origin(tp)
@@ -264,8 +288,13 @@ def key_schema(tp: Any, k: Knob) -> dict:
     out = dict(k.schema) if k.schema is not None else type_schema(tp)
     if not k.required and k.schema is None and out.get("type") in ("object", "array"):
         out["type"] = [out["type"], "null"]  # parse_key reads an optional mapping's or list's null as empty
-    rules = {"minimum": k.minimum, "maximum": k.maximum, "exclusiveMinimum": k.exclusive_minimum,
-             "exclusiveMaximum": k.exclusive_maximum, "minLength": k.min_length}
+    rules = {
+        "minimum": k.minimum,
+        "maximum": k.maximum,
+        "exclusiveMinimum": k.exclusive_minimum,
+        "exclusiveMaximum": k.exclusive_maximum,
+        "minLength": k.min_length,
+    }
     rules = {key: v for key, v in rules.items() if v is not None}
     if out.get("type") == "array":  # a list's bounds are its items'
         out["items"] = {**out["items"], **rules}
@@ -278,14 +307,20 @@ def key_schema(tp: Any, k: Knob) -> dict:
 
 def keys_schema(kind: type) -> dict:
     """A section's keys, each checked by the section's own parse (not by the schema): unknown keys are refused."""
-    return {"type": ["object", "null"], "additionalProperties": False,
-            "properties": {f.name: {"description": knob_of(f).help} for f, _ in declared_fields(kind)}}
+    return {
+        "type": ["object", "null"],
+        "additionalProperties": False,
+        "properties": {f.name: {"description": knob_of(f).help} for f, _ in declared_fields(kind)},
+    }
 
 
 def section_schema(kind: type) -> dict:
     declared = declared_fields(kind)
-    out = {"type": "object", "additionalProperties": False,
-           "properties": {f.name: key_schema(tp, knob_of(f)) for f, tp in declared}}
+    out = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {f.name: key_schema(tp, knob_of(f)) for f, tp in declared},
+    }
     required = [f.name for f, _ in declared if knob_of(f).required or default_of(f) is MISSING]
     if required:
         out["required"] = required
@@ -294,12 +329,18 @@ def section_schema(kind: type) -> dict:
 
 def params_schema(sections: Mapping[str, type]) -> dict:
     """params.yaml's JSON schema, from the registered sections in params.yaml's order."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "modelprep params.yaml",
-            "type": "object", "additionalProperties": False, "required": list(sections),
-            "properties": {name: section_schema(kind) for name, kind in sections.items()}}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "modelprep params.yaml",
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(sections),
+        "properties": {name: section_schema(kind) for name, kind in sections.items()},
+    }
 
 
 # --- the docs table --------------------------------------------------------------------------------------------
+
 
 def shown(value: Any) -> str:
     if value is MISSING:
@@ -327,8 +368,13 @@ def rows(kind: type, where: str) -> list[tuple[str, str, str, str]]:
         custom = k.parse is not None or k.schema is not None
         sub = None if custom else next((t for t in members(tp) if is_section(t)), None)
         free = any(t is Mapping or typing.get_origin(t) is Mapping for t in members(tp))
-        allowed = "see below" if sub is not None else \
-            (k.schema or {}).get("description", wanted(tp, k)) if custom else wanted(tp, k)
+        allowed = (
+            "see below"
+            if sub is not None
+            else (k.schema or {}).get("description", wanted(tp, k))
+            if custom
+            else wanted(tp, k)
+        )
         out.append((key, allowed, "" if free else shown(default_of(f)), k.help))
         if sub is not None:
             out += rows(sub, key)
@@ -337,11 +383,14 @@ def rows(kind: type, where: str) -> list[tuple[str, str, str, str]]:
 
 def docs_table(sections: Mapping[str, type]) -> str:
     """docs/params.md's generated table: every declared key, what it takes, its shipped value and its help."""
+
     def cell(text: str) -> str:
         return text.replace("|", "\\|").replace("\n", " ")
 
     lines = ["| key | takes | shipped | what it does |", "| --- | --- | --- | --- |"]
     for name, kind in sections.items():
-        lines += [f"| `{key}` | {cell(allowed)} | {cell(f'`{default}`' if default else '')} | {cell(text)} |"
-                  for key, allowed, default, text in rows(kind, name)]
+        lines += [
+            f"| `{key}` | {cell(allowed)} | {cell(f'`{default}`' if default else '')} | {cell(text)} |"
+            for key, allowed, default, text in rows(kind, name)
+        ]
     return "\n".join(lines)

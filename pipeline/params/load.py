@@ -4,6 +4,7 @@ The whole file is checked once per `dvc repro`, by its always-run first stage (`
 before any stage does work. A stage only reads, so its import closure (its code deps in dvc.yaml) is its own
 concern: editing the gates, the tiers or the serving checks no longer re-runs the models, data, quantize or drafts.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,22 @@ from pipeline.core.errors import PipelineError
 # once chose one) would let a stage run on values DVC never saw, e.g. publish with the signing key unset (issue #47).
 PARAMS_FILE = Path("params.yaml")
 RETIRED_ENV = "MODELPREP_PARAMS"
-SECTIONS = ("target", "draft", "demo", "data", "quantize", "draft_training", "draft_quantize", "evaluate", "gates",
-            "serving", "serve_bench", "deploy", "monitoring", "publish")
+SECTIONS = (
+    "target",
+    "draft",
+    "demo",
+    "data",
+    "quantize",
+    "draft_training",
+    "draft_quantize",
+    "evaluate",
+    "gates",
+    "serving",
+    "serve_bench",
+    "deploy",
+    "monitoring",
+    "publish",
+)
 
 
 def load_params(path: str | Path = PARAMS_FILE) -> dict:
@@ -38,12 +53,15 @@ def load_params(path: str | Path = PARAMS_FILE) -> dict:
 def refuse_other_params() -> None:
     """One line when MODELPREP_PARAMS is set: someone expects it to choose the params, and it no longer does."""
     if os.environ.get(RETIRED_ENV):
-        raise PipelineError(f"{RETIRED_ENV} is set ({os.environ[RETIRED_ENV]}): stages read only params.yaml, which "
-                            "DVC tracks; unset it (to try other params, copy the project and edit its params.yaml)")
+        raise PipelineError(
+            f"{RETIRED_ENV} is set ({os.environ[RETIRED_ENV]}): stages read only params.yaml, which "
+            "DVC tracks; unset it (to try other params, copy the project and edit its params.yaml)"
+        )
 
 
 class SectionParams(Protocol):
     """A concern's typed section (pipeline/<concern>/settings.py): its params.yaml key and its parser."""
+
     SECTION: ClassVar[str]
 
     @classmethod
@@ -82,8 +100,10 @@ def parse_yaml_mapping(text: str, path: Path) -> dict:
         # (dvc status aborted, the bundle stage ran out of memory). Params need none, so none is read.
         alias = next((e for e in yaml.parse(text) if isinstance(e, yaml.AliasEvent)), None)
         if alias is not None:
-            raise PipelineError(f"{path}:{alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not allowed "
-                                "in params; write the values out")
+            raise PipelineError(
+                f"{path}:{alias.start_mark.line + 1}: YAML aliases (*{alias.anchor}) are not allowed "
+                "in params; write the values out"
+            )
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise PipelineError(f"{path} is not valid YAML ({str(e).splitlines()[0]})") from None

@@ -5,6 +5,7 @@
 overlay key that params.yaml lacks is an error (a typo must not add a param nothing reads), and the
 result must pass params validation before params.yaml is touched.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -121,8 +122,9 @@ def _quoted_where_yaml11_differs(value):
 def apply_profile(name_or_path: str, params_path: Path, validate: Callable[[dict, Path], None]) -> list[str]:
     """Write the profile over params_path (validated first, by the whole-file check pipeline/rules.py passes in:
     params imports no concern); returns the dotted keys changed."""
-    merged, changed = overlay(read_yaml_mapping(params_path, "params file"),
-                              read_yaml_mapping(profile_path(name_or_path), "profile"))
+    merged, changed = overlay(
+        read_yaml_mapping(params_path, "params file"), read_yaml_mapping(profile_path(name_or_path), "profile")
+    )
     validate(merged, params_path)
     if changed:
         write_keeping_comments(params_path, merged, changed)

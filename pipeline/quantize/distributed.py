@@ -23,6 +23,7 @@ on compressed_tensors' is_distributed()); paths below are in site-packages:
 worker; rank 0 writes the checkpoint into the stage's temp directory, so the artifact stays all-or-nothing.
 A rank that fails makes torchrun stop the others; one that hangs trips the process group's timeout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -46,8 +47,14 @@ from pipeline.quantize.settings import Calibration, Distributed
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def quantize(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: Calibration,
-             distributed: Distributed) -> dict:
+def quantize(
+    model_dir: Path,
+    out_dir: Path,
+    spec: VariantSpec,
+    calibration_texts: list[str],
+    cfg: Calibration,
+    distributed: Distributed,
+) -> dict:
     """quantize_model in this process for gpus: 1 (and the unquantized baseline, a file copy); N ranks otherwise."""
     gpus = distributed.gpus
     if gpus == 1 or is_unquantized(spec):
@@ -55,8 +62,15 @@ def quantize(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_text
     return launch(model_dir, out_dir, spec, calibration_texts, cfg, gpus, distributed.timeout_s)
 
 
-def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str], cfg: Calibration, gpus: int,
-           timeout_s: float) -> dict:
+def launch(
+    model_dir: Path,
+    out_dir: Path,
+    spec: VariantSpec,
+    calibration_texts: list[str],
+    cfg: Calibration,
+    gpus: int,
+    timeout_s: float,
+) -> dict:
     """torchrun with `gpus` ranks; the metrics of rank 0, or one PipelineError line: the first rank's failure."""
     check_devices(gpus, spec)
     # The refusals that need no model, here rather than once per rank.
@@ -64,29 +78,54 @@ def launch(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts:
     if any(m.requires_calibration_data for m in build_recipe(spec, [])):
         rows = len(calibration_texts[: settings.num_samples])
         if rows < gpus:  # llm-compressor asserts every rank has a sample (datasets/utils.py, _is_dist_and_same_ds)
-            raise PipelineError(f"quantize.distributed.gpus is {gpus} but variant {spec.name!r} has {rows} calibration "
-                                "rows: each process needs at least one")
+            raise PipelineError(
+                f"quantize.distributed.gpus is {gpus} but variant {spec.name!r} has {rows} calibration "
+                "rows: each process needs at least one"
+            )
     with tempfile.TemporaryDirectory(prefix="quantize-dist-") as tmp:
         job = Path(tmp)
-        write_json(job / "job.json", {"model_dir": str(Path(model_dir).resolve()),
-                                      "out_dir": str(Path(out_dir).resolve()), "spec": dataclasses.asdict(spec),
-                                      "texts": calibration_texts, "cfg": dataclasses.asdict(cfg),
-                                      "timeout_s": timeout_s})
+        write_json(
+            job / "job.json",
+            {
+                "model_dir": str(Path(model_dir).resolve()),
+                "out_dir": str(Path(out_dir).resolve()),
+                "spec": dataclasses.asdict(spec),
+                "texts": calibration_texts,
+                "cfg": dataclasses.asdict(cfg),
+                "timeout_s": timeout_s,
+            },
+        )
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-               "-m", "pipeline.quantize.distributed", str(job)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={gpus}",
+            "-m",
+            "pipeline.quantize.distributed",
+            str(job),
+        ]
         returncode = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode  # output: the stage's log
         # The earliest error is the cause; later ones are ranks that lost their peer.
         failures = sorted((read_json(p) for p in job.glob("error-*.json")), key=lambda f: f["time"])
         if failures:
             first = failures[0]
             # gloo: "Application timeout caused pair closure", "Timed out waiting ..."; NCCL's watchdog: "... timeout".
-            hint = (f"; it waited on the others past timeout_s ({timeout_s} s): one is stuck, or a step needs a larger "
-                    "timeout_s") if re.search(r"time(d)? ?out", first["error"], re.IGNORECASE) else ""
+            hint = (
+                (
+                    f"; it waited on the others past timeout_s ({timeout_s} s): one is stuck, or a step needs a larger "
+                    "timeout_s"
+                )
+                if re.search(r"time(d)? ?out", first["error"], re.IGNORECASE)
+                else ""
+            )
             raise PipelineError(f"{first['error']} (quantize.distributed: rank {first['rank']} of {gpus}{hint})")
         if returncode != 0 or not (job / "metrics.json").is_file():
-            raise PipelineError(f"quantize.distributed: torchrun exited with {returncode} and no rank reported an "
-                                "error (a rank killed, e.g. out of memory?); the ranks' output is in the stage log")
+            raise PipelineError(
+                f"quantize.distributed: torchrun exited with {returncode} and no rank reported an "
+                "error (a rank killed, e.g. out of memory?); the ranks' output is in the stage log"
+            )
         return read_json(job / "metrics.json")
 
 
@@ -106,8 +145,10 @@ def check_devices(gpus: int, spec: VariantSpec) -> None:
         return
     gpu_only = "AWQ" if spec.algorithm == "awq" else "SmoothQuant" if spec.smoothing_strength else None
     if gpu_only:
-        raise PipelineError(f"variant {spec.name!r}: llm-compressor's distributed {gpu_only} runs on GPU ranks only; "
-                            "on this host without one set quantize.distributed.gpus: 1")
+        raise PipelineError(
+            f"variant {spec.name!r}: llm-compressor's distributed {gpu_only} runs on GPU ranks only; "
+            "on this host without one set quantize.distributed.gpus: 1"
+        )
 
 
 def init_process_group(timeout_s: float) -> None:
@@ -122,8 +163,9 @@ def init_process_group(timeout_s: float) -> None:
         local_rank = int(os.environ["LOCAL_RANK"])
         kind = torch.accelerator.current_accelerator().type
         torch.accelerator.set_device_index(local_rank)
-        kwargs = dict(backend={"cuda": "nccl", "xpu": "xccl"}.get(kind, "gloo"),
-                      device_id=torch.device(kind, local_rank))
+        kwargs = dict(
+            backend={"cuda": "nccl", "xpu": "xccl"}.get(kind, "gloo"), device_id=torch.device(kind, local_rank)
+        )
     dist.init_process_group(init_method="env://", timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
     dist.barrier()
 
@@ -162,8 +204,13 @@ def cpu_ranks_wait_for_quantized_weights():
 def calibration_from_json(raw: dict) -> Calibration:
     """The launcher's Calibration as job.json carries it (JSON turned its tuples into lists)."""
     targets = raw["sequential_targets"]
-    return Calibration(**{**raw, "ignore": tuple(raw["ignore"]),
-                          "sequential_targets": tuple(targets) if isinstance(targets, list) else targets})
+    return Calibration(
+        **{
+            **raw,
+            "ignore": tuple(raw["ignore"]),
+            "sequential_targets": tuple(targets) if isinstance(targets, list) else targets,
+        }
+    )
 
 
 def worker(job: Path) -> int:
@@ -175,16 +222,24 @@ def worker(job: Path) -> int:
     try:
         init_process_group(args["timeout_s"])
         with cpu_ranks_wait_for_quantized_weights():
-            metrics = quantize_model(Path(args["model_dir"]), Path(args["out_dir"]), VariantSpec(**args["spec"]),
-                                     args["texts"], calibration_from_json(args["cfg"]))
+            metrics = quantize_model(
+                Path(args["model_dir"]),
+                Path(args["out_dir"]),
+                VariantSpec(**args["spec"]),
+                args["texts"],
+                calibration_from_json(args["cfg"]),
+            )
         if rank == 0:
             write_json(job / "metrics.json", metrics)
         dist.destroy_process_group()
         return 0
     except BaseException as e:  # noqa: BLE001 - reported to the launcher as one line, traceback to the log
         traceback.print_exc()
-        line = str(e) if isinstance(e, PipelineError) else \
-            f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        line = (
+            str(e)
+            if isinstance(e, PipelineError)
+            else f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+        )
         write_json(job / f"error-{rank}.json", {"rank": rank, "time": time.time(), "error": line})
         return 1
 

@@ -7,6 +7,7 @@ path; NVFP4 activations need Blackwell (10.0). NVFP4 weights with 16-bit activat
 vLLM 0.26.0's own source instead (see requirements; unchanged from 0.25.0). `serving.gpu` names the fleet's GPU;
 a variant that can't run there is refused when params.yaml is loaded, before any stage does work.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,25 +18,43 @@ from pipeline.core.errors import PipelineError
 from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of
 
 # Compute capability of the GPUs `serving.gpu` may name.
-GPUS = {"t4": 7.5, "a10g": 8.6, "a100": 8.0, "a6000": 8.6, "l4": 8.9, "l40s": 8.9, "h100": 9.0, "h200": 9.0,
-        "b200": 10.0}
+GPUS = {
+    "t4": 7.5,
+    "a10g": 8.6,
+    "a100": 8.0,
+    "a6000": 8.6,
+    "l4": 8.9,
+    "l40s": 8.9,
+    "h100": 9.0,
+    "h200": 9.0,
+    "b200": 10.0,
+}
 # Memory per GPU in GB (10^9 bytes) as the vendors' datasheets state it: H100 SXM 80 GB, H200 141 GB, A100 the 80 GB
 # model (a 40 GB A100 exists: name it by pinning serving.tensor_parallel_size), L40S 48, L4 24, A10G 24, T4 16,
 # RTX A6000 48, B200 180 (of its 192 GB, what NVIDIA lists as usable). Read as 10^9 bytes these are a little below what
 # the device reports (an H100 80GB HBM3 reports 81559 MiB, 85.5e9 bytes, benchmarks/gpu/raw/*/run.json), so a memory
 # plan built on them errs towards one more GPU, never one too few.
-GPU_MEMORY_GB = {"t4": 16, "a10g": 24, "a100": 80, "a6000": 48, "l4": 24, "l40s": 48, "h100": 80, "h200": 141,
-                 "b200": 180}
+GPU_MEMORY_GB = {
+    "t4": 16,
+    "a10g": 24,
+    "a100": 80,
+    "a6000": 48,
+    "l4": 24,
+    "l40s": 48,
+    "h100": 80,
+    "h200": 141,
+    "b200": 180,
+}
 SUPPORT_MATRIX = "vLLM's quantization support matrix (docs)"
 VLLM_SOURCE = "vLLM 0.26.0's source (its compressed-tensors scheme and NVFP4 kernel selection)"
 
 
 @dataclass(frozen=True)
 class Hardware:
-    min_compute_capability: float     # below this vLLM can't serve the checkpoint
+    min_compute_capability: float  # below this vLLM can't serve the checkpoint
     native_compute_capability: float  # from here its GEMMs run natively (not through a weight-only fallback)
     kernels: str
-    source: str = SUPPORT_MATRIX      # where the statement comes from (none of it is a GPU measurement)
+    source: str = SUPPORT_MATRIX  # where the statement comes from (none of it is a GPU measurement)
 
     def runs_on(self) -> list[str]:
         return [g for g, cc in GPUS.items() if cc >= self.min_compute_capability]
@@ -60,15 +79,23 @@ def requirements(spec: VariantSpec) -> Hardware:
         # choice: Hopper (9.0) and Blackwell (10.0) run FP4 Marlin too, never FP4 tensor cores. Marlin FP4 needs
         # capability 7.5 (layers/quantization/utils/marlin_utils_fp4.py, is_fp4_marlin_supported). On 7.5, which
         # has no BF16, vLLM's auto dtype runs a BF16 checkpoint in FP16 (config/model.py, _resolve_auto_dtype).
-        return Hardware(7.5, 7.5, "NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on every GPU from 7.5, Hopper "
-                        "(9.0) and Blackwell included, never FP4 tensor cores; FP16 activations on 7.5",
-                        source=VLLM_SOURCE)
+        return Hardware(
+            7.5,
+            7.5,
+            "NVFP4 weight-only: vLLM's FP4 Marlin kernel (W4A16) on every GPU from 7.5, Hopper "
+            "(9.0) and Blackwell included, never FP4 tensor cores; FP16 activations on 7.5",
+            source=VLLM_SOURCE,
+        )
     if w.type == "float" and w.strategy == "block":
-        return Hardware(8.0, 8.9, "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM defaults to DeepGEMM, which decoded "
-                                  "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
-                                  "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6",
-                        source=f"{SUPPORT_MATRIX}; the DeepGEMM note from this project's H100 benchmark "
-                               "(benchmarks/gpu/history/vllm-0.25.md)")
+        return Hardware(
+            8.0,
+            8.9,
+            "FP8 block-wise W8A8 from 8.9 (on Hopper vLLM defaults to DeepGEMM, which decoded "
+            "slower than BF16 at batch 32 on an H100; the bundle's serve.env selects CUTLASS's "
+            "block-scaled kernel instead, see kernel_env); weight-only FP8 Marlin on 8.0-8.6",
+            source=f"{SUPPORT_MATRIX}; the DeepGEMM note from this project's H100 benchmark "
+            "(benchmarks/gpu/history/vllm-0.25.md)",
+        )
     if w.type == "float":
         return Hardware(8.0, 8.9, "FP8 W8A8 (CUTLASS) from 8.9; weight-only FP8 Marlin on 8.0-8.6")
     if a is None:
@@ -84,9 +111,11 @@ def check_runs_on(spec: VariantSpec, gpu: str | None) -> None:
         raise PipelineError(f"serving.gpu must be one of {sorted(GPUS)} or null, got {gpu!r}")
     need = requirements(spec)
     if GPUS[gpu] < need.min_compute_capability:
-        raise PipelineError(f"variant {spec.name} can't be served on serving.gpu {gpu} (compute capability "
-                            f"{GPUS[gpu]}): it needs {need.min_compute_capability}+ ({need.kernels}); remove it from "
-                            "quantize.enabled or pick another scheme")
+        raise PipelineError(
+            f"variant {spec.name} can't be served on serving.gpu {gpu} (compute capability "
+            f"{GPUS[gpu]}): it needs {need.min_compute_capability}+ ({need.kernels}); remove it from "
+            "quantize.enabled or pick another scheme"
+        )
 
 
 # vLLM (0.25 and 0.26) picks DeepGemmFp8BlockScaledMMKernel for FP8 block-wise weights on Hopper; at Llama-3-8B

@@ -4,7 +4,7 @@ the variant's own quality gate.
 
 1. Sensitivity: each decoder layer's Linear weights quantized alone to each quantized scheme of the ladder, round to
    nearest exactly as compressed-tensors quantizes them (calculate_qparams, fake_quantize: the weights an RTN
-   checkpoint holds, tests/test_mixed.py), the rest of the model left as it is; KL(unquantized || that model) per
+   checkpoint holds, tests/quantize/test_mixed.py), the rest of the model left as it is; KL(unquantized || that model) per
    response token on calibration rows (the evaluate stage's KL, on data the gate does not score).
 2. Frontier: from every layer at the variant's scheme, promote the layer whose next scheme removes the most predicted
    KL per checkpoint byte it adds, until every layer is at the top of the ladder. A layout's KL is predicted as the
@@ -20,6 +20,7 @@ never a second quantization of the layout. Apart, so the gate's thresholds, whic
 search only: an edited threshold re-runs every variant's search stage (a note that does not change for a variant
 without `mixed:`), and no quantize@ whose checkpoint stays the same.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,6 +48,7 @@ FRONTIER_PLOT = "plots/mixed_frontier"
 class Unit:
     """One decoder layer as the search sees it: its quantized Linear modules (names within the layer), their
     (out, in) shapes, in the model's order."""
+
     container: str
     index: int
     linears: tuple[str, ...]
@@ -60,6 +62,7 @@ class Unit:
 @dataclass(frozen=True)
 class Rung:
     """One scheme of the ladder and its weights' quantization (None: left in the checkpoint's dtype)."""
+
     scheme: str
     weights: object | None  # compressed_tensors QuantizationArgs
 
@@ -68,6 +71,7 @@ class Rung:
 class Point:
     """A frontier layout: each unit's rung index, its predicted checkpoint bytes of the searched layers' weights
     and predicted KL, and the unit promoted to reach it (None: the start, every layer at the variant's scheme)."""
+
     rungs: tuple[int, ...]
     bytes: int
     predicted_kl: float
@@ -77,6 +81,7 @@ class Point:
 @dataclass(frozen=True)
 class Bound:
     """One gate threshold the walk checks: the metric (fidelity's key), its comparison and the bound."""
+
     threshold: str
     metric: str
     op: str
@@ -90,6 +95,7 @@ class Bound:
 class Attempt:
     """One layout quantized and scored: its frontier point, predicted bytes, the gate's metrics on it, the checks it
     failed, and its quantize metrics (oneshot.quantize_metrics)."""
+
     point: int
     bytes: int
     metrics: dict
@@ -101,6 +107,7 @@ class Attempt:
 class Search:
     """What the search found: units, ladder, sensitivities (unit index -> scheme -> KL), the frontier, the layouts
     tried and the one shipped."""
+
     units: tuple[Unit, ...]
     ladder: tuple[Rung, ...]
     sensitivity: dict[int, dict[str, float]]
@@ -122,12 +129,17 @@ def decoder_units(model, ignore: list[str]) -> tuple[Unit, ...]:
     for name, module in match_named_modules(model, ["Linear"], ignore):
         m = IN_LAYER.match(name)
         if m is None:
-            raise PipelineError(f"the per-layer search (mixed) found Linear {name} outside any numbered decoder layer; "
-                                "add it to quantize.calibration.ignore or the variant's ignore")
+            raise PipelineError(
+                f"the per-layer search (mixed) found Linear {name} outside any numbered decoder layer; "
+                "add it to quantize.calibration.ignore or the variant's ignore"
+            )
         layers.setdefault((m["container"], int(m["index"])), []).append(
-            (m["linear"], (module.out_features, module.in_features)))
-    return tuple(Unit(container, index, tuple(n for n, _ in linears), tuple(s for _, s in linears))
-                 for (container, index), linears in layers.items())
+            (m["linear"], (module.out_features, module.in_features))
+        )
+    return tuple(
+        Unit(container, index, tuple(n for n, _ in linears), tuple(s for _, s in linears))
+        for (container, index), linears in layers.items()
+    )
 
 
 def ladder_of(spec: VariantSpec) -> tuple[Rung, ...]:
@@ -183,13 +195,16 @@ class KLScore:
 
         from pipeline.evaluate.quality import response_logprobs
 
-        kl = sum(F.kl_div(response_logprobs(self.model, p, r), base, log_target=True, reduction="sum").item()
-                 for (p, r), base in zip(self.examples, self.baseline))
+        kl = sum(
+            F.kl_div(response_logprobs(self.model, p, r), base, log_target=True, reduction="sum").item()
+            for (p, r), base in zip(self.examples, self.baseline)
+        )
         return kl / self.tokens
 
 
-def measure_sensitivity(model, units: tuple[Unit, ...], ladder: tuple[Rung, ...],
-                        examples: list[tuple[list[int], list[int]]]) -> dict[int, dict[str, float]]:
+def measure_sensitivity(
+    model, units: tuple[Unit, ...], ladder: tuple[Rung, ...], examples: list[tuple[list[int], list[int]]]
+) -> dict[int, dict[str, float]]:
     """unit index -> quantized scheme -> KL of the model with only that unit's weights quantized to it."""
     score = KLScore(model, examples)
     modules = dict(model.named_modules())
@@ -205,10 +220,12 @@ def measure_sensitivity(model, units: tuple[Unit, ...], ladder: tuple[Rung, ...]
     return out
 
 
-def frontier(units: tuple[Unit, ...], ladder: tuple[Rung, ...], sensitivity: Mapping[int, Mapping[str, float]],
-             itemsize: int) -> tuple[Point, ...]:
+def frontier(
+    units: tuple[Unit, ...], ladder: tuple[Rung, ...], sensitivity: Mapping[int, Mapping[str, float]], itemsize: int
+) -> tuple[Point, ...]:
     """Greedy by KL removed per byte added: each step promotes the unit whose next rung buys the most (ties: the
     earlier layer), from every unit at rung 0 until every unit is at the top."""
+
     def kl(u: Unit, r: int) -> float:
         return 0.0 if ladder[r].weights is None else sensitivity[u.index][ladder[r].scheme]
 
@@ -218,12 +235,23 @@ def frontier(units: tuple[Unit, ...], ladder: tuple[Rung, ...], sensitivity: Map
     rungs = [0] * len(units)
     points = [Point(tuple(rungs), sum(cost(u, 0) for u in units), sum(kl(u, 0) for u in units))]
     while any(r < len(ladder) - 1 for r in rungs):
-        best = max((i for i, r in enumerate(rungs) if r < len(ladder) - 1),
-                   key=lambda i: ((kl(units[i], rungs[i]) - kl(units[i], rungs[i] + 1))
-                                  / max(cost(units[i], rungs[i] + 1) - cost(units[i], rungs[i]), 1), -i))
+        best = max(
+            (i for i, r in enumerate(rungs) if r < len(ladder) - 1),
+            key=lambda i: (
+                (kl(units[i], rungs[i]) - kl(units[i], rungs[i] + 1))
+                / max(cost(units[i], rungs[i] + 1) - cost(units[i], rungs[i]), 1),
+                -i,
+            ),
+        )
         rungs[best] += 1
-        points.append(Point(tuple(rungs), sum(cost(u, r) for u, r in zip(units, rungs)),
-                            sum(kl(u, r) for u, r in zip(units, rungs)), units[best].index))
+        points.append(
+            Point(
+                tuple(rungs),
+                sum(cost(u, r) for u, r in zip(units, rungs)),
+                sum(kl(u, r) for u, r in zip(units, rungs)),
+                units[best].index,
+            )
+        )
     return tuple(points)
 
 
@@ -237,9 +265,10 @@ def targets_of(units: tuple[Unit, ...], ladder: tuple[Rung, ...], rungs: tuple[i
         by_container: dict[tuple[str, tuple[str, ...]], list[int]] = {}
         for u in chosen:
             by_container.setdefault((u.container, u.linears), []).append(u.index)
-        out[rung.scheme] = [f"re:{re.escape(c)}\\.(?:{'|'.join(map(str, idx))})\\.(?:"
-                            f"{'|'.join(re.escape(n) for n in linears)})$"
-                            for (c, linears), idx in by_container.items()]
+        out[rung.scheme] = [
+            f"re:{re.escape(c)}\\.(?:{'|'.join(map(str, idx))})\\.(?:{'|'.join(re.escape(n) for n in linears)})$"
+            for (c, linears), idx in by_container.items()
+        ]
     return out
 
 
@@ -256,29 +285,41 @@ def start_point(points: tuple[Point, ...], bounds: tuple[Bound, ...]) -> int:
     return next((i for i, p in enumerate(points) if p.predicted_kl <= min(kl)), 0)
 
 
-def walk(points: tuple[Point, ...], bounds: tuple[Bound, ...], max_tries: int,
-         evaluate: Callable[[int], tuple[dict, dict]]) -> tuple[tuple[Attempt, ...], int, bool, str | None]:
+def walk(
+    points: tuple[Point, ...], bounds: tuple[Bound, ...], max_tries: int, evaluate: Callable[[int], tuple[dict, dict]]
+) -> tuple[tuple[Attempt, ...], int, bool, str | None]:
     """Try points from start_point down the frontier: evaluate(i) quantizes point i and returns (the gate's metrics,
     its quantize metrics). (attempts, the point shipped, passed, why not)."""
     attempts = []
     first = start_point(points, bounds)
     for i in range(first, min(first + max_tries, len(points))):
         metrics, quantized = evaluate(i)
-        failed = tuple(f"{b.threshold}: {b.metric} {metrics[b.metric]:.4g} not {b.op} {b.bound}"
-                       for b in bounds if not b.holds(metrics))
+        failed = tuple(
+            f"{b.threshold}: {b.metric} {metrics[b.metric]:.4g} not {b.op} {b.bound}"
+            for b in bounds
+            if not b.holds(metrics)
+        )
         attempts.append(Attempt(i, points[i].bytes, metrics, failed, quantized))
         if not failed:
             return tuple(attempts), i, True, None
     last = attempts[-1]
-    why = (f"no layout passed the gate within {len(attempts)} tries (quantize.variants.<v>.mixed.max_tries: "
-           f"{max_tries}; frontier points {first}..{last.point} of {len(points) - 1}); the last tried failed "
-           + "; ".join(last.failed))
+    why = (
+        f"no layout passed the gate within {len(attempts)} tries (quantize.variants.<v>.mixed.max_tries: "
+        f"{max_tries}; frontier points {first}..{last.point} of {len(points) - 1}); the last tried failed "
+        + "; ".join(last.failed)
+    )
     return tuple(attempts), last.point, False, why
 
 
-def search(model_dir: Path, spec: VariantSpec, calibration_texts: list[str],
-           examples: list[tuple[list[int], list[int]]], cfg: Calibration, bounds: tuple[Bound, ...],
-           keep: Path | None = None) -> Search:
+def search(
+    model_dir: Path,
+    spec: VariantSpec,
+    calibration_texts: list[str],
+    examples: list[tuple[list[int], list[int]]],
+    cfg: Calibration,
+    bounds: tuple[Bound, ...],
+    keep: Path | None = None,
+) -> Search:
     """Sensitivity, frontier and walk for a variant with `mixed:` (each try quantized into a temporary directory);
     keep: where the shipped layout's checkpoint is moved (None: dropped with the other tries)."""
     from pipeline.evaluate.quality import fidelity
@@ -296,14 +337,18 @@ def search(model_dir: Path, spec: VariantSpec, calibration_texts: list[str],
     sensitivity = measure_sensitivity(baseline, units, ladder, rows)
     points = frontier(units, ladder, sensitivity, itemsize)
     with tempfile.TemporaryDirectory(prefix="mixed-", dir=keep.parent if keep else None) as work:  # keep: a rename
+
         def evaluate(i: int) -> tuple[dict, dict]:
             tried = Path(work) / f"point-{i}"
-            metrics = quantize_model(model_dir, tried, spec, calibration_texts, cfg,
-                                     targets_of(units, ladder, points[i].rungs))
+            metrics = quantize_model(
+                model_dir, tried, spec, calibration_texts, cfg, targets_of(units, ladder, points[i].rungs)
+            )
             quality = fidelity(baseline, load_causal_lm(tried), rows)
-            say(f"mixed {spec.name}: frontier point {i}, {metrics['size_after_mb']} MB, "
+            say(
+                f"mixed {spec.name}: frontier point {i}, {metrics['size_after_mb']} MB, "
                 f"KL {quality['kl_divergence']:.4g} (predicted {points[i].predicted_kl:.4g}), "
-                f"ppl {quality['perplexity_increase_pct']:+.2f}%, top-1 {quality['top1_agreement']:.3f}")
+                f"ppl {quality['perplexity_increase_pct']:+.2f}%, top-1 {quality['top1_agreement']:.3f}"
+            )
             return quality, metrics
 
         attempts, chosen, passed, reason = walk(points, bounds, spec.mixed.max_tries, evaluate)
@@ -348,9 +393,16 @@ def search_metrics(found: Search) -> dict:
         "predicted_bytes": chosen.bytes,
         "predicted_bytes_uniform": found.frontier[0].bytes,
         "predicted_bytes_top": found.frontier[-1].bytes,
-        "tries": [{"point": a.point, "predicted_bytes": a.bytes, "size_mb": a.quantized.get("size_after_mb"),
-                   **{k: a.metrics[k] for k in FIDELITY},
-                   "failed": list(a.failed)} for a in found.attempts],
+        "tries": [
+            {
+                "point": a.point,
+                "predicted_bytes": a.bytes,
+                "size_mb": a.quantized.get("size_after_mb"),
+                **{k: a.metrics[k] for k in FIDELITY},
+                "failed": list(a.failed),
+            }
+            for a in found.attempts
+        ],
         "sensitivity": [{"layer": u.index, **found.sensitivity[u.index]} for u in found.units],
     }
 
@@ -358,15 +410,27 @@ def search_metrics(found: Search) -> dict:
 def sensitivity_rows(found: Search) -> list[dict]:
     """plots/sensitivity/<v>: a bar per decoder layer, the KL of the variant's own scheme on it alone."""
     base = found.ladder[0].scheme
-    return [{"layer": f"layer {u.index}", "kl_divergence": found.sensitivity[u.index][base],
-             **{r.scheme: found.sensitivity[u.index][r.scheme] for r in found.ladder if r.weights is not None}}
-            for u in found.units]
+    return [
+        {
+            "layer": f"layer {u.index}",
+            "kl_divergence": found.sensitivity[u.index][base],
+            **{r.scheme: found.sensitivity[u.index][r.scheme] for r in found.ladder if r.weights is not None},
+        }
+        for u in found.units
+    ]
 
 
 def frontier_rows(found: Search) -> list[dict]:
     """plots/mixed_frontier/<v>: predicted checkpoint MB of the searched layers against predicted KL, each point's
     measured KL where the walk quantized and scored it."""
     measured = {a.point: a.metrics["kl_divergence"] for a in found.attempts}
-    return [{"point": i, "predicted_mb": round(p.bytes / 1e6, 4), "predicted_kl": p.predicted_kl,
-             "measured_kl": measured.get(i), "promoted_layer": p.promoted} for i, p in enumerate(found.frontier)]
-
+    return [
+        {
+            "point": i,
+            "predicted_mb": round(p.bytes / 1e6, 4),
+            "predicted_kl": p.predicted_kl,
+            "measured_kl": measured.get(i),
+            "promoted_layer": p.promoted,
+        }
+        for i, p in enumerate(found.frontier)
+    ]

@@ -1,4 +1,5 @@
 """Quantize a target with llm-compressor's oneshot and save it in compressed-tensors format."""
+
 from __future__ import annotations
 
 import contextlib
@@ -103,8 +104,9 @@ def layer_progress(desc: str, total: int | None):
         bar.close()
 
 
-def resolve_group_size(model: torch.nn.Module, spec: VariantSpec,
-                       ignore: list[str]) -> tuple[VariantSpec, GroupSize | None]:
+def resolve_group_size(
+    model: torch.nn.Module, spec: VariantSpec, ignore: list[str]
+) -> tuple[VariantSpec, GroupSize | None]:
     """The spec with the group size its layers take (recipes.choose_group_size), checked before calibration: a
     group_size the variant sets that does not divide a layer's input width is refused in one line; the scheme's own
     gives way to the largest vLLM serves that does, the reason in the metrics."""
@@ -120,13 +122,17 @@ def tracing_failures_as_pipeline_errors(architecture: str):
     try:
         yield
     except Exception as e:
-        if not any(frame.f_code.co_name == "trace_subgraphs" and "llmcompressor" in frame.f_code.co_filename
-                   for frame, _ in traceback.walk_tb(e.__traceback__)):
+        if not any(
+            frame.f_code.co_name == "trace_subgraphs" and "llmcompressor" in frame.f_code.co_filename
+            for frame, _ in traceback.walk_tb(e.__traceback__)
+        ):
             raise
         reason = (str(e).strip().splitlines() or [type(e).__name__])[-1][:200]
-        raise PipelineError(f"llm-compressor cannot trace {architecture} for its layer-by-layer (sequential) "
-                            f"calibration ({reason}); set quantize.calibration.pipeline: basic to calibrate the "
-                            "whole model in one pass (it must fit in memory)") from None
+        raise PipelineError(
+            f"llm-compressor cannot trace {architecture} for its layer-by-layer (sequential) "
+            f"calibration ({reason}); set quantize.calibration.pipeline: basic to calibrate the "
+            "whole model in one pass (it must fit in memory)"
+        ) from None
 
 
 def calibration_settings(cfg: Calibration, spec: VariantSpec) -> Calibration:
@@ -143,12 +149,16 @@ def awq_grid(spec: VariantSpec, cfg: Calibration, device: str) -> tuple[VariantS
     if "n_grid" in spec.knobs:
         return spec, {"awq_n_grid": spec.knobs["n_grid"], "awq_n_grid_from": f"quantize.variants.{spec.name}.n_grid"}
     if device == "cpu" and cfg.cpu_awq_n_grid is not None:
-        return (replace(spec, knobs={**spec.knobs, "n_grid": cfg.cpu_awq_n_grid}),
-                {"awq_n_grid": cfg.cpu_awq_n_grid, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"})
+        return (
+            replace(spec, knobs={**spec.knobs, "n_grid": cfg.cpu_awq_n_grid}),
+            {"awq_n_grid": cfg.cpu_awq_n_grid, "awq_n_grid_from": "quantize.calibration.cpu_awq_n_grid"},
+        )
     from llmcompressor.modifiers.transform.awq import AWQModifier  # as recipes.build_recipe: only where AWQ runs
 
-    return spec, {"awq_n_grid": AWQModifier.model_fields["n_grid"].default,
-                  "awq_n_grid_from": "llm-compressor's default"}
+    return spec, {
+        "awq_n_grid": AWQModifier.model_fields["n_grid"].default,
+        "awq_n_grid_from": "llm-compressor's default",
+    }
 
 
 def sequential_targets(cfg: Calibration) -> str | list[str] | None:
@@ -167,10 +177,12 @@ def load_for_quantization(model_dir: Path, device: str, dtype: torch.dtype, offl
         from compressed_tensors.offload import load_offloaded_model
 
         with load_offloaded_model():
-            return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, device_map="auto_offload",
-                                                        trust_remote_code=False, use_safetensors=True)
-    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, trust_remote_code=False,
-                                                use_safetensors=True).to(device)
+            return AutoModelForCausalLM.from_pretrained(
+                model_dir, dtype=dtype, device_map="auto_offload", trust_remote_code=False, use_safetensors=True
+            )
+    return AutoModelForCausalLM.from_pretrained(
+        model_dir, dtype=dtype, trust_remote_code=False, use_safetensors=True
+    ).to(device)
 
 
 def to_saved_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
@@ -181,8 +193,12 @@ def to_saved_dtype(model: torch.nn.Module, dtype: torch.dtype) -> None:
     its storage (offload/cache/base.py, OffloadCache.__setitem__), which would keep the cast dtype."""
     import torch
 
-    keep = {(module, name): param.detach().clone() for module in model.modules()
-            for name, param in module.named_parameters(recurse=False) if name.endswith("_global_scale")}
+    keep = {
+        (module, name): param.detach().clone()
+        for module in model.modules()
+        for name, param in module.named_parameters(recurse=False)
+        if name.endswith("_global_scale")
+    }
     for module, name in keep:
         delattr(module, name)
     model.to(dtype)
@@ -220,8 +236,14 @@ def process_rank() -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
-def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibration_texts: list[str],
-                   cfg: Calibration, targets: Mapping[str, list[str]] | None = None) -> dict:
+def quantize_model(
+    model_dir: Path,
+    out_dir: Path,
+    spec: VariantSpec,
+    calibration_texts: list[str],
+    cfg: Calibration,
+    targets: Mapping[str, list[str]] | None = None,
+) -> dict:
     """Run the variant's recipe and save a compressed checkpoint into out_dir (which must be new/temp).
 
     cfg: quantize.calibration (num_samples, max_seq_length, ignore, pipeline, sequential_targets, offload); the spec
@@ -276,16 +298,21 @@ def quantize_model(model_dir: Path, out_dir: Path, spec: VariantSpec, calibratio
 def calibration_kwargs(tokenizer, texts: list[str], cfg: Calibration, rank: int, world: int) -> dict:
     """oneshot's calibration arguments: this rank's slice of texts, split as llm-compressor's get_rank_partition
     splits a dataset."""
-    mine = texts[len(texts) * rank // world: len(texts) * (rank + 1) // world]
-    kwargs = dict(dataset=calibration_dataset(tokenizer, mine, cfg.max_seq_length),
-                  num_calibration_samples=len(mine), max_seq_length=cfg.max_seq_length,
-                  shuffle_calibration_samples=False)
-    return kwargs | {k: v for k, v in (("pipeline", cfg.pipeline), ("sequential_targets", sequential_targets(cfg)))
-                     if v}
+    mine = texts[len(texts) * rank // world : len(texts) * (rank + 1) // world]
+    kwargs = dict(
+        dataset=calibration_dataset(tokenizer, mine, cfg.max_seq_length),
+        num_calibration_samples=len(mine),
+        max_seq_length=cfg.max_seq_length,
+        shuffle_calibration_samples=False,
+    )
+    return kwargs | {
+        k: v for k, v in (("pipeline", cfg.pipeline), ("sequential_targets", sequential_targets(cfg))) if v
+    }
 
 
-def run_oneshot(model, tokenizer, recipe: list, spec: VariantSpec, cfg: Calibration, show_layers: bool,
-                kwargs: dict) -> float:
+def run_oneshot(
+    model, tokenizer, recipe: list, spec: VariantSpec, cfg: Calibration, show_layers: bool, kwargs: dict
+) -> float:
     """llm-compressor's oneshot on model, its tracing failures as one line; the seconds it took. show_layers: a
     progress line per calibrated layer (data-free recipes take seconds; a distributed run's ranks share one
     console, so rank 0's alone)."""
@@ -297,8 +324,7 @@ def run_oneshot(model, tokenizer, recipe: list, spec: VariantSpec, cfg: Calibrat
         if spec.algorithm == "awq":
             stack.enter_context(awq_pinning_off_without_accelerator())
         if show_layers:
-            layers = calibrated_layers(model, sequential_targets(cfg)) if cfg.pipeline in (
-                None, "sequential") else None
+            layers = calibrated_layers(model, sequential_targets(cfg)) if cfg.pipeline in (None, "sequential") else None
             stack.enter_context(layer_progress(f"quantize {spec.name} ({spec.algorithm}, layers)", layers))
         oneshot(model=model, tokenizer=tokenizer, recipe=recipe, **kwargs)
     return time.perf_counter() - t1
@@ -317,8 +343,17 @@ def group_metrics(group: GroupSize | None) -> dict:
     return group.as_metrics() if group else {"group_size": None, "group_size_configured": None, "group_size_reason": []}
 
 
-def quantize_metrics(spec: VariantSpec, model_dir: Path, out_dir: Path, device: str, samples: int, wall: float,
-                     oneshot_s: float, processes: int = 1, group: GroupSize | None = None) -> dict:
+def quantize_metrics(
+    spec: VariantSpec,
+    model_dir: Path,
+    out_dir: Path,
+    device: str,
+    samples: int,
+    wall: float,
+    oneshot_s: float,
+    processes: int = 1,
+    group: GroupSize | None = None,
+) -> dict:
     """group: the weight group size used (-1: channel-wise), the one configured, and why they differ (null when not)."""
     size_before, size_after = dir_size(model_dir, suffix=".safetensors"), dir_size(out_dir, suffix=".safetensors")
     return {

@@ -3,9 +3,10 @@ project reads them: each preset's weights and input activations, by number type,
 
 What a stage needs to know of a variant's scheme (is the name a preset, which GPUs serve it, which GEMM kernels vLLM
 offers it) without importing compressed-tensors, which loads torch and transformers: seconds of every bundle@<variant>
-stage, which otherwise imports nothing heavy. tests/test_hardware.py checks this table against the installed
+stage, which otherwise imports nothing heavy. tests/quantize/test_hardware.py checks this table against the installed
 compressed-tensors (the same names; each preset, with a group size and channel-wise, as recipes.scheme_for builds it).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ INT, FLOAT = "int", "float"
 @dataclass(frozen=True)
 class Quant:
     """A compressed-tensors QuantizationArgs, as far as this project reads it."""
-    type: str      # int | float
+
+    type: str  # int | float
     num_bits: int
     strategy: str  # tensor | channel | group | block | token | tensor_group
 
@@ -24,6 +26,7 @@ class Quant:
 @dataclass(frozen=True)
 class Scheme:
     """A compressed-tensors QuantizationScheme, as far as this project reads it (None: left unquantized)."""
+
     weights: Quant | None
     input_activations: Quant | None
 
@@ -44,8 +47,17 @@ PRESETS: dict[str, Scheme] = {
     "MXFP8A16": Scheme(Quant(FLOAT, 8, "group"), None),
     "MXFP8": Scheme(Quant(FLOAT, 8, "group"), Quant(FLOAT, 8, "group")),
     # W<w>A<a>: integer weights in groups, integer activations per token (A16: activations left in 16 bits)
-    **{f"W{w}A{a}": Scheme(Quant(INT, w, "group"), Quant(INT, a, "token") if a < 16 else None)
-       for w, activations in ((2, (4, 8, 16)), (3, (4, 8, 16)), (4, (4, 8, 16)), (5, (8, 16)), (6, (8, 16)),
-                              (7, (8, 16)), (8, (16,)))
-       for a in activations},
+    **{
+        f"W{w}A{a}": Scheme(Quant(INT, w, "group"), Quant(INT, a, "token") if a < 16 else None)
+        for w, activations in (
+            (2, (4, 8, 16)),
+            (3, (4, 8, 16)),
+            (4, (4, 8, 16)),
+            (5, (8, 16)),
+            (6, (8, 16)),
+            (7, (8, 16)),
+            (8, (16,)),
+        )
+        for a in activations
+    },
 }

@@ -6,6 +6,7 @@ kv-cache scheme, the algorithm's own knobs, calibration sample count and length)
 llm-compressor's own recipes do. `algorithm: none` (no scheme) is the unquantized target in its
 own dtype: the BF16 baseline every quality and speed ratio is taken against, in the same run.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -32,8 +33,7 @@ GPTQ_ACTORDERS = (None, "static", "weight")
 # Per-variant overrides of quantize.calibration.
 CALIBRATION_KEYS = ("num_samples", "max_seq_length")
 # FP8 KV cache with calibrated per-tensor scales: lets vLLM serve with kv_cache_dtype=fp8.
-KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False,
-                            "symmetric": True}}
+KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
 # SmoothQuant (migrate activation outliers into the weights) before GPTQ or RTN: INT8 W8A8 needs it.
 SMOOTHING_ALGORITHMS = ("gptq", "rtn")
 # vLLM's kernels for integer weights with 16-bit activations (W4A16, W8A16: compressed-tensors' WNA16 scheme) and the
@@ -52,21 +52,31 @@ WNA16_KERNELS = "Marlin: 32, 64, 128; Machete on Hopper: 64, 128; or channel-wis
 # each Linear alone, while AWQ's smoothing rescales pairs of layers that may land in different schemes.
 MIXED_ALGORITHMS = ("gptq", "rtn")
 # Keys of a variant spec; anything else is a typo.
-SPEC_KEYS = {"algorithm", "scheme", "group_size", "ignore", "kv_cache", "smoothing_strength", "mixed",
-             *CALIBRATION_KEYS, *(k for keys in ALGORITHM_KEYS.values() for k in keys)}
+SPEC_KEYS = {
+    "algorithm",
+    "scheme",
+    "group_size",
+    "ignore",
+    "kv_cache",
+    "smoothing_strength",
+    "mixed",
+    *CALIBRATION_KEYS,
+    *(k for keys in ALGORITHM_KEYS.values() for k in keys),
+}
 
 
 @dataclass(frozen=True)
 class VariantSpec:
     """One quantize.variants entry, validated once (parse_variant) and passed as this value."""
+
     name: str
-    algorithm: str                    # awq | gptq | rtn
-    scheme: str | None                # a compressed-tensors preset, e.g. W4A16, FP8_DYNAMIC; None for `none`
+    algorithm: str  # awq | gptq | rtn
+    scheme: str | None  # a compressed-tensors preset, e.g. W4A16, FP8_DYNAMIC; None for `none`
     group_size: int | None = None
     ignore: list[str] = field(default_factory=list)
-    kv_cache: str | None = None       # fp8: calibrated FP8 KV-cache scales
+    kv_cache: str | None = None  # fp8: calibrated FP8 KV-cache scales
     smoothing_strength: float | None = None  # SmoothQuant before the quantizer (INT8 W8A8)
-    num_samples: int | None = None    # overrides quantize.calibration
+    num_samples: int | None = None  # overrides quantize.calibration
     max_seq_length: int | None = None
     knobs: dict = field(default_factory=dict)  # the algorithm's own modifier arguments
     mixed: MixedSearch | None = None  # a per-layer precision search over these schemes (pipeline/quantize/mixed.py)
@@ -77,16 +87,26 @@ def parse_variant(name: str, raw) -> VariantSpec:
     check_variant_name(name)
     validate_spec(name, raw)
     knobs = {k: raw[k] for k in ALGORITHM_KEYS[raw["algorithm"]] if k in raw}
-    spec = VariantSpec(name=name, algorithm=raw["algorithm"], scheme=raw.get("scheme"),
-                       group_size=raw.get("group_size"), ignore=list(raw.get("ignore", [])),
-                       kv_cache=raw.get("kv_cache"), smoothing_strength=raw.get("smoothing_strength"),
-                       num_samples=raw.get("num_samples"), max_seq_length=raw.get("max_seq_length"), knobs=knobs,
-                       mixed=parse_mixed(name, raw))
+    spec = VariantSpec(
+        name=name,
+        algorithm=raw["algorithm"],
+        scheme=raw.get("scheme"),
+        group_size=raw.get("group_size"),
+        ignore=list(raw.get("ignore", [])),
+        kv_cache=raw.get("kv_cache"),
+        smoothing_strength=raw.get("smoothing_strength"),
+        num_samples=raw.get("num_samples"),
+        max_seq_length=raw.get("max_seq_length"),
+        knobs=knobs,
+        mixed=parse_mixed(name, raw),
+    )
     if spec.group_size is not None and is_wna16(scheme_of(spec)) and spec.group_size not in VLLM_WNA16_GROUP_SIZES:
-        raise PipelineError(f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
-                            f"{scheme_of(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
-                            f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does "
-                            "not divide a layer's input width, the largest that divides them all is used)")
+        raise PipelineError(
+            f"quantize.variants.{name}.group_size is {spec.group_size}, a size vLLM's INT"
+            f"{scheme_of(spec).weights.num_bits} weight-only kernels do not serve ({WNA16_KERNELS}); "
+            f"set it to one of {', '.join(map(str, VLLM_WNA16_GROUP_SIZES))} (where it does "
+            "not divide a layer's input width, the largest that divides them all is used)"
+        )
     return spec
 
 
@@ -99,17 +119,23 @@ def parse_mixed(name: str, raw: dict) -> MixedSearch | None:
     where = f"quantize.variants.{name}.mixed"
     mixed = MixedSearch.parse(raw["mixed"], where)
     if raw["algorithm"] not in MIXED_ALGORITHMS:
-        raise PipelineError(f"{where}: the per-layer search quantizes with {list(MIXED_ALGORITHMS)}, not "
-                            f"{raw['algorithm']!r} (AWQ's smoothing spans layers the search may split)")
+        raise PipelineError(
+            f"{where}: the per-layer search quantizes with {list(MIXED_ALGORITHMS)}, not "
+            f"{raw['algorithm']!r} (AWQ's smoothing spans layers the search may split)"
+        )
     ladder = [raw["scheme"], *mixed.schemes]
     for scheme in ladder:
         if scheme != UNQUANTIZED and (scheme not in PRESETS or not is_wna16(PRESETS[scheme])):
-            raise PipelineError(f"{where}: scheme {scheme!r} is not an integer weight-only scheme (W4A16, W8A16, ...) "
-                                f"nor {UNQUANTIZED}; the search mixes schemes vLLM serves with one kernel family")
+            raise PipelineError(
+                f"{where}: scheme {scheme!r} is not an integer weight-only scheme (W4A16, W8A16, ...) "
+                f"nor {UNQUANTIZED}; the search mixes schemes vLLM serves with one kernel family"
+            )
     bits = [16 if s == UNQUANTIZED else PRESETS[s].weights.num_bits for s in ladder]
     if any(b <= a for a, b in zip(bits, bits[1:])):
-        raise PipelineError(f"{where}.schemes must widen the variant's {raw['scheme']} step by step (weight bits "
-                            f"{bits} for {ladder}), e.g. [W8A16, {UNQUANTIZED}]")
+        raise PipelineError(
+            f"{where}.schemes must widen the variant's {raw['scheme']} step by step (weight bits "
+            f"{bits} for {ladder}), e.g. [W8A16, {UNQUANTIZED}]"
+        )
     return mixed
 
 
@@ -124,28 +150,35 @@ def validate_spec(name: str, spec: dict) -> None:
         raise PipelineError(f"variant {name!r}: algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     foreign = [k for a, keys in ALGORITHM_KEYS.items() if a != algorithm for k in keys if k in spec]
     if foreign:
-        raise PipelineError(f"variant {name!r}: {sorted(foreign)} do not apply to algorithm {algorithm!r} "
-                            f"(its keys: {list(ALGORITHM_KEYS[algorithm]) or 'none'})")
+        raise PipelineError(
+            f"variant {name!r}: {sorted(foreign)} do not apply to algorithm {algorithm!r} "
+            f"(its keys: {list(ALGORITHM_KEYS[algorithm]) or 'none'})"
+        )
     if algorithm == "none":
         extra = sorted(set(spec) - {"algorithm"})
         if extra:
             raise PipelineError(f"variant {name!r}: algorithm 'none' is the unquantized target; {extra} do not apply")
         return
     if spec.get("scheme") not in PRESETS:
-        raise PipelineError(f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
-                            f"(compressed-tensors presets: {', '.join(sorted(PRESETS))})")
+        raise PipelineError(
+            f"variant {name!r}: unknown quantization scheme {spec.get('scheme')!r} "
+            f"(compressed-tensors presets: {', '.join(sorted(PRESETS))})"
+        )
     if spec.get("kv_cache") not in (None, *KV_CACHE_SCHEMES):
         raise PipelineError(f"variant {name!r}: kv_cache must be one of {list(KV_CACHE_SCHEMES)} or absent")
     strength = spec.get("smoothing_strength")
     if strength is not None:
         if algorithm not in SMOOTHING_ALGORITHMS:
-            raise PipelineError(f"variant {name!r}: smoothing_strength (SmoothQuant) applies to "
-                                f"{list(SMOOTHING_ALGORITHMS)}, not {algorithm!r}")
+            raise PipelineError(
+                f"variant {name!r}: smoothing_strength (SmoothQuant) applies to "
+                f"{list(SMOOTHING_ALGORITHMS)}, not {algorithm!r}"
+            )
         if not isinstance(strength, (int, float)) or isinstance(strength, bool) or not 0 < strength < 1:
             raise PipelineError(f"variant {name!r}: smoothing_strength must be a number in (0, 1), got {strength!r}")
     if spec.get("actorder") not in GPTQ_ACTORDERS:
-        raise PipelineError(f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got "
-                            f"{spec['actorder']!r}")
+        raise PipelineError(
+            f"variant {name!r}: actorder must be one of {list(GPTQ_ACTORDERS)}, got {spec['actorder']!r}"
+        )
     for key in ("group_size", *CALIBRATION_KEYS):
         value = spec.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
@@ -161,8 +194,9 @@ def scheme_of(spec: VariantSpec) -> Scheme:
     scheme = PRESETS[spec.scheme]
     if spec.group_size is not None:
         if scheme.weights is None or scheme.weights.strategy != "group":
-            raise PipelineError(f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), "
-                                f"not {spec.scheme}")
+            raise PipelineError(
+                f"variant {spec.name!r}: group_size applies to grouped schemes only (e.g. W4A16), not {spec.scheme}"
+            )
         if spec.group_size == CHANNELWISE:
             return replace(scheme, weights=replace(scheme.weights, strategy="channel"))
     return scheme
@@ -178,8 +212,9 @@ def scheme_for(spec: VariantSpec):
     scheme = preset_name_to_scheme(spec.scheme, ["Linear"])
     if spec.group_size is not None:
         if spec.group_size == CHANNELWISE:
-            scheme.weights = QuantizationArgs(**{**scheme.weights.model_dump(), "strategy": "channel",
-                                                 "group_size": None})
+            scheme.weights = QuantizationArgs(
+                **{**scheme.weights.model_dump(), "strategy": "channel", "group_size": None}
+            )
         else:
             scheme.weights.group_size = int(spec.group_size)
     return scheme
@@ -196,14 +231,18 @@ def is_wna16(scheme) -> bool:
 class GroupSize:
     """A grouped variant's weight group size against the model's layers: configured (the spec's, else its preset's)
     and used (CHANNELWISE: one scale per output channel), with why they differ."""
+
     configured: int
     used: int
     reason: str | None = None
 
     def as_metrics(self) -> dict:
         """The quantize metrics' fields; the reason in a list, which `dvc metrics show` leaves out of its table."""
-        return {"group_size": self.used, "group_size_configured": self.configured,
-                "group_size_reason": [self.reason] if self.reason else []}
+        return {
+            "group_size": self.used,
+            "group_size_configured": self.configured,
+            "group_size_reason": [self.reason] if self.reason else [],
+        }
 
 
 def group_size_label(size: int) -> str:
@@ -250,21 +289,33 @@ def choose_group_size(spec: VariantSpec, widths: dict[str, int]) -> GroupSize | 
     name, width = blocking
     doesnt = f"group size {configured} does not divide the input width {width} of layer {name}"
     if not is_wna16(scheme):
-        raise PipelineError(f"quantize.variants.{spec.name}.group_size: {doesnt} (scheme {spec.scheme}); set a "
-                            "group_size that divides every quantized layer's input width, or add the layer to ignore")
-    used = next((g for g in VLLM_WNA16_GROUP_SIZES
-                 if g <= configured and all(w % g == 0 for w in widths.values())), CHANNELWISE)
+        raise PipelineError(
+            f"quantize.variants.{spec.name}.group_size: {doesnt} (scheme {spec.scheme}); set a "
+            "group_size that divides every quantized layer's input width, or add the layer to ignore"
+        )
+    used = next(
+        (g for g in VLLM_WNA16_GROUP_SIZES if g <= configured and all(w % g == 0 for w in widths.values())), CHANNELWISE
+    )
     bits = scheme.weights.num_bits
     if spec.group_size is not None:  # set in the variant: it wins or is refused, never replaced behind its back
-        fix = (f"set group_size: {used} (the largest vLLM's INT{bits} weight-only kernels serve that divides every "
-               "quantized layer's input width)" if used != CHANNELWISE else
-               f"no group size vLLM's INT{bits} weight-only kernels serve divides every quantized layer's input width")
-        raise PipelineError(f"quantize.variants.{spec.name}.group_size: {doesnt}; {fix}, or leave group_size out to "
-                            f"have the scheme's {configured} replaced by what fits")
-    why = (f"{used} is the largest group size vLLM's INT{bits} weight-only kernels serve ({WNA16_KERNELS}) that "
-           "divides every quantized layer's input width" if used != CHANNELWISE else
-           f"no group size vLLM's INT{bits} weight-only kernels serve ({', '.join(map(str, VLLM_WNA16_GROUP_SIZES))}) "
-           "divides every quantized layer's input width: one scale per output channel (vLLM's group size -1)")
+        fix = (
+            f"set group_size: {used} (the largest vLLM's INT{bits} weight-only kernels serve that divides every "
+            "quantized layer's input width)"
+            if used != CHANNELWISE
+            else f"no group size vLLM's INT{bits} weight-only kernels serve divides every quantized layer's input width"
+        )
+        raise PipelineError(
+            f"quantize.variants.{spec.name}.group_size: {doesnt}; {fix}, or leave group_size out to "
+            f"have the scheme's {configured} replaced by what fits"
+        )
+    why = (
+        f"{used} is the largest group size vLLM's INT{bits} weight-only kernels serve ({WNA16_KERNELS}) that "
+        "divides every quantized layer's input width"
+        if used != CHANNELWISE
+        else f"no group size vLLM's INT{bits} weight-only kernels serve "
+        f"({', '.join(map(str, VLLM_WNA16_GROUP_SIZES))}) "
+        "divides every quantized layer's input width: one scale per output channel (vLLM's group size -1)"
+    )
     return GroupSize(configured, used, f"{doesnt}; {why}")
 
 

@@ -1,6 +1,7 @@
 """The bundle stage's work for one gated variant: read what it ships (the gate's verdict and decision, the
 evaluation, the serving benchmark, the settings), check the serve.yaml it renders is the one serve_bench measured,
 then assemble, sign and attest the directory. Everything is read and checked before the model is copied."""
+
 from __future__ import annotations
 
 import shutil
@@ -39,6 +40,7 @@ from pipeline.serving.tiers import parse_tiers
 class Evidence:
     """What the variant was gated on: evaluate's summary, the candidate method's CPU estimate (its speculation in
     the card), the offline vLLM measurement, the serving benchmark's record and the quantize metrics."""
+
     summary: EvalSummary
     estimate: SpeculativeEstimate
     gpu: VllmMeasurement
@@ -49,6 +51,7 @@ class Evidence:
 @dataclass(frozen=True)
 class Sections:
     """The params.yaml sections the bundle reads, typed (the stage parses them: params sits above release)."""
+
     quantize: QuantizeParams
     serving: ServingParams  # as written: tensor_parallel_size may be auto
     draft: DraftParams
@@ -60,6 +63,7 @@ class Sections:
 @dataclass(frozen=True)
 class BundleInputs:
     """Everything one bundle is assembled from, read and checked (read_inputs)."""
+
     variant: str
     spec: VariantSpec
     report: GateReport
@@ -92,12 +96,13 @@ def gated(variant: str) -> tuple[GateReport, VariantVerdict]:
 def evidence(variant: str, verdict: VariantVerdict) -> Evidence:
     ev = paths.EVAL / variant
     est_file = ev / f"speculative-{verdict.speculation.method}.json"  # the candidate's estimate
-    return Evidence(summary=EvalSummary.load(ev / "summary.json"),
-                    estimate=records.read(SpeculativeEstimate,
-                                          est_file if est_file.is_file() else ev / "speculative.json"),
-                    gpu=records.read(VllmMeasurement, ev / "vllm.json"),
-                    serve=records.read(ServeBenchRecord, paths.SERVE / variant / "record.json"),
-                    quant=read_json(f"metrics/quantize-{variant}.json"))
+    return Evidence(
+        summary=EvalSummary.load(ev / "summary.json"),
+        estimate=records.read(SpeculativeEstimate, est_file if est_file.is_file() else ev / "speculative.json"),
+        gpu=records.read(VllmMeasurement, ev / "vllm.json"),
+        serve=records.read(ServeBenchRecord, paths.SERVE / variant / "record.json"),
+        quant=read_json(f"metrics/quantize-{variant}.json"),
+    )
 
 
 def read_inputs(variant: str, p: Mapping, sections: Sections) -> BundleInputs:
@@ -111,26 +116,50 @@ def read_inputs(variant: str, p: Mapping, sections: Sections) -> BundleInputs:
     parallel = decision_for(variant, p, model_dir)
     serving = resolved(sections.serving, parallel.tensor_parallel_size)
     draft, publish = sections.draft, sections.publish
-    shipped = decision.shipped(verdict.speculation, verdict.capacity, found.serve, parse_tiers(serving),
-                               decision.context_of(serving), parallel.tensor_parallel_size, parallel.reason())
+    shipped = decision.shipped(
+        verdict.speculation,
+        verdict.capacity,
+        found.serve,
+        parse_tiers(serving),
+        decision.context_of(serving),
+        parallel.tensor_parallel_size,
+        parallel.reason(),
+    )
     args = engine_args(spec, serving, speculative_config_for(shipped.shipped, draft, serving), quantization)
     check_measured_config(paths.SERVE / variant, found.serve, shipped.shipped, serve_yaml(args))
     # PROVENANCE.json records the serving section as params.yaml writes it
     record = provenance(spec, p[ServingParams.SECTION], read_json("metrics/models.json"))
     # the registry name and version it is for: signed with the rest, checked by publish and resolution
     record[RELEASE] = Binding(registry_name(serving.name, variant), variant, publish.version).as_record()
-    return BundleInputs(variant, spec, report, verdict, shipped, found, model_dir, quantization, serving, draft,
-                        sections.deploy, sections.monitoring, publish, args, record,
-                        warmup_prompts(model_dir, sections.deploy))
+    return BundleInputs(
+        variant,
+        spec,
+        report,
+        verdict,
+        shipped,
+        found,
+        model_dir,
+        quantization,
+        serving,
+        draft,
+        sections.deploy,
+        sections.monitoring,
+        publish,
+        args,
+        record,
+        warmup_prompts(model_dir, sections.deploy),
+    )
 
 
 def warmup_prompts(model_dir: Path, deploy: DeployParams) -> list[tuple[str, bool]]:
     """deploy.warmup_prompts prompts (held-out traffic where deploy.warmup_from_traffic, else generic ones),
     rendered with the model's chat template: one tokenizer load per build, not per bundle."""
     n = deploy.warmup_prompts
-    prompts = (heldout_prompts(paths.HELDOUT, n)
-               if deploy.warmup_from_traffic else
-               [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)])
+    prompts = (
+        heldout_prompts(paths.HELDOUT, n)
+        if deploy.warmup_from_traffic
+        else [[{"role": "user", "content": GENERIC_PROMPTS[i % len(GENERIC_PROMPTS)]}] for i in range(n)]
+    )
     return rendered_prompts(model_dir, prompts, paths.CACHE)
 
 
@@ -138,25 +167,61 @@ def assemble(out: Path, b: BundleInputs) -> dict:
     """The bundle in `out`: model, drafter, configs, handoff kit, card and manifest, then its signature and
     attestation where publish.signing has a key; the manifest."""
     shipped, serve = b.decision.shipped, b.evidence.serve
-    drafter = ((methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
-               if shipped.method in methods.ARTIFACT_DIRS else None)
+    drafter = (
+        (methods.ARTIFACT_DIRS[shipped.method], methods.BUNDLE_DIRS[shipped.method])
+        if shipped.method in methods.ARTIFACT_DIRS
+        else None
+    )
     # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
     env = server_env(b.spec, b.serving, b.decision.kernel_env)
     build_bundle(out, b.model_dir, drafter, b.engine_args, b.provenance, b.verdict, b.evidence.summary, env)
-    tiers, alerts = write_handoff(out, HandoffInputs(
-        b.variant, b.spec, b.serving, b.draft, b.deploy, b.monitoring, b.verdict, b.decision,
-        b.evidence.estimate.break_even, serve, b.quantization, b.warmup, env))
+    tiers, alerts = write_handoff(
+        out,
+        HandoffInputs(
+            b.variant,
+            b.spec,
+            b.serving,
+            b.draft,
+            b.deploy,
+            b.monitoring,
+            b.verdict,
+            b.decision,
+            b.evidence.estimate.break_even,
+            serve,
+            b.quantization,
+            b.warmup,
+            env,
+        ),
+    )
     chart = paths.PARETO  # drawn by the gate, over every variant, where one was measured
     if chart.is_file():
         shutil.copyfile(chart, out / PARETO)
     for plan in tiers:
         if plan.name in serve.tiers:
-            check_measured_config(paths.SERVE / b.variant, serve, plan.speculation,
-                                  (out / plan.serve_file).read_text(), plan.name)
-    card = model_card(CardInputs(
-        b.variant, b.spec, b.evidence.summary, b.evidence.estimate, b.verdict, b.evidence.quant, b.serving,
-        b.evidence.gpu, serve, tiers, alerts, b.deploy, bundle_location(b.deploy, b.serving.name, b.variant), env,
-        PARETO if chart.is_file() else None, b.report, b.decision.parallelism))
+            check_measured_config(
+                paths.SERVE / b.variant, serve, plan.speculation, (out / plan.serve_file).read_text(), plan.name
+            )
+    card = model_card(
+        CardInputs(
+            b.variant,
+            b.spec,
+            b.evidence.summary,
+            b.evidence.estimate,
+            b.verdict,
+            b.evidence.quant,
+            b.serving,
+            b.evidence.gpu,
+            serve,
+            tiers,
+            alerts,
+            b.deploy,
+            bundle_location(b.deploy, b.serving.name, b.variant),
+            env,
+            PARETO if chart.is_file() else None,
+            b.report,
+            b.decision.parallelism,
+        )
+    )
     manifest = finish_bundle(out, b.variant, card)
     key = b.publish.signing.private_key
     if key:  # over every file, the manifest and the card included
@@ -166,13 +231,18 @@ def assemble(out: Path, b: BundleInputs) -> dict:
 
 
 def summary_line(b: BundleInputs, manifest: dict) -> str:
-    return (f"bundle {b.variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
-            f"gates {b.verdict.label}, " + b.decision.shipped.label + f" ({b.verdict.speculation.basis})"
-            + (", signed" if b.publish.signing.private_key else ""))
+    return (
+        f"bundle {b.variant}: {len(manifest['files'])} files, digest {manifest['bundle_digest'][:12]}, "
+        f"gates {b.verdict.label}, "
+        + b.decision.shipped.label
+        + f" ({b.verdict.speculation.basis})"
+        + (", signed" if b.publish.signing.private_key else "")
+    )
 
 
-def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation,
-                          shipped: str, tier: str | None = None) -> None:
+def check_measured_config(
+    serve_dir: Path, serve: ServeBenchRecord, speculation: methods.Speculation, shipped: str, tier: str | None = None
+) -> None:
     """The serve.yaml that ships (serve-<tier>.yaml for a benchmarked tier) is byte for byte the one the serving
     benchmark ran, and that run is in its record (a config file alone proves nothing: one that failed to start
     leaves no measurement)."""
@@ -182,20 +252,27 @@ def check_measured_config(serve_dir: Path, serve: ServeBenchRecord, speculation:
     name = config_name(speculation)
     where = serve_dir / "tiers" / tier if tier else serve_dir
     if config_of(record, speculation) is None:
-        raise PipelineError(f"{serve_dir}/record.json has no measurement of the {name} config"
-                            + (f" of tier {tier}" if tier else "") + " that ships; re-run `dvc repro` so the gate "
-                            "and serve_bench agree")
+        raise PipelineError(
+            f"{serve_dir}/record.json has no measurement of the {name} config"
+            + (f" of tier {tier}" if tier else "")
+            + " that ships; re-run `dvc repro` so the gate "
+            "and serve_bench agree"
+        )
     measured = where / f"serve-{name}.yaml"
     if not measured.is_file() or measured.read_text() != shipped:
-        raise PipelineError(f"the bundle's {'serve-' + tier + '.yaml' if tier else 'serve.yaml'} differs from "
-                            f"{measured}, which serve_bench measured; re-run `dvc repro` so both come from the same "
-                            "params")
+        raise PipelineError(
+            f"the bundle's {'serve-' + tier + '.yaml' if tier else 'serve.yaml'} differs from "
+            f"{measured}, which serve_bench measured; re-run `dvc repro` so both come from the same "
+            "params"
+        )
 
 
 def chain_inputs() -> list[attestation.Input]:
     """The attested inputs (deps of this stage in dvc.yaml): the base model as fetched, with its source's
     fingerprint, and the calibration and draft-training data."""
     sources = read_json(paths.SOURCES) if paths.SOURCES.is_file() else {}
-    return [attestation.dir_input("base-model", paths.TARGET, {"source": sources.get("target")}),
-            attestation.file_input("calibration-data", paths.CALIBRATION),
-            attestation.file_input("training-data", paths.DRAFT_TRAIN)]
+    return [
+        attestation.dir_input("base-model", paths.TARGET, {"source": sources.get("target")}),
+        attestation.file_input("calibration-data", paths.CALIBRATION),
+        attestation.file_input("training-data", paths.DRAFT_TRAIN),
+    ]

@@ -13,6 +13,7 @@ the chain.
 Like model.sig, the attestation is outside MANIFEST.json (it names the digest, so the digest can't cover it) and
 outside model.sig (each is verified on its own, with the same key).
 """
+
 from __future__ import annotations
 
 import base64
@@ -43,6 +44,7 @@ EVAL, GATE, PROVENANCE = "EVAL.json", "GATE.json", "PROVENANCE.json"
 class Input:
     """One resolved dependency of the build: a role (base-model, calibration-data, ...), its sha256, and where
     it came from (a path in the workspace, the source fingerprint)."""
+
     name: str
     sha256: str
     uri: str
@@ -82,8 +84,18 @@ def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
     record (code commit, recipe, release binding, libraries)."""
     manifest = verify(bundle)
     release = provenance.get("release") or {}
-    code = ([{"name": "code", "uri": "git+file:.", "digest": {"gitCommit": provenance["git_commit"]},
-              "annotations": {"dirty": provenance.get("git_dirty")}}] if provenance.get("git_commit") else [])
+    code = (
+        [
+            {
+                "name": "code",
+                "uri": "git+file:.",
+                "digest": {"gitCommit": provenance["git_commit"]},
+                "annotations": {"dirty": provenance.get("git_dirty")},
+            }
+        ]
+        if provenance.get("git_commit")
+        else []
+    )
     eval_record = json.loads((bundle / EVAL).read_bytes())
     gate_record = json.loads((bundle / GATE).read_bytes())
     files = manifest["files"]
@@ -94,8 +106,11 @@ def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
         "predicate": {
             "buildDefinition": {
                 "buildType": BUILD_TYPE,
-                "externalParameters": {"variant": provenance.get("variant"), "recipe": provenance.get("recipe"),
-                                       "release": release},
+                "externalParameters": {
+                    "variant": provenance.get("variant"),
+                    "recipe": provenance.get("recipe"),
+                    "release": release,
+                },
                 "internalParameters": {"libraries": provenance.get("libraries", {})},
                 "resolvedDependencies": code + [i.descriptor() for i in inputs],
             },
@@ -104,13 +119,25 @@ def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
                 "metadata": {"finishedOn": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                 # the results the release decision rests on, and the bundle files that hold them
                 "byproducts": [
-                    {"name": "evaluation", "uri": EVAL, "digest": {"sha256": files[EVAL]["sha256"]},
-                     "annotations": {k: v for k, v in eval_record.items() if not isinstance(v, (dict, list))}},
-                    {"name": "gate", "uri": GATE, "digest": {"sha256": files[GATE]["sha256"]},
-                     "annotations": {"passed": gate_record.get("passed"),
-                                     "allowed_failure": gate_record.get("allowed_failure"),
-                                     "checks": [{k: c.get(k) for k in ("check", "value", "threshold", "failed")}
-                                                for c in gate_record.get("checks", [])]}},
+                    {
+                        "name": "evaluation",
+                        "uri": EVAL,
+                        "digest": {"sha256": files[EVAL]["sha256"]},
+                        "annotations": {k: v for k, v in eval_record.items() if not isinstance(v, (dict, list))},
+                    },
+                    {
+                        "name": "gate",
+                        "uri": GATE,
+                        "digest": {"sha256": files[GATE]["sha256"]},
+                        "annotations": {
+                            "passed": gate_record.get("passed"),
+                            "allowed_failure": gate_record.get("allowed_failure"),
+                            "checks": [
+                                {k: c.get(k) for k in ("check", "value", "threshold", "failed")}
+                                for c in gate_record.get("checks", [])
+                            ],
+                        },
+                    },
                 ],
             },
         },
@@ -162,15 +189,16 @@ def _check_statement(body: dict) -> None:
     try:
         Statement.copy_from_pb(json_format.ParseDict(body, StatementPb())).validate()
     except (ValueError, json_format.ParseError) as e:
-        raise PipelineError(f"attestation: not a valid in-toto Statement v1 ({str(e).splitlines()[0][:160]})") \
-            from None
+        raise PipelineError(f"attestation: not a valid in-toto Statement v1 ({str(e).splitlines()[0][:160]})") from None
 
 
 def _read_envelope(bundle: Path) -> dict:
     path = bundle / ATTESTATION
     if not os.path.lexists(path):
-        raise PipelineError(f"{bundle} has no {ATTESTATION} (built without publish.signing.private_key, or before "
-                            "bundles were attested); rebuild it with a signing key")
+        raise PipelineError(
+            f"{bundle} has no {ATTESTATION} (built without publish.signing.private_key, or before "
+            "bundles were attested); rebuild it with a signing key"
+        )
     if not stat.S_ISREG(path.lstat().st_mode):
         raise PipelineError(f"{path} is not a regular file")
     with path.open("rb") as f:
@@ -222,8 +250,10 @@ def _check_subject(bundle: Path, body: dict, path: Path) -> None:
     manifest = verify(bundle)
     subject = body["subject"][0]
     if subject.get("digest", {}).get("sha256") != manifest["bundle_digest"]:
-        raise PipelineError(f"{path} attests bundle {str(subject.get('digest', {}).get('sha256'))[:12]}, but "
-                            f"{bundle}'s {MANIFEST} digest is {manifest['bundle_digest'][:12]}")
+        raise PipelineError(
+            f"{path} attests bundle {str(subject.get('digest', {}).get('sha256'))[:12]}, but "
+            f"{bundle}'s {MANIFEST} digest is {manifest['bundle_digest'][:12]}"
+        )
     binding = read_binding(bundle)
     if binding is not None and subject.get("name") != binding.name:
         raise PipelineError(f"{path} attests {subject.get('name')}, but the bundle was built for {binding.name}")
@@ -243,10 +273,15 @@ def chain(body: dict) -> list[str]:
     lines = [f"bundle     {subject['name']} sha256:{subject['digest']['sha256']}"]
     for dep in build.get("resolvedDependencies", []):
         digest = dep.get("digest", {})
-        shown = (f"git {digest['gitCommit'][:12]}" + (" (dirty)" if dep.get("annotations", {}).get("dirty") else "")
-                 if "gitCommit" in digest else f"sha256:{digest.get('sha256')}")
-        lines.append(f"{dep.get('name', '?'):<10} {shown}" + (f"  {dep['uri']}" if dep.get("uri") and
-                                                                 "gitCommit" not in digest else ""))
+        shown = (
+            f"git {digest['gitCommit'][:12]}" + (" (dirty)" if dep.get("annotations", {}).get("dirty") else "")
+            if "gitCommit" in digest
+            else f"sha256:{digest.get('sha256')}"
+        )
+        lines.append(
+            f"{dep.get('name', '?'):<10} {shown}"
+            + (f"  {dep['uri']}" if dep.get("uri") and "gitCommit" not in digest else "")
+        )
     recipe = external.get("recipe") or {}
     lines.append(f"recipe     {external.get('variant')}: " + json.dumps(recipe, sort_keys=True)[:200])
     release = external.get("release") or {}
@@ -256,13 +291,21 @@ def chain(body: dict) -> list[str]:
         notes = product.get("annotations", {})
         if product.get("name") == "gate":
             failed = [c["check"] for c in notes.get("checks", []) if c.get("failed")]
-            verdict = "passed" if notes.get("passed") else "FAILED (allowed, flagged)" if notes.get(
-                "allowed_failure") else "FAILED"
+            verdict = (
+                "passed"
+                if notes.get("passed")
+                else "FAILED (allowed, flagged)"
+                if notes.get("allowed_failure")
+                else "FAILED"
+            )
             extra = f", failed: {', '.join(failed)}" if failed else ""
-            lines.append(f"gate       {verdict} ({len(notes.get('checks', []))} checks{extra}) "
-                         f"sha256:{product['digest']['sha256'][:12]}")
+            lines.append(
+                f"gate       {verdict} ({len(notes.get('checks', []))} checks{extra}) "
+                f"sha256:{product['digest']['sha256'][:12]}"
+            )
         else:
-            shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in list(notes.items())[:6])
+            shown = ", ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in list(notes.items())[:6]
+            )
             lines.append(f"{product.get('name', '?'):<10} {shown} sha256:{product['digest']['sha256'][:12]}")
     return lines

@@ -5,6 +5,7 @@ published: copied under another model's name (a signed gptq-w4a16 version put in
 version, it is refused by publish and by registry resolution (issue #47). PROVENANCE.json is in the manifest, so
 the binding is also part of the bundle's digest: the same weights built for two names are two versions.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,9 +21,9 @@ AUTO = "auto"  # publish.version auto: the version is the bundle's digest (first
 
 @dataclass(frozen=True)
 class Binding:
-    name: str      # the registry model name
+    name: str  # the registry model name
     variant: str
-    version: str   # publish.version as set: AUTO, or an explicit version
+    version: str  # publish.version as set: AUTO, or an explicit version
 
     def as_record(self) -> dict:
         return {"name": self.name, "variant": self.variant, "version": self.version}
@@ -49,12 +50,15 @@ def check_binding(bundle: Path, name: str, version: str, digest: str, required: 
     binding = read_binding(bundle)
     if binding is None:
         if required:
-            raise PipelineError(f"{bundle}: {PROVENANCE} names no registry name and version it was built for (built "
-                                "before bundles carried one); rebuild it (`dvc repro`) and publish it again")
+            raise PipelineError(
+                f"{bundle}: {PROVENANCE} names no registry name and version it was built for (built "
+                "before bundles carried one); rebuild it (`dvc repro`) and publish it again"
+            )
         return None
     if binding.name != name:
-        raise PipelineError(f"{bundle} was built for {binding.name}, not {name}: a bundle is valid only under the "
-                            "name it was built for")
+        raise PipelineError(
+            f"{bundle} was built for {binding.name}, not {name}: a bundle is valid only under the name it was built for"
+        )
     if not name.endswith(f"-{binding.variant}"):
         raise PipelineError(f"{bundle}: its variant {binding.variant} does not match the name {name}")
     if binding.version_for(digest) != version:

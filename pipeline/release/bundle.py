@@ -1,4 +1,5 @@
 """Serving-ready bundle: weights, draft, vLLM configs, model card and a hashed manifest."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,12 @@ PROVENANCE = "PROVENANCE.json"
 LIBRARIES = ["torch", "transformers", "llmcompressor", "compressed-tensors", "lm_eval", "dvc", "vllm"]
 # Prometheus counters vLLM 0.26 exports for speculative decoding (vllm/v1/spec_decode/metrics.py);
 # the card tells on-call to watch them.
-SPEC_METRICS = ["vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos"]
+SPEC_METRICS = [
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_accepted_tokens_per_pos",
+]
 
 
 def provenance(spec: VariantSpec, serving: Mapping, sources: dict) -> dict:
@@ -62,10 +67,16 @@ def provenance(spec: VariantSpec, serving: Mapping, sources: dict) -> dict:
     # git_dirty: the code was edited. The build's own outputs that git tracks (dvc.lock, metrics/, plots/, which
     # `dvc repro` rewrites as it goes) are left out, or every bundle of a fresh clone's build would say dirty.
     edited = git("status", "--porcelain", "--", ".", *(f":(exclude){p}" for p in BUILD_OUTPUTS))
-    return {"git_commit": git("rev-parse", "HEAD"), "git_dirty": bool(edited) if edited is not None else None,
-            "variant": spec.name, "recipe": dataclasses.asdict(spec), "hardware": requirements(spec).as_record(),
-            "serving": redact_params(serving),
-            "sources": redact_params(sources), "libraries": versions}
+    return {
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(edited) if edited is not None else None,
+        "variant": spec.name,
+        "recipe": dataclasses.asdict(spec),
+        "hardware": requirements(spec).as_record(),
+        "serving": redact_params(serving),
+        "sources": redact_params(sources),
+        "libraries": versions,
+    }
 
 
 def _num(v, digits: int = 4, signed: bool = False) -> str:
@@ -82,8 +93,12 @@ def _counter(name: str) -> str:
 
 
 def _template() -> jinja2.Template:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("pipeline.release", "templates"),
-                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("pipeline.release", "templates"),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
     env.filters["num"] = _num
     env.filters["per_position"] = lambda values: " / ".join(f"{a:.2f}" for a in values or []) or "n/a"
     env.filters["sentence"] = lambda text: text[:1].upper() + text[1:]  # "the EAGLE-3 head" opening a sentence
@@ -94,11 +109,16 @@ def serving_rows(serve: ServeBenchRecord) -> list[dict]:
     """The card's serving table: one row per config and concurrency, as measured: plain decoding on each kernel
     compared (the chosen one is plain decoding itself), each method at its k, each k schedule."""
     named = [(f"plain on {kernel}", config) for kernel, config in serve.kernels.items() if kernel != serve.kernel]
-    named += [(name if not config.num_speculative_tokens else f"{name} (k={config.num_speculative_tokens})", config)
-              for name, config in serve.configs.items()]
+    named += [
+        (name if not config.num_speculative_tokens else f"{name} (k={config.num_speculative_tokens})", config)
+        for name, config in serve.configs.items()
+    ]
     named += [(f"{method} (k per batch: {config.schedule})", config) for method, config in serve.schedules.items()]
-    return [{"config": name, "level": level} for name, config in named
-            for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
+    return [
+        {"config": name, "level": level}
+        for name, config in named
+        for level in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)
+    ]
 
 
 PARETO = "capacity.png"  # the gate's chart of every variant's configs against the SLO, where one was measured
@@ -113,8 +133,10 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
     and how the search ended, in words."""
     if serve.skipped:
         return []
-    named = [(name if not c.num_speculative_tokens else f"{name} (k={c.num_speculative_tokens})", c)
-             for name, c in serve.configs.items()]
+    named = [
+        (name if not c.num_speculative_tokens else f"{name} (k={c.num_speculative_tokens})", c)
+        for name, c in serve.configs.items()
+    ]
     named += [(f"{method} (k per batch: {c.schedule})", c) for method, c in serve.schedules.items()]
     rows = []
     for name, config in named:
@@ -123,14 +145,25 @@ def capacity_rows(serve: ServeBenchRecord) -> list[dict]:
             continue
         at = _load(cap.load, cap.arrival)
         ceiling = _load(cap.ceiling, cap.arrival) if cap.ceiling is not None else None
-        search = {"found": f"{at}; {ceiling} missed it",
-                  "at_bound": f"at least {at}: met at the search's bound",
-                  "never": "none: one user at a time already misses it" if cap.arrival == "concurrency" else
-                           "none: one request at a time already misses it",
-                  }.get(cap.status) or (f"between {at} and {ceiling} (probes ran out)" if ceiling else
-                                        f"at least {at} (probes ran out while it still met it)")
-        rows.append({"config": name, "cap": cap, "level": cap.level,
-                     "search": search + f"; {len(cap.probes)} probes" + (f"; {cap.note}" if cap.note else "")})
+        search = {
+            "found": f"{at}; {ceiling} missed it",
+            "at_bound": f"at least {at}: met at the search's bound",
+            "never": "none: one user at a time already misses it"
+            if cap.arrival == "concurrency"
+            else "none: one request at a time already misses it",
+        }.get(cap.status) or (
+            f"between {at} and {ceiling} (probes ran out)"
+            if ceiling
+            else f"at least {at} (probes ran out while it still met it)"
+        )
+        rows.append(
+            {
+                "config": name,
+                "cap": cap,
+                "level": cap.level,
+                "search": search + f"; {len(cap.probes)} probes" + (f"; {cap.note}" if cap.note else ""),
+            }
+        )
     return rows
 
 
@@ -142,6 +175,7 @@ class CardInputs:
     gate's GateReport, whose per-GPU ranking of every variant the card shows; parallelism: why
     serving.tensor_parallel_size is what it is (parallelism.TpDecision.reason). The speculation it describes is the
     verdict's (the gate's decision, pipeline/release/decision.py)."""
+
     variant: str
     spec: VariantSpec
     summary: EvalSummary
@@ -166,37 +200,67 @@ def model_card(card: CardInputs) -> str:
     from pipeline.quantize.hardware import requirements
 
     verdict, serving, alerts, ranking, serve = card.verdict, card.serving, card.alerts, card.ranking, card.serve
-    rows = targets(serving.slo, gate_ms(verdict.checks), alerts.alert_ms() if alerts else None,
-                   alerts.latency_source if alerts else None)
+    rows = targets(
+        serving.slo,
+        gate_ms(verdict.checks),
+        alerts.alert_ms() if alerts else None,
+        alerts.latency_source if alerts else None,
+    )
     predicted = predicted_rows(card.est)
     plain = None if serve.skipped else serve.configs.get(PLAIN)
-    layout = layout_kernels(card.quant["mixed"]["layout"], plain.kernel_schemes if plain else None) \
-        if card.quant.get("mixed") else []
+    layout = (
+        layout_kernels(card.quant["mixed"]["layout"], plain.kernel_schemes if plain else None)
+        if card.quant.get("mixed")
+        else []
+    )
     return _template().render(
-        variant=card.variant, spec=card.spec, quality=card.summary.quality, est=card.est, verdict=verdict,
-        quant=card.quant, serving=serving, gpu=card.gpu, decision=verdict.speculation, serve=serve,
-        serving_rows=serving_rows(serve), tiers=card.tiers or [], alerts=alerts, deploy=card.deploy,
-        bundle_path=card.bundle_path, hardware=requirements(card.spec).as_record(),
+        variant=card.variant,
+        spec=card.spec,
+        quality=card.summary.quality,
+        est=card.est,
+        verdict=verdict,
+        quant=card.quant,
+        serving=serving,
+        gpu=card.gpu,
+        decision=verdict.speculation,
+        serve=serve,
+        serving_rows=serving_rows(serve),
+        tiers=card.tiers or [],
+        alerts=alerts,
+        deploy=card.deploy,
+        bundle_path=card.bundle_path,
+        hardware=requirements(card.spec).as_record(),
         failed_checks=[f"{c.check} ({c.describe()})" for c in verdict.checks if c.failed and c.group != SPECULATION],
         lm_eval=[(key, value, lm_eval_meaning(key)) for key, value in card.summary.lm_eval.items()],
-        served_name=served_model_name(serving, card.variant), predicted_rows=predicted,
+        served_name=served_model_name(serving, card.variant),
+        predicted_rows=predicted,
         predicted_drop=steepest_drop(predicted),
-        bound=speedup_bound(card.est, predicted), latency_targets=rows, latency_relation=relation(rows),
-        latency_gate_keys=list(GATE_KEYS.values()), alert_ms=alerts.alert_ms() if alerts else {},
+        bound=speedup_bound(card.est, predicted),
+        latency_targets=rows,
+        latency_relation=relation(rows),
+        latency_gate_keys=list(GATE_KEYS.values()),
+        alert_ms=alerts.alert_ms() if alerts else {},
         spec_counters=[f"`{_counter(m)}`" for m in SPEC_METRICS],
-        method_rows=method_rows(card.summary, verdict.speculation), method_names=METHOD_NAMES,
-        server_env=card.server_env or {}, capacity_rows=capacity_rows(serve), slo=serving.slo,
-        arrival=serving.arrival, pareto=card.pareto, per_gpu=ranking.per_gpu if ranking else [],
+        method_rows=method_rows(card.summary, verdict.speculation),
+        method_names=METHOD_NAMES,
+        server_env=card.server_env or {},
+        capacity_rows=capacity_rows(serve),
+        slo=serving.slo,
+        arrival=serving.arrival,
+        pareto=card.pareto,
+        per_gpu=ranking.per_gpu if ranking else [],
         recommended=ranking.recommended if ranking else None,
-        recommended_note=ranking.recommended_note if ranking else None, parallelism=card.parallelism,
-        layout_kernels=layout)
+        recommended_note=ranking.recommended_note if ranking else None,
+        parallelism=card.parallelism,
+        layout_kernels=layout,
+    )
 
 
 # What the demo's lm-eval task (evals/domain_heldout.yaml) scores: the held-out traffic's own responses, not the
 # target's, so its numbers read on another scale than the comparisons with the target above them in the card.
 LM_EVAL_MEANINGS = {
     "domain_heldout_acc": "share of held-out responses this variant writes whole, token for token, as its greedy "
-                          "answer to their prompts",
+    "answer to their prompts",
     "domain_heldout_byte_perplexity": "perplexity of the held-out responses per UTF-8 byte (any tokenizer)",
     "domain_heldout_bits_per_byte": "bits per byte of the held-out responses (log2 of the byte perplexity)",
 }
@@ -210,6 +274,7 @@ def lm_eval_meaning(key: str) -> str:
 class PredictedRow:
     """One concurrency of the served prediction at the shipped k: tokens/s plain and speculative, the speculative
     step's cost over a plain step's (the profile's, as the prediction used it) and the speedup."""
+
     concurrency: str
     plain: float
     speculative: float
@@ -271,6 +336,7 @@ class SpeedupBound:
     ideal does not bound it: a target step costs more than its weight bytes wherever per-step overheads or
     dequantizing kernels count, and the served speedup then exceeds that ideal). predicted_max: the highest predicted
     speedup at this k over the concurrencies, for the card to set beside it."""
+
     tokens_per_step: float
     predicted_max: float | None
 
@@ -279,20 +345,43 @@ def speedup_bound(est: SpeculativeEstimate, rows: list[PredictedRow]) -> Speedup
     return SpeedupBound(tokens_per_step(est), max((r.speedup for r in rows), default=None))
 
 
-METHOD_NAMES = {"draft_model": "the domain-tuned draft model", "eagle3": "the EAGLE-3 head",
-                "ngram": "n-gram prompt lookup", None: "none"}
+METHOD_NAMES = {
+    "draft_model": "the domain-tuned draft model",
+    "eagle3": "the EAGLE-3 head",
+    "ngram": "n-gram prompt lookup",
+    None: "none",
+}
 
 
 def method_rows(summary: EvalSummary, decision) -> list[dict]:
     """Each compared method: its CPU estimate (evaluate) and, where served, its measured speedup."""
-    measured = ((decision.compared or {decision.method: decision.speedup})
-                if decision is not None and decision.basis == "measured" else {})
-    return [{"method": m.method, "k": m.num_speculative_tokens, "accepted": m.accepted_per_draft_token,
-             "expected": m.expected_speedup, "measured": measured.get(m.method)} for m in summary.speculation.methods]
+    measured = (
+        (decision.compared or {decision.method: decision.speedup})
+        if decision is not None and decision.basis == "measured"
+        else {}
+    )
+    return [
+        {
+            "method": m.method,
+            "k": m.num_speculative_tokens,
+            "accepted": m.accepted_per_draft_token,
+            "expected": m.expected_speedup,
+            "measured": measured.get(m.method),
+        }
+        for m in summary.speculation.methods
+    ]
 
 
-def build_bundle(out: Path, model_dir: Path, drafter: tuple[Path, str] | None, args: dict, provenance_record: dict,
-                 verdict: VariantVerdict, summary: EvalSummary, env: dict) -> None:
+def build_bundle(
+    out: Path,
+    model_dir: Path,
+    drafter: tuple[Path, str] | None,
+    args: dict,
+    provenance_record: dict,
+    verdict: VariantVerdict,
+    summary: EvalSummary,
+    env: dict,
+) -> None:
     """The model, the shipped method's weights (drafter: (source, directory in the bundle), e.g. the draft
     model to ./draft or the EAGLE-3 head to ./eagle3; None for n-gram or no speculation) and the configs;
     the card and the manifest come last (they describe everything else)."""

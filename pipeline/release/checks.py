@@ -1,4 +1,5 @@
 """One gate check: a metric's value against its threshold (pipeline/release/thresholds.py), and its verdict."""
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,13 @@ class GateCheck:
         return text
 
 
-def check_variant(metrics: dict, thresholds: dict, group: str | None = None, skip_reason: str | None = None,
-                  reasons: dict[str, str] | None = None) -> list[GateCheck]:
+def check_variant(
+    metrics: dict,
+    thresholds: dict,
+    group: str | None = None,
+    skip_reason: str | None = None,
+    reasons: dict[str, str] | None = None,
+) -> list[GateCheck]:
     """The checks of one group (all when None). A missing optional metric is a skipped check, reported
     with skip_reason (reasons: a check's own, where it has one); a missing required one fails."""
     reasons = reasons or {}
@@ -53,16 +59,27 @@ def check_variant(metrics: dict, thresholds: dict, group: str | None = None, ski
             if spec.required:
                 results.append(GateCheck(name, metric, None, threshold, spec.op, False, "metric missing", spec.group))
             else:
-                results.append(GateCheck(name, metric, None, threshold, spec.op, None, None, spec.group,
-                                         reasons.get(name) or skip_reason or "not measured"))
+                results.append(
+                    GateCheck(
+                        name,
+                        metric,
+                        None,
+                        threshold,
+                        spec.op,
+                        None,
+                        None,
+                        spec.group,
+                        reasons.get(name) or skip_reason or "not measured",
+                    )
+                )
             continue
         if not is_number(value):
-            results.append(GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})",
-                                     spec.group))
+            results.append(
+                GateCheck(name, metric, None, threshold, spec.op, False, f"not a number ({value!r})", spec.group)
+            )
             continue
         # NaN compares false everywhere, so a NaN metric fails its check.
-        passed = (value <= threshold if spec.op == "<=" else value >= threshold if spec.op == ">="
-                  else value > threshold)
+        passed = value <= threshold if spec.op == "<=" else value >= threshold if spec.op == ">=" else value > threshold
         results.append(GateCheck(name, metric, value, threshold, spec.op, bool(passed), None, spec.group))
     return results
 
@@ -74,8 +91,12 @@ DRAFTER_COST_CHECKS = ("min_accepted_per_draft_token",)
 
 
 def drafter_cost_free(check: GateCheck) -> GateCheck:
-    return replace(check, passed=None, note=None,
-                   skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides")
+    return replace(
+        check,
+        passed=None,
+        note=None,
+        skipped="n-gram lookups cost no GPU forward pass: its speedup against min_gain decides",
+    )
 
 
 def short(v):

@@ -29,6 +29,7 @@ where the fixed config paid, none where it lost) and the schedule ships instead 
 decoding or one method at one k) when, over the sweep's concurrencies, its geometric-mean speedup against plain
 decoding is higher, and at target_concurrency it clears min_gain wherever it drafts there.
 """
+
 from __future__ import annotations
 
 import math
@@ -102,20 +103,31 @@ def _geomean(values: list[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values and min(values) > 0 else 0.0
 
 
-def speculation_for(summary: EvalSummary | None, serve: ServeBenchRecord | None, concurrency: int,
-                    min_gain: float, max_num_seqs: int = 1) -> SpeculationDecision:
+def speculation_for(
+    summary: EvalSummary | None,
+    serve: ServeBenchRecord | None,
+    concurrency: int,
+    min_gain: float,
+    max_num_seqs: int = 1,
+) -> SpeculationDecision:
     """Measured whenever plain decoding was served at the concurrency: then only a method served there without
     failed requests is a candidate, and none ships when none was (the estimate never overrides a measurement:
     a method vLLM failed to serve must not ship on its CPU estimate). summary: evaluate's, whose estimate decides
     otherwise (None: no estimate). max_num_seqs: the config's batch limit (a prediction holds only for a config
     that serves one request at a time)."""
-    plain = (serve.configs[PLAIN].at(concurrency)
-             if serve is not None and not serve.skipped and PLAIN in serve.configs else None)
+    plain = (
+        serve.configs[PLAIN].at(concurrency)
+        if serve is not None and not serve.skipped and PLAIN in serve.configs
+        else None
+    )
     if plain is None:
         return _estimated(summary, min_gain, concurrency, max_num_seqs)
     if plain.failed:
-        return _measured_none(concurrency, f"plain decoding had {plain.failed} failed requests in the serving "
-                                           f"benchmark at concurrency {concurrency}; no speedup can be claimed")
+        return _measured_none(
+            concurrency,
+            f"plain decoding had {plain.failed} failed requests in the serving "
+            f"benchmark at concurrency {concurrency}; no speedup can be claimed",
+        )
     if not plain.output_throughput:
         return _measured_none(concurrency, f"plain decoding produced no tokens at concurrency {concurrency}")
     dropped = {m: f"failed to start ({(why.splitlines() or [''])[0][:120]})" for m, why in serve.failed_configs.items()}
@@ -130,20 +142,34 @@ def speculation_for(summary: EvalSummary | None, serve: ServeBenchRecord | None,
             measured[m] = level
     skipped = "".join(f"; {m} not a candidate: {why}" for m, why in dropped.items())
     if not measured:
-        return _measured_none(concurrency, f"no speculative config was served without failures at concurrency "
-                                           f"{concurrency}{skipped}")
+        return _measured_none(
+            concurrency, f"no speculative config was served without failures at concurrency {concurrency}{skipped}"
+        )
     gains = {m: level.output_throughput / plain.output_throughput for m, level in measured.items()}
     method = max(gains, key=gains.get)
     gain, k = gains[method], serve.speculative()[method].num_speculative_tokens
     pays = gain >= min_gain
     others = "".join(f"; {m} x{g:.2f}" for m, g in gains.items() if m != method)
     fixed = SpeculationDecision(
-        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=MEASURED, speedup=gain, concurrency=concurrency,
-        reason=(f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with "
-                f"{method} k={k}"
-                + (f" (>= serving.speculation.min_gain {min_gain})" if pays else
-                   f", below serving.speculation.min_gain {min_gain}") + others + skipped),
-        method=method, compared=gains if len(gains) > 1 else None)
+        num_speculative_tokens=k if pays else 0,
+        candidate_k=k,
+        basis=MEASURED,
+        speedup=gain,
+        concurrency=concurrency,
+        reason=(
+            f"measured x{gain:.2f} plain decoding's output tokens/s at concurrency {concurrency} with "
+            f"{method} k={k}"
+            + (
+                f" (>= serving.speculation.min_gain {min_gain})"
+                if pays
+                else f", below serving.speculation.min_gain {min_gain}"
+            )
+            + others
+            + skipped
+        ),
+        method=method,
+        compared=gains if len(gains) > 1 else None,
+    )
     return _scheduled(serve, fixed, concurrency, min_gain) or fixed
 
 
@@ -157,11 +183,11 @@ def _sweep_speedups(serve: ServeBenchRecord, config) -> dict[int, float]:
     return out
 
 
-def _scheduled(serve: ServeBenchRecord, fixed: SpeculationDecision, concurrency: int,
-               min_gain: float) -> SpeculationDecision | None:
+def _scheduled(
+    serve: ServeBenchRecord, fixed: SpeculationDecision, concurrency: int, min_gain: float
+) -> SpeculationDecision | None:
     """The measured k schedule that beats the best fixed setting (see the module docstring), or None."""
-    best_fixed = (_sweep_speedups(serve, serve.speculative()[fixed.method]) if fixed.num_speculative_tokens
-                  else None)
+    best_fixed = _sweep_speedups(serve, serve.speculative()[fixed.method]) if fixed.num_speculative_tokens else None
     winner = None
     for method, config in serve.schedules.items():
         if config.failed_requests or not config.schedule or method in serve.failed_configs:
@@ -184,65 +210,98 @@ def _scheduled(serve: ServeBenchRecord, fixed: SpeculationDecision, concurrency:
         return None
     g_mine, g_theirs, method, config, mine = winner
     shipped = Speculation(method, config.num_speculative_tokens, tuple(tuple(r) for r in config.schedule))
-    than = (f"{fixed.method} k={fixed.num_speculative_tokens}" if fixed.num_speculative_tokens
-            else "plain decoding")
+    than = f"{fixed.method} k={fixed.num_speculative_tokens}" if fixed.num_speculative_tokens else "plain decoding"
     per_level = ", ".join(f"c{c} x{v:.2f}" for c, v in sorted(mine.items()))
-    return replace(fixed, num_speculative_tokens=config.num_speculative_tokens,
-                   candidate_k=config.num_speculative_tokens,
-                   method=method, speedup=mine[concurrency], schedule=[list(r) for r in config.schedule],
-                   reason=f"measured: {shipped.label} ({per_level} against plain decoding) beats {than}, the best "
-                          f"fixed setting, over the sweep: geometric mean x{g_mine:.2f} against x{g_theirs:.2f}; "
-                          f"the fixed settings: {fixed.reason}")
+    return replace(
+        fixed,
+        num_speculative_tokens=config.num_speculative_tokens,
+        candidate_k=config.num_speculative_tokens,
+        method=method,
+        speedup=mine[concurrency],
+        schedule=[list(r) for r in config.schedule],
+        reason=f"measured: {shipped.label} ({per_level} against plain decoding) beats {than}, the best "
+        f"fixed setting, over the sweep: geometric mean x{g_mine:.2f} against x{g_theirs:.2f}; "
+        f"the fixed settings: {fixed.reason}",
+    )
 
 
 def _measured_none(concurrency: int, reason: str) -> SpeculationDecision:
     return SpeculationDecision(0, 0, MEASURED, None, concurrency, reason, method=None)
 
 
-LOCKSTEP = ("a prediction holds only for one request at a time: with several, new requests' prefills mix into "
-            "the speculative steps, which the lockstep cost profiles do not measure")
+LOCKSTEP = (
+    "a prediction holds only for one request at a time: with several, new requests' prefills mix into "
+    "the speculative steps, which the lockstep cost profiles do not measure"
+)
 
 
-def _estimated(summary: EvalSummary | None, min_gain: float, concurrency: int,
-               max_num_seqs: int) -> SpeculationDecision:
+def _estimated(
+    summary: EvalSummary | None, min_gain: float, concurrency: int, max_num_seqs: int
+) -> SpeculationDecision:
     """The predicted served speed of the best method and k (the evaluate stage picked them) against min_gain, for
     a config that serves one request at a time."""
     est = (summary or EvalSummary()).speculation
     k, expected, profile = est.num_speculative_tokens, est.expected_speedup, est.cost_profile
     method = est.method or DRAFT_MODEL
     if not k or expected is None:
-        return SpeculationDecision(0, int(k or 0), ESTIMATED, None, None,
-                                   "no served speed was predicted (no serving-cost profile for the serving GPU and "
-                                   "vLLM, and no serving benchmark): plain decoding ships", method=method)
+        return SpeculationDecision(
+            0,
+            int(k or 0),
+            ESTIMATED,
+            None,
+            None,
+            "no served speed was predicted (no serving-cost profile for the serving GPU and "
+            "vLLM, and no serving benchmark): plain decoding ships",
+            method=method,
+        )
     k, expected = int(k), float(expected)
     predicted = {c: float(v) for c, v in est.predicted_by_concurrency().items()}
     compared = {m.method: float(m.expected_speedup) for m in est.methods if m.expected_speedup is not None}
     source = f"predicted from the CPU acceptance estimate and measured serving costs ({profile})"
     one_at_a_time = concurrency == 1 and max_num_seqs == 1
     pays = expected >= min_gain and one_at_a_time
-    why = (f" (>= serving.speculation.min_gain {min_gain})" if expected >= min_gain else
-           f", below serving.speculation.min_gain {min_gain}: plain decoding is predicted as fast or faster")
+    why = (
+        f" (>= serving.speculation.min_gain {min_gain})"
+        if expected >= min_gain
+        else f", below serving.speculation.min_gain {min_gain}: plain decoding is predicted as fast or faster"
+    )
     if expected >= min_gain and not one_at_a_time:
-        why = (f"; not shipped: this config serves up to {max_num_seqs} requests at once (serving.max_num_seqs) at "
-               f"target concurrency {concurrency}, and {LOCKSTEP}; serve_bench measures it on a GPU, or "
-               "serving.max_num_seqs: 1 makes a one-request config")
+        why = (
+            f"; not shipped: this config serves up to {max_num_seqs} requests at once (serving.max_num_seqs) at "
+            f"target concurrency {concurrency}, and {LOCKSTEP}; serve_bench measures it on a GPU, or "
+            "serving.max_num_seqs: 1 makes a one-request config"
+        )
     return SpeculationDecision(
-        num_speculative_tokens=k if pays else 0, candidate_k=k, basis=ESTIMATED, speedup=expected,
+        num_speculative_tokens=k if pays else 0,
+        candidate_k=k,
+        basis=ESTIMATED,
+        speedup=expected,
         concurrency=concurrency,
         reason=f"{source}: x{expected:.2f} served output tokens/s at concurrency {concurrency} with {method} k={k}"
-               + why,
-        method=method, compared=compared if len(compared) > 1 else None, predicted=predicted or None, profile=profile)
+        + why,
+        method=method,
+        compared=compared if len(compared) > 1 else None,
+        predicted=predicted or None,
+        profile=profile,
+    )
 
 
 def without_speculation(decision: SpeculationDecision, checks: list[str], why: str) -> SpeculationDecision:
     """The decision with its candidate turned off by the gate checks named (why: what they found)."""
-    return replace(decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}",
-                   turned_off_by=list(checks))
+    return replace(
+        decision, num_speculative_tokens=0, reason=f"{decision.reason}; not shipped: {why}", turned_off_by=list(checks)
+    )
 
 
-def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int, serve: ServeBenchRecord | None,
-                     min_gain: float, predicted: dict[str, float] | None = None,
-                     max_num_seqs: int | None = None) -> tuple[Speculation, str]:
+def tier_speculation(
+    tier: Tier,
+    shipped: Speculation,
+    shipped_concurrency: int,
+    serve: ServeBenchRecord | None,
+    min_gain: float,
+    predicted: dict[str, float] | None = None,
+    max_num_seqs: int | None = None,
+) -> tuple[Speculation, str]:
     """(speculation, why) for a tier. shipped: the gate's decision (disabled: the bundle has no drafter);
     predicted: its predicted speedup per concurrency, where the decision was predicted rather than measured;
     max_num_seqs: the tier's batch limit."""
@@ -258,16 +317,19 @@ def tier_speculation(tier: Tier, shipped: Speculation, shipped_concurrency: int,
         return d.speculation, f"{d.reason} (this tier's own settings, serve_bench.tiers)"
     if predicted is not None:  # the gate's decision rests on a prediction: it holds for one request at a time
         if tier.concurrency != 1 or max_num_seqs != 1:
-            return none, (f"not measured on a GPU; this tier serves up to {max_num_seqs} requests at concurrency "
-                          f"{tier.concurrency}, and {LOCKSTEP}")
+            return none, (
+                f"not measured on a GPU; this tier serves up to {max_num_seqs} requests at concurrency "
+                f"{tier.concurrency}, and {LOCKSTEP}"
+            )
         return shipped, f"predicted x{predicted.get('1', 0.0):.2f} at concurrency 1, one request at a time"
     if tier.concurrency == shipped_concurrency:
         return shipped, "the gate's decision at this concurrency"
     if measured_pair(serve, tier.concurrency, shipped.method) is not None:
         d = speculation_for(None, _only(serve, shipped.method), tier.concurrency, min_gain)
         return d.speculation, f"{d.reason} (the default config's sweep; the tier itself was not benchmarked)"
-    return none, (f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was "
-                  "shown to pay")
+    return none, (
+        f"speculation was not measured at concurrency {tier.concurrency}; it ships only where it was shown to pay"
+    )
 
 
 def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:
@@ -275,12 +337,18 @@ def _only(serve: ServeBenchRecord, method: str) -> ServeBenchRecord:
     configs = {PLAIN: serve.configs[PLAIN]}
     if method in serve.speculative():
         configs[method] = serve.speculative()[method]
-    return ServeBenchRecord(variant=serve.variant, gpu=serve.gpu, vllm_version=serve.vllm_version, configs=configs,
-                            failed_configs={m: why for m, why in serve.failed_configs.items() if m == method},
-                            schedules={m: c for m, c in serve.schedules.items() if m == method})
+    return ServeBenchRecord(
+        variant=serve.variant,
+        gpu=serve.gpu,
+        vllm_version=serve.vllm_version,
+        configs=configs,
+        failed_configs={m: why for m, why in serve.failed_configs.items() if m == method},
+        schedules={m: c for m, c in serve.schedules.items() if m == method},
+    )
 
 
 # --- what serve_bench decides while it measures -------------------------------------------------------------
+
 
 def throughput_at(config: ServeConfigResult, concurrency: int) -> float:
     level = config.at(concurrency)
@@ -301,8 +369,9 @@ def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: flo
     return max(close, key=lambda name: (sweep(name), throughput_at(by_kernel[name], target)))
 
 
-def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[str, int], min_gain: float,
-                        max_num_seqs: int) -> tuple[str, KSchedule] | None:
+def schedule_to_measure(
+    configs: dict[str, ServeConfigResult], candidates: dict[str, int], min_gain: float, max_num_seqs: int
+) -> tuple[str, KSchedule] | None:
     """(method, schedule) of the method whose schedule the sweep says is best (its fixed config's speedups
     where it drafts, 1 where it does not, geometric mean), or None when no method's sweep is mixed."""
     best = None
@@ -311,9 +380,11 @@ def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[
         config = configs.get(method)
         if config is None or config.failed_requests:
             continue
-        speedups = {lvl.concurrency: lvl.output_throughput / plain.at(lvl.concurrency).output_throughput
-                    for lvl in config.levels.values()
-                    if plain.at(lvl.concurrency) is not None and plain.at(lvl.concurrency).output_throughput}
+        speedups = {
+            lvl.concurrency: lvl.output_throughput / plain.at(lvl.concurrency).output_throughput
+            for lvl in config.levels.values()
+            if plain.at(lvl.concurrency) is not None and plain.at(lvl.concurrency).output_throughput
+        }
         schedule = k_schedule(speedups, config.num_speculative_tokens, min_gain, max_num_seqs)
         if schedule is None:
             continue
@@ -325,11 +396,13 @@ def schedule_to_measure(configs: dict[str, ServeConfigResult], candidates: dict[
 
 # --- the decision the gate checks and the bundle ships ------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class ServingContext:
     """The serving policy a decision is taken under: serving.target_concurrency, serving.speculation.min_gain,
     the baseline variant's serving benchmark (None: none), the default config's batch limit (a prediction holds
     for one request at a time), serving.baseline_variant as the reasons name it and serving.gpu_hour_cost."""
+
     target_concurrency: int
     min_gain: float
     baseline: ServeBenchRecord | None
@@ -342,6 +415,7 @@ class ServingContext:
 class Inputs:
     """What one variant's decision is computed from: evaluate's summary, its serving benchmark (None: none), the
     gates' thresholds for it (gates.thresholds with its overrides) and the serving policy."""
+
     summary: EvalSummary
     serve: ServeBenchRecord | None
     thresholds: Mapping[str, float]
@@ -351,6 +425,7 @@ class Inputs:
 @dataclass(frozen=True)
 class TierChoice:
     """One serving tier's speculative setting and why (the bundle's serve-<tier>.yaml renders it)."""
+
     tier: Tier
     speculation: Speculation
     why: str
@@ -365,6 +440,7 @@ class Decision:
     kernel_env: the GEMM kernel serve_bench measured faster and its environment (None: none compared, vLLM's
     default); tiers: each serving tier's setting (the bundle's view; empty at the gate); tensor_parallel_size,
     parallelism: the variant's GPUs per replica and why, where the bundle read them from its checkpoint."""
+
     speculation: SpeculationDecision
     capacity: CapacityClaim | None = None
     metrics: Mapping[str, object] = field(default_factory=dict)
@@ -386,30 +462,37 @@ def decide(inputs: Inputs) -> Decision:
     decoding carries min_capacity_vs_bf16 and the candidate does not; then what the shipped config measured."""
     ctx, serve = inputs.context, inputs.serve
     candidate = speculation_for(inputs.summary, serve, ctx.target_concurrency, ctx.min_gain, ctx.max_num_seqs)
-    metrics = {**candidate_metrics(inputs.summary, candidate.method),
-               **speculative_metrics(serve, ctx.target_concurrency, candidate.method, bool(candidate.schedule))}
+    metrics = {
+        **candidate_metrics(inputs.summary, candidate.method),
+        **speculative_metrics(serve, ctx.target_concurrency, candidate.method, bool(candidate.schedule)),
+    }
     candidate, spec_checks = _checked(candidate, metrics, inputs.thresholds)
     candidate, claim, ratio, reason = _capacity_trade(candidate, inputs)
     metrics |= shipped_metrics(serve, ctx.baseline, candidate.speculation, ctx.target_concurrency)
     metrics |= ratio
     kernel = serve.kernel if serve is not None else None
-    return Decision(candidate, claim, metrics, tuple(spec_checks), reason, kernel,
-                    serve.kernel_env if kernel else None)
+    return Decision(candidate, claim, metrics, tuple(spec_checks), reason, kernel, serve.kernel_env if kernel else None)
 
 
-def _checked(candidate: SpeculationDecision, metrics: dict,
-             thresholds: Mapping[str, float]) -> tuple[SpeculationDecision, list[GateCheck]]:
+def _checked(
+    candidate: SpeculationDecision, metrics: dict, thresholds: Mapping[str, float]
+) -> tuple[SpeculationDecision, list[GateCheck]]:
     """The speculation checks of a candidate that ships speculation (n-gram skips the drafter's cost checks), and
     the candidate turned off where one fails; skipped checks where nothing speculative ships."""
     if not candidate.num_speculative_tokens:
-        return candidate, [replace(c, passed=None, note=None, skipped="no speculation shipped")
-                           for c in check_variant(metrics, dict(thresholds), SPECULATION)]
-    checks = [drafter_cost_free(c) if candidate.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
-              for c in check_variant(metrics, dict(thresholds), SPECULATION, "not measured on a GPU")]
+        return candidate, [
+            replace(c, passed=None, note=None, skipped="no speculation shipped")
+            for c in check_variant(metrics, dict(thresholds), SPECULATION)
+        ]
+    checks = [
+        drafter_cost_free(c) if candidate.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
+        for c in check_variant(metrics, dict(thresholds), SPECULATION, "not measured on a GPU")
+    ]
     failed = [c for c in checks if c.failed]
     if failed:
-        candidate = without_speculation(candidate, [c.check for c in failed],
-                                        "; ".join(f"{c.check} ({c.describe()})" for c in failed))
+        candidate = without_speculation(
+            candidate, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed)
+        )
     return candidate, checks
 
 
@@ -418,47 +501,77 @@ def _capacity_trade(candidate: SpeculationDecision, inputs: Inputs):
     than min_capacity_vs_bf16: where plain decoding carries the floor it ships instead (as a failed speculation
     check turns the draft off); where it does not either, the candidate stays and the variant fails its check."""
     ctx, serve, floor = inputs.context, inputs.serve, inputs.thresholds.get("min_capacity_vs_bf16")
-    claim, no_ratio = capacity_claim(serve, ctx.baseline, candidate.speculation, ctx.gpu_hour_cost,
-                                     ctx.baseline_variant)
+    claim, no_ratio = capacity_claim(
+        serve, ctx.baseline, candidate.speculation, ctx.gpu_hour_cost, ctx.baseline_variant
+    )
     ratio, undecided = capacity_metrics(claim, floor)
     if candidate.num_speculative_tokens and floor is not None and ratio and ratio["capacity_vs_bf16"] < floor:
-        plain_claim, plain_no_ratio = capacity_claim(serve, ctx.baseline, NONE, ctx.gpu_hour_cost,
-                                                     ctx.baseline_variant)
+        plain_claim, plain_no_ratio = capacity_claim(serve, ctx.baseline, NONE, ctx.gpu_hour_cost, ctx.baseline_variant)
         plain_ratio, plain_undecided = capacity_metrics(plain_claim, floor)
         if plain_ratio and plain_ratio["capacity_vs_bf16"] >= floor:
             candidate = without_speculation(
-                candidate, ["min_capacity_vs_bf16"],
+                candidate,
+                ["min_capacity_vs_bf16"],
                 f"min_capacity_vs_bf16: {claim.config} carries x{ratio['capacity_vs_bf16']:.2f} of "
                 f"{ctx.baseline_variant} plain decoding's users at {claim.slo.label()}, plain decoding "
-                f"x{plain_ratio['capacity_vs_bf16']:.2f}")
+                f"x{plain_ratio['capacity_vs_bf16']:.2f}",
+            )
             claim, no_ratio, ratio, undecided = plain_claim, plain_no_ratio, plain_ratio, plain_undecided
     return candidate, claim, ratio, undecided or no_ratio
 
 
-def tier_choices(speculation: SpeculationDecision, tiers: list[Tier], serve: ServeBenchRecord | None,
-                 ctx: ServingContext) -> tuple[TierChoice, ...]:
+def tier_choices(
+    speculation: SpeculationDecision, tiers: list[Tier], serve: ServeBenchRecord | None, ctx: ServingContext
+) -> tuple[TierChoice, ...]:
     """Each tier's speculative setting under the shipped decision (tier_speculation), at the tier's own batch
     limit (its max_num_seqs, else the default config's)."""
-    return tuple(TierChoice(tier, *tier_speculation(tier, speculation.speculation, ctx.target_concurrency, serve,
-                                                    ctx.min_gain, speculation.predicted,
-                                                    tier.engine.get("max_num_seqs", ctx.max_num_seqs)))
-                 for tier in tiers)
+    return tuple(
+        TierChoice(
+            tier,
+            *tier_speculation(
+                tier,
+                speculation.speculation,
+                ctx.target_concurrency,
+                serve,
+                ctx.min_gain,
+                speculation.predicted,
+                tier.engine.get("max_num_seqs", ctx.max_num_seqs),
+            ),
+        )
+        for tier in tiers
+    )
 
 
-def shipped(speculation: SpeculationDecision, capacity: CapacityClaim | None, serve: ServeBenchRecord,
-            tiers: list[Tier], ctx: ServingContext, tensor_parallel_size: int | None = None,
-            parallelism: str | None = None) -> Decision:
+def shipped(
+    speculation: SpeculationDecision,
+    capacity: CapacityClaim | None,
+    serve: ServeBenchRecord,
+    tiers: list[Tier],
+    ctx: ServingContext,
+    tensor_parallel_size: int | None = None,
+    parallelism: str | None = None,
+) -> Decision:
     """The gate's decision as artifacts/gate/verdict.json keeps it (speculation, capacity), with the kernel
     serve_bench measured faster (where it compared them; else vLLM's default), every tier's setting and the
     variant's tensor parallelism: what the bundle, its handoff kit and its card read."""
-    return Decision(speculation, capacity, kernel=serve.kernel,
-                    kernel_env=serve.kernel_env if serve.kernel else None,
-                    tiers=tier_choices(speculation, tiers, serve, ctx), tensor_parallel_size=tensor_parallel_size,
-                    parallelism=parallelism)
+    return Decision(
+        speculation,
+        capacity,
+        kernel=serve.kernel,
+        kernel_env=serve.kernel_env if serve.kernel else None,
+        tiers=tier_choices(speculation, tiers, serve, ctx),
+        tensor_parallel_size=tensor_parallel_size,
+        parallelism=parallelism,
+    )
 
 
 def context_of(serving: ServingParams, baseline: ServeBenchRecord | None = None) -> ServingContext:
     """The serving policy as the serving section sets it (baseline: the baseline variant's record, where read)."""
-    return ServingContext(target_concurrency=serving.target_concurrency, min_gain=serving.speculation.min_gain,
-                          baseline=baseline, max_num_seqs=serving.max_num_seqs,
-                          baseline_variant=serving.baseline_variant, gpu_hour_cost=serving.gpu_hour_cost)
+    return ServingContext(
+        target_concurrency=serving.target_concurrency,
+        min_gain=serving.speculation.min_gain,
+        baseline=baseline,
+        max_num_seqs=serving.max_num_seqs,
+        baseline_variant=serving.baseline_variant,
+        gpu_hour_cost=serving.gpu_hour_cost,
+    )

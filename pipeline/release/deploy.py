@@ -7,6 +7,7 @@ tensor parallelism, /dev/shm is a memory-backed volume (vLLM's workers share ten
 startup probe's budget is the measured engine start times a margin, and readiness waits for the
 warm-up (deploy/warmup.py, started by the postStart hook) as well as /health.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -51,22 +52,38 @@ RUNNING = "vllm:num_requests_running"
 RUNNING_METRIC = "vllm_num_requests_running"
 
 
-def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployParams, bundle_path: str, startup_s: int,
-              annotations: dict[str, str], env: dict[str, str], running_target: int | None = None) -> str:
+def manifests(
+    tier: Tier,
+    serving: ServingParams,
+    variant: str,
+    deploy: DeployParams,
+    bundle_path: str,
+    startup_s: int,
+    annotations: dict[str, str],
+    env: dict[str, str],
+    running_target: int | None = None,
+) -> str:
     """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream; with running_target (requests running
     per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too. bundle_path: where the
     bundle lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
     environment (serving.config.server_env, as serve.env has it)."""
     name = object_name(serving.name, variant, tier.name)
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "modelprep",
-              "modelprep/variant": variant, "modelprep/tier": tier.name}
+    labels = {
+        "app.kubernetes.io/name": name,
+        "app.kubernetes.io/part-of": "modelprep",
+        "modelprep/variant": variant,
+        "modelprep/tier": tier.name,
+    }
     container = server_container(tier, serving, variant, deploy, bundle_path, startup_s, env)
     deployment = deployment_of(name, labels, container, tier.gpus, deploy, startup_s, annotations)
     service = {
-        "apiVersion": "v1", "kind": "Service",
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels)},
-        "spec": {"selector": {"app.kubernetes.io/name": name},
-                 "ports": [{"name": "http", "port": deploy.port, "targetPort": "http"}]},
+        "spec": {
+            "selector": {"app.kubernetes.io/name": name},
+            "ports": [{"name": "http", "port": deploy.port, "targetPort": "http"}],
+        },
     }
     docs = [deployment, service]
     if running_target is not None:
@@ -75,17 +92,30 @@ def manifests(tier: Tier, serving: ServingParams, variant: str, deploy: DeployPa
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def server_container(tier: Tier, serving: ServingParams, variant: str, deploy: DeployParams, bundle_path: str,
-                     startup_s: int, env: dict[str, str]) -> dict:
+def server_container(
+    tier: Tier,
+    serving: ServingParams,
+    variant: str,
+    deploy: DeployParams,
+    bundle_path: str,
+    startup_s: int,
+    env: dict[str, str],
+) -> dict:
     """The vLLM server's container: `vllm serve --config` of the tier's file, its probes, and the warm-up the
     postStart hook starts (readiness waits for its marker)."""
     port = deploy.port
     env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
     # serving.secret_env: values stay in the cluster's Secret, never in the bundle
-    env_vars += [{"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
-                 for k, ref in sorted(serving.secret_env.items())]
-    warm = ["python3", "-c", "import os, urllib.request; os.stat('%s'); "
-                             "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port)]
+    env_vars += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
+        for k, ref in sorted(serving.secret_env.items())
+    ]
+    warm = [
+        "python3",
+        "-c",
+        "import os, urllib.request; os.stat('%s'); "
+        "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port),
+    ]
     return {
         "name": "vllm",
         "image": deploy.image,
@@ -94,31 +124,62 @@ def server_container(tier: Tier, serving: ServingParams, variant: str, deploy: D
         "args": ["--config", tier.serve_file, "--host", "0.0.0.0", "--port", str(port)],
         "env": env_vars + [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "ports": [{"name": "http", "containerPort": port}],
-        "resources": {"requests": {"cpu": deploy.cpu, "memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
-                      "limits": {"memory": deploy.memory, "nvidia.com/gpu": tier.gpus}},
-        "startupProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
-                         "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S)},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": PROBE_PERIOD_S,
-                          "timeoutSeconds": 5, "failureThreshold": 3},
+        "resources": {
+            "requests": {"cpu": deploy.cpu, "memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
+            "limits": {"memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
+        },
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": PROBE_PERIOD_S,
+            "failureThreshold": math.ceil(startup_s / PROBE_PERIOD_S),
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": PROBE_PERIOD_S,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
         "readinessProbe": {"exec": {"command": warm}, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
-        "lifecycle": {"postStart": {"exec": {"command": [
-            "/bin/sh", "-c",
-            "nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl "
-            f"--model {served_model_name(serving, variant)} "
-            # its output goes to the container's own log (kubectl logs), not a file nobody reads
-            f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &"]}}},
-        "volumeMounts": [{"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
-                         {"name": "shm", "mountPath": "/dev/shm"}],
+        "lifecycle": {
+            "postStart": {
+                "exec": {
+                    "command": [
+                        "/bin/sh",
+                        "-c",
+                        "nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl "
+                        f"--model {served_model_name(serving, variant)} "
+                        # its output goes to the container's own log (kubectl logs), not a file nobody reads
+                        f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &",
+                    ]
+                }
+            }
+        },
+        "volumeMounts": [
+            {"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
     }
 
 
-def deployment_of(name: str, labels: dict, container: dict, gpus: int, deploy: DeployParams, startup_s: int,
-                  annotations: dict[str, str]) -> dict:
+def deployment_of(
+    name: str,
+    labels: dict,
+    container: dict,
+    gpus: int,
+    deploy: DeployParams,
+    startup_s: int,
+    annotations: dict[str, str],
+) -> dict:
     """The Deployment of one replica (gpus GPUs) running container, scraped by Prometheus."""
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels),
-                     "annotations": {GPUS_PER_REPLICA: str(gpus)}},
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": deploy.namespace,
+            "labels": dict(labels),
+            "annotations": {GPUS_PER_REPLICA: str(gpus)},
+        },
         "spec": {
             "replicas": 1,
             # A rollout waits for the engine to load and warm up; the default 600 s deadline is often shorter.
@@ -127,14 +188,27 @@ def deployment_of(name: str, labels: dict, container: dict, gpus: int, deploy: D
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {"app.kubernetes.io/name": name}},
             "template": {
-                "metadata": {"labels": dict(labels), "annotations": {"prometheus.io/scrape": "true",
-                                                               "prometheus.io/port": str(deploy.port),
-                                                               "prometheus.io/path": "/metrics", **annotations}},
-                "spec": {"containers": [container], "terminationGracePeriodSeconds": 60,
-                         "automountServiceAccountToken": False,  # the server never talks to the Kubernetes API
-                         "volumes": [{"name": "models", "persistentVolumeClaim": {"claimName": deploy.models_claim,
-                                                                                  "readOnly": True}},
-                                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy.shm_size}}]},
+                "metadata": {
+                    "labels": dict(labels),
+                    "annotations": {
+                        "prometheus.io/scrape": "true",
+                        "prometheus.io/port": str(deploy.port),
+                        "prometheus.io/path": "/metrics",
+                        **annotations,
+                    },
+                },
+                "spec": {
+                    "containers": [container],
+                    "terminationGracePeriodSeconds": 60,
+                    "automountServiceAccountToken": False,  # the server never talks to the Kubernetes API
+                    "volumes": [
+                        {
+                            "name": "models",
+                            "persistentVolumeClaim": {"claimName": deploy.models_claim, "readOnly": True},
+                        },
+                        {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": deploy.shm_size}},
+                    ],
+                },
             },
         },
     }
@@ -148,15 +222,27 @@ def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: in
     say so, and how many GPUs max_replicas takes, for whoever sizes the node pool."""
     cfg = deploy.autoscale
     return {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": name, "namespace": deploy.namespace, "labels": dict(labels),
-                     "annotations": {GPUS_PER_REPLICA: str(gpus), "modelprep/max-gpus": str(cfg.max_replicas * gpus)}},
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {
+            "name": name,
+            "namespace": deploy.namespace,
+            "labels": dict(labels),
+            "annotations": {GPUS_PER_REPLICA: str(gpus), "modelprep/max-gpus": str(cfg.max_replicas * gpus)},
+        },
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-            "minReplicas": cfg.min_replicas, "maxReplicas": cfg.max_replicas,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": RUNNING_METRIC},
-                                                  "target": {"type": "AverageValue",
-                                                             "averageValue": str(running_target)}}}],
+            "minReplicas": cfg.min_replicas,
+            "maxReplicas": cfg.max_replicas,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": RUNNING_METRIC},
+                        "target": {"type": "AverageValue", "averageValue": str(running_target)},
+                    },
+                }
+            ],
             "behavior": {"scaleDown": {"stabilizationWindowSeconds": 300}},
         },
     }
@@ -165,10 +251,17 @@ def autoscaler(name: str, deploy: DeployParams, labels: dict, running_target: in
 def custom_metrics_rules(served_name: str) -> str:
     """deploy/custom-metrics-rules.yaml: the prometheus-adapter rule serving RUNNING per pod as RUNNING_METRIC (its
     config's `rules:`); Prometheus must label the series with namespace and pod (a kubernetes_sd pod scrape does)."""
-    rules = {"rules": [{
-        "seriesQuery": f'{RUNNING}{{namespace!="",pod!=""}}',
-        "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
-        "name": {"matches": f"^{RUNNING}$", "as": RUNNING_METRIC},
-        "metricsQuery": f'sum(<<.Series>>{{<<.LabelMatchers>>,model_name="{served_name}"}}) by (<<.GroupBy>>)'}]}
-    return ("# prometheus-adapter rules (add to its config's `rules:`): the autoscalers in deploy/ read "
-            f"{RUNNING_METRIC} per pod\n" + yaml.safe_dump(rules, sort_keys=False))
+    rules = {
+        "rules": [
+            {
+                "seriesQuery": f'{RUNNING}{{namespace!="",pod!=""}}',
+                "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+                "name": {"matches": f"^{RUNNING}$", "as": RUNNING_METRIC},
+                "metricsQuery": f'sum(<<.Series>>{{<<.LabelMatchers>>,model_name="{served_name}"}}) by (<<.GroupBy>>)',
+            }
+        ]
+    }
+    return (
+        "# prometheus-adapter rules (add to its config's `rules:`): the autoscalers in deploy/ read "
+        f"{RUNNING_METRIC} per pod\n" + yaml.safe_dump(rules, sort_keys=False)
+    )

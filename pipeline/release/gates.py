@@ -1,5 +1,6 @@
 """Release gates: every check's value, threshold and verdict, from evaluation metrics. What ships is decided in
 pipeline/release/decision.py; the gate checks it and writes both into artifacts/gate/verdict.json."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -24,6 +25,7 @@ from pipeline.serving.settings import ServingParams
 @dataclass
 class CostRow:
     """One variant's shipped config at serving.slo, per GPU: a row of the gate's ranking (GateReport.per_gpu)."""
+
     variant: str
     config: str
     gpus: int  # per replica
@@ -62,6 +64,7 @@ class GateReport:
     """The gate run. all_passed: every variant passed every quality and serving check (allowed failures are
     failures); published_with_failures: the variants that failed and ship anyway, flagged, by gates.allow_fail;
     blocked: those that failed without it (the gate stage fails)."""
+
     all_passed: bool
     variants: dict[str, VariantVerdict]
     published_with_failures: list[str] = field(default_factory=list)
@@ -87,47 +90,78 @@ def quality_skip_reasons(summary: EvalSummary) -> dict[str, str]:
     return {"max_pass_at_1_drop": NO_FUNCTIONAL} if summary.functional is None else {}
 
 
-def gate_variant(summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext,
-                 allowed: bool) -> VariantVerdict:
+def gate_variant(
+    summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext, allowed: bool
+) -> VariantVerdict:
     """Check the variant's quality and the config that ships, as pipeline/release/decision.py decided it.
 
     A draft that fails a speculation check is turned off there (the bundle ships without speculative-config, its
     card says why); only quality and serving checks fail a variant."""
     d = decision.decide(decision.Inputs(summary, serve, thresholds, ctx))
-    not_served = (serve.skipped if serve is not None and serve.skipped else "no serving benchmark" if serve is None
-                  else "no serving benchmark of the baseline variant on the same GPU and vLLM")
+    not_served = (
+        serve.skipped
+        if serve is not None and serve.skipped
+        else "no serving benchmark"
+        if serve is None
+        else "no serving benchmark of the baseline variant on the same GPU and vLLM"
+    )
     reasons = {"min_capacity_vs_bf16": f"not measured: {d.capacity_reason}"} if d.capacity_reason else {}
     metrics = dict(d.metrics)
-    checks = (check_variant(metrics, thresholds, QUALITY, reasons=quality_skip_reasons(summary))
-              + list(d.speculation_checks) + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}",
-                                                           reasons))
+    checks = (
+        check_variant(metrics, thresholds, QUALITY, reasons=quality_skip_reasons(summary))
+        + list(d.speculation_checks)
+        + check_variant(metrics, thresholds, SERVING, f"not measured: {not_served}", reasons)
+    )
     passed = not any(c.failed for c in checks if c.group != SPECULATION)
     return VariantVerdict(passed, (not passed) and allowed, checks, d.speculation, d.capacity)
 
 
-def evaluate_gates(summaries: dict[str, EvalSummary], thresholds_for, allow_fail: list[str],
-                   serve_by_variant: dict[str, ServeBenchRecord] | None = None,
-                   ctx: ServingContext | None = None) -> GateReport:
+def evaluate_gates(
+    summaries: dict[str, EvalSummary],
+    thresholds_for,
+    allow_fail: list[str],
+    serve_by_variant: dict[str, ServeBenchRecord] | None = None,
+    ctx: ServingContext | None = None,
+) -> GateReport:
     serve_by_variant = serve_by_variant or {}
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
-    report = {v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
-              for v, m in summaries.items()}
+    report = {
+        v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
+        for v, m in summaries.items()
+    }
     rows = cost_rows(report, serve_by_variant)
     recommended, why = cheapest(rows, serve_by_variant)
-    return GateReport(all_passed=all(v.passed for v in report.values()), variants=report,
-                      published_with_failures=[n for n, v in report.items() if v.allowed_failure],
-                      blocked=[n for n, v in report.items() if not v.shippable],
-                      allow_fail=sorted(set(allow_fail)), per_gpu=rows, recommended=recommended, recommended_note=why)
+    return GateReport(
+        all_passed=all(v.passed for v in report.values()),
+        variants=report,
+        published_with_failures=[n for n, v in report.items() if v.allowed_failure],
+        blocked=[n for n, v in report.items() if not v.shippable],
+        allow_fail=sorted(set(allow_fail)),
+        per_gpu=rows,
+        recommended=recommended,
+        recommended_note=why,
+    )
 
 
 def cost_rows(report: dict[str, VariantVerdict], serve_by_variant: dict[str, ServeBenchRecord]) -> list[CostRow]:
     """Each variant whose shipped config was searched at the SLO, most output tokens/s per GPU first: cost per token
     is GPUs x hours over tokens, so per GPU the order is the same whatever each variant's GPU count."""
-    rows = [CostRow(variant=name, config=c.config, gpus=c.gpus, users=c.users, users_per_gpu=c.users_per_gpu,
-                    output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
-                    cost_per_million_output_tokens=c.cost_per_million_output_tokens, at_least=c.lower_bound,
-                    passed=v.passed, gpu=serve_by_variant[name].gpu if name in serve_by_variant else None)
-            for name, v in report.items() if (c := v.capacity) is not None]
+    rows = [
+        CostRow(
+            variant=name,
+            config=c.config,
+            gpus=c.gpus,
+            users=c.users,
+            users_per_gpu=c.users_per_gpu,
+            output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
+            cost_per_million_output_tokens=c.cost_per_million_output_tokens,
+            at_least=c.lower_bound,
+            passed=v.passed,
+            gpu=serve_by_variant[name].gpu if name in serve_by_variant else None,
+        )
+        for name, v in report.items()
+        if (c := v.capacity) is not None
+    ]
     return sorted(rows, key=lambda r: -(r.output_tokens_per_s_per_gpu or 0.0))
 
 
@@ -143,8 +177,10 @@ def cheapest(rows: list[CostRow], serve_by_variant: dict[str, ServeBenchRecord])
         return None, "no variant that passed the gate was measured to meet the SLO (serve_bench.capacity)"
     best = ranked[0]
     if any(r.at_least for r in ranked[1:]):
-        return None, (f"undecided: {', '.join(r.variant for r in ranked[1:] if r.at_least)} still met the SLO at the "
-                      "search's bound; raise serve_bench.capacity.max_concurrency")
+        return None, (
+            f"undecided: {', '.join(r.variant for r in ranked[1:] if r.at_least)} still met the SLO at the "
+            "search's bound; raise serve_bench.capacity.max_concurrency"
+        )
     return best.variant, None
 
 
@@ -153,39 +189,65 @@ def summary(report: GateReport) -> dict:
     false whenever a variant failed, allowed or not), and per variant in a list (which DVC's table leaves out): its
     verdict, failed checks and the speculation that ships. Every check's value and threshold stay in
     artifacts/gate/verdict.json."""
-    return {"all_passed": report.all_passed,
-            "variants_passed": sum(v.passed for v in report.variants.values()),
-            "variants_failed": sum(not v.passed for v in report.variants.values()),
-            "published_with_failures": report.published_with_failures, "blocked": report.blocked,
-            "allow_fail": report.allow_fail,
-            "variants": [{"variant": name, "passed": v.passed, "allowed_failure": v.allowed_failure,
-                          "verdict": v.label, "counts": check_counts(v),
-                          "failed_checks": [c.check for c in v.checks if c.failed and c.group != SPECULATION],
-                          "failed_speculation_checks": [c.check for c in v.checks
-                                                        if c.failed and c.group == SPECULATION],
-                          "speculation": None if v.speculation is None else {
-                              "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
-                              "num_speculative_tokens": v.speculation.num_speculative_tokens,
-                              "basis": v.speculation.basis, "reason": v.speculation.reason},
-                          "capacity": None if v.capacity is None else {
-                              "slo": v.capacity.slo.label(), "users_per_gpu": v.capacity.users_per_gpu,
-                              "at_least": v.capacity.lower_bound,
-                              "output_tokens_per_s_per_gpu": v.capacity.output_tokens_per_s_per_gpu,
-                              "vs_bf16": v.capacity.vs_bf16, "vs_bf16_bound": v.capacity.vs_bf16_bound,
-                              "gpus": v.capacity.gpus, "baseline_gpus": v.capacity.baseline_gpus,
-                              "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens,
-                              "cost_vs_bf16": v.capacity.cost_vs_bf16}}
-                         for name, v in report.variants.items()],
-            "recommended": recommended_summary(report)}
+    return {
+        "all_passed": report.all_passed,
+        "variants_passed": sum(v.passed for v in report.variants.values()),
+        "variants_failed": sum(not v.passed for v in report.variants.values()),
+        "published_with_failures": report.published_with_failures,
+        "blocked": report.blocked,
+        "allow_fail": report.allow_fail,
+        "variants": [
+            {
+                "variant": name,
+                "passed": v.passed,
+                "allowed_failure": v.allowed_failure,
+                "verdict": v.label,
+                "counts": check_counts(v),
+                "failed_checks": [c.check for c in v.checks if c.failed and c.group != SPECULATION],
+                "failed_speculation_checks": [c.check for c in v.checks if c.failed and c.group == SPECULATION],
+                "speculation": None
+                if v.speculation is None
+                else {
+                    "method": v.speculation.method if v.speculation.num_speculative_tokens else None,
+                    "num_speculative_tokens": v.speculation.num_speculative_tokens,
+                    "basis": v.speculation.basis,
+                    "reason": v.speculation.reason,
+                },
+                "capacity": None
+                if v.capacity is None
+                else {
+                    "slo": v.capacity.slo.label(),
+                    "users_per_gpu": v.capacity.users_per_gpu,
+                    "at_least": v.capacity.lower_bound,
+                    "output_tokens_per_s_per_gpu": v.capacity.output_tokens_per_s_per_gpu,
+                    "vs_bf16": v.capacity.vs_bf16,
+                    "vs_bf16_bound": v.capacity.vs_bf16_bound,
+                    "gpus": v.capacity.gpus,
+                    "baseline_gpus": v.capacity.baseline_gpus,
+                    "cost_per_million_output_tokens": v.capacity.cost_per_million_output_tokens,
+                    "cost_vs_bf16": v.capacity.cost_vs_bf16,
+                },
+            }
+            for name, v in report.variants.items()
+        ],
+        "recommended": recommended_summary(report),
+    }
 
 
 def recommended_summary(report: GateReport) -> dict | None:
     """The cheapest variant that passed, per output token at the SLO, and on how many GPUs a replica runs."""
     row = next((r for r in report.per_gpu if r.variant == report.recommended), None)
-    return None if row is None else {
-        "variant": row.variant, "config": row.config, "gpus": row.gpus,
-        "output_tokens_per_s_per_gpu": row.output_tokens_per_s_per_gpu,
-        "cost_per_million_output_tokens": row.cost_per_million_output_tokens}
+    return (
+        None
+        if row is None
+        else {
+            "variant": row.variant,
+            "config": row.config,
+            "gpus": row.gpus,
+            "output_tokens_per_s_per_gpu": row.output_tokens_per_s_per_gpu,
+            "cost_per_million_output_tokens": row.cost_per_million_output_tokens,
+        }
+    )
 
 
 def recommendation_line(report: GateReport) -> str | None:
@@ -193,24 +255,35 @@ def recommendation_line(report: GateReport) -> str | None:
     config was searched."""
     if not report.per_gpu:
         return None
-    rows = ", ".join(f"{r.variant} {short(r.output_tokens_per_s_per_gpu or 0.0)} tok/s/GPU on {r.gpus}"
-                     + (f" ({short(r.cost_per_million_output_tokens)} per M tokens)"
-                        if r.cost_per_million_output_tokens is not None else "") for r in report.per_gpu)
+    rows = ", ".join(
+        f"{r.variant} {short(r.output_tokens_per_s_per_gpu or 0.0)} tok/s/GPU on {r.gpus}"
+        + (
+            f" ({short(r.cost_per_million_output_tokens)} per M tokens)"
+            if r.cost_per_million_output_tokens is not None
+            else ""
+        )
+        for r in report.per_gpu
+    )
     if report.recommended is None:
         return f"gate: no recommendation ({report.recommended_note}); per GPU at the SLO: {rows}"
     best = next(r for r in report.per_gpu if r.variant == report.recommended)
-    return (f"gate: lowest cost per output token at the SLO: {best.variant} ({best.config}) on {best.gpus} "
-            f"GPU{'s' if best.gpus > 1 else ''} per replica; per GPU: {rows}")
+    return (
+        f"gate: lowest cost per output token at the SLO: {best.variant} ({best.config}) on {best.gpus} "
+        f"GPU{'s' if best.gpus > 1 else ''} per replica; per GPU: {rows}"
+    )
 
 
 def check_counts(v: VariantVerdict) -> dict[str, int]:
     """How many checks passed, failed (a failed speculation check turns speculation off rather than failing the
     variant: counted apart) and were skipped (nothing measured, or no speculation shipped to check)."""
     applied = [c for c in v.checks if not c.skipped]
-    return {"checks": len(v.checks), "passed": sum(c.passed is True for c in applied),
-            "failed": sum(c.failed and c.group != SPECULATION for c in applied),
-            "speculation_failed": sum(c.failed and c.group == SPECULATION for c in applied),
-            "skipped": len(v.checks) - len(applied)}
+    return {
+        "checks": len(v.checks),
+        "passed": sum(c.passed is True for c in applied),
+        "failed": sum(c.failed and c.group != SPECULATION for c in applied),
+        "speculation_failed": sum(c.failed and c.group == SPECULATION for c in applied),
+        "skipped": len(v.checks) - len(applied),
+    }
 
 
 def verdict_line(variant: str, v: VariantVerdict) -> str:
@@ -223,8 +296,10 @@ def verdict_line(variant: str, v: VariantVerdict) -> str:
     if failed:
         parts.append(f"{len(failed)} failed ({', '.join(failed)})")
     if spec_failed:
-        parts.append(f"{len(spec_failed)} speculation check{'s' if len(spec_failed) > 1 else ''} failed "
-                     f"({', '.join(spec_failed)}: no speculation ships)")
+        parts.append(
+            f"{len(spec_failed)} speculation check{'s' if len(spec_failed) > 1 else ''} failed "
+            f"({', '.join(spec_failed)}: no speculation ships)"
+        )
     if n["skipped"]:
         parts.append(f"{n['skipped']} skipped")
     return f"gate {variant}: {v.label}: {', '.join(parts)}{_shipped_setting(v.speculation)}"
@@ -233,9 +308,13 @@ def verdict_line(variant: str, v: VariantVerdict) -> str:
 def failed_checks(report: GateReport, allowed: bool) -> list[str]:
     """'variant: check (what, needs, by how much)' for the failed checks of blocking (allowed=False)
     or of allow_fail (allowed=True) variants."""
-    return [f"{variant}: {c.check} ({c.describe()})"
-            for variant, v in report.variants.items() if not v.passed and v.allowed_failure == allowed
-            for c in v.checks if c.failed and c.group != SPECULATION]
+    return [
+        f"{variant}: {c.check} ({c.describe()})"
+        for variant, v in report.variants.items()
+        if not v.passed and v.allowed_failure == allowed
+        for c in v.checks
+        if c.failed and c.group != SPECULATION
+    ]
 
 
 def conclude(report: GateReport) -> int:
@@ -247,8 +326,10 @@ def conclude(report: GateReport) -> int:
         say(line)
     allowed = failed_checks(report, allowed=True)
     if allowed:
-        warn("warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "
-            + "; ".join(allowed))
+        warn(
+            "warning: failed gates allowed by allow_fail (the bundle's model card carries a warning): "
+            + "; ".join(allowed)
+        )
     failed = failed_checks(report, allowed=False)
     if failed:
         warn("error: gate failed: " + "; ".join(failed))
@@ -260,8 +341,11 @@ def _shipped_setting(chosen: SpeculationDecision | None) -> str:
     if chosen is None:
         return ""
     k = chosen.num_speculative_tokens
-    gave_way = (f"; {chosen.method} k={chosen.candidate_k} gave way: fewer users at the SLO than "
-                "min_capacity_vs_bf16" if not k and "min_capacity_vs_bf16" in chosen.turned_off_by else "")
+    gave_way = (
+        f"; {chosen.method} k={chosen.candidate_k} gave way: fewer users at the SLO than min_capacity_vs_bf16"
+        if not k and "min_capacity_vs_bf16" in chosen.turned_off_by
+        else ""
+    )
     return f"; ships {f'{chosen.method} k={k}' if k else 'without speculation'} ({chosen.basis}{gave_way})"
 
 
@@ -270,9 +354,10 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
     metrics_dir = Path(metrics_dir)
     if not metrics_dir.is_dir():
         raise PipelineError(f"metrics directory {metrics_dir} not found")
-    found = {f.stem.removeprefix("eval-"): EvalSummary.from_metrics(listed(current_names(records.read_object(f))),
-                                                                    str(f))
-             for f in sorted(metrics_dir.glob("eval-*.json"))}
+    found = {
+        f.stem.removeprefix("eval-"): EvalSummary.from_metrics(listed(current_names(records.read_object(f))), str(f))
+        for f in sorted(metrics_dir.glob("eval-*.json"))
+    }
     if variants is not None:
         missing = [v for v in variants if v not in found]
         if missing:
@@ -284,8 +369,11 @@ def load_eval_metrics(metrics_dir: str | Path, variants: list[str] | None = None
 
 
 # an older flat file's <field>_<method> -> the field of a `methods` entry
-METHOD_FIELDS = {"accepted_per_draft_token": "accepted_per_draft_token",
-                 "num_speculative_tokens": "num_speculative_tokens", "expected_speedup": METHOD_SPEEDUP}
+METHOD_FIELDS = {
+    "accepted_per_draft_token": "accepted_per_draft_token",
+    "num_speculative_tokens": "num_speculative_tokens",
+    "expected_speedup": METHOD_SPEEDUP,
+}
 
 
 def listed(metrics: dict) -> dict:
@@ -298,8 +386,9 @@ def listed(metrics: dict) -> dict:
     out = dict(metrics)
     found = [m for m in METHODS if any(f"{f}_{m}" in out for f in METHOD_FIELDS)]
     found.sort(key=lambda m: min(list(out).index(f"{f}_{m}") for f in METHOD_FIELDS if f"{f}_{m}" in out))
-    out["methods"] = [{"method": m, **{field: out.pop(f"{f}_{m}", None) for f, field in METHOD_FIELDS.items()}}
-                      for m in found]
+    out["methods"] = [
+        {"method": m, **{field: out.pop(f"{f}_{m}", None) for f, field in METHOD_FIELDS.items()}} for m in found
+    ]
     if isinstance(out.get(PREDICTED), dict):
         out[PREDICTED] = [{"concurrency": int(c), "speedup": x} for c, x in out[PREDICTED].items()]
     return out
@@ -307,12 +396,19 @@ def listed(metrics: dict) -> dict:
 
 def load_serve_metrics(metrics_dir: str | Path, variants: list[str]) -> dict[str, ServeBenchRecord]:
     """serve-<variant>.json files (the serving benchmark's records) present in a metrics directory."""
-    return {v: records.read(ServeBenchRecord, f) for v in variants
-            if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()}
+    return {
+        v: records.read(ServeBenchRecord, f) for v in variants if (f := Path(metrics_dir) / f"serve-{v}.json").is_file()
+    }
 
 
-def run(cfg: GatesParams, serving: ServingParams, variants: Iterable[str], summaries: dict[str, EvalSummary],
-        allow_fail: list[str] | None = None, serve_by_variant: dict[str, ServeBenchRecord] | None = None) -> GateReport:
+def run(
+    cfg: GatesParams,
+    serving: ServingParams,
+    variants: Iterable[str],
+    summaries: dict[str, EvalSummary],
+    allow_fail: list[str] | None = None,
+    serve_by_variant: dict[str, ServeBenchRecord] | None = None,
+) -> GateReport:
     """Gate every variant (summaries: evaluate's, by variant) with params.yaml's thresholds (checked by
     pipeline/params/check.py); variants: quantize.variants' names; allow_fail adds to gates.allow_fail.
     serve_by_variant: serving benchmark records, where they exist."""

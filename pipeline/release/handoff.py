@@ -1,6 +1,7 @@
 """The handoff kit a bundle carries besides its model: serving tiers (serve-<tier>.yaml), Kubernetes
 manifests and the warm-up (deploy/), Prometheus rules, their unit test and a Grafana dashboard
 (monitoring/). Everything is rendered from the same values the bundle ships and was gated on."""
+
 from __future__ import annotations
 
 import hashlib
@@ -55,6 +56,7 @@ class TierSizing:
     """A tier of deploy.autoscale.tiers sized from the measured capacity at its SLO: the users its config carried
     per replica, the max-num-seqs it ships with (None: as configured) and the running requests per pod its
     autoscaler holds (None: no autoscaler); why: how, or why not."""
+
     why: str
     users: float | None = None
     at_least: bool = False
@@ -62,8 +64,15 @@ class TierSizing:
     running_target: int | None = None
 
 
-def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving: ServingParams, utilization: float,
-              resizable: bool, own: ServeBenchRecord | None = None) -> TierSizing:
+def size_tier(
+    tier: Tier,
+    chosen: Speculation,
+    serve: ServeBenchRecord,
+    serving: ServingParams,
+    utilization: float,
+    resizable: bool,
+    own: ServeBenchRecord | None = None,
+) -> TierSizing:
     """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
     its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
     SLO. max-num-seqs: the users it carried
@@ -79,29 +88,42 @@ def size_tier(tier: Tier, chosen: Speculation, serve: ServeBenchRecord, serving:
     config = searched if at_own_settings else config_of(serve, chosen)
     met = users_meeting(config, tier.slo) if config is not None else None
     if met is None:
-        return TierSizing(f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
-                          "max-num-seqs as configured, no autoscaler")
+        return TierSizing(
+            f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
+            "max-num-seqs as configured, no autoscaler"
+        )
     users, at_least = met
     if users < 1:
-        return TierSizing(f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
-                          "configured, no autoscaler", users, at_least)
+        return TierSizing(
+            f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
+            "configured, no autoscaler",
+            users,
+            at_least,
+        )
     configured = tier.engine.get("max_num_seqs", serving.max_num_seqs)
     closed = config.capacity.arrival == CONCURRENCY
     size = min(configured, math.floor(users), serving.max_num_seqs) if closed and resizable else None
     target = max(1, math.floor(min(size or configured, users) * utilization))
     bound = "at least " if at_least else ""
     searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
-    how = (f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
-           f"serve_bench on {serve.gpu}); " + (f"max-num-seqs {size} (of {configured} configured, batches "
-                                f"measured up to serving.max_num_seqs {serving.max_num_seqs})" if size is not None else
-                                "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)"))
-           + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)")
+    how = (
+        f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
+        f"serve_bench on {serve.gpu}); "
+        + (
+            f"max-num-seqs {size} (of {configured} configured, batches "
+            f"measured up to serving.max_num_seqs {serving.max_num_seqs})"
+            if size is not None
+            else "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)")
+        )
+        + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)"
+    )
     return TierSizing(how, users, at_least, size, target)
 
 
 @dataclass
 class TierPlan:
     """What one tier ships: its speculation and why, and the files that describe it."""
+
     name: str
     num_speculative_tokens: int
     why: str
@@ -119,8 +141,15 @@ class TierPlan:
         return Speculation(self.method, self.num_speculative_tokens, self.schedule)
 
 
-def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, serve: ServeBenchRecord,
-                 target_concurrency: int, cfg: MonitoringParams, slo: Slo | None = None) -> monitoring.AlertLevels:
+def alert_levels(
+    served_name: str,
+    verdict: VariantVerdict,
+    cost_ratio: float,
+    serve: ServeBenchRecord,
+    target_concurrency: int,
+    cfg: MonitoringParams,
+    slo: Slo | None = None,
+) -> monitoring.AlertLevels:
     """The alerts' thresholds; slo: serving.slo, which the latency alerts' descriptions set beside their own."""
     shipped = verdict.speculation.speculation if verdict.speculation else Speculation(None, 0)
     k = shipped.k
@@ -130,19 +159,24 @@ def alert_levels(served_name: str, verdict: VariantVerdict, cost_ratio: float, s
     margin = cfg.latency_margin
     if level is not None:
         ttft, itl = level.ttft_ms["p99"] * margin / 1000, level.itl_ms["p99"] * margin / 1000
-        source = (f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}")
+        source = f"serve_bench p99 at concurrency {target_concurrency} on {serve.gpu} ({serve.date}) x{margin}"
     else:  # the thresholds this variant's latency gates were checked against (recorded in its verdict)
         gate = {c.check: c.threshold / 1000 for c in verdict.checks if c.check in ("max_p99_ttft_ms", "max_p99_itl_ms")}
         ttft, itl = gate.get("max_p99_ttft_ms"), gate.get("max_p99_itl_ms")
         source = "the latency gates' thresholds (no serving benchmark in this build)"
     return monitoring.AlertLevels(
-        served_name=served_name, acceptance=acceptance.value if k and acceptance else None,
+        served_name=served_name,
+        acceptance=acceptance.value if k and acceptance else None,
         acceptance_source=acceptance.metric if acceptance else "",
         cost_ratio=cost_ratio if k and cost_ratio else None,  # n-gram lookups cost no GPU weights
-        ttft_p99_s=ttft or None, itl_p99_s=itl or None, latency_source=source,
-        kv_cache_usage_max=cfg.kv_cache_usage_max, warning_fraction=cfg.acceptance_warning_fraction,
+        ttft_p99_s=ttft or None,
+        itl_p99_s=itl or None,
+        latency_source=source,
+        kv_cache_usage_max=cfg.kv_cache_usage_max,
+        warning_fraction=cfg.acceptance_warning_fraction,
         slo_ms={"ttft": slo.p99_ttft_ms, "itl": slo.p99_itl_ms} if slo is not None else {},
-        gate_ms=latency.gate_ms(verdict.checks))
+        gate_ms=latency.gate_ms(verdict.checks),
+    )
 
 
 @dataclass(frozen=True)
@@ -152,6 +186,7 @@ class HandoffInputs:
     (its estimate's break-even), the serving benchmark's record, the checkpoint's quantization, the warm-up's
     rendered prompts and env, the server's environment (serving.config.server_env, as serve.env has it), the same
     for every tier's manifest."""
+
     variant: str
     spec: VariantSpec
     serving: ServingParams
@@ -173,54 +208,102 @@ def write_handoff(out: Path, kit: HandoffInputs) -> tuple[list[TierPlan], monito
     tiers = [choice.tier for choice in kit.decision.tiers]
     deployed = {t.name for t in select(tiers, deploy_cfg.tiers)}
     scaling = deploy_cfg.autoscale
-    autoscaled = ({t.name for t in select(tiers, scaling.tiers, "deploy.autoscale.tiers")} if scaling.tiers
-                  else set())
+    autoscaled = {t.name for t in select(tiers, scaling.tiers, "deploy.autoscale.tiers")} if scaling.tiers else set()
     startup = [c.startup_s for c in serve.configs.values()] if not serve.skipped else []
     startup_s = deploy.startup_budget_s(max(startup) if startup else None, deploy_cfg)
     (out / "deploy").mkdir(exist_ok=True)
-    plans = [tier_plan(out, kit, choice, choice.tier.name in deployed, choice.tier.name in autoscaled, startup_s)
-             for choice in kit.decision.tiers]
+    plans = [
+        tier_plan(out, kit, choice, choice.tier.name in deployed, choice.tier.name in autoscaled, startup_s)
+        for choice in kit.decision.tiers
+    ]
     served_name = served_model_name(serving, variant)
     if any(p.sizing and p.sizing.running_target for p in plans):
         atomic_write_text(out / METRICS_RULES, deploy.custom_metrics_rules(served_name))
     shutil.copyfile(warmup.__file__, out / "deploy" / "warmup.py")
-    atomic_write_text(out / "deploy" / "warmup_prompts.jsonl", "".join(
-        json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
-        for text, special in kit.warmup_prompts[: deploy_cfg.warmup_prompts]))
+    atomic_write_text(
+        out / "deploy" / "warmup_prompts.jsonl",
+        "".join(
+            json.dumps({"prompt": text, "add_special_tokens": special}) + "\n"
+            for text, special in kit.warmup_prompts[: deploy_cfg.warmup_prompts]
+        ),
+    )
 
-    levels = alert_levels(served_name, kit.verdict, kit.cost_ratio, serve, serving.target_concurrency, kit.monitoring,
-                          serving.slo)
+    levels = alert_levels(
+        served_name, kit.verdict, kit.cost_ratio, serve, serving.target_concurrency, kit.monitoring, serving.slo
+    )
     (out / "monitoring").mkdir(exist_ok=True)
     atomic_write_text(out / RULES, monitoring.rules_yaml(levels, f"modelprep.{serving.name}-{variant}"))
     atomic_write_text(out / RULES_TEST, monitoring.rules_unit_test(levels, Path(RULES).name))
-    atomic_write_text(out / DASHBOARD, monitoring.dashboard_json(levels, f"{serving.name} {variant}",
-                                                                 deploy.object_name(serving.name, variant, "dash", 40)))
+    atomic_write_text(
+        out / DASHBOARD,
+        monitoring.dashboard_json(
+            levels, f"{serving.name} {variant}", deploy.object_name(serving.name, variant, "dash", 40)
+        ),
+    )
     return plans, levels
 
 
-def tier_plan(out: Path, kit: HandoffInputs, choice: TierChoice, deployed: bool, autoscaled: bool,
-              startup_s: int) -> TierPlan:
+def tier_plan(
+    out: Path, kit: HandoffInputs, choice: TierChoice, deployed: bool, autoscaled: bool, startup_s: int
+) -> TierPlan:
     """One tier's files (serve-<tier>.yaml, deploy/<tier>.yaml where deploy.tiers has it) at the speculation the
     decision gave it, sized from the measured capacity where deploy.autoscale.tiers has it."""
     tier, chosen, serving, serve = choice.tier, choice.speculation, kit.serving, kit.serve
-    sizing = (size_tier(tier, chosen, serve, serving, kit.deploy.autoscale.target_utilization,
-                        resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
-                        own=serve.tier(tier.name) if tier.name != DEFAULT else None)
-              if autoscaled else None)
+    sizing = (
+        size_tier(
+            tier,
+            chosen,
+            serve,
+            serving,
+            kit.deploy.autoscale.target_utilization,
+            resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
+            own=serve.tier(tier.name) if tier.name != DEFAULT else None,
+        )
+        if autoscaled
+        else None
+    )
     engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
     if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
-        atomic_write_text(out / tier.serve_file, serve_yaml(engine_args(
-            kit.spec, serving, speculative_config_for(chosen, kit.draft, serving), kit.quantization, engine)))
+        atomic_write_text(
+            out / tier.serve_file,
+            serve_yaml(
+                engine_args(
+                    kit.spec, serving, speculative_config_for(chosen, kit.draft, serving), kit.quantization, engine
+                )
+            ),
+        )
     manifest = None
     if deployed:
         manifest = f"deploy/{tier.name}.yaml"
         sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
-        atomic_write_text(out / manifest, deploy.manifests(
-            tier, serving, kit.variant, kit.deploy, bundle_location(kit.deploy, serving.name, kit.variant), startup_s,
-            {"modelprep/serve-config-sha256": sha}, kit.env, sizing.running_target if sizing else None))
+        atomic_write_text(
+            out / manifest,
+            deploy.manifests(
+                tier,
+                serving,
+                kit.variant,
+                kit.deploy,
+                bundle_location(kit.deploy, serving.name, kit.variant),
+                startup_s,
+                {"modelprep/serve-config-sha256": sha},
+                kit.env,
+                sizing.running_target if sizing else None,
+            ),
+        )
     # The default tier is the serving section itself: the default sweep measured it at its own settings.
     own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
     config = config_of(own, chosen) if own is not None else None
     level = config.at(tier.concurrency) if config is not None else None
-    return TierPlan(tier.name, chosen.k, choice.why, chosen.method, tier.concurrency, tier.gpus, tier.serve_file,
-                    manifest, level.output_throughput if level is not None else None, chosen.schedule, sizing)
+    return TierPlan(
+        tier.name,
+        chosen.k,
+        choice.why,
+        chosen.method,
+        tier.concurrency,
+        tier.gpus,
+        tier.serve_file,
+        manifest,
+        level.output_throughput if level is not None else None,
+        chosen.schedule,
+        sizing,
+    )

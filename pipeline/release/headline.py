@@ -3,7 +3,7 @@
 DVC's table has one row per metrics file and one column per key, the union over all files, so files with
 different keys widen it (1,491 characters for the demo build, issue #49). Here each file is one measure keyed by
 variant: every file has the same keys, so the table is one row per measure and one column per variant (within
-120 characters for the demo's five variants: tests/test_metrics_headline.py). A measure nobody measured (the
+120 characters for the demo's five variants: tests/release/test_metrics_headline.py). A measure nobody measured (the
 serving benchmark's, without a GPU) has no file, and a variant without a value shows `-`. One folder per concern:
 
 - `metrics/quality/`: fidelity to the unquantized target (the evaluate stage's): `kl_divergence`,
@@ -17,6 +17,7 @@ serving benchmark's, without a GPU) has no file, and a variant without a value s
 
 Everything else (`eval-<v>.json`, `gates.json`, `draft.json`, `quantize-<v>.json`, ...) is a plain output.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -44,12 +45,20 @@ def gate_label(verdict: VariantVerdict) -> str:
 
 def release(report: GateReport) -> Measures:
     """The verdict, and the speculative setting each shippable variant's bundle carries (the gate's decision)."""
-    shipped = {v: d.speculation if (d := verdict.speculation) is not None else None
-               for v, verdict in report.variants.items() if verdict.shippable}
-    return _kept({"gate": {v: gate_label(verdict) for v, verdict in report.variants.items()},
-                  "shipped_method": {v: s.method if s is not None and s.enabled else NO_SPECULATION
-                                     for v, s in shipped.items()},
-                  "shipped_k": {v: s.k if s is not None and s.enabled else 0 for v, s in shipped.items()}})
+    shipped = {
+        v: d.speculation if (d := verdict.speculation) is not None else None
+        for v, verdict in report.variants.items()
+        if verdict.shippable
+    }
+    return _kept(
+        {
+            "gate": {v: gate_label(verdict) for v, verdict in report.variants.items()},
+            "shipped_method": {
+                v: s.method if s is not None and s.enabled else NO_SPECULATION for v, s in shipped.items()
+            },
+            "shipped_k": {v: s.k if s is not None and s.enabled else 0 for v, s in shipped.items()},
+        }
+    )
 
 
 def served(verdict: VariantVerdict, metric: str) -> float | None:
@@ -65,10 +74,14 @@ def served(verdict: VariantVerdict, metric: str) -> float | None:
 
 def speed(summaries: dict[str, EvalSummary], report: GateReport) -> Measures:
     est = {v: s.speculation for v, s in summaries.items()}
-    return _kept({"estimated_method": {v: e.method for v, e in est.items()},
-                  "estimated_k": {v: e.num_speculative_tokens for v, e in est.items()},
-                  "estimated_speedup": {v: e.expected_speedup for v, e in est.items()},
-                  **{m: {v: served(verdict, m) for v, verdict in report.variants.items()} for m in SERVED}})
+    return _kept(
+        {
+            "estimated_method": {v: e.method for v, e in est.items()},
+            "estimated_k": {v: e.num_speculative_tokens for v, e in est.items()},
+            "estimated_speedup": {v: e.expected_speedup for v, e in est.items()},
+            **{m: {v: served(verdict, m) for v, verdict in report.variants.items()} for m in SERVED},
+        }
+    )
 
 
 def headline(summaries: dict[str, EvalSummary], report: GateReport) -> dict[str, Measures]:

@@ -11,6 +11,7 @@ gate's checks (GATE.json) and the alert annotations (monitoring/rules.yaml):
   raised to the next bucket bound of vLLM's histogram. It tells on-call this replica serves slower than it was
   measured to, whatever the SLO.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,21 +33,39 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:g} ms"
 
 
-def targets(slo, gate_ms: dict[str, float], alert_ms: dict[str, float] | None, alert_source: str | None
-            ) -> list[LatencyTarget]:
+def targets(
+    slo, gate_ms: dict[str, float], alert_ms: dict[str, float] | None, alert_source: str | None
+) -> list[LatencyTarget]:
     """slo: serving.slo (a Slo); gate_ms: the latency gate's thresholds as the verdict applied them ("ttft", "itl");
     alert_ms: the alert rules' thresholds (None: no alert rules in this bundle)."""
     token = "TPOT" if slo.p99_itl_ms is None else "ITL"
-    rows = [LatencyTarget(SLO, "`serving.slo`", slo.p99_ttft_ms, slo.token_ms,
-                          f"capacity: a load counts only where every p99 meets it (p99 {token} on the second column)"),
-            LatencyTarget(GATE, f"`gates.thresholds.{GATE_KEYS['ttft']}`, `{GATE_KEYS['itl']}`",
-                          gate_ms.get("ttft"), gate_ms.get("itl"),
-                          "the build fails if the shipped config's p99 at `serving.target_concurrency` is above it: "
-                          "a regression guard")]
+    rows = [
+        LatencyTarget(
+            SLO,
+            "`serving.slo`",
+            slo.p99_ttft_ms,
+            slo.token_ms,
+            f"capacity: a load counts only where every p99 meets it (p99 {token} on the second column)",
+        ),
+        LatencyTarget(
+            GATE,
+            f"`gates.thresholds.{GATE_KEYS['ttft']}`, `{GATE_KEYS['itl']}`",
+            gate_ms.get("ttft"),
+            gate_ms.get("itl"),
+            "the build fails if the shipped config's p99 at `serving.target_concurrency` is above it: "
+            "a regression guard",
+        ),
+    ]
     if alert_ms is not None:
-        rows.append(LatencyTarget(ALERT, "`monitoring/rules.yaml` (`monitoring.latency_margin`)",
-                                  alert_ms.get("ttft"), alert_ms.get("itl"),
-                                  f"fires when production's p99 over 10 minutes is above it: {alert_source}"))
+        rows.append(
+            LatencyTarget(
+                ALERT,
+                "`monitoring/rules.yaml` (`monitoring.latency_margin`)",
+                alert_ms.get("ttft"),
+                alert_ms.get("itl"),
+                f"fires when production's p99 over 10 minutes is above it: {alert_source}",
+            )
+        )
     return rows
 
 
@@ -63,17 +82,27 @@ def relation(rows: list[LatencyTarget]) -> str:
     if ttft is not None or itl is not None:
         looser = [f"x{r:.3g} the SLO's {n}" for n, r in (("TTFT", ttft), ("token latency", itl)) if r is not None]
         if all(r >= 1 for r in (ttft, itl) if r is not None):
-            out.append(f"The latency gate is {' and '.join(looser)}: it catches a broken build, not a missed SLO "
-                       "(capacity answers how many users meet the SLO)")
+            out.append(
+                f"The latency gate is {' and '.join(looser)}: it catches a broken build, not a missed SLO "
+                "(capacity answers how many users meet the SLO)"
+            )
         else:
-            out.append(f"The latency gate is {' and '.join(looser)}: tighter than the SLO somewhere, so a build "
-                       "can fail its gate at a load that meets the SLO")
+            out.append(
+                f"The latency gate is {' and '.join(looser)}: tighter than the SLO somewhere, so a build "
+                "can fail its gate at a load that meets the SLO"
+            )
     if alert is not None:
-        above = [n for n, a, s in (("TTFT", alert.ttft_ms, slo.ttft_ms), ("token latency", alert.itl_ms, slo.itl_ms))
-                 if a is not None and s is not None and a > s]
-        out.append(f"the latency alert fires above the SLO's {' and '.join(above)}, so a p99 between the two misses "
-                   "the SLO without alerting: watch the SLO with its own rule where it is promised to users"
-                   if above else "the latency alert fires at or below the SLO")
+        above = [
+            n
+            for n, a, s in (("TTFT", alert.ttft_ms, slo.ttft_ms), ("token latency", alert.itl_ms, slo.itl_ms))
+            if a is not None and s is not None and a > s
+        ]
+        out.append(
+            f"the latency alert fires above the SLO's {' and '.join(above)}, so a p99 between the two misses "
+            "the SLO without alerting: watch the SLO with its own rule where it is promised to users"
+            if above
+            else "the latency alert fires at or below the SLO"
+        )
     return "; ".join(out) + "." if out else ""
 
 

@@ -1,4 +1,5 @@
 """MANIFEST.json: sha256 and size of every file in a bundle, plus provenance; and verification."""
+
 from __future__ import annotations
 
 import hashlib
@@ -33,8 +34,10 @@ def _regular_files(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     while pending:
         rel = pending.pop()
         if rel.count("/") + 1 > MAX_DEPTH:
-            raise PipelineError(f"{root}: {rel.split('/')[0]}/... is nested more than {MAX_DEPTH} directories deep; "
-                                "a bundle is a few levels deep")
+            raise PipelineError(
+                f"{root}: {rel.split('/')[0]}/... is nested more than {MAX_DEPTH} directories deep; "
+                "a bundle is a few levels deep"
+            )
         subdirs = []
         with os.scandir(root / rel if rel else root) as entries:
             for entry in sorted(entries, key=lambda e: e.name):
@@ -91,8 +94,7 @@ def _safe_entry(name: str) -> bool:
 def _entry_problem(name: str, entry) -> str | None:
     if not _safe_entry(name):
         return f"unsafe path {name!r} (absolute or with '..')"
-    if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")) \
-            or type(entry.get("size")) is not int:
+    if not isinstance(entry, dict) or not _is_sha256(entry.get("sha256")) or type(entry.get("size")) is not int:
         return f"entry {name!r} needs a sha256 (64 hex digits) and an integer size"
     return None
 
@@ -110,8 +112,11 @@ def load_manifest(root: Path) -> dict:
         raise PipelineError(f"{path} is not valid JSON ({e})") from None
     except RecursionError:
         raise PipelineError(f"{path} is malformed: JSON nested too deeply") from None
-    if not isinstance(manifest, dict) or not _is_sha256(manifest.get("bundle_digest")) \
-            or not isinstance(manifest.get("files"), dict):
+    if (
+        not isinstance(manifest, dict)
+        or not _is_sha256(manifest.get("bundle_digest"))
+        or not isinstance(manifest.get("files"), dict)
+    ):
         raise PipelineError(f"{path} is malformed: needs a bundle_digest (sha256) and a files object")
     for name, entry in manifest["files"].items():
         problem = _entry_problem(name, entry)

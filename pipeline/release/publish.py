@@ -5,6 +5,7 @@ MANIFEST.json. A bundle left over from an earlier build (its verdict differs fro
 gate run), a failed one not in gates.allow_fail, or one whose files don't match its manifest is
 refused with one line, whoever runs the publish stage and however.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,20 +29,28 @@ EVAL = "EVAL.json"
 # is the gate's decision (method, k, basis, why), `speculation_estimates` every method's estimate and evaluate's
 # offline vLLM numbers.
 SHIPPED, ESTIMATES = "speculation_shipped", "speculation_estimates"
-ESTIMATES_NOTE = ("estimates and measurements of the speculative methods compared on this variant; they do not say "
-                  "what ships: speculation_shipped does (serve.yaml's speculative-config)")
+ESTIMATES_NOTE = (
+    "estimates and measurements of the speculative methods compared on this variant; they do not say "
+    "what ships: speculation_shipped does (serve.yaml's speculative-config)"
+)
 
 
 def eval_record(summary: EvalSummary, verdict: VariantVerdict) -> dict:
     """EVAL.json: the quality numbers at the top level, the shipped speculation, and the estimates marked as such."""
     decision = verdict.speculation
     k = decision.num_speculative_tokens if decision is not None else 0
-    shipped = {"method": decision.method if k else None, "num_speculative_tokens": k,
-               "basis": decision.basis if decision is not None else None,
-               "speedup": decision.speedup if k else None,  # the candidate's, when it does not ship, is in reason
-               "reason": decision.reason if decision is not None else "no gate decision"}
-    return {**summary.quality_metrics(), SHIPPED: shipped,
-            ESTIMATES: {"note": ESTIMATES_NOTE, **summary.speculation_metrics()}}
+    shipped = {
+        "method": decision.method if k else None,
+        "num_speculative_tokens": k,
+        "basis": decision.basis if decision is not None else None,
+        "speedup": decision.speedup if k else None,  # the candidate's, when it does not ship, is in reason
+        "reason": decision.reason if decision is not None else "no gate decision",
+    }
+    return {
+        **summary.quality_metrics(),
+        SHIPPED: shipped,
+        ESTIMATES: {"note": ESTIMATES_NOTE, **summary.speculation_metrics()},
+    }
 
 
 def summary_of(record: dict, where: str) -> EvalSummary:
@@ -49,8 +58,9 @@ def summary_of(record: dict, where: str) -> EvalSummary:
     if not isinstance(record.get(ESTIMATES), dict):
         raise PipelineError(f"{where}: no {ESTIMATES} object; rebuild the bundle (`dvc repro`)")
     estimates = {k: v for k, v in record[ESTIMATES].items() if k != "note"}
-    return EvalSummary.from_metrics(current_names({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)},
-                                                   **estimates}), where)  # a bundle built before the rename too
+    return EvalSummary.from_metrics(
+        current_names({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)}, **estimates}), where
+    )  # a bundle built before the rename too
 
 
 def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) -> None:
@@ -60,19 +70,24 @@ def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) ->
     changed = sorted(name for name in set(applied) | set(thresholds) if applied.get(name) != thresholds.get(name))
     if changed:
         name = changed[0]
-        raise PipelineError(f"{variant}: its gate verdict was reached with {name} = {applied.get(name, 'unset')}, "
-                            f"params.yaml now says {thresholds.get(name, 'unset')}"
-                            + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
-                            + "; re-run the gate (`dvc repro`) before publishing")
+        raise PipelineError(
+            f"{variant}: its gate verdict was reached with {name} = {applied.get(name, 'unset')}, "
+            f"params.yaml now says {thresholds.get(name, 'unset')}"
+            + (f" (and {len(changed) - 1} more)" if len(changed) > 1 else "")
+            + "; re-run the gate (`dvc repro`) before publishing"
+        )
 
 
-def shippable_verdict(bundle: Path, variant: str, current: GateReport, allow_fail: list[str],
-                      thresholds: dict | None = None) -> VariantVerdict:
+def shippable_verdict(
+    bundle: Path, variant: str, current: GateReport, allow_fail: list[str], thresholds: dict | None = None
+) -> VariantVerdict:
     verdict = records.read(VariantVerdict, bundle / GATE)
     now = current.variants.get(variant)
     if now is None or dataclasses.asdict(now) != dataclasses.asdict(verdict):
-        raise PipelineError(f"{bundle} was built from another gate run than the current one "
-                            "(artifacts/gate/verdict.json); rebuild it with `dvc repro`")
+        raise PipelineError(
+            f"{bundle} was built from another gate run than the current one "
+            "(artifacts/gate/verdict.json); rebuild it with `dvc repro`"
+        )
     if thresholds is not None:
         check_thresholds(verdict, variant, thresholds)
     if not verdict.passed and not (verdict.allowed_failure and variant in allow_fail):
@@ -93,8 +108,10 @@ def pinned_copy(bundle: Path, digest: str, staging: Path):
         shutil.copytree(bundle, copy, symlinks=True)  # a link is copied as one, then refused by verify
         found = verify(copy)["bundle_digest"]
         if found != digest:
-            raise PipelineError(f"{bundle} changed while it was being published (digest {found[:12]}, checked "
-                                f"{digest[:12]}); publish it again")
+            raise PipelineError(
+                f"{bundle} changed while it was being published (digest {found[:12]}, checked "
+                f"{digest[:12]}); publish it again"
+            )
         yield copy
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -107,25 +124,41 @@ def accepted_per_draft_token(verdict: VariantVerdict, summary: EvalSummary) -> s
     if decision is None or not decision.num_speculative_tokens:
         return "n/a"
     checked = verdict.applied("min_accepted_per_draft_token")
-    value = (checked.value if checked is not None  # else the shipped method's own estimate
-             else candidate_metrics(summary, decision.method).get("accepted_per_draft_token"))
+    value = (
+        checked.value
+        if checked is not None  # else the shipped method's own estimate
+        else candidate_metrics(summary, decision.method).get("accepted_per_draft_token")
+    )
     return "n/a" if value is None else f"{value:.3f}"
 
 
-def release_tags(bundle: Path, variant: str, version_setting: str, allow_fail: list[str], current: GateReport,
-                 thresholds: dict | None = None) -> tuple[str, dict]:
+def release_tags(
+    bundle: Path,
+    variant: str,
+    version_setting: str,
+    allow_fail: list[str],
+    current: GateReport,
+    thresholds: dict | None = None,
+) -> tuple[str, dict]:
     """(version, tags) of a bundle that may be published; verified and its verdict re-checked (against the
     thresholds now in force, when given). version_setting: publish.version (auto: the bundle's content hash)."""
     manifest = verify(bundle)
     verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
     summary = summary_of(read_json(bundle / EVAL), str(bundle / EVAL))
     version = manifest["bundle_digest"][:12] if version_setting == "auto" else version_setting
-    tags = {"variant": variant, "bundle_digest": manifest["bundle_digest"],
-            "gates": "passed" if verdict.passed else "failed-allowed",
-            "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),
-            "num_speculative_tokens": str(verdict.speculation.num_speculative_tokens if verdict.speculation
-                                          else summary.speculation.num_speculative_tokens),
-            "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",
-            "speculative_method": (verdict.speculation.method or "none") if verdict.speculation
-                                  and verdict.speculation.num_speculative_tokens else "none"}
+    tags = {
+        "variant": variant,
+        "bundle_digest": manifest["bundle_digest"],
+        "gates": "passed" if verdict.passed else "failed-allowed",
+        "accepted_per_draft_token": accepted_per_draft_token(verdict, summary),
+        "num_speculative_tokens": str(
+            verdict.speculation.num_speculative_tokens
+            if verdict.speculation
+            else summary.speculation.num_speculative_tokens
+        ),
+        "speculation_basis": verdict.speculation.basis if verdict.speculation else "estimated",
+        "speculative_method": (verdict.speculation.method or "none")
+        if verdict.speculation and verdict.speculation.num_speculative_tokens
+        else "none",
+    }
     return version, tags

@@ -3,6 +3,7 @@
 Nothing here chooses: pipeline/release/decision.py decides what ships; these read a serving benchmark's record
 for the config it names (serve-<name>.yaml, the record's key) and the metrics the gate checks it by.
 """
+
 from __future__ import annotations
 
 from pipeline.drafts.methods import DRAFT_MODEL, KSchedule, Speculation
@@ -62,8 +63,9 @@ def candidate_metrics(summary: EvalSummary, method: str | None) -> dict:
     return out
 
 
-def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method: str | None,
-                        scheduled: bool = False) -> dict:
+def speculative_metrics(
+    serve: ServeBenchRecord | None, concurrency: int, method: str | None, scheduled: bool = False
+) -> dict:
     """Metrics of the candidate method's config as served, for the speculation checks (they take precedence
     over the evaluate stage's offline vLLM numbers and the CPU estimate). scheduled: the candidate is the method's
     k schedule; its speedup is the schedule's, its acceptance the fixed config's (the same drafter at the same k,
@@ -75,15 +77,19 @@ def speculative_metrics(serve: ServeBenchRecord | None, concurrency: int, method
     served = spec
     if scheduled and method in serve.schedules and serve.schedules[method].at(concurrency) is not None:
         served = serve.schedules[method].at(concurrency)
-    out = {"served_speculative_speedup": served.output_throughput / plain.output_throughput
-           if plain.output_throughput else None}
+    out = {
+        "served_speculative_speedup": served.output_throughput / plain.output_throughput
+        if plain.output_throughput
+        else None
+    }
     if spec.accepted_per_draft_token is not None:
         out["served_accepted_per_draft_token"] = spec.accepted_per_draft_token
     return out
 
 
-def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, speculation: Speculation,
-                    concurrency: int) -> dict:
+def shipped_metrics(
+    serve: ServeBenchRecord | None, baseline: ServeBenchRecord | None, speculation: Speculation, concurrency: int
+) -> dict:
     """Latency, throughput and failed requests (over its whole sweep) of the config that ships, for the serving
     checks; the speedup against the baseline variant's plain decoding at concurrency 1, only when both were
     measured on the same GPU model with the same vLLM."""
@@ -95,8 +101,11 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
     out: dict = {"failed_requests": config.failed_requests}
     level = config.at(concurrency)
     if level is not None:
-        out |= {"p99_itl_ms": level.itl_ms["p99"], "p99_ttft_ms": level.ttft_ms["p99"],
-                "served_output_tokens_per_s": level.output_throughput}
+        out |= {
+            "p99_itl_ms": level.itl_ms["p99"],
+            "p99_ttft_ms": level.ttft_ms["p99"],
+            "served_output_tokens_per_s": level.output_throughput,
+        }
     base = baseline.configs.get(PLAIN) if comparable(serve, baseline) else None
     mine, theirs = config.at(1), base.at(1) if base else None
     if mine is not None and theirs is not None and theirs.output_throughput:
@@ -106,5 +115,9 @@ def shipped_metrics(serve: ServeBenchRecord | None, baseline: ServeBenchRecord |
 
 def comparable(serve: ServeBenchRecord, baseline: ServeBenchRecord | None) -> bool:
     """Both measured on the same GPU model with the same vLLM: a ratio across GPUs or vLLMs means nothing."""
-    return (baseline is not None and not baseline.skipped and baseline.gpu == serve.gpu
-            and baseline.vllm_version == serve.vllm_version)
+    return (
+        baseline is not None
+        and not baseline.skipped
+        and baseline.gpu == serve.gpu
+        and baseline.vllm_version == serve.vllm_version
+    )

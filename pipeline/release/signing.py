@@ -8,6 +8,7 @@ unsigned or signed by another key. The signature is not in the manifest (it sign
 digest, its registry version, is the same signed or not. Elliptic-curve keys only (PEM; RSA and Ed25519 are refused
 in one line); a key's password, where it has one, comes from MODELPREP_SIGNING_KEY_PASSWORD, never from params.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,10 @@ def key_identities(private_key: str | None, public_key: str | None) -> dict:
     of the key."""
     from pipeline.core.io import file_sha256
 
-    return {role: None if key is None else {"file_sha256": file_sha256(_key(key, role))}
-            for role, key in (("private_key", private_key), ("public_key", public_key))}
+    return {
+        role: None if key is None else {"file_sha256": file_sha256(_key(key, role))}
+        for role, key in (("private_key", private_key), ("public_key", public_key))
+    }
 
 
 def _password() -> bytes | None:
@@ -62,15 +65,20 @@ def check_key_type(path: Path, what: str) -> None:
 
     data = path.read_bytes()
     try:
-        key = (serialization.load_pem_public_key(data) if what == "public_key"
-               else serialization.load_pem_private_key(data, _password()))
+        key = (
+            serialization.load_pem_public_key(data)
+            if what == "public_key"
+            else serialization.load_pem_private_key(data, _password())
+        )
     except (ValueError, TypeError) as e:  # not PEM, or a wrong or missing password
         raise PipelineError(f"publish.signing.{what} {path} cannot be read: {str(e).splitlines()[0][:160]}") from None
     except Exception as e:  # noqa: BLE001 - cryptography's UnsupportedAlgorithm and the like
         raise PipelineError(f"publish.signing.{what} {path} cannot be read: {type(e).__name__}") from None
     if not isinstance(key, (ec.EllipticCurvePrivateKey, ec.EllipticCurvePublicKey)):
-        raise PipelineError(f"publish.signing.{what} {path} is a {type(key).__name__.lstrip('_')} key; only "
-                            "elliptic-curve (EC, e.g. P-256) keys are supported")
+        raise PipelineError(
+            f"publish.signing.{what} {path} is a {type(key).__name__.lstrip('_')} key; only "
+            "elliptic-curve (EC, e.g. P-256) keys are supported"
+        )
 
 
 def sign(bundle: Path, private_key: str | Path) -> None:
@@ -80,8 +88,8 @@ def sign(bundle: Path, private_key: str | Path) -> None:
     check_key_type(key, "private_key")
     try:
         model_signing.signing.Config().use_elliptic_key_signer(
-            private_key=key, password=_password()).set_hashing_config(_hashing()).sign(
-            bundle, bundle / SIGNATURE)
+            private_key=key, password=_password()
+        ).set_hashing_config(_hashing()).sign(bundle, bundle / SIGNATURE)
     except (ValueError, TypeError) as e:  # a key that is not an EC private key, or a wrong password
         raise PipelineError(f"signing {bundle} with {key} failed: {str(e).splitlines()[0][:200]}") from None
 
@@ -98,8 +106,8 @@ def verify(bundle: Path, public_key: str | Path, signature: Path | None = None) 
         raise PipelineError(f"{bundle} is not signed ({SIGNATURE} missing) and publish.signing.public_key is set")
     try:
         model_signing.verifying.Config().use_elliptic_key_verifier(public_key=key).set_hashing_config(
-            _hashing()).verify(bundle, signature)
+            _hashing()
+        ).verify(bundle, signature)
     except Exception as e:  # noqa: BLE001 - model-signing raises ValueError, sigstore its own errors
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise PipelineError(f"{bundle}: its signature does not verify with {key}: {first[:160]}") from None
-

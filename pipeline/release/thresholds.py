@@ -3,6 +3,7 @@
 Kept apart from the gate logic so that the params check (pipeline/params/check.py, run by the `sources` stage and the
 CLI) reads the thresholds without depending on the gate's and the serving benchmark's code.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,6 +18,7 @@ QUALITY, SPECULATION, SERVING = "quality", "speculation", "serving"
 @dataclass(frozen=True)
 class Check:
     """threshold key -> the metric(s) it reads, first present wins, and the comparison."""
+
     metrics: tuple[str, ...]
     op: str  # "<=", ">=" or ">"
     required: bool  # a gate can't pass on missing quality numbers; GPU-only metrics are skipped
@@ -29,10 +31,15 @@ CHECKS = {
     "min_top1_agreement": Check(("top1_agreement",), ">=", True),
     # vLLM's accepted/drafted token ratio: as served under load, else from the evaluate stage's vLLM run,
     # else the CPU estimate of it.
-    "min_accepted_per_draft_token": Check(("served_accepted_per_draft_token", "vllm_accepted_per_draft_token",
-                                           "accepted_per_draft_token"), ">=", True, SPECULATION),
-    "min_vllm_speculative_speedup": Check(("served_speculative_speedup", "vllm_speculative_speedup"), ">", False,
-                                          SPECULATION),
+    "min_accepted_per_draft_token": Check(
+        ("served_accepted_per_draft_token", "vllm_accepted_per_draft_token", "accepted_per_draft_token"),
+        ">=",
+        True,
+        SPECULATION,
+    ),
+    "min_vllm_speculative_speedup": Check(
+        ("served_speculative_speedup", "vllm_speculative_speedup"), ">", False, SPECULATION
+    ),
     # The config that ships, measured by the serving benchmark at serving.target_concurrency.
     "max_p99_itl_ms": Check(("p99_itl_ms",), "<=", False, SERVING),
     "max_p99_ttft_ms": Check(("p99_ttft_ms",), "<=", False, SERVING),
@@ -66,7 +73,7 @@ def check_for(name: str) -> Check:
 
 def lm_eval_task_of(name: str, tasks: list[str]) -> str | None:
     """The task an lm-eval threshold names (the longest task name it starts with), None if none."""
-    rest = next((name[len(p):] for p in LM_EVAL_OPS if name.startswith(p)), "")  # the matched prefix, not its length
+    rest = next((name[len(p) :] for p in LM_EVAL_OPS if name.startswith(p)), "")  # the matched prefix, not its length
     matches = [t for t in tasks if rest.startswith(f"{t}_")]
     return max(matches, key=len) if matches else None
 
@@ -82,14 +89,17 @@ def _is_known(name: str) -> bool:
 def check_thresholds(thresholds: dict, where: str) -> None:
     unknown = {k for k in thresholds if not _is_known(k)}  # check_for: the one place a key's meaning is decided
     if unknown:
-        raise PipelineError(f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)} and "
-                            "min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>")
+        raise PipelineError(
+            f"{where}: unknown gate thresholds {sorted(unknown)}; known: {sorted(CHECKS)} and "
+            "min_lm_eval_<task>_<metric> / max_lm_eval_<task>_<metric>"
+        )
     bad = {k: v for k, v in thresholds.items() if not is_number(v) or math.isnan(v)}
     if bad:
         raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")
     # .inf (or -.inf) passes every value: a gate written so that it can never fail is a deleted gate
     endless = sorted(k for k, v in thresholds.items() if math.isinf(v))
     if endless:
-        raise PipelineError(f"{where}: {endless[0]} is {thresholds[endless[0]]}: a gate threshold must be finite "
-                            "(delete the key to drop an optional check; required ones can't be dropped)")
-
+        raise PipelineError(
+            f"{where}: {endless[0]} is {thresholds[endless[0]]}: a gate threshold must be finite "
+            "(delete the key to drop an optional check; required ones can't be dropped)"
+        )

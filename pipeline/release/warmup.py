@@ -4,6 +4,7 @@ quantized variant's with other bytes, so each of those renders once), and loadin
 seconds (transformers and torch) where it has nothing else heavy to do. The memory is keyed by the sha256 of every
 tokenizer file, the transformers version and the conversations, so what it returns is what a render gives; a
 missing, damaged or edited memory file is rendered again."""
+
 from __future__ import annotations
 
 import hashlib
@@ -17,22 +18,34 @@ from pipeline.data.formatting import prompt_text
 
 # What a chat template's rendering reads: the tokenizer's files (special tokens, the template), not the weights or
 # config.json (which a quantized variant changes while its tokenizer stays the target's).
-TOKENIZER_PATTERNS = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "chat_template*", "vocab*",
-                      "merges*", "*.model", "*.tiktoken")
+TOKENIZER_PATTERNS = (
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template*",
+    "vocab*",
+    "merges*",
+    "*.model",
+    "*.tiktoken",
+)
 
 
 def render_key(model_dir: str | Path, conversations: list[list[dict]]) -> str:
     digest = hashlib.sha256()
-    files = sorted(p for p in Path(model_dir).iterdir()
-                   if p.is_file() and any(fnmatch(p.name, pattern) for pattern in TOKENIZER_PATTERNS))
+    files = sorted(
+        p
+        for p in Path(model_dir).iterdir()
+        if p.is_file() and any(fnmatch(p.name, pattern) for pattern in TOKENIZER_PATTERNS)
+    )
     for path in files:
         digest.update(json.dumps([path.name, file_sha256(path)]).encode())
     digest.update(json.dumps([metadata.version("transformers"), conversations], sort_keys=True).encode())
     return digest.hexdigest()
 
 
-def rendered_prompts(model_dir: str | Path, conversations: list[list[dict]], memory_dir: Path
-                     ) -> list[tuple[str, bool]]:
+def rendered_prompts(
+    model_dir: str | Path, conversations: list[list[dict]], memory_dir: Path
+) -> list[tuple[str, bool]]:
     """prompt_text of each conversation with model_dir's tokenizer: (text, add_special_tokens) pairs."""
     key = render_key(model_dir, conversations)
     memory = memory_dir / f"rendered-prompts-{key[:24]}.json"

@@ -1,5 +1,6 @@
 """What the serving benchmark records (metrics/serve-<variant>.json), as typed values: written by the
 serve_bench stage, read by the gate, the bundle and `modelprep gate --metrics-dir`."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -19,6 +20,7 @@ CONFIG = "config"  # the column of a serving plot (plots/serve_*/<variant>/) nam
 @dataclass
 class LoadLevel:
     """One `vllm bench serve` run at a fixed concurrency. Latencies in ms, keyed p50/p90/p99/mean."""
+
     concurrency: int
     num_prompts: int
     completed: int
@@ -52,6 +54,7 @@ class Capacity:
     concurrency, or rate x mean request latency). status: found (the next load up missed it, within the search's
     resolution), bracket (the probes ran out between load and ceiling; ceiling None: still rising), at_bound (met at
     the search's bound: at least this), never (one user at a time already misses it: load 0)."""
+
     arrival: str
     slo: Slo
     status: str
@@ -76,6 +79,7 @@ class Capacity:
 @dataclass
 class ServeConfigResult:
     """One serve.yaml (plain or with the draft) measured over the concurrency sweep."""
+
     num_speculative_tokens: int  # 0: no speculative-config; with a schedule, its largest k
     startup_s: float  # vllm serve start until /health answered
     levels: dict[str, LoadLevel]  # "c1", "c8", ...
@@ -104,6 +108,7 @@ class ServeConfigResult:
 @dataclass
 class ServeBenchRecord:
     """metrics/serve-<variant>.json: what the serving benchmark measured, or why it did not run."""
+
     variant: str
     skipped: str | None = None
     gpu: str | None = None
@@ -134,13 +139,21 @@ class ServeBenchRecord:
         """A benchmarked tier's own measurement, as a record of its configs (None: the tier was not run)."""
         if self.skipped or name not in self.tiers:
             return None
-        return replace(self, configs=self.tiers[name], failed_configs=self.tier_failed_configs.get(name, {}),
-                       tiers={}, tier_skipped={}, tier_failed_configs={}, schedules={})
+        return replace(
+            self,
+            configs=self.tiers[name],
+            failed_configs=self.tier_failed_configs.get(name, {}),
+            tiers={},
+            tier_skipped={},
+            tier_failed_configs={},
+            schedules={},
+        )
 
     def speculative(self) -> dict[str, ServeConfigResult]:
         """The measured speculative configs by method (a legacy `speculative` config is the draft model's)."""
-        return {("draft_model" if name == SPECULATIVE else name): c
-                for name, c in self.configs.items() if name != PLAIN}
+        return {
+            ("draft_model" if name == SPECULATIVE else name): c for name, c in self.configs.items() if name != PLAIN
+        }
 
 
 def level_key(concurrency: int) -> str:

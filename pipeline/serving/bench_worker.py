@@ -15,6 +15,7 @@ own logging lands there too), runs the benchmark exactly as the CLI would (vLLM'
 answers {"rc": 0} or {"rc": 1, "error": "..."} on the pipe it was started with. A line "ready" comes first, once
 vLLM is imported.
 """
+
 from __future__ import annotations
 
 import json

@@ -12,6 +12,7 @@ its probes where the answer is. vLLM's goodput is kept: it counts the requests t
 The search itself (search, bracket) takes the probe as a function, so it runs here on synthetic measurements; the
 driver that calls `vllm bench serve` stays in pipeline/serving/sweep.py.
 """
+
 from __future__ import annotations
 
 import math
@@ -71,9 +72,17 @@ def _next_load(lo: float | None, hi: float | None, bound: float, integer: bool, 
     return (lo + hi) // 2 if integer else (lo + hi) / 2
 
 
-def search(probe: Callable[[float], LoadLevel], slo: Slo, arrival: str, bound: float, max_probes: int,
-           known: Iterable[LoadLevel] = (), gpus: int = 1, seed: float | None = None,
-           floor_meets: bool | None = None) -> Capacity:
+def search(
+    probe: Callable[[float], LoadLevel],
+    slo: Slo,
+    arrival: str,
+    bound: float,
+    max_probes: int,
+    known: Iterable[LoadLevel] = (),
+    gpus: int = 1,
+    seed: float | None = None,
+    floor_meets: bool | None = None,
+) -> Capacity:
     """The largest load within `bound` whose measurement meets the SLO, probing at most max_probes new loads.
 
     known: measurements already taken (the concurrency sweep: probes too, for closed-loop arrival); probe(load)
@@ -108,18 +117,37 @@ def search(probe: Callable[[float], LoadLevel], slo: Slo, arrival: str, bound: f
     return _result(levels, slo, arrival, bound, gpus, probes, status, note)
 
 
-def _result(levels: dict[float, LoadLevel], slo: Slo, arrival: str, bound: float, gpus: int,
-            probes: list[LoadLevel], status: str, note: str | None) -> Capacity:
+def _result(
+    levels: dict[float, LoadLevel],
+    slo: Slo,
+    arrival: str,
+    bound: float,
+    gpus: int,
+    probes: list[LoadLevel],
+    status: str,
+    note: str | None,
+) -> Capacity:
     lo, hi = bracket(levels, slo)
     if status == NEVER:
         lo = None
     level = levels[lo] if lo is not None else None
     users = users_at(level, arrival) if level is not None else 0.0
-    return Capacity(arrival=arrival, slo=slo, status=status, load=lo or 0, users=users, gpus=gpus,
-                    users_per_gpu=users / gpus,
-                    output_tokens_per_s_per_gpu=level.output_throughput / gpus if level is not None else None,
-                    request_goodput=level.request_goodput if level is not None else None, level=level,
-                    ceiling=hi, bound=bound, probes=probes, note=note)
+    return Capacity(
+        arrival=arrival,
+        slo=slo,
+        status=status,
+        load=lo or 0,
+        users=users,
+        gpus=gpus,
+        users_per_gpu=users / gpus,
+        output_tokens_per_s_per_gpu=level.output_throughput / gpus if level is not None else None,
+        request_goodput=level.request_goodput if level is not None else None,
+        level=level,
+        ceiling=hi,
+        bound=bound,
+        probes=probes,
+        note=note,
+    )
 
 
 def users_at(level: LoadLevel, arrival: str) -> float:
@@ -177,8 +205,11 @@ def pareto_points(record: ServeBenchRecord, slo: Slo) -> dict[str, list[tuple[fl
     method (each k schedule as <method>-schedule). Failed levels are left out: their numbers cover a part only."""
     if record.skipped:
         return {}
-    configs = {PLAIN: record.configs.get(PLAIN), **record.speculative(),
-               **{f"{m}-schedule": c for m, c in record.schedules.items()}}
+    configs = {
+        PLAIN: record.configs.get(PLAIN),
+        **record.speculative(),
+        **{f"{m}-schedule": c for m, c in record.schedules.items()},
+    }
     out = {}
     for name, config in configs.items():
         if config is None:
@@ -207,8 +238,11 @@ def pareto_rows(record: ServeBenchRecord, slo: Slo) -> tuple[list[dict], list[st
     """(rows, header) of plots/serve_pareto/<variant>/: a row per measurement of each config (long form, the config
     in CONFIG), and two rows drawing the SLO's token latency as a vertical line from 0 to the highest throughput;
     none when nothing was measured."""
-    rows = [{PARETO_X: x, CONFIG: _config_named(record, name).label(name), PARETO_Y: y}
-            for name, pts in pareto_points(record, slo).items() for x, y in pts]
+    rows = [
+        {PARETO_X: x, CONFIG: _config_named(record, name).label(name), PARETO_Y: y}
+        for name, pts in pareto_points(record, slo).items()
+        for x, y in pts
+    ]
     if rows:
         top = max(r[PARETO_Y] for r in rows)
         rows += [{PARETO_X: slo.token_ms, CONFIG: slo_line(slo), PARETO_Y: y} for y in (0.0, top)]
@@ -235,19 +269,27 @@ def pareto_png(path, records: dict[str, ServeBenchRecord], slo: Slo) -> str | No
     fig, ax = plt.subplots(figsize=(9, 6))
     for variant, record in measured.items():
         for name, pts in pareto_points(record, slo).items():
-            line, = ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
-                            label=f"{variant} {name}")
+            (line,) = ax.plot(
+                [x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3, label=f"{variant} {name}"
+            )
             config = _config_named(record, name)
             level = config.capacity.level if config is not None and config.capacity else None
             if level is not None:
-                ax.plot([_token_p99(level, slo)], [level.output_throughput / replica_gpus(record, config)],
-                        marker="*", markersize=12, color=line.get_color())
+                ax.plot(
+                    [_token_p99(level, slo)],
+                    [level.output_throughput / replica_gpus(record, config)],
+                    marker="*",
+                    markersize=12,
+                    color=line.get_color(),
+                )
     ax.axvline(slo.token_ms, color="black", linestyle="--", label=slo_line(slo))
     gpus_named = sorted({r.gpu or "?" for r in measured.values()})
     ax.set_xlabel(f"p99 {slo.token_metric.upper()} (ms)")
     ax.set_ylabel("output tokens/s per GPU")
-    ax.set_title(f"Throughput per GPU vs p99 {slo.token_metric.upper()} ({', '.join(gpus_named)}; * capacity at "
-                 f"{slo.label()})", fontsize=9)
+    ax.set_title(
+        f"Throughput per GPU vs p99 {slo.token_metric.upper()} ({', '.join(gpus_named)}; * capacity at {slo.label()})",
+        fontsize=9,
+    )
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -1,5 +1,6 @@
 """The serving configuration a bundle ships, rendered from one source for the bundle and for the
 serving benchmark, so that what was measured is byte for byte what ships."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -29,16 +30,25 @@ def served_model_name(serving: ServingParams, variant: str) -> str:
     return registry_name(serving.name, variant)
 
 
-def engine_args(variant_spec: VariantSpec, serving: ServingParams, speculative_config: dict | None,
-                quantization: str | None = None, tier_engine: dict | None = None) -> dict:
+def engine_args(
+    variant_spec: VariantSpec,
+    serving: ServingParams,
+    speculative_config: dict | None,
+    quantization: str | None = None,
+    tier_engine: dict | None = None,
+) -> dict:
     """Arguments for vllm.LLM(...) relative to the bundle directory; speculative_config from
     speculative_config_for (None: no speculative decoding). tier_engine: a serving tier's engine
     overrides (pipeline/serving/tiers.py ENGINE_KEYS)."""
-    args = {"model": "./model", "served_model_name": served_model_name(serving, variant_spec.name),
-            "max_model_len": serving.max_model_len,
-            "gpu_memory_utilization": serving.gpu_memory_utilization, "max_num_seqs": serving.max_num_seqs,
-            # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
-            "tensor_parallel_size": serving.tensor_parallel_size}
+    args = {
+        "model": "./model",
+        "served_model_name": served_model_name(serving, variant_spec.name),
+        "max_model_len": serving.max_model_len,
+        "gpu_memory_utilization": serving.gpu_memory_utilization,
+        "max_num_seqs": serving.max_num_seqs,
+        # always written, 1 too: the file says how many GPUs it needs, as the manifest requests them
+        "tensor_parallel_size": serving.tensor_parallel_size,
+    }
     args.update(tier_engine or {})
     if quantization:
         args["quantization"] = quantization  # vLLM would detect it too; explicit fails fast on a wrong checkpoint
@@ -67,7 +77,7 @@ def serve_config(args: dict) -> dict:
     `model` belongs in the file: with no positional model on the command line, `--model` from the
     config is used, so `vllm serve --config serve.yaml` needs nothing else; flags given on the
     command line after it win. (A JSON string value is accepted too, but older vLLMs are the only
-    reason to prefer it.) tests/test_bundle.py::test_vllm_parses_serve_yaml checks, with vLLM
+    reason to prefer it.) tests/release/test_bundle.py::test_vllm_parses_serve_yaml checks, with vLLM
     installed, that the file parses into the same EngineArgs as engine_args.json.
     """
     return {key.replace("_", "-"): v for key, v in args.items() if v is not None and v is not False}
@@ -77,8 +87,9 @@ def serve_yaml(args: dict) -> str:
     return yaml.safe_dump(serve_config(args), sort_keys=False)
 
 
-def server_env(spec: VariantSpec, serving: ServingParams, measured_kernel_env: dict[str, str] | None = None
-               ) -> dict[str, str]:
+def server_env(
+    spec: VariantSpec, serving: ServingParams, measured_kernel_env: dict[str, str] | None = None
+) -> dict[str, str]:
     """The server's environment for this variant, as serve_bench measures it and the bundle ships it
     (serve.env, the manifests): the kernel choice serve_bench measured faster (measured_kernel_env; None: not
     measured, kernel_env's default), with serving.env over it (the user's setting wins)."""

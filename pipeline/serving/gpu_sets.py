@@ -9,6 +9,7 @@ has its own server, port, `vllm bench serve` worker process, /metrics sampler an
 before the next, so a config that depends on another's result (the kernel every method runs on, the k schedule the
 sweep suggests) is simply placed in a later call.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,6 +35,7 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class ConfigRun:
     """One configuration to serve: its label (raw files, logs) and the GPUs one replica needs."""
+
     label: str
     tensor_parallel_size: int
 
@@ -42,6 +44,7 @@ class ConfigRun:
 class Placement:
     """Where a config runs: the GPU ids its server sees (CUDA_VISIBLE_DEVICES), the other configs of its wave (empty:
     it ran alone) and its slot in the wave (port offsets)."""
+
     label: str
     gpus: tuple[str, ...]
     beside: tuple[str, ...] = ()
@@ -69,13 +72,16 @@ def pack(runs: Sequence[ConfigRun], gpus: Sequence[str], parallel: bool = True) 
     runs in the order given."""
     for run in runs:
         if run.tensor_parallel_size < 1:
-            raise PipelineError(f"serve_bench {run.label}: tensor_parallel_size must be at least 1, "
-                                f"got {run.tensor_parallel_size}")
+            raise PipelineError(
+                f"serve_bench {run.label}: tensor_parallel_size must be at least 1, got {run.tensor_parallel_size}"
+            )
         if run.tensor_parallel_size > len(gpus):
-            raise PipelineError(f"serve_bench {run.label}: tensor_parallel_size {run.tensor_parallel_size} needs more "
-                                f"GPUs than the {len(gpus)} here ({VISIBLE}={','.join(gpus) or 'none'})")
+            raise PipelineError(
+                f"serve_bench {run.label}: tensor_parallel_size {run.tensor_parallel_size} needs more "
+                f"GPUs than the {len(gpus)} here ({VISIBLE}={','.join(gpus) or 'none'})"
+            )
     if not parallel:
-        return [[Placement(r.label, tuple(gpus[:r.tensor_parallel_size]))] for r in runs]
+        return [[Placement(r.label, tuple(gpus[: r.tensor_parallel_size]))] for r in runs]
     waves: list[dict[int, ConfigRun]] = []  # first position of its block -> run
     for run in sorted(runs, key=lambda r: -r.tensor_parallel_size):
         for wave in waves:
@@ -90,9 +96,17 @@ def pack(runs: Sequence[ConfigRun], gpus: Sequence[str], parallel: bool = True) 
     for wave in waves:
         placed = sorted(wave.items(), key=lambda item: order[item[1].label])
         labels = [r.label for _, r in placed]
-        out.append([Placement(r.label, tuple(gpus[start:start + r.tensor_parallel_size]),
-                              tuple(x for x in labels if x != r.label), slot)
-                    for slot, (start, r) in enumerate(placed)])
+        out.append(
+            [
+                Placement(
+                    r.label,
+                    tuple(gpus[start : start + r.tensor_parallel_size]),
+                    tuple(x for x in labels if x != r.label),
+                    slot,
+                )
+                for slot, (start, r) in enumerate(placed)
+            ]
+        )
     return out
 
 
@@ -114,8 +128,9 @@ def server_env(placement: Placement, environ: Mapping[str, str] | None = None) -
     return env
 
 
-def run_waves(waves: Sequence[Sequence[Placement]], run_one: Callable[[Placement], T],
-              on_interrupt: Callable[[], None] = stop_all) -> dict[str, T]:
+def run_waves(
+    waves: Sequence[Sequence[Placement]], run_one: Callable[[Placement], T], on_interrupt: Callable[[], None] = stop_all
+) -> dict[str, T]:
     """run_one(placement) for every placement, a wave's at the same time (threads; a wave of one runs on this
     thread), each wave after the last has finished. The first exception of a wave (in its order) is raised once
     the whole wave has ended, so no server outlives the call. on_interrupt: called when this thread is interrupted
@@ -127,8 +142,7 @@ def run_waves(waves: Sequence[Sequence[Placement]], run_one: Callable[[Placement
         if len(wave) == 1:
             results[wave[0].label] = run_one(wave[0])
             continue
-        with stop_on_termination(), ThreadPoolExecutor(max_workers=len(wave),
-                                                       thread_name_prefix="serve_bench") as pool:
+        with stop_on_termination(), ThreadPoolExecutor(max_workers=len(wave), thread_name_prefix="serve_bench") as pool:
             futures = [(p.label, pool.submit(run_one, p)) for p in wave]
             try:
                 for _, future in futures:

@@ -8,6 +8,7 @@ rung, in the checkpoint's `ignore`) gets vLLM's unquantized linear method and no
 checkpoint's integer schemes are CompressedTensorsWNA16 to vLLM: the log gives the kernels of that class, not which
 bit width took which, so the card lists the class's kernels beside each scheme of it.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,6 +26,7 @@ WNA16 = "CompressedTensorsWNA16"  # vLLM's scheme class for integer weights with
 @dataclass(frozen=True)
 class LoggedKernel:
     """One kernel vLLM's log says it chose, and the vLLM scheme class it chose it for (None: the line named none)."""
+
     kernel: str
     vllm_scheme: str | None
 
@@ -33,6 +35,7 @@ class LoggedKernel:
 class SchemeKernels:
     """One scheme of a per-layer layout: its decoder layers, the vLLM scheme class serving it (None: left
     unquantized) and the kernels the served log named for that class (None: not served)."""
+
     scheme: str
     layers: tuple[int, ...]
     vllm_scheme: str | None
@@ -86,8 +89,9 @@ def vllm_scheme_of(scheme: str) -> str | None:
     return None
 
 
-def layout_kernels(layout: Mapping[str, list[int]],
-                   kernel_schemes: Mapping[str, list[str]] | None) -> list[SchemeKernels]:
+def layout_kernels(
+    layout: Mapping[str, list[int]], kernel_schemes: Mapping[str, list[str]] | None
+) -> list[SchemeKernels]:
     """Each scheme of a layout with layers at it, with the kernels a served log named for its vLLM class
     (kernel_schemes: the plain config's record; None where the variant was not served)."""
     rows = []

@@ -7,6 +7,7 @@ While it runs, `/metrics` is scraped for `vllm:kv_cache_usage_perc` and the wait
 only exist as gauges under load. Nothing here is simulated: without CUDA and vLLM the stage records
 why it was skipped.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -55,6 +56,7 @@ class LoadSpec:
     `max_tokens` tokens at `temperature`, whether the server adds special tokens, where the result goes, warm-up
     requests first. request_rate: Poisson arrivals at that rate (burstiness 1); None: a closed loop of `concurrency`
     users. goodput: the SLO as vLLM's per-request objectives (tiers.Slo.goodput), counted into request_goodput."""
+
     served_name: str
     tokenizer_dir: Path
     dataset: Path
@@ -72,18 +74,61 @@ class LoadSpec:
 def bench_command(command: list[str], base_url: str, load: LoadSpec) -> list[str]:
     """`vllm bench serve` (command: how vLLM's CLI is run) against base_url. The prompts are already rendered with
     the chat template, so the client must not apply it again, nor the server add a second BOS."""
-    rate = (["--request-rate", "inf"] if load.request_rate is None else
-            ["--request-rate", f"{load.request_rate:.6g}", "--burstiness", "1.0"])
+    rate = (
+        ["--request-rate", "inf"]
+        if load.request_rate is None
+        else ["--request-rate", f"{load.request_rate:.6g}", "--burstiness", "1.0"]
+    )
     good = ["--goodput", *(f"{k}:{v:g}" for k, v in load.goodput.items() if v is not None)] if load.goodput else []
-    return [*command, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
-            "--base-url", base_url, "--model", load.served_name, "--served-model-name", load.served_name,
-            "--tokenizer", str(load.tokenizer_dir), "--dataset-name", "custom", "--dataset-path", str(load.dataset),
-            "--skip-chat-template", "--custom-output-len", str(load.max_tokens), "--num-prompts", str(load.prompts),
-            "--max-concurrency", str(load.concurrency), *rate, *good, "--temperature", str(load.temperature),
-            "--extra-body", json.dumps({"add_special_tokens": load.add_special_tokens}), "--seed", "0",
-            "--num-warmups", str(load.warmups), "--percentile-metrics", ",".join(LATENCIES),
-            "--metric-percentiles", ",".join(map(str, PERCENTILES)), "--save-result", "--save-detailed",
-            "--result-dir", str(load.result.parent), "--result-filename", load.result.name, "--disable-tqdm"]
+    return [
+        *command,
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--endpoint",
+        "/v1/completions",
+        "--base-url",
+        base_url,
+        "--model",
+        load.served_name,
+        "--served-model-name",
+        load.served_name,
+        "--tokenizer",
+        str(load.tokenizer_dir),
+        "--dataset-name",
+        "custom",
+        "--dataset-path",
+        str(load.dataset),
+        "--skip-chat-template",
+        "--custom-output-len",
+        str(load.max_tokens),
+        "--num-prompts",
+        str(load.prompts),
+        "--max-concurrency",
+        str(load.concurrency),
+        *rate,
+        *good,
+        "--temperature",
+        str(load.temperature),
+        "--extra-body",
+        json.dumps({"add_special_tokens": load.add_special_tokens}),
+        "--seed",
+        "0",
+        "--num-warmups",
+        str(load.warmups),
+        "--percentile-metrics",
+        ",".join(LATENCIES),
+        "--metric-percentiles",
+        ",".join(map(str, PERCENTILES)),
+        "--save-result",
+        "--save-detailed",
+        "--result-dir",
+        str(load.result.parent),
+        "--result-filename",
+        load.result.name,
+        "--disable-tqdm",
+    ]
 
 
 def parse_result(raw: dict, where: str) -> LoadLevel:
@@ -91,6 +136,7 @@ def parse_result(raw: dict, where: str) -> LoadLevel:
 
     Failed requests are counted and their errors kept: the latency and throughput numbers of such a
     run cover the successful requests only, so a failure must never be averaged away."""
+
     def need(key):
         if key not in raw or raw[key] is None:
             raise PipelineError(f"{where}: `vllm bench serve` result has no {key!r}")
@@ -108,23 +154,33 @@ def parse_result(raw: dict, where: str) -> LoadLevel:
     arrivals = raw.get("request_rate")  # "inf" for a closed loop (vllm/benchmarks/serve.py)
     goodput = raw.get("request_goodput")
     return LoadLevel(
-        concurrency=int(need("max_concurrency")), num_prompts=int(need("num_prompts")), completed=completed,
-        failed=failed, duration_s=float(need("duration")), request_throughput=float(need("request_throughput")),
+        concurrency=int(need("max_concurrency")),
+        num_prompts=int(need("num_prompts")),
+        completed=completed,
+        failed=failed,
+        duration_s=float(need("duration")),
+        request_throughput=float(need("request_throughput")),
         output_throughput=float(need("output_throughput")),
-        ttft_ms=latency("ttft"), tpot_ms=latency("tpot"), itl_ms=latency("itl"), e2el_ms=latency("e2el"),
+        ttft_ms=latency("ttft"),
+        tpot_ms=latency("tpot"),
+        itl_ms=latency("itl"),
+        e2el_ms=latency("e2el"),
         accepted_per_draft_token=None if rate is None else float(rate) / 100.0,
         mean_acceptance_length=raw.get("spec_decode_acceptance_length"),
         accepted_per_position=raw.get("spec_decode_per_position_acceptance_rates"),
-        errors=errors, request_rate=None if arrivals in (None, "inf") else float(arrivals),
-        request_goodput=None if goodput is None else float(goodput))
+        errors=errors,
+        request_rate=None if arrivals in (None, "inf") else float(arrivals),
+        request_goodput=None if goodput is None else float(goodput),
+    )
 
 
 def gauge_values(metrics_text: str, name: str) -> list[float]:
     """Every sample of a gauge in a Prometheus text exposition (one per engine/label set)."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    return [s.value for family in text_string_to_metric_families(metrics_text) for s in family.samples
-            if s.name == name]
+    return [
+        s.value for family in text_string_to_metric_families(metrics_text) for s in family.samples if s.name == name
+    ]
 
 
 class MetricsSampler:
@@ -175,8 +231,14 @@ class BenchWorker:
 
     def __init__(self, python: str, log: Path):
         with open(log, "a") as startup_log:  # what vLLM prints while importing, before the first request
-            self.proc = subprocess.Popen([python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=startup_log, text=True, bufsize=1)
+            self.proc = subprocess.Popen(
+                [python, str(WORKER)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=startup_log,
+                text=True,
+                bufsize=1,
+            )
         self.answers: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         if self._answer(BENCH_TIMEOUT_S) != "ready":
@@ -265,8 +327,9 @@ def _run_client(command: list[str], log: Path) -> int:
             _give_back(command[0], worker)
     with open(log, "a") as out:
         try:
-            return subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                  timeout=BENCH_TIMEOUT_S).returncode
+            return subprocess.run(
+                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=BENCH_TIMEOUT_S
+            ).returncode
         except subprocess.TimeoutExpired:
             raise timed_out(log) from None
 
@@ -284,6 +347,7 @@ def run_level(command: list[str], base_url: str, result: Path, log: Path) -> Loa
 class Traffic:
     """What `vllm bench serve` sends a server: the dataset file of prompts rendered with the chat template
     (write_dataset), the tokenizer that counts them, and whether the server must add special tokens."""
+
     dataset: Path
     tokenizer_dir: Path
     add_special_tokens: bool
@@ -293,6 +357,7 @@ class Traffic:
 class Client:
     """What every load level against one server shares: the model's served name, the traffic, serve_bench's params,
     the serving temperature and the SLO's goodput objectives (tiers.Slo.goodput)."""
+
     served_name: str
     traffic: Traffic
     cfg: ServeBenchParams
@@ -300,20 +365,35 @@ class Client:
     goodput: dict[str, float] | None
 
 
-def level_command(base_url: str, client: Client, result: Path, load: float, prompts: int, warmups: int = 0,
-                  poisson: bool = False) -> list[str]:
+def level_command(
+    base_url: str, client: Client, result: Path, load: float, prompts: int, warmups: int = 0, poisson: bool = False
+) -> list[str]:
     """The `vllm bench serve` of one load level: `load` users in a closed loop, or (poisson) Poisson arrivals at
     `load` requests/s with at most serve_bench.capacity.max_concurrency open."""
     cfg, traffic = client.cfg, client.traffic
-    return bench_command(vllm_command(), base_url, LoadSpec(
-        client.served_name, traffic.tokenizer_dir, traffic.dataset,
-        cfg.capacity.max_concurrency if poisson else int(load), prompts, cfg.max_tokens, client.temperature,
-        traffic.add_special_tokens, result, warmups=warmups, request_rate=load if poisson else None,
-        goodput=client.goodput))
+    return bench_command(
+        vllm_command(),
+        base_url,
+        LoadSpec(
+            client.served_name,
+            traffic.tokenizer_dir,
+            traffic.dataset,
+            cfg.capacity.max_concurrency if poisson else int(load),
+            prompts,
+            cfg.max_tokens,
+            client.temperature,
+            traffic.add_special_tokens,
+            result,
+            warmups=warmups,
+            request_rate=load if poisson else None,
+            goodput=client.goodput,
+        ),
+    )
 
 
-def bench_level(server, client: Client, result: Path, log: Path, load: float, prompts: int, warmups: int = 0,
-                poisson: bool = False) -> LoadLevel:
+def bench_level(
+    server, client: Client, result: Path, log: Path, load: float, prompts: int, warmups: int = 0, poisson: bool = False
+) -> LoadLevel:
     """One load level against a running server (vllm_server.serve's): level_command run while /metrics is sampled,
     its --save-result file at result, the client's output appended to log."""
     result.parent.mkdir(parents=True, exist_ok=True)

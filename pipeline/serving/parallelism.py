@@ -21,6 +21,7 @@ Decided where it is first known: when params are checked (the `sources` stage, `
 config is readable there, else in the `models` stage before any variant is quantized; then again by every stage that
 runs or ships the variant (evaluate, serve_bench, bundle), from the real checkpoint. tensor_parallel_for is the call.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,8 @@ from pipeline.quantize.hardware import GPU_MEMORY_GB, GPUS
 from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of, variant_spec
 from pipeline.serving.settings import AUTO_TP, TP_SIZES, ServingParams
 
-GIB = 1024 ** 3
-GB = 10 ** 9
+GIB = 1024**3
+GB = 10**9
 # Per GPU besides weights and KV cache: activations of the largest batch, non-torch memory (CUDA context, cuBLAS and
 # NCCL workspaces) and CUDA graphs. Measured: vLLM 0.25 serving the Llama-3-8B shape on an H100 at
 # gpu_memory_utilization 0.9 (benchmarks/gpu/raw/costs/lease-2/llama3-8b/plain-k0.log) loaded 14.96 GiB of weights and
@@ -51,6 +52,7 @@ DEFAULT_GROUP = 128  # compressed-tensors' group size for the W*A16 presets
 @dataclass(frozen=True)
 class ModelShape:
     """What the memory model reads of a dense decoder's config (Llama-style: config.json keys)."""
+
     layers: int
     hidden_size: int
     heads: int
@@ -66,15 +68,22 @@ class ModelShape:
         try:
             heads = int(config["num_attention_heads"])
             hidden = int(config["hidden_size"])
-            return cls(layers=int(config["num_hidden_layers"]), hidden_size=hidden, heads=heads,
-                       kv_heads=int(config.get("num_key_value_heads") or heads),
-                       head_dim=int(config.get("head_dim") or hidden // heads),
-                       intermediate_size=int(config["intermediate_size"]), vocab_size=int(config["vocab_size"]),
-                       tied_embeddings=bool(config.get("tie_word_embeddings", False)))
+            return cls(
+                layers=int(config["num_hidden_layers"]),
+                hidden_size=hidden,
+                heads=heads,
+                kv_heads=int(config.get("num_key_value_heads") or heads),
+                head_dim=int(config.get("head_dim") or hidden // heads),
+                intermediate_size=int(config["intermediate_size"]),
+                vocab_size=int(config["vocab_size"]),
+                tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+            )
         except (KeyError, TypeError, ValueError) as e:
-            raise PipelineError(f"model config: can't read the layer shapes ({e!r} missing or not a number): the "
-                                "memory plan needs num_hidden_layers, hidden_size, num_attention_heads, "
-                                "intermediate_size and vocab_size") from None
+            raise PipelineError(
+                f"model config: can't read the layer shapes ({e!r} missing or not a number): the "
+                "memory plan needs num_hidden_layers, hidden_size, num_attention_heads, "
+                "intermediate_size and vocab_size"
+            ) from None
 
     @property
     def embedding_parameters(self) -> int:
@@ -86,8 +95,9 @@ class ModelShape:
         """Dense Llama-style count: attention (q, k, v, o), gated MLP (3 matrices), two norms per layer."""
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
-        layer = self.hidden_size * (2 * q + 2 * kv) + 3 * self.hidden_size * self.intermediate_size \
-            + 2 * self.hidden_size
+        layer = (
+            self.hidden_size * (2 * q + 2 * kv) + 3 * self.hidden_size * self.intermediate_size + 2 * self.hidden_size
+        )
         return self.layers * layer + self.embedding_parameters + self.hidden_size
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
@@ -121,6 +131,7 @@ def kv_dtype_bytes(spec: VariantSpec) -> int:
 @dataclass(frozen=True)
 class MemoryInputs:
     """Everything the per-GPU need depends on (one variant, one GPU, the serving section's load)."""
+
     weight_bytes: int  # the whole checkpoint's
     shape: ModelShape
     kv_dtype_bytes: int
@@ -134,6 +145,7 @@ class MemoryInputs:
 @dataclass(frozen=True)
 class PerGpu:
     """One GPU's share at a tensor (and pipeline) parallel size, in bytes."""
+
     tensor_parallel_size: int
     pipeline_parallel_size: int
     weight_bytes: int
@@ -155,9 +167,11 @@ class PerGpu:
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
     def describe(self) -> str:
-        return (f"weights {self.weight_bytes / GB:.1f} GB + KV cache {self.kv_bytes / GB:.1f} GB + overhead "
-                f"{self.overhead_bytes / GB:.1f} GB = {self.need_bytes / GB:.1f} GB per GPU of "
-                f"{self.budget_bytes / GB:.1f} GB")
+        return (
+            f"weights {self.weight_bytes / GB:.1f} GB + KV cache {self.kv_bytes / GB:.1f} GB + overhead "
+            f"{self.overhead_bytes / GB:.1f} GB = {self.need_bytes / GB:.1f} GB per GPU of "
+            f"{self.budget_bytes / GB:.1f} GB"
+        )
 
 
 def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> PerGpu:
@@ -167,12 +181,20 @@ def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_s
     tokens = inputs.max_num_seqs * inputs.max_model_len
     kv_heads_per_gpu = max(1, shape.kv_heads // tp)
     kv = tokens * 2 * -(-shape.layers // pp) * kv_heads_per_gpu * shape.head_dim * inputs.kv_dtype_bytes
-    return PerGpu(tp, pp, -(-inputs.weight_bytes // (tp * pp)), kv, inputs.overhead_bytes,
-                  int(inputs.gpu_memory_utilization * inputs.gpu_memory_bytes), shape.heads % tp == 0)
+    return PerGpu(
+        tp,
+        pp,
+        -(-inputs.weight_bytes // (tp * pp)),
+        kv,
+        inputs.overhead_bytes,
+        int(inputs.gpu_memory_utilization * inputs.gpu_memory_bytes),
+        shape.heads % tp == 0,
+    )
 
 
-def smallest_fit(inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1, min_tp: int = 1
-                 ) -> tuple[PerGpu | None, PerGpu]:
+def smallest_fit(
+    inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1, min_tp: int = 1
+) -> tuple[PerGpu | None, PerGpu]:
     """(the smallest TP of TP_SIZES from min_tp up to max_tp that fits, or None; the share at the largest one tried,
     at least min_tp's)."""
     largest = None
@@ -190,18 +212,31 @@ def gpu_of(serving: ServingParams) -> str:
     return gpu
 
 
-def memory_inputs(serving: ServingParams, shape: ModelShape, weight_bytes: int, spec: VariantSpec,
-                  max_num_seqs: int | None = None, gpu_memory_utilization: float | None = None) -> MemoryInputs:
+def memory_inputs(
+    serving: ServingParams,
+    shape: ModelShape,
+    weight_bytes: int,
+    spec: VariantSpec,
+    max_num_seqs: int | None = None,
+    gpu_memory_utilization: float | None = None,
+) -> MemoryInputs:
     """The serving section's load, or another vLLM engine's (max_num_seqs, gpu_memory_utilization: its own)."""
-    return MemoryInputs(weight_bytes, shape, kv_dtype_bytes(spec), max_num_seqs or serving.max_num_seqs,
-                        serving.max_model_len, GPU_MEMORY_GB[gpu_of(serving)] * GB,
-                        gpu_memory_utilization or serving.gpu_memory_utilization)
+    return MemoryInputs(
+        weight_bytes,
+        shape,
+        kv_dtype_bytes(spec),
+        max_num_seqs or serving.max_num_seqs,
+        serving.max_model_len,
+        GPU_MEMORY_GB[gpu_of(serving)] * GB,
+        gpu_memory_utilization or serving.gpu_memory_utilization,
+    )
 
 
 @dataclass(frozen=True)
 class Engine:
     """A vLLM engine a stage runs besides serving (distill's generator, evaluate's): its own memory share, and the
     KV cache it needs to start (one max_model_len sequence: it batches within what is left)."""
+
     param: str  # the params key of its gpu_memory_utilization, named in the error line
     gpu_memory_utilization: float
 
@@ -217,8 +252,15 @@ class Engine:
         return memory_inputs(serving, shape, weight_bytes, spec, 1, self.gpu_memory_utilization)
 
 
-def engine_fit(name: str, engine: Engine, serving: ServingParams, shape: ModelShape, weight_bytes: int,
-               spec: VariantSpec, at_least: int = 1) -> PerGpu:
+def engine_fit(
+    name: str,
+    engine: Engine,
+    serving: ServingParams,
+    shape: ModelShape,
+    weight_bytes: int,
+    spec: VariantSpec,
+    at_least: int = 1,
+) -> PerGpu:
     """The smallest TP from at_least up to serving.max_tensor_parallel_size at which `engine` holds `name`'s weights
     (the memory model above at the engine's own share). Where none does with the overhead estimate (measured at 8B
     serving load: an upper estimate for a one-sequence engine, and larger than a small GPU's share), the smallest
@@ -227,8 +269,7 @@ def engine_fit(name: str, engine: Engine, serving: ServingParams, shape: ModelSh
     inputs = engine.inputs(serving, shape, weight_bytes, spec)
     fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size, min_tp=at_least)
     if fit is None:  # the smallest size whose weights and KV cache alone fit the share
-        fit, _ = smallest_fit(replace(inputs, overhead_bytes=0), serving.max_tensor_parallel_size,
-                              min_tp=at_least)
+        fit, _ = smallest_fit(replace(inputs, overhead_bytes=0), serving.max_tensor_parallel_size, min_tp=at_least)
         if fit is not None:
             return per_gpu(inputs, fit.tensor_parallel_size)
     if fit is None:
@@ -236,13 +277,15 @@ def engine_fit(name: str, engine: Engine, serving: ServingParams, shape: ModelSh
             f"{name}: vLLM at {engine.param} {engine.gpu_memory_utilization} does not fit {gpu_of(serving)} GPUs at "
             f"tensor parallel {at_least} up to serving.max_tensor_parallel_size {serving.max_tensor_parallel_size}: at "
             f"{largest.tensor_parallel_size} {largest.describe()}; raise {engine.param} or "
-            "serving.max_tensor_parallel_size")
+            "serving.max_tensor_parallel_size"
+        )
     return fit
 
 
 @dataclass(frozen=True)
 class TpDecision:
     """A variant's GPUs per replica, with the share that decided it."""
+
     variant: str
     tensor_parallel_size: int
     pinned: bool
@@ -253,37 +296,54 @@ class TpDecision:
     def reason(self) -> str:
         """Why this size, for the card and the logs: pinned or the smallest fit, and the per-GPU share."""
         if self.weights_from == UNREAD_SHAPE:
-            return ("auto, but the memory model can't read this model config's layer shapes: one GPU (pin "
-                    "serving.tensor_parallel_size to shard it)")
-        how = "pinned by serving.tensor_parallel_size" if self.pinned else \
-            f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu}"
+            return (
+                "auto, but the memory model can't read this model config's layer shapes: one GPU (pin "
+                "serving.tensor_parallel_size to shard it)"
+            )
+        how = (
+            "pinned by serving.tensor_parallel_size"
+            if self.pinned
+            else f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu}"
+        )
         return how + (f": {self.share.describe()} ({self.weights_from} weights)" if self.share is not None else "")
 
     def summary(self) -> str:
         return f"{self.variant}: tensor parallel {self.tensor_parallel_size} ({self.reason()})"
 
 
-def decide(variant: str, spec: VariantSpec, serving: ServingParams, shape: ModelShape | None,
-           weight_bytes: int | None = None) -> TpDecision:
+def decide(
+    variant: str, spec: VariantSpec, serving: ServingParams, shape: ModelShape | None, weight_bytes: int | None = None
+) -> TpDecision:
     """The variant's tensor parallelism; one error line when it can't fit. weight_bytes: the checkpoint's (None:
     estimated from shape and the scheme)."""
     pinned = serving.tensor_parallel_size != AUTO_TP
     gpu = gpu_of(serving)
     if shape is None:  # auto: one GPU, as before sizes were chosen; the card and logs say why
-        return TpDecision(variant, serving.tensor_parallel_size if pinned else 1, pinned, gpu,
-                          "pinned" if pinned else UNREAD_SHAPE, None)
+        return TpDecision(
+            variant,
+            serving.tensor_parallel_size if pinned else 1,
+            pinned,
+            gpu,
+            "pinned" if pinned else UNREAD_SHAPE,
+            None,
+        )
     weights_from = "checkpoint" if weight_bytes is not None else "estimate"
-    inputs = memory_inputs(serving, shape, weight_bytes if weight_bytes is not None
-                           else estimated_weight_bytes(shape, spec), spec)
+    inputs = memory_inputs(
+        serving, shape, weight_bytes if weight_bytes is not None else estimated_weight_bytes(shape, spec), spec
+    )
     if pinned:
         share = per_gpu(inputs, serving.tensor_parallel_size)
         if not share.divides_heads:
-            raise PipelineError(f"serving.tensor_parallel_size {share.tensor_parallel_size} does not divide the "
-                                f"model's {shape.heads} attention heads (vLLM requires it)")
+            raise PipelineError(
+                f"serving.tensor_parallel_size {share.tensor_parallel_size} does not divide the "
+                f"model's {shape.heads} attention heads (vLLM requires it)"
+            )
         if serving.gpu is not None and not share.fits:  # no GPU named: the pinned size is the user's to know
-            raise PipelineError(f"variant {variant} does not fit serving.gpu {gpu} at the pinned "
-                                f"serving.tensor_parallel_size {share.tensor_parallel_size}: {share.describe()}; "
-                                "set it to auto or larger, or lower serving.max_num_seqs / max_model_len")
+            raise PipelineError(
+                f"variant {variant} does not fit serving.gpu {gpu} at the pinned "
+                f"serving.tensor_parallel_size {share.tensor_parallel_size}: {share.describe()}; "
+                "set it to auto or larger, or lower serving.max_num_seqs / max_model_len"
+            )
         return TpDecision(variant, share.tensor_parallel_size, True, gpu, weights_from, share)
     fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size)
     if fit is None:
@@ -292,7 +352,8 @@ def decide(variant: str, spec: VariantSpec, serving: ServingParams, shape: Model
             f"serving.max_tensor_parallel_size {serving.max_tensor_parallel_size}: at {largest.tensor_parallel_size} "
             f"{largest.describe()} (gpu_memory_utilization {serving.gpu_memory_utilization}, KV cache for "
             f"max_num_seqs {serving.max_num_seqs} x max_model_len {serving.max_model_len}); lower those, quantize "
-            "it, or serve it across hosts (docs/scale.md)")
+            "it, or serve it across hosts (docs/scale.md)"
+        )
     return TpDecision(variant, fit.tensor_parallel_size, False, gpu, weights_from, fit)
 
 
@@ -318,9 +379,20 @@ def source_config(params: Mapping, role: str = "target") -> dict | None:
     if source == "demo":
         demo = params.get("demo") or {}
         d = demo.get(role) or {}
-        return {"vocab_size": demo.get("vocab_size"), "tie_word_embeddings": False,
-                **{k: d.get(k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
-                                         "num_attention_heads", "num_key_value_heads")}}
+        return {
+            "vocab_size": demo.get("vocab_size"),
+            "tie_word_embeddings": False,
+            **{
+                k: d.get(k)
+                for k in (
+                    "hidden_size",
+                    "intermediate_size",
+                    "num_hidden_layers",
+                    "num_attention_heads",
+                    "num_key_value_heads",
+                )
+            },
+        }
     local = read_config(Path(source).expanduser())
     if local is not None:
         return local
@@ -351,6 +423,7 @@ def shape_of(config: Mapping | None) -> ModelShape | None:
 class Known:
     """What a variant's sizes are decided from: its recipe, the serving section, and the model's shape and weight
     bytes (None: estimated from the shape and the scheme; shape None: not known yet)."""
+
     spec: VariantSpec
     serving: ServingParams
     shape: ModelShape | None
@@ -387,8 +460,15 @@ def evaluate_tp(variant: str, decision: TpDecision, known: Known, engine: Engine
     user's to know, as in decide(); one line when nothing up to serving.max_tensor_parallel_size fits."""
     if known.shape is None or (decision.pinned and known.serving.gpu is None):
         return decision.tensor_parallel_size
-    return engine_fit(f"evaluate@{variant}", engine, known.serving, known.shape, known.weights, known.spec,
-                      at_least=decision.tensor_parallel_size).tensor_parallel_size
+    return engine_fit(
+        f"evaluate@{variant}",
+        engine,
+        known.serving,
+        known.shape,
+        known.weights,
+        known.spec,
+        at_least=decision.tensor_parallel_size,
+    ).tensor_parallel_size
 
 
 def evaluate_tensor_parallel(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
@@ -398,8 +478,9 @@ def evaluate_tensor_parallel(variant: str, params: Mapping, checkpoint: Path | N
     return evaluate_tp(variant, decision, known, Engine.of(params, "evaluate.vllm"))
 
 
-def evaluate_sizes(params: Mapping, decisions: Mapping[str, TpDecision], specs: Mapping[str, VariantSpec],
-                   config: Mapping | None) -> dict[str, int]:
+def evaluate_sizes(
+    params: Mapping, decisions: Mapping[str, TpDecision], specs: Mapping[str, VariantSpec], config: Mapping | None
+) -> dict[str, int]:
     """evaluate_tp of each decided variant from a config, bytes estimated: the params check refuses, in one line and
     before any work, a variant evaluate.vllm's share can't hold up to serving.max_tensor_parallel_size."""
     serving, shape = ServingParams.parse(params[ServingParams.SECTION]), shape_of(config)
@@ -432,8 +513,9 @@ def resolved(serving: ServingParams, tensor_parallel_size: int) -> ServingParams
 
 def serving_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> ServingParams:
     """The serving section as `variant` is served: resolved at tensor_parallel_for's size."""
-    return resolved(ServingParams.parse(params[ServingParams.SECTION]),
-                    tensor_parallel_for(variant, params, checkpoint))
+    return resolved(
+        ServingParams.parse(params[ServingParams.SECTION]), tensor_parallel_for(variant, params, checkpoint)
+    )
 
 
 TARGET_SPEC = VariantSpec("target", "none", None)  # the unquantized target as distill's vLLM engine runs it
@@ -449,12 +531,14 @@ def target_tensor_parallel(params: Mapping, model_dir: Path = paths.TARGET) -> i
     if serving.tensor_parallel_size != AUTO_TP or shape is None:  # pinned, or decide()'s line for an unknown shape
         return decide("target", TARGET_SPEC, serving, shape, weight_bytes).tensor_parallel_size
     weights = weight_bytes if weight_bytes is not None else estimated_weight_bytes(shape, TARGET_SPEC)
-    return engine_fit("distill", Engine.of(params, "draft_training.vllm"), serving, shape, weights,
-                      TARGET_SPEC).tensor_parallel_size
+    return engine_fit(
+        "distill", Engine.of(params, "draft_training.vllm"), serving, shape, weights, TARGET_SPEC
+    ).tensor_parallel_size
 
 
-def decide_enabled(serving: ServingParams, specs: Mapping[str, VariantSpec], config: Mapping | None
-                   ) -> dict[str, TpDecision]:
+def decide_enabled(
+    serving: ServingParams, specs: Mapping[str, VariantSpec], config: Mapping | None
+) -> dict[str, TpDecision]:
     """Every enabled variant's decision from a config (the source's or the built target's), before quantization:
     estimated bytes. {} when the config is unknown and the size is auto (decided later, in the models stage)."""
     shape = shape_of(config)

@@ -11,6 +11,7 @@ benchmarks/plan_points.py from committed raw runs) times this model's parameters
 quantization times its calibration samples over the measured ones too: a proportional guess, not a measurement, and
 every row names the run it scales. Disk: checkpoint bytes (the target, each variant, each bundle's copy).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,12 +28,33 @@ from pipeline.serving.settings import ServingParams
 POINTS_FILE = Path(__file__).with_name("plan_points.json")
 # Published configs (each model's config.json on the Hub), for planning without the model.
 SHAPES = {
-    "llama-3-8b": {"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-                   "head_dim": 128, "intermediate_size": 14336, "vocab_size": 128256},
-    "llama-3-70b": {"num_hidden_layers": 80, "hidden_size": 8192, "num_attention_heads": 64, "num_key_value_heads": 8,
-                    "head_dim": 128, "intermediate_size": 28672, "vocab_size": 128256},
-    "llama-3.1-405b": {"num_hidden_layers": 126, "hidden_size": 16384, "num_attention_heads": 128,
-                       "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 53248, "vocab_size": 128256},
+    "llama-3-8b": {
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+    },
+    "llama-3-70b": {
+        "num_hidden_layers": 80,
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 28672,
+        "vocab_size": 128256,
+    },
+    "llama-3.1-405b": {
+        "num_hidden_layers": 126,
+        "hidden_size": 16384,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "intermediate_size": 53248,
+        "vocab_size": 128256,
+    },
 }
 
 
@@ -73,19 +95,26 @@ def gb(n: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    return f"~{seconds:.0f} s" if seconds < 120 else f"~{seconds / 60:.0f} min" if seconds < 7200 \
+    return (
+        f"~{seconds:.0f} s"
+        if seconds < 120
+        else f"~{seconds / 60:.0f} min"
+        if seconds < 7200
         else f"~{seconds / 3600:.1f} h"
+    )
 
 
 def scaled_time(point: dict, parameters: int, factor: float = 1.0) -> tuple[str, str]:
     seconds = point["wall_time_s"] * parameters / point["parameters"] * factor
-    return duration(seconds), (f"{point['run']} ({point['wall_time_s']} s at {point['parameters'] / 1e9:.2f}B "
-                               f"parameters, {point['gpu']}) x parameters" + (" x calibration samples"
-                                                                                 if factor != 1.0 else ""))
+    return duration(seconds), (
+        f"{point['run']} ({point['wall_time_s']} s at {point['parameters'] / 1e9:.2f}B "
+        f"parameters, {point['gpu']}) x parameters" + (" x calibration samples" if factor != 1.0 else "")
+    )
 
 
-def serve_row(name: str, spec: VariantSpec, serving: ServingParams, shape: par.ModelShape, host: Host,
-              stage: str) -> tuple[Row, int]:
+def serve_row(
+    name: str, spec: VariantSpec, serving: ServingParams, shape: par.ModelShape, host: Host, stage: str
+) -> tuple[Row, int]:
     """A variant served (serve_bench, the bundle's replica): its tensor parallelism on one host, else pipeline
     parallelism over the hosts (vLLM multi-node). Returns the row and the GPUs per replica."""
     weight_bytes = par.estimated_weight_bytes(shape, spec)
@@ -94,10 +123,15 @@ def serve_row(name: str, spec: VariantSpec, serving: ServingParams, shape: par.M
     if serving.tensor_parallel_size != par.AUTO_TP:
         fit = par.per_gpu(inputs, serving.tensor_parallel_size)
         if serving.gpu is None and fit.divides_heads and not fit.fits:  # as decide(): the pinned size is the user's
-            return Row(stage, f"{fit.gpus} (TP {fit.tensor_parallel_size})",
-                       f"{gb(fit.need_bytes)} of {gb(fit.budget_bytes)} on {host.gpu}", 0, "",
-                       "memory model (pipeline/serving/parallelism.py), estimated weights",
-                       unchecked=f"not checked ({ServingParams.SECTION}.gpu null)"), fit.gpus
+            return Row(
+                stage,
+                f"{fit.gpus} (TP {fit.tensor_parallel_size})",
+                f"{gb(fit.need_bytes)} of {gb(fit.budget_bytes)} on {host.gpu}",
+                0,
+                "",
+                "memory model (pipeline/serving/parallelism.py), estimated weights",
+                unchecked=f"not checked ({ServingParams.SECTION}.gpu null)",
+            ), fit.gpus
         largest, fit = fit, (fit if fit.fits else None)
     else:
         fit, largest = par.smallest_fit(inputs, max_tp)
@@ -107,12 +141,26 @@ def serve_row(name: str, spec: VariantSpec, serving: ServingParams, shape: par.M
         share = par.per_gpu(inputs, max_tp, pp)
         fit, largest = (share if share.fits else None), share
     share = fit or largest
-    layout = f"TP {share.tensor_parallel_size}" + (f" x PP {share.pipeline_parallel_size}"
-                                                   if share.pipeline_parallel_size > 1 else "")
-    problem = None if fit else (f"{stage}: {name} does not fit {host.hosts} host(s) of {host.gpus_per_host} "
-                                f"{host.gpu}: at {layout} {share.describe()}")
-    return Row(stage, f"{share.gpus} ({layout})", f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
-               0, "", "memory model (pipeline/serving/parallelism.py), estimated weights", problem), share.gpus
+    layout = f"TP {share.tensor_parallel_size}" + (
+        f" x PP {share.pipeline_parallel_size}" if share.pipeline_parallel_size > 1 else ""
+    )
+    problem = (
+        None
+        if fit
+        else (
+            f"{stage}: {name} does not fit {host.hosts} host(s) of {host.gpus_per_host} "
+            f"{host.gpu}: at {layout} {share.describe()}"
+        )
+    )
+    return Row(
+        stage,
+        f"{share.gpus} ({layout})",
+        f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
+        0,
+        "",
+        "memory model (pipeline/serving/parallelism.py), estimated weights",
+        problem,
+    ), share.gpus
 
 
 def one_gpu(stage: str, need: int, host: Host, why: str) -> str | None:
@@ -135,18 +183,34 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         rows.append(quantize_row(name, variant_spec(quantize.variants, name), quantize, shape, bf16, host, points))
     engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
     util = engine.gpu_memory_utilization
-    fit, largest = par.smallest_fit(engine.inputs(serving, shape, bf16, par.TARGET_SPEC),
-                                    min(serving.max_tensor_parallel_size, host.gpus_per_host))
+    fit, largest = par.smallest_fit(
+        engine.inputs(serving, shape, bf16, par.TARGET_SPEC), min(serving.max_tensor_parallel_size, host.gpus_per_host)
+    )
     share = fit or largest
     t, src = scaled_time(stage_points["distill"], n)
-    rows.append(Row("distill", f"{share.tensor_parallel_size} (TP)",
-                    f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}", 0, t, src,
-                    None if fit else f"distill: the target's vLLM engine at draft_training.vllm."
-                    f"gpu_memory_utilization {util} does not fit {host.gpus_per_host} {host.gpu}: {share.describe()}"))
+    rows.append(
+        Row(
+            "distill",
+            f"{share.tensor_parallel_size} (TP)",
+            f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
+            0,
+            t,
+            src,
+            None
+            if fit
+            else f"distill: the target's vLLM engine at draft_training.vllm."
+            f"gpu_memory_utilization {util} does not fit {host.gpus_per_host} {host.gpu}: {share.describe()}",
+        )
+    )
     for stage in ("draft_finetune", "eagle3"):
-        t, src = scaled_time(stage_points[stage], n) if stage == "eagle3" else \
-            (f"~{stage_points[stage]['wall_time_s']:.0f} s", f"{stage_points[stage]['run']} (the draft's size, "
-             "not the target's: unscaled)")
+        t, src = (
+            scaled_time(stage_points[stage], n)
+            if stage == "eagle3"
+            else (
+                f"~{stage_points[stage]['wall_time_s']:.0f} s",
+                f"{stage_points[stage]['run']} (the draft's size, not the target's: unscaled)",
+            )
+        )
         memory = bf16 if stage == "eagle3" else 0
         problem = one_gpu(stage, memory, host, "the target in BF16 (transformers)") if memory else None
         rows.append(Row(stage, "1", gb(memory) + " + the head" if memory else "the draft's", 0, t, src, problem))
@@ -154,12 +218,22 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         spec = variant_spec(quantize.variants, name)
         t, src = scaled_time(stage_points["evaluate"], n)
         need = 2 * bf16  # the target and the variant, decompressed to BF16 (pipeline/models/loading.py)
-        rows.append(Row(f"evaluate@{name}", "1", gb(need), 0, t, src,
-                        one_gpu(f"evaluate@{name}", need, host, "the target and the variant in BF16 (transformers)")))
+        rows.append(
+            Row(
+                f"evaluate@{name}",
+                "1",
+                gb(need),
+                0,
+                t,
+                src,
+                one_gpu(f"evaluate@{name}", need, host, "the target and the variant in BF16 (transformers)"),
+            )
+        )
         row, _ = serve_row(name, spec, serving, shape, host, f"serve_bench@{name}")
         t, src = scaled_time(stage_points["serve_bench"], n)
-        rows.append(Row(row.stage, row.gpus, row.gpu_memory, 0, t, f"{src}; memory: {row.source}", row.problem,
-                        row.unchecked))
+        rows.append(
+            Row(row.stage, row.gpus, row.gpu_memory, 0, t, f"{src}; memory: {row.source}", row.problem, row.unchecked)
+        )
         t, src = scaled_time(stage_points["bundle"], n)
         rows.append(Row(f"bundle@{name}", "0", "-", par.estimated_weight_bytes(shape, spec), t, src + " (a copy)"))
     return rows
@@ -173,7 +247,8 @@ def quantize_row(name: str, spec, quantize, shape, bf16: int, host: Host, points
         t, src = scaled_time(points["stages"]["quantize@bf16"], n)
         return Row(f"quantize@{name}", "0", "-", size, t, src + " (a copy)")
     point = points["quantize"].get(name) or next(
-        (p for p in points["quantize"].values() if p["algorithm"] == spec.algorithm), None)
+        (p for p in points["quantize"].values() if p["algorithm"] == spec.algorithm), None
+    )
     samples = spec.num_samples or quantize.calibration.num_samples
     factor = samples / point["calibration_samples"] if point and point["calibration_samples"] else 1.0
     t, src = scaled_time(point, n, factor) if point else ("not measured", "no measured point for this algorithm")
@@ -194,13 +269,17 @@ def quantize_row(name: str, spec, quantize, shape, bf16: int, host: Host, points
 
 def render(rows: list[Row], title: str) -> str:
     header = ("stage", "fits", "GPUs", "GPU memory per GPU", "disk", "time", "scaled from")
-    table = [header] + [(r.stage, r.fits, r.gpus, r.gpu_memory,
-                         gb(r.disk_bytes) if r.disk_bytes else "-", r.time, r.source) for r in rows]
+    table = [header] + [
+        (r.stage, r.fits, r.gpus, r.gpu_memory, gb(r.disk_bytes) if r.disk_bytes else "-", r.time, r.source)
+        for r in rows
+    ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
     lines = [title] + ["  ".join(c.ljust(w) for c, w in zip(row[:-1], widths)) + "  " + row[-1] for row in table]
     disk = sum(r.disk_bytes for r in rows)
-    lines.append(f"disk: {gb(disk)} of checkpoints in the workspace (DVC's cache holds a second copy unless its "
-                 "cache.type links); times scale measured runs by parameters: a proportional guess, not a measurement")
+    lines.append(
+        f"disk: {gb(disk)} of checkpoints in the workspace (DVC's cache holds a second copy unless its "
+        "cache.type links); times scale measured runs by parameters: a proportional guess, not a measurement"
+    )
     return "\n".join(lines)
 
 

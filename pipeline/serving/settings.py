@@ -3,6 +3,7 @@ the tiers as written) and `serve_bench` (the load benchmark). Light on purpose (
 serving knob (the models stage's max_model_len) depend on this file, not on the tiers or the benchmark code.
 
 Each tier is parsed by tiers.py (parse_tiers), which needs the whole section; here it is kept as written."""
+
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ class Slo:
     """A latency objective at the 99th percentile, in ms (serving.slo, a tier's slo overriding it): what a load
     must meet to count towards capacity. The token latency is ITL (every gap between streamed tokens) or TPOT
     (a request's mean gap), or both; None leaves one out."""
+
     p99_ttft_ms: float
     p99_itl_ms: float | None = None
     p99_tpot_ms: float | None = None
@@ -36,8 +38,11 @@ class Slo:
         """Why a LoadLevel (serving/bench_record.py) misses the objective; [] when it meets it. A failed request
         misses it whatever its latencies: they cover the successful requests only."""
         out = [f"{level.failed} failed requests"] if level.failed else []
-        for name, bound, values in (("TTFT", self.p99_ttft_ms, level.ttft_ms), ("ITL", self.p99_itl_ms, level.itl_ms),
-                                    ("TPOT", self.p99_tpot_ms, level.tpot_ms)):
+        for name, bound, values in (
+            ("TTFT", self.p99_ttft_ms, level.ttft_ms),
+            ("ITL", self.p99_itl_ms, level.itl_ms),
+            ("TPOT", self.p99_tpot_ms, level.tpot_ms),
+        ):
             if bound is not None and values["p99"] > bound:
                 out.append(f"p99 {name} {values['p99']:.1f} ms > {bound:g}")
         return out
@@ -53,8 +58,9 @@ class Slo:
 
     def label(self) -> str:
         parts = [f"p99 TTFT <= {self.p99_ttft_ms:g} ms"]
-        parts += [f"p99 {n} <= {v:g} ms" for n, v in (("ITL", self.p99_itl_ms), ("TPOT", self.p99_tpot_ms))
-                  if v is not None]
+        parts += [
+            f"p99 {n} <= {v:g} ms" for n, v in (("ITL", self.p99_itl_ms), ("TPOT", self.p99_tpot_ms)) if v is not None
+        ]
         return ", ".join(parts)
 
 
@@ -75,8 +81,11 @@ def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
         value = raw.get(key)
         if value is not None and not is_positive_number(value):
             raise PipelineError(f"{where}.{key} must be a positive number of milliseconds or null, got {value!r}")
-    slo = replace(base, **{k: raw[k] for k in SLO_KEYS if k in raw}) if base is not None else \
-        Slo(**{k: raw.get(k) for k in SLO_KEYS})
+    slo = (
+        replace(base, **{k: raw[k] for k in SLO_KEYS if k in raw})
+        if base is not None
+        else Slo(**{k: raw.get(k) for k in SLO_KEYS})
+    )
     if slo.p99_ttft_ms is None:
         raise PipelineError(f"{where}.p99_ttft_ms must be a positive number of milliseconds")
     if slo.p99_itl_ms is None and slo.p99_tpot_ms is None:
@@ -88,8 +97,11 @@ def parse_slo(raw, where: str, base: Slo | None = None) -> Slo:
 
 AUTO_TP = "auto"  # serving.tensor_parallel_size: each variant's own, chosen by pipeline/serving/parallelism.py
 TP_SIZES = (1, 2, 4, 8)  # what auto chooses from (and max_tensor_parallel_size allows): one host's GPUs
-SLO_SCHEMA = {"type": "object", "additionalProperties": False,
-              "properties": {**{k: {} for k in SLO_KEYS}, "arrival": {"enum": list(ARRIVALS)}}}
+SLO_SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {**{k: {} for k in SLO_KEYS}, "arrival": {"enum": list(ARRIVALS)}},
+}
 
 
 def parse_serving_slo(raw: object, where: str) -> Slo:
@@ -99,18 +111,26 @@ def parse_serving_slo(raw: object, where: str) -> Slo:
 @dataclass(frozen=True)
 class SpeculationBar:
     """serving.speculation: when a bundle ships speculative decoding, and the served speed it predicts from."""
-    min_gain: float = knob(1.1, required=True, help="ships speculative decoding only when it beats plain decoding by "
-                           "this factor", exclusive_minimum=0)
-    cost_profile: str = knob("auto", help="serving costs the prediction uses: auto, a profile name or a path to a "
-                             "profile JSON", min_length=1)
-    draft_tensor_parallel_size: int | None = knob(None, help="the draft model's tensor parallelism; null: the "
-                                                  "target's", minimum=1)
+
+    min_gain: float = knob(
+        1.1,
+        required=True,
+        help="ships speculative decoding only when it beats plain decoding by this factor",
+        exclusive_minimum=0,
+    )
+    cost_profile: str = knob(
+        "auto", help="serving costs the prediction uses: auto, a profile name or a path to a profile JSON", min_length=1
+    )
+    draft_tensor_parallel_size: int | None = knob(
+        None, help="the draft model's tensor parallelism; null: the target's", minimum=1
+    )
 
 
 @section("serving")
 @dataclass(frozen=True)
 class ServingParams:
     """params.yaml `serving`: the engine settings a bundle ships, its SLO, speculation's bar, the tiers."""
+
     name: str = knob("nimbus-support", required=True, help="the registry name: bundles publish as <name>-<variant>")
     max_model_len: int = knob(2048, required=True, help="vLLM's context length", minimum=1)
     gpu_memory_utilization: float = knob(0.9, required=True, help="vLLM's share of the GPU's memory")
@@ -118,19 +138,32 @@ class ServingParams:
     # auto (each variant's smallest that fits serving.gpu: parallelism.tensor_parallel_for) or a number pinning every
     # variant. Stages hold it resolved for their variant (parallelism.serving_for): an int wherever engines read it.
     tensor_parallel_size: int | Literal["auto"] = knob(
-        "auto", required=True, minimum=1, help="GPUs one replica shards over; auto: per variant, the smallest that "
-        "fits serving.gpu")
-    target_concurrency: int = knob(1, required=True, minimum=1, help="the concurrency the speculative setting is "
-                                   "chosen for (one of serve_bench.concurrency)")
+        "auto",
+        required=True,
+        minimum=1,
+        help="GPUs one replica shards over; auto: per variant, the smallest that fits serving.gpu",
+    )
+    target_concurrency: int = knob(
+        1,
+        required=True,
+        minimum=1,
+        help="the concurrency the speculative setting is chosen for (one of serve_bench.concurrency)",
+    )
     baseline_variant: str = knob("bf16", required=True, help="the variant whose plain decoding speedups divide by")
-    slo: Slo = knob(Slo(200, 50), required=True, parse=parse_serving_slo, schema=SLO_SCHEMA,
-                    help="p99 latency objectives (ms) capacity is measured against, and the arrival: concurrency "
-                    "or poisson")
+    slo: Slo = knob(
+        Slo(200, 50),
+        required=True,
+        parse=parse_serving_slo,
+        schema=SLO_SCHEMA,
+        help="p99 latency objectives (ms) capacity is measured against, and the arrival: concurrency or poisson",
+    )
     speculation: SpeculationBar = knob(SpeculationBar(), required=True, help="when a bundle ships speculation")
-    gpu: str | None = knob(None, help="the fleet's GPU (t4, a10g, a100, a6000, l4, l40s, h100, h200, b200); null: "
-                           "unknown")
-    gpu_hour_cost: float | None = knob(None, help="price of one GPU-hour: the card's cost per million output tokens",
-                                       exclusive_minimum=0)
+    gpu: str | None = knob(
+        None, help="the fleet's GPU (t4, a10g, a100, a6000, l4, l40s, h100, h200, b200); null: unknown"
+    )
+    gpu_hour_cost: float | None = knob(
+        None, help="price of one GPU-hour: the card's cost per million output tokens", exclusive_minimum=0
+    )
     max_tensor_parallel_size: Literal[1, 2, 4, 8] = knob(8, help="the most GPUs auto may shard one replica over")
     env: Mapping[str, str | int] = knob({}, help="environment for `vllm serve`; shipped in serve.env")
     secret_env: Mapping[str, str] = knob({}, help="VAR: <kubernetes-secret>/<key>")
@@ -141,39 +174,56 @@ class ServingParams:
     @classmethod
     def parse(cls, section: Mapping) -> ServingParams:
         out = parse_declared(cls, section)
-        return replace(out, arrival=parse_key(section["slo"].get("arrival", ARRIVALS[0]), Literal[ARRIVALS],
-                                               Knob(""), "serving.slo.arrival"))
+        return replace(
+            out,
+            arrival=parse_key(
+                section["slo"].get("arrival", ARRIVALS[0]), Literal[ARRIVALS], Knob(""), "serving.slo.arrival"
+            ),
+        )
 
 
 @dataclass(frozen=True)
 class Capacity:
     """serve_bench.capacity: the search for the largest load meeting serving.slo, bounded."""
+
     enabled: bool = knob(True, required=True, help="search each config's capacity at serving.slo")
     max_concurrency: int = knob(256, required=True, help="never above this many users", minimum=1)
-    max_rate: float = knob(64.0, required=True, help="never above this many req/s (poisson arrival)",
-                           exclusive_minimum=0)
-    max_probes: int = knob(6, required=True, help="at most this many more `vllm bench serve` runs per config",
-                           minimum=0)
+    max_rate: float = knob(
+        64.0, required=True, help="never above this many req/s (poisson arrival)", exclusive_minimum=0
+    )
+    max_probes: int = knob(
+        6, required=True, help="at most this many more `vllm bench serve` runs per config", minimum=0
+    )
 
 
 @section("serve_bench")
 @dataclass(frozen=True)
 class ServeBenchParams:
     """params.yaml `serve_bench`: `vllm serve --config serve.yaml` under load (GPU + vLLM only)."""
-    enabled: Literal[True, False, "auto"] = knob("auto", required=True, help="auto, true (fail without the GPUs) "
-                                                 "or false")
-    concurrency: tuple[int, ...] = knob((1, 8, 32, 64), required=True, minimum=1,
-                                        help="`vllm bench serve --max-concurrency` sweep")
-    prompts_per_concurrency: int = knob(4, required=True, help="requests per level: max(min_prompts, this x "
-                                        "concurrency)", minimum=1)
+
+    enabled: Literal[True, False, "auto"] = knob(
+        "auto", required=True, help="auto, true (fail without the GPUs) or false"
+    )
+    concurrency: tuple[int, ...] = knob(
+        (1, 8, 32, 64), required=True, minimum=1, help="`vllm bench serve --max-concurrency` sweep"
+    )
+    prompts_per_concurrency: int = knob(
+        4, required=True, help="requests per level: max(min_prompts, this x concurrency)", minimum=1
+    )
     min_prompts: int = knob(32, required=True, help="requests per level, at least", minimum=1)
     warmup_requests: int = knob(8, required=True, help="sent after /health answers, before any timing", minimum=0)
     max_tokens: int = knob(128, required=True, help="per request", minimum=1)
-    num_speculative_tokens: int | Literal["auto"] = knob("auto", required=True, minimum=1,
-                                                         help="auto: the k the CPU estimate found best")
+    num_speculative_tokens: int | Literal["auto"] = knob(
+        "auto", required=True, minimum=1, help="auto: the k the CPU estimate found best"
+    )
     k_schedule: Literal["auto", "off"] = knob("auto", required=True, help="auto: also serve a k per batch-size range")
-    kernel_tie: float = knob(0.04, required=True, help="kernels within this fraction at target_concurrency: the "
-                             "faster over the sweep ships", minimum=0, exclusive_maximum=1)
+    kernel_tie: float = knob(
+        0.04,
+        required=True,
+        help="kernels within this fraction at target_concurrency: the faster over the sweep ships",
+        minimum=0,
+        exclusive_maximum=1,
+    )
     capacity: Capacity = knob(Capacity(), required=True, help="capacity at serving.slo")
     startup_timeout_s: int = knob(900, required=True, help="vllm serve until /health answers", minimum=1)
     port: int = knob(8000, required=True, help="preferred loopback port", minimum=1, maximum=65535)
@@ -182,5 +232,7 @@ class ServeBenchParams:
 
     def __post_init__(self) -> None:
         if not self.concurrency or len(set(self.concurrency)) != len(self.concurrency):
-            raise PipelineError(f"serve_bench.concurrency must be a non-empty list of distinct positive integers, "
-                                f"got {list(self.concurrency)!r}")
+            raise PipelineError(
+                f"serve_bench.concurrency must be a non-empty list of distinct positive integers, "
+                f"got {list(self.concurrency)!r}"
+            )

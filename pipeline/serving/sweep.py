@@ -16,6 +16,7 @@ After each config's sweep, on its still-running server, serve_bench.capacity sea
 latencies meet serving.slo (pipeline/serving/capacity.py; this module only runs its probes). Configs that do not
 depend on each other are served at once on disjoint GPU sets (pipeline/serving/gpu_sets.py).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,6 +58,7 @@ from pipeline.serving.vllm_server import serve
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """What serve_bench reads of params.yaml, typed."""
+
     bench: ServeBenchParams
     serving: ServingParams
     draft: DraftParams
@@ -68,11 +70,11 @@ class Settings:
         return speculative_config_for(speculation, self.draft, self.serving)
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Choices:
     """What serve_bench decides while it measures, as pipeline/release/decision.py decides it (choose_kernel,
     schedule_to_measure): passed in by the stage, since serving sits below release."""
+
     kernel: Callable[[dict[str, ServeConfigResult], int, float], str]
     schedule: Callable[[dict[str, ServeConfigResult], dict[str, int], float, int], tuple | None]
 
@@ -82,6 +84,7 @@ class Measured:
     """What a variant's sweep has measured so far (filled step by step; the record is written from it): configs
     by name, failed configs and why, plain decoding by kernel and the chosen one, k schedules by method, and by
     tier its configs, failures and why it was skipped."""
+
     configs: dict[str, ServeConfigResult] = dataclasses.field(default_factory=dict)
     failed: dict[str, str] = dataclasses.field(default_factory=dict)
     by_kernel: dict[str, ServeConfigResult] = dataclasses.field(default_factory=dict)
@@ -93,8 +96,7 @@ class Measured:
     tier_skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings,
-            choose: Choices) -> ServeBenchRecord:
+def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings, choose: Choices) -> ServeBenchRecord:
     """candidates: method -> k; plain decoding is always measured first."""
     import torch
 
@@ -111,18 +113,32 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings,
     # serve.yaml files are exactly what the bundle stage renders.
     with tempfile.TemporaryDirectory(prefix="modelprep-serve-") as tmp:
         serving_dir = bundle_layout(Path(tmp), model_dir, candidates, [text for text, _ in rendered])
-        traffic = load_generator.Traffic(serving_dir / "prompts.jsonl", serving_dir / "model",
-                                         rendered[0][1] if rendered else False)
-        bar = gpu_sets.Counter(progress_bar(f"serve_bench {variant}", total=steps(run.bench, runs, kernels,
-                                                                                   scheduling(run.bench, candidates),
-                                                                                   tiers)))
-        batch = Batch(out, serving_dir, variant, checkpoint_quantization(model_dir), traffic, run, bar,
-                      gpu_sets.visible_gpus(), run.bench.parallel == "auto")
+        traffic = load_generator.Traffic(
+            serving_dir / "prompts.jsonl", serving_dir / "model", rendered[0][1] if rendered else False
+        )
+        bar = gpu_sets.Counter(
+            progress_bar(
+                f"serve_bench {variant}",
+                total=steps(run.bench, runs, kernels, scheduling(run.bench, candidates), tiers),
+            )
+        )
+        batch = Batch(
+            out,
+            serving_dir,
+            variant,
+            checkpoint_quantization(model_dir),
+            traffic,
+            run,
+            bar,
+            gpu_sets.visible_gpus(),
+            run.bench.parallel == "auto",
+        )
         # 1. Plain decoding on each kernel at once; the faster at target_concurrency serves everything after it.
         env = serve_kernels(batch, kernels, found, choose) if kernels else server_env(run.spec, run.serving)
         # 2. Each method at its k, at once (with plain decoding where no kernel was compared).
-        served = batch.serve([Job(name, speculation, env, found.failed)
-                              for name, speculation in runs[1 if kernels else 0:]])
+        served = batch.serve(
+            [Job(name, speculation, env, found.failed) for name, speculation in runs[1 if kernels else 0 :]]
+        )
         found.configs |= {name: result for name, result in served.items() if result is not None}
         # 3. The k schedule the sweep suggests.
         if scheduling(run.bench, candidates) and PLAIN in found.configs:
@@ -130,8 +146,14 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings,
         # 4. The tiers: every tier's plain decoding at once, then the methods of those it served.
         serve_tiers(batch, tiers, runs, env, found)
         bar.close()
-    return record_of(variant, run, found, batch.tensor_parallel_size(Job(PLAIN, methods.NONE, env, found.failed)),
-                     next((c.env for c in kernels if c.name == found.kernel), {}), kernel_note)
+    return record_of(
+        variant,
+        run,
+        found,
+        batch.tensor_parallel_size(Job(PLAIN, methods.NONE, env, found.failed)),
+        next((c.env for c in kernels if c.name == found.kernel), {}),
+        kernel_note,
+    )
 
 
 def bundle_layout(serving_dir: Path, model_dir: Path, candidates: dict[str, int], prompts: list[str]) -> Path:
@@ -159,12 +181,25 @@ def serve_kernels(batch: Batch, kernels: list, found: Measured, choose: Choices)
     """Plain decoding on each kernel at once; the chosen one (decision.choose_kernel) becomes plain decoding's
     config and its environment, returned, that of every later config."""
     serving, cfg, user = batch.run.serving, batch.run.bench, user_env(batch.run.serving)
-    served = batch.serve([Job(PLAIN, methods.NONE, {**c.env, **user}, found.kernel_failed, label=f"{PLAIN}-{c.name}",
-                              must=len(kernels) == 1) for c in kernels])
+    served = batch.serve(
+        [
+            Job(
+                PLAIN,
+                methods.NONE,
+                {**c.env, **user},
+                found.kernel_failed,
+                label=f"{PLAIN}-{c.name}",
+                must=len(kernels) == 1,
+            )
+            for c in kernels
+        ]
+    )
     found.by_kernel = {c.name: served[f"{PLAIN}-{c.name}"] for c in kernels if served[f"{PLAIN}-{c.name}"]}
     if not found.by_kernel:
-        raise PipelineError(f"serve_bench {batch.variant}: plain decoding failed on every kernel "
-                            f"({'; '.join(f'{k}: {v[:150]}' for k, v in found.kernel_failed.items())})")
+        raise PipelineError(
+            f"serve_bench {batch.variant}: plain decoding failed on every kernel "
+            f"({'; '.join(f'{k}: {v[:150]}' for k, v in found.kernel_failed.items())})"
+        )
     found.kernel = choose.kernel(found.by_kernel, serving.target_concurrency, cfg.kernel_tie)
     found.configs[PLAIN] = found.by_kernel[found.kernel]
     for name in found.kernel_failed:
@@ -173,8 +208,9 @@ def serve_kernels(batch: Batch, kernels: list, found: Measured, choose: Choices)
     return {**next(c.env for c in kernels if c.name == found.kernel), **user}
 
 
-def serve_schedule(batch: Batch, candidates: dict[str, int], env: dict[str, str], found: Measured,
-                   choose: Choices) -> None:
+def serve_schedule(
+    batch: Batch, candidates: dict[str, int], env: dict[str, str], found: Measured, choose: Choices
+) -> None:
     """The k schedule decision.schedule_to_measure suggests from the fixed configs' sweep, where one does."""
     serving = batch.run.serving
     plan = choose.schedule(found.configs, candidates, serving.speculation.min_gain, serving.max_num_seqs)
@@ -199,9 +235,13 @@ def serve_tiers(batch: Batch, tiers: list[Tier], runs: list, env: dict[str, str]
             measured.append(tier)
     failed = {tier.name: {} for tier in measured}
     plains = batch.serve([Job(PLAIN, methods.NONE, env, failed[t.name], tier=t) for t in measured])
-    more = [Job(name, speculation, env, failed[t.name], tier=t)
-            for t in measured if t.speculation == "auto" and plains[f"{t.name}.{PLAIN}"] is not None
-            for name, speculation in runs[1:] if name not in found.failed]
+    more = [
+        Job(name, speculation, env, failed[t.name], tier=t)
+        for t in measured
+        if t.speculation == "auto" and plains[f"{t.name}.{PLAIN}"] is not None
+        for name, speculation in runs[1:]
+        if name not in found.failed
+    ]
     served = {**plains, **batch.serve(more)}
     for t in measured:
         for name, _ in runs:
@@ -210,20 +250,39 @@ def serve_tiers(batch: Batch, tiers: list[Tier], runs: list, env: dict[str, str]
     found.tier_failed |= {name: why for name, why in failed.items() if why}
 
 
-def record_of(variant: str, run: Settings, found: Measured, tensor_parallel_size: int, kernel_env: dict[str, str],
-              kernel_note: str | None) -> ServeBenchRecord:
+def record_of(
+    variant: str,
+    run: Settings,
+    found: Measured,
+    tensor_parallel_size: int,
+    kernel_env: dict[str, str],
+    kernel_note: str | None,
+) -> ServeBenchRecord:
     import torch
 
     version = importlib.metadata.version("vllm")
     return ServeBenchRecord(
-        variant=variant, gpu=torch.cuda.get_device_name(0), vllm_version=version,
+        variant=variant,
+        gpu=torch.cuda.get_device_name(0),
+        vllm_version=version,
         date=datetime.datetime.now(datetime.timezone.utc).date().isoformat(),
-        load_generator=f"vllm bench serve (vLLM {version})", max_tokens=run.bench.max_tokens,
-        temperature=run.temperature, configs=found.configs, failed_configs=found.failed, tiers=found.tier_configs,
-        tier_skipped=found.tier_skipped, tier_failed_configs=found.tier_failed, schedules=found.schedules,
-        kernels=found.by_kernel, kernel=found.kernel, kernel_env=kernel_env, tensor_parallel_size=tensor_parallel_size,
-        kernel_note=kernel_note or "".join(f"{name} failed: {why[:200]}; "
-                                           for name, why in found.kernel_failed.items()) or None)
+        load_generator=f"vllm bench serve (vLLM {version})",
+        max_tokens=run.bench.max_tokens,
+        temperature=run.temperature,
+        configs=found.configs,
+        failed_configs=found.failed,
+        tiers=found.tier_configs,
+        tier_skipped=found.tier_skipped,
+        tier_failed_configs=found.tier_failed,
+        schedules=found.schedules,
+        kernels=found.by_kernel,
+        kernel=found.kernel,
+        kernel_env=kernel_env,
+        tensor_parallel_size=tensor_parallel_size,
+        kernel_note=kernel_note
+        or "".join(f"{name} failed: {why[:200]}; " for name, why in found.kernel_failed.items())
+        or None,
+    )
 
 
 def write_plots(record: ServeBenchRecord, slo: Slo) -> None:
@@ -232,6 +291,7 @@ def write_plots(record: ServeBenchRecord, slo: Slo) -> None:
     for directory, (column, value) in PLOTS.items():
         write_plot(f"{directory}/{record.variant}", *plot_rows(record, column, value), why_empty)
     write_plot(f"plots/serve_pareto/{record.variant}", *capacity.pareto_rows(record, slo), why_empty)
+
 
 def kernels_to_compare(spec, compute_capability: float, serving: ServingParams):
     """(choices, why none): the kernel choices serve_bench serves plain decoding on. A user's own
@@ -257,6 +317,7 @@ class Job:
     serving.env), failed where its failure is recorded, tier the tier it is served at, label its raw files' and logs'
     name where it differs from name (plain decoding on one kernel: plain-<kernel>), must whether its failure fails
     the stage (None: plain decoding at the default settings)."""
+
     name: str
     speculation: methods.Speculation
     env: dict[str, str]
@@ -279,6 +340,7 @@ class Job:
 @dataclasses.dataclass(frozen=True)
 class Batch:
     """What every config of a variant is served with, and the host's GPUs they are spread over."""
+
     out: Path
     serving_dir: Path
     variant: str
@@ -291,8 +353,13 @@ class Batch:
 
     def engine(self, job: Job) -> dict:
         """The config's engine arguments, as its serve.yaml renders them."""
-        return engine_args(self.run.spec, self.run.serving, self.run.speculative_config(job.speculation),
-                           self.quantization, job.tier.engine if job.tier else None)
+        return engine_args(
+            self.run.spec,
+            self.run.serving,
+            self.run.speculative_config(job.speculation),
+            self.quantization,
+            job.tier.engine if job.tier else None,
+        )
 
     def tensor_parallel_size(self, job: Job) -> int:
         """GPUs one server of the config shards over: its own engine argument, not a global setting."""
@@ -302,11 +369,18 @@ class Batch:
         """Each job's result by key (None: it failed, recorded in its job.failed), the independent jobs at once on
         disjoint GPU sets (pipeline/serving/gpu_sets.py)."""
         by_key = {job.key: job for job in jobs}
-        waves = gpu_sets.pack([gpu_sets.ConfigRun(job.key, self.tensor_parallel_size(job)) for job in jobs],
-                              self.host_gpus, self.parallel)
-        served = gpu_sets.run_waves(waves, lambda placement: served_or_failed(
-            by_key[placement.label].where(self.out), self.variant, by_key[placement.label],
-            lambda: serve_config(self, by_key[placement.label], placement)))
+        waves = gpu_sets.pack(
+            [gpu_sets.ConfigRun(job.key, self.tensor_parallel_size(job)) for job in jobs], self.host_gpus, self.parallel
+        )
+        served = gpu_sets.run_waves(
+            waves,
+            lambda placement: served_or_failed(
+                by_key[placement.label].where(self.out),
+                self.variant,
+                by_key[placement.label],
+                lambda: serve_config(self, by_key[placement.label], placement),
+            ),
+        )
         return {job.key: served[job.key] for job in jobs}  # in the order given (the record's), whatever the waves
 
 
@@ -324,8 +398,11 @@ def served_or_failed(out: Path, variant: str, job: Job, attempt) -> ServeConfigR
         # measurements; it is recorded and never shipped.
         job.failed[label] = str(e)[:500]
         discard(out, label)
-        say(f"serve_bench {variant}: " + (f"tier {tier.name} {label} failed" if tier else
-                                          f"{label} failed, the other configs go on") + f": {str(e)[:200]}")
+        say(
+            f"serve_bench {variant}: "
+            + (f"tier {tier.name} {label} failed" if tier else f"{label} failed, the other configs go on")
+            + f": {str(e)[:200]}"
+        )
         return None
 
 
@@ -359,18 +436,26 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
     # what one replica costs: the GPUs a tier's replica requests, else the ones the server shards over
     gpus = tier.gpus if tier else int(args.get("tensor_parallel_size", 1))
     env = {**job.env, **gpu_sets.server_env(placement)}
-    client = load_generator.Client(served_model_name(serving, batch.variant), batch.traffic, cfg, run.temperature,
-                                   slo.goodput())
-    with serve(started, batch.serving_dir, server_log, cfg.startup_timeout_s, cfg.port + placement.slot,
-               env) as server:
+    client = load_generator.Client(
+        served_model_name(serving, batch.variant), batch.traffic, cfg, run.temperature, slo.goodput()
+    )
+    with serve(started, batch.serving_dir, server_log, cfg.startup_timeout_s, cfg.port + placement.slot, env) as server:
 
         def bench(load: float, prompts: int, tag: str, warmups: int = 0):
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""
-            return load_generator.bench_level(server, client, out / "raw" / f"{label}-{tag}.json", bench_log, load,
-                                              prompts, warmups, poisson=tag.startswith("capacity-r"))
+            return load_generator.bench_level(
+                server,
+                client,
+                out / "raw" / f"{label}-{tag}.json",
+                bench_log,
+                load,
+                prompts,
+                warmups,
+                poisson=tag.startswith("capacity-r"),
+            )
 
         levels = {}
-        for c in ([tier.concurrency] if tier else cfg.concurrency):
+        for c in [tier.concurrency] if tier else cfg.concurrency:
             levels[level_key(c)] = bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
             batch.bar.update()
         found = None
@@ -380,16 +465,31 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
             bounds = cfg.capacity
             seed, floor = capacity.open_loop_seed(levels.values(), slo)
             found = capacity.search(
-                lambda x: bench(x, capacity.probe_prompts(cfg, arrival, x),
-                                f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}"),
-                slo, arrival, bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
-                bounds.max_probes, known=levels.values(), gpus=gpus, seed=seed,
-                floor_meets=floor if arrival == capacity.POISSON else None)
-    return ServeConfigResult(num_speculative_tokens=job.speculation.k, startup_s=server.startup_s, levels=levels,
-                             schedule=[list(r) for r in job.speculation.schedule] if job.speculation.schedule else None,
-                             kernels_used=kernels_in_log(server_log), kernel_schemes=kernel_schemes_in_log(server_log),
-                             capacity=found, gpus=list(placement.gpus), beside=list(placement.beside))
-
+                lambda x: bench(
+                    x,
+                    capacity.probe_prompts(cfg, arrival, x),
+                    f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}",
+                ),
+                slo,
+                arrival,
+                bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
+                bounds.max_probes,
+                known=levels.values(),
+                gpus=gpus,
+                seed=seed,
+                floor_meets=floor if arrival == capacity.POISSON else None,
+            )
+    return ServeConfigResult(
+        num_speculative_tokens=job.speculation.k,
+        startup_s=server.startup_s,
+        levels=levels,
+        schedule=[list(r) for r in job.speculation.schedule] if job.speculation.schedule else None,
+        kernels_used=kernels_in_log(server_log),
+        kernel_schemes=kernel_schemes_in_log(server_log),
+        capacity=found,
+        gpus=list(placement.gpus),
+        beside=list(placement.beside),
+    )
 
 
 def candidates(run: Settings, variant: str) -> dict[str, int]:
@@ -397,8 +497,12 @@ def candidates(run: Settings, variant: str) -> dict[str, int]:
     from pipeline.evaluate.estimate import SpeculativeEstimate
 
     fixed = run.bench.num_speculative_tokens
-    return {m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json")
-            .num_speculative_tokens if fixed == "auto" else fixed for m in run.draft.method}
+    return {
+        m: records.read(SpeculativeEstimate, paths.EVAL / variant / f"speculative-{m}.json").num_speculative_tokens
+        if fixed == "auto"
+        else fixed
+        for m in run.draft.method
+    }
 
 
 def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
@@ -407,8 +511,10 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
     parts = []
     for name, config in record.configs.items():
         level = config.at(concurrency)
-        parts.append(f"{name} {level.output_throughput:.0f} tok/s, p99 ITL {level.itl_ms['p99']:.1f} ms"
-                     + (f", {level.failed} failed" if level.failed else ""))
+        parts.append(
+            f"{name} {level.output_throughput:.0f} tok/s, p99 ITL {level.itl_ms['p99']:.1f} ms"
+            + (f", {level.failed} failed" if level.failed else "")
+        )
     for method, config in record.schedules.items():
         level = config.at(concurrency)
         if level is not None:
@@ -418,26 +524,39 @@ def summary_line(record: ServeBenchRecord, concurrency: int) -> str:
     held = {name: c.capacity for name, c in record.configs.items() if c.capacity is not None}
     if held:
         slo = next(iter(held.values())).slo
-        parts.append(f"users per GPU at {slo.label()}: " + ", ".join(
-            f"{name} {'>=' if cap.lower_bound else ''}{cap.users_per_gpu:.3g}" for name, cap in held.items()))
+        parts.append(
+            f"users per GPU at {slo.label()}: "
+            + ", ".join(
+                f"{name} {'>=' if cap.lower_bound else ''}{cap.users_per_gpu:.3g}" for name, cap in held.items()
+            )
+        )
     for tier, configs in record.tiers.items():
-        parts.append(f"tier {tier}: " + ", ".join(
-            f"{name} {level.output_throughput:.0f} tok/s at c={level.concurrency}"
-            for name, config in configs.items() for level in config.levels.values()))
+        parts.append(
+            f"tier {tier}: "
+            + ", ".join(
+                f"{name} {level.output_throughput:.0f} tok/s at c={level.concurrency}"
+                for name, config in configs.items()
+                for level in config.levels.values()
+            )
+        )
     return f"serve_bench {record.variant} at concurrency {concurrency}: " + "; ".join(parts)
-
 
 
 # dvc plots: a directory per curve and variant (dvc.yaml: serve_bench's plots), in long form (a row per config and
 # concurrency, the config in its own column: one chart template draws any set of configs as lines).
-PLOTS = {"plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
-         "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput)}
+PLOTS = {
+    "plots/serve_itl": ("p99_itl_ms", lambda lvl: lvl.itl_ms["p99"]),
+    "plots/serve_throughput": ("output_tokens_per_s", lambda lvl: lvl.output_throughput),
+}
 
 
 def plot_rows(record: ServeBenchRecord, column: str, value) -> tuple[list[dict], list[str]]:
     """(rows, header) of one curve: a row per measured config and concurrency; none when nothing was measured."""
     configs = {PLAIN: record.configs.get(PLAIN), **record.speculative()}
-    rows = [{"concurrency": lvl.concurrency, CONFIG: config.label(name), column: value(lvl)}
-            for name, config in configs.items() if config is not None
-            for lvl in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)]
+    rows = [
+        {"concurrency": lvl.concurrency, CONFIG: config.label(name), column: value(lvl)}
+        for name, config in configs.items()
+        if config is not None
+        for lvl in sorted(config.levels.values(), key=lambda lvl: lvl.concurrency)
+    ]
     return rows, ["concurrency", CONFIG, column]

@@ -7,6 +7,7 @@ measurement at that concurrency, never a guess: the gate's decision where the ti
 concurrency, a serving-benchmark decision where the sweep measured the tier's concurrency, and no
 speculation where nothing says it pays there.
 """
+
 from __future__ import annotations
 
 import re
@@ -45,16 +46,28 @@ def parse_tiers(serving: ServingParams) -> list[Tier]:
     variant (parallelism.serving_for) where its tensor_parallel_size is auto."""
     default_tp = serving.tensor_parallel_size
     if default_tp == AUTO_TP:  # a programming error, not the user's: say where the size comes from
-        raise PipelineError("serving.tensor_parallel_size auto: the tiers need a variant's own size "
-                            "(pipeline/serving/parallelism.py serving_for)")
+        raise PipelineError(
+            "serving.tensor_parallel_size auto: the tiers need a variant's own size "
+            "(pipeline/serving/parallelism.py serving_for)"
+        )
     # The default tier requests exactly the GPUs it shards over: a replica can't use more.
-    tiers = [Tier(DEFAULT, {}, gpus=default_tp, concurrency=serving.target_concurrency,
-                  tensor_parallel_size=default_tp, slo=serving.slo)]
+    tiers = [
+        Tier(
+            DEFAULT,
+            {},
+            gpus=default_tp,
+            concurrency=serving.target_concurrency,
+            tensor_parallel_size=default_tp,
+            slo=serving.slo,
+        )
+    ]
     for name, spec in serving.tiers.items():
         where = f"serving.tiers.{name}"
         if not isinstance(name, str) or not NAME.match(name) or name == DEFAULT:
-            raise PipelineError(f"serving.tiers: invalid tier name {name!r} (lowercase letters, digits and '-', "
-                                f"at most 32; {DEFAULT!r} is the serving section itself)")
+            raise PipelineError(
+                f"serving.tiers: invalid tier name {name!r} (lowercase letters, digits and '-', "
+                f"at most 32; {DEFAULT!r} is the serving section itself)"
+            )
         if not isinstance(spec, Mapping):
             raise PipelineError(f"{where} must be a mapping of settings")
         unknown = sorted(set(spec) - TIER_KEYS)
@@ -74,8 +87,9 @@ def parse_tiers(serving: ServingParams) -> list[Tier]:
         gpus = spec.get("gpus", tp)
         if tp > gpus:
             inherited = "" if "tensor_parallel_size" in engine else " (serving.tensor_parallel_size)"
-            raise PipelineError(f"{where}: tensor_parallel_size {tp}{inherited} exceeds the {gpus} GPUs the tier "
-                                "declares (gpus)")
+            raise PipelineError(
+                f"{where}: tensor_parallel_size {tp}{inherited} exceeds the {gpus} GPUs the tier declares (gpus)"
+            )
         concurrency = spec.get("concurrency", engine.get("max_num_seqs", serving.max_num_seqs))
         own_slo = parse_slo(spec["slo"], f"{where}.slo", serving.slo) if "slo" in spec else serving.slo
         tiers.append(Tier(name, engine, gpus, concurrency, speculation, tp, own_slo))
@@ -92,9 +106,11 @@ def check_draft_tensor_parallel_size(draft_tp: int | None, tiers: list[Tier]) ->
         return
     for tier in tiers:
         if tier.speculation != "off" and tier.tensor_parallel_size != draft_tp:
-            raise PipelineError(f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
-                                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.26 serves a "
-                                "draft model only at its target's (null follows each tier's)")
+            raise PipelineError(
+                f"serving.speculation.draft_tensor_parallel_size {draft_tp} differs from tier "
+                f"{tier.name}'s tensor_parallel_size {tier.tensor_parallel_size}: vLLM 0.26 serves a "
+                "draft model only at its target's (null follows each tier's)"
+            )
 
 
 def is_names(wanted) -> bool:

@@ -6,6 +6,7 @@ that fails with the server log's last lines, a start that hangs ended at a timeo
 leaves no process behind. The server runs in its own session (process group) so that a stop reaches
 the engine processes vLLM forks or spawns, not only the API server.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -74,8 +75,10 @@ def failure(what: str, log_path: Path) -> PipelineError:
 def stop_on_termination():
     """SIGTERM and SIGHUP (a cancelled `dvc repro`, a CI timeout, a closed session) end Python without unwinding,
     which would leave the server, in its own session, holding the GPU: raise instead, so `finally` stops it."""
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -152,6 +155,7 @@ def group_alive(pgid: int) -> bool:
 @dataclass
 class ServerHandle:
     """A ready server: where it listens and how long it took to answer /health."""
+
     port: int
     startup_s: float
     log_path: Path
@@ -163,8 +167,15 @@ class ServerHandle:
 
 
 @contextlib.contextmanager
-def serve(config: Path, cwd: Path, log_path: Path, startup_timeout_s: float, preferred_port: int | None = None,
-          env: dict[str, str] | None = None, command: list[str] | None = None):
+def serve(
+    config: Path,
+    cwd: Path,
+    log_path: Path,
+    startup_timeout_s: float,
+    preferred_port: int | None = None,
+    env: dict[str, str] | None = None,
+    command: list[str] | None = None,
+):
     """Start the server, yield a ServerHandle once /health answers 200, always stop it afterwards.
 
     command: the `vllm` command line before `serve` (default: this Python's vLLM). A port that turns
@@ -189,8 +200,9 @@ def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
             except _PortTaken:
                 stop_process_group(handle.proc)
                 if attempt == PORT_ATTEMPTS:
-                    raise failure(f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})",
-                                  log_path) from None
+                    raise failure(
+                        f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})", log_path
+                    ) from None
                 port = pick_port(None)
                 continue
             except BaseException:
@@ -213,9 +225,15 @@ class _PortTaken(Exception):
 def _start(command: list[str], config: Path, cwd: Path, log_path: Path, port: int, env: dict | None) -> ServerHandle:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
-        proc = subprocess.Popen([*command, "serve", "--config", str(config), "--host", HOST, "--port", str(port)],
-                                cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})}, start_new_session=True)
+        proc = subprocess.Popen(
+            [*command, "serve", "--config", str(config), "--host", HOST, "--port", str(port)],
+            cwd=cwd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+            start_new_session=True,
+        )
     return ServerHandle(port=port, startup_s=0.0, log_path=log_path, proc=proc)
 
 
@@ -225,14 +243,19 @@ def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
         code = handle.proc.poll()
         if code is not None:
             # Only our HTTP port: vLLM's internal ports (ZMQ, distributed init) failing is another error.
-            if any(ADDRESS_IN_USE in line.lower() and str(handle.port) in line
-                   for line in log_tail(handle.log_path).splitlines()):
+            if any(
+                ADDRESS_IN_USE in line.lower() and str(handle.port) in line
+                for line in log_tail(handle.log_path).splitlines()
+            ):
                 raise _PortTaken()
             raise failure(f"vllm serve exited with status {code} before it was ready", handle.log_path)
         if http_status(f"{handle.base_url}/health") == 200:
             handle.startup_s = time.monotonic() - t0
             return
         if time.monotonic() - t0 > timeout_s:
-            raise failure(f"vllm serve did not answer /health within {timeout_s:.0f} s "
-                          "(serve_bench.startup_timeout_s) and was stopped", handle.log_path)
+            raise failure(
+                f"vllm serve did not answer /health within {timeout_s:.0f} s "
+                "(serve_bench.startup_timeout_s) and was stopped",
+                handle.log_path,
+            )
         time.sleep(1.0)

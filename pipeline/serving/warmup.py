@@ -7,6 +7,7 @@ only: it runs inside the stock vLLM image.
 
     python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl --port 8000 --model NAME --marker /tmp/modelprep-warm
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,15 @@ def wait_healthy(base: str, timeout_s: float) -> None:
 
 def complete(base: str, model: str, prompt: str, max_tokens: int, add_special_tokens: bool) -> int:
     """One completion request; returns the completion tokens the server reports."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                       "add_special_tokens": add_special_tokens}).encode()
+    body = json.dumps(
+        {
+            "model": model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "add_special_tokens": add_special_tokens,
+        }
+    ).encode()
     request = urllib.request.Request(f"{base}/v1/completions", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=300) as r:
         return int(json.loads(r.read())["usage"]["completion_tokens"])
@@ -59,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         except (urllib.error.URLError, OSError, KeyError, ValueError) as e:
             print(f"warmup: request failed: {e}", file=sys.stderr)
             return 1  # no marker: the pod stays unready and the failure is in the container's log
-    Path(args.marker).write_text(json.dumps({"prompts": len(prompts), "completion_tokens": tokens,
-                                             "seconds": round(time.monotonic() - t0, 2)}))
+    Path(args.marker).write_text(
+        json.dumps({"prompts": len(prompts), "completion_tokens": tokens, "seconds": round(time.monotonic() - t0, 2)})
+    )
     print(f"warmup: {len(prompts)} prompts, {tokens} tokens in {time.monotonic() - t0:.1f} s; ready")
     return 0
 

@@ -6,6 +6,7 @@ standard library, then of the installed packages, are English prose with a techn
 every machine that runs the pipeline. Deterministic for a given environment (the standard library
 first, then site-packages, files in sorted order, the first `max_chars` characters).
 """
+
 from __future__ import annotations
 
 import ast

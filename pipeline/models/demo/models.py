@@ -8,6 +8,7 @@ stage's domain fine-tuning closes. Deterministic by seed on a given machine.
 On a GPU (the `gpu` profile: a 1B-parameter target) pretraining runs there in bf16 autocast with
 float32 master weights; on CPU it is float32 throughout, as before.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,12 +40,22 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
-                                   unk_token="<unk>", extra_special_tokens=["<|system|>", "<|user|>", "<|assistant|>"],
-                                   model_max_length=2048)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        extra_special_tokens=["<|system|>", "<|user|>", "<|assistant|>"],
+        model_max_length=2048,
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -82,18 +93,21 @@ def general_text(cfg: DemoParams, seed: int) -> list[str]:
     raise PipelineError(f"demo.general_corpus must be {one_of(GENERAL_CORPORA)}, got {kind!r}")
 
 
-def pretrain(model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int,
-             desc: str) -> list[float]:
+def pretrain(
+    model: LlamaForCausalLM, rows: torch.Tensor, steps: int, batch_size: int, lr: float, seed: int, desc: str
+) -> list[float]:
     """Cosine-decayed AdamW on random packed rows. On CUDA: bf16 autocast, fused AdamW, rows on the GPU."""
     gen = torch.Generator().manual_seed(seed)
     cuda = next(model.parameters()).is_cuda
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95),
-                            **({"fused": True} if cuda else {}))
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=lr, weight_decay=0.01, betas=(0.9, 0.95), **({"fused": True} if cuda else {})
+    )
     if cuda:
         rows = rows.cuda()
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     model.train()
     losses = []
     bar = progress_bar(desc, items=range(steps))
@@ -119,20 +133,27 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> tuple
     # A pretraining corpus drawn from the same domain generator as the traffic, with its own seed.
     domain_rows = generate_traffic(cfg.domain_rows, seed=seed + 1000)
     general = general_text(cfg, seed=seed + 2000)
-    tokenizer = train_tokenizer([m["content"] for r in domain_rows for m in row_to_messages(r)] + general,
-                                cfg.vocab_size)
+    tokenizer = train_tokenizer(
+        [m["content"] for r in domain_rows for m in row_to_messages(r)] + general, cfg.vocab_size
+    )
     # With real text (the GPU profile) the vocabulary size is the point: a shortfall is an error. The CPU demo's
     # templated corpus saturates below demo.vocab_size by design (metrics/models.json records the real size).
     if cfg.general_corpus == "python-docs" and len(tokenizer) < cfg.vocab_size:
-        raise PipelineError(f"demo.vocab_size {cfg.vocab_size}: the demo corpus supports only {len(tokenizer)} "
-                            "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)")
-    domain_ids = [tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False)
-                  for r in domain_rows]
+        raise PipelineError(
+            f"demo.vocab_size {cfg.vocab_size}: the demo corpus supports only {len(tokenizer)} "
+            "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)"
+        )
+    domain_ids = [
+        tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False) for r in domain_rows
+    ]
     general_ids = tokenizer([s + "\n" for s in general])["input_ids"]
     seq_len = cfg.seq_len
     seconds = {}
-    summary = {"vocab_size": len(tokenizer), "device": "cuda" if torch.cuda.is_available() else "cpu",
-               "pretraining_tokens": {"domain": sum(map(len, domain_ids)), "general": sum(map(len, general_ids))}}
+    summary = {
+        "vocab_size": len(tokenizer),
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "pretraining_tokens": {"domain": sum(map(len, domain_ids)), "general": sum(map(len, general_ids))},
+    }
     for role, out_dir, docs in (
         ("target", target_dir, domain_ids + general_ids),
         # The draft is a generic small model: mostly prose, a sliver of the domain.
@@ -144,14 +165,24 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> tuple
         with torch.device("cuda" if torch.cuda.is_available() else "cpu"):  # initialized where it trains
             model = LlamaForCausalLM(llama_config(spec, tokenizer, cfg.max_position_embeddings))
         started = time.perf_counter()
-        losses = pretrain(model, pack(shuffled, seq_len), spec.train_steps, cfg.batch_size, spec.lr,
-                          seed, desc=f"pretrain demo {role}")
+        losses = pretrain(
+            model,
+            pack(shuffled, seq_len),
+            spec.train_steps,
+            cfg.batch_size,
+            spec.lr,
+            seed,
+            desc=f"pretrain demo {role}",
+        )
         train_s = time.perf_counter() - started
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         # Saved in bf16 like real checkpoints; the pipeline upcasts to float32 on CPU.
         model.to(torch.bfloat16).save_pretrained(out_dir)
         tokenizer.save_pretrained(out_dir)
-        summary[role] = {"params": sum(p.numel() for p in model.parameters()), "final_loss": losses[-1],
-                         "train_steps": spec.train_steps}
+        summary[role] = {
+            "params": sum(p.numel() for p in model.parameters()),
+            "final_loss": losses[-1],
+            "train_steps": spec.train_steps,
+        }
         seconds[role] = {"train_s": round(train_s, 1)}
     return summary, seconds

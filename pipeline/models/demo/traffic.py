@@ -6,6 +6,7 @@ plan), so a small model can learn the domain, a generic draft cannot guess it, a
 draft fine-tuned on the target's answers can. Everything is seeded: the same seed gives
 the same file byte for byte.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,40 +24,73 @@ PRODUCTS = {
 
 # task -> (console section, button, closing advice)
 TASKS = {
-    "rotate an API key": ("Security > API keys", "Rotate key",
-                          "Update every client that uses the old key within 24 hours, after which it stops working."),
-    "enable automatic backups": ("Settings > Backups", "Enable backups",
-                                 "Backups run nightly at 02:00 UTC and are kept for 14 days."),
-    "restore from a backup": ("Settings > Backups", "Restore",
-                              "The restore creates a new resource; point your application at it once it shows Ready."),
+    "rotate an API key": (
+        "Security > API keys",
+        "Rotate key",
+        "Update every client that uses the old key within 24 hours, after which it stops working.",
+    ),
+    "enable automatic backups": (
+        "Settings > Backups",
+        "Enable backups",
+        "Backups run nightly at 02:00 UTC and are kept for 14 days.",
+    ),
+    "restore from a backup": (
+        "Settings > Backups",
+        "Restore",
+        "The restore creates a new resource; point your application at it once it shows Ready.",
+    ),
     "resize": ("Settings > Capacity", "Change size", "Resizing takes about five minutes and keeps your data in place."),
     "invite a teammate": ("Team > Members", "Invite member", "The invitation link is valid for seven days."),
-    "set up single sign-on": ("Team > Single sign-on", "Connect identity provider",
-                              "Test the login with a second account before you enforce SSO for everyone."),
-    "change the region": ("Settings > Location", "Migrate region",
-                          "Migration copies your data first, so plan for a short read-only window."),
-    "enable encryption at rest": ("Security > Encryption", "Enable encryption",
-                                  "Existing data is encrypted in the background; there is no downtime."),
-    "view usage metrics": ("Monitoring > Usage", "Open dashboard",
-                           "Metrics are updated every minute and kept for 90 days."),
+    "set up single sign-on": (
+        "Team > Single sign-on",
+        "Connect identity provider",
+        "Test the login with a second account before you enforce SSO for everyone.",
+    ),
+    "change the region": (
+        "Settings > Location",
+        "Migrate region",
+        "Migration copies your data first, so plan for a short read-only window.",
+    ),
+    "enable encryption at rest": (
+        "Security > Encryption",
+        "Enable encryption",
+        "Existing data is encrypted in the background; there is no downtime.",
+    ),
+    "view usage metrics": (
+        "Monitoring > Usage",
+        "Open dashboard",
+        "Metrics are updated every minute and kept for 90 days.",
+    ),
     "delete": ("Settings > Danger zone", "Delete", "Deleted resources can be recovered for 72 hours from the trash."),
-    "add a custom domain": ("Networking > Domains", "Add domain",
-                            "Create the CNAME record shown on screen; verification usually takes a few minutes."),
-    "set a spending alert": ("Billing > Alerts", "New alert",
-                             "Alerts are sent by email and to any webhook you configure."),
+    "add a custom domain": (
+        "Networking > Domains",
+        "Add domain",
+        "Create the CNAME record shown on screen; verification usually takes a few minutes.",
+    ),
+    "set a spending alert": (
+        "Billing > Alerts",
+        "New alert",
+        "Alerts are sent by email and to any webhook you configure.",
+    ),
 }
 
 ERRORS = {
     "E1001": ("the API key is missing or expired", "Create a new key under Security > API keys and retry the request."),
     "E1007": ("the request was rate limited", "Retry with exponential backoff, or ask support to raise your quota."),
     "E2003": ("the resource is in another region", "Use the endpoint of the region that holds the resource."),
-    "E2010": ("the quota for this resource type is exhausted",
-              "Delete unused resources or request a quota increase under Billing > Quotas."),
+    "E2010": (
+        "the quota for this resource type is exhausted",
+        "Delete unused resources or request a quota increase under Billing > Quotas.",
+    ),
     "E3002": ("the payload is larger than 10 MB", "Split the upload into parts or use the multipart upload API."),
-    "E3015": ("the TLS certificate could not be validated",
-              "Check that the custom domain's CNAME record points to Nimbus and wait for renewal."),
-    "E4004": ("the resource does not exist or was deleted",
-              "Check the resource name; deleted resources can be restored from the trash for 72 hours."),
+    "E3015": (
+        "the TLS certificate could not be validated",
+        "Check that the custom domain's CNAME record points to Nimbus and wait for renewal.",
+    ),
+    "E4004": (
+        "the resource does not exist or was deleted",
+        "Check the resource name; deleted resources can be restored from the trash for 72 hours.",
+    ),
     "E5000": ("an internal error occurred", "Retry the request; if it persists, open a ticket with the request ID."),
 }
 
@@ -104,8 +138,10 @@ def _error(rng: random.Random) -> dict:
     code = rng.choice(list(ERRORS))
     meaning, fix = ERRORS[code]
     prompt = rng.choice(ERROR_PHRASES).format(code=code, product=product)
-    response = (f"Error {code} means that {meaning}. {fix} If it keeps happening, contact {product} support "
-                "with the request ID.")
+    response = (
+        f"Error {code} means that {meaning}. {fix} If it keeps happening, contact {product} support "
+        "with the request ID."
+    )
     return {"prompt": prompt, "response": response}
 
 
@@ -142,27 +178,62 @@ def generate_traffic(n_rows: int, seed: int) -> list[dict]:
         row = rng.choices(makers, weights)[0](rng)
         # Production logs mix formats: a share arrives as chat messages.
         if rng.random() < 0.15:
-            row = {"messages": [{"role": "user", "content": row["prompt"]},
-                                {"role": "assistant", "content": row["response"]}]}
+            row = {
+                "messages": [
+                    {"role": "user", "content": row["prompt"]},
+                    {"role": "assistant", "content": row["response"]},
+                ]
+            }
         rows.append(row)
     return rows
 
 
-GENERAL_SUBJECTS = ["The river", "A small village", "The old library", "Our team", "The morning train",
-                    "A local bakery", "The museum", "The mountain trail", "The city council", "A new student"]
-GENERAL_VERBS = ["opened", "closed", "welcomed", "crossed", "announced", "visited", "described", "painted",
-                 "followed", "remembered"]
-GENERAL_OBJECTS = ["a quiet garden", "the annual festival", "a short story", "the northern bridge",
-                   "an evening concert", "the history of the town", "a plan for the summer", "the first snow",
-                   "a map of the valley", "the market square"]
+GENERAL_SUBJECTS = [
+    "The river",
+    "A small village",
+    "The old library",
+    "Our team",
+    "The morning train",
+    "A local bakery",
+    "The museum",
+    "The mountain trail",
+    "The city council",
+    "A new student",
+]
+GENERAL_VERBS = [
+    "opened",
+    "closed",
+    "welcomed",
+    "crossed",
+    "announced",
+    "visited",
+    "described",
+    "painted",
+    "followed",
+    "remembered",
+]
+GENERAL_OBJECTS = [
+    "a quiet garden",
+    "the annual festival",
+    "a short story",
+    "the northern bridge",
+    "an evening concert",
+    "the history of the town",
+    "a plan for the summer",
+    "the first snow",
+    "a map of the valley",
+    "the market square",
+]
 
 
 def generate_general_text(n_sentences: int, seed: int) -> list[str]:
     """Generic prose, not about the product: what a general-purpose draft was trained on."""
     rng = random.Random(seed)
-    return [f"{rng.choice(GENERAL_SUBJECTS)} {rng.choice(GENERAL_VERBS)} {rng.choice(GENERAL_OBJECTS)} "
-            f"{rng.choice(['yesterday', 'last week', 'in the spring', 'every year', 'at dawn'])}."
-            for _ in range(n_sentences)]
+    return [
+        f"{rng.choice(GENERAL_SUBJECTS)} {rng.choice(GENERAL_VERBS)} {rng.choice(GENERAL_OBJECTS)} "
+        f"{rng.choice(['yesterday', 'last week', 'in the spring', 'every year', 'at dawn'])}."
+        for _ in range(n_sentences)
+    ]
 
 
 def write_jsonl(rows: list[dict], path: Path) -> None:

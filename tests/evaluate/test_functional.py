@@ -1,0 +1,220 @@
+"""The functional check (pipeline/evaluate/functional.py): HumanEval-format tasks, a model's greedy completions run in
+the sandbox, pass@1 of the target and of a variant, the summary's metrics and the gate on the drop."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eval_helpers import gate_report
+from pipeline.core.errors import PipelineError
+from pipeline.evaluate import functional
+from pipeline.evaluate.sandbox import Limits
+from pipeline.evaluate.settings import EvaluateParams, FunctionalCheck
+from pipeline.evaluate.summary import EvalSummary, Functional, load_metrics
+from pipeline.release.gates import NO_FUNCTIONAL
+from pipeline.rules import validate
+from tiny_chatml import chatml_tokenizer, tiny_llama
+from tiny_project import ROOT, tiny_params
+
+LIMITS = Limits(wall_s=4.0, cpu_s=2, memory_mb=512)
+TASKS = [
+    {
+        "task_id": "Tiny/0",
+        "prompt": 'def add(a: int, b: int) -> int:\n    """The sum of a and b."""\n',
+        "canonical_solution": "    return a + b\n",
+        "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
+        "entry_point": "add",
+    },
+    {
+        "task_id": "Tiny/1",
+        "prompt": 'def is_even(n: int) -> bool:\n    """Whether n is even."""\n',
+        "canonical_solution": "    return n % 2 == 0\n",
+        "test": "def check(candidate):\n    assert candidate(4)\n    assert not candidate(7)\n",
+        "entry_point": "is_even",
+    },
+    {
+        "task_id": "Tiny/2",
+        "prompt": 'def first_word(s: str) -> str:\n    """The text before the first space."""\n',
+        "canonical_solution": "    return s.split(' ')[0]\n",
+        "test": "def check(candidate):\n    assert candidate('hello world') == 'hello'\n",
+        "entry_point": "first_word",
+    },
+]
+
+
+@pytest.fixture
+def task_file(tmp_path):
+    path = tmp_path / "functional.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in TASKS))
+    return path
+
+
+def test_canonical_solutions_pass_through_the_same_runner(task_file):
+    tasks = functional.load_tasks(task_file)
+    result = functional.score(tasks, [t.canonical_solution for t in tasks], LIMITS)
+    assert (result.tasks, result.passed, result.pass_at_1) == (3, 3, 1.0)
+    assert result.outcomes == {"passed": 3, "failed": 0, "timeout": 0, "memory": 0, "forbidden": 0, "error": 0}
+
+
+def test_each_bad_completion_is_a_failure_counted_by_kind(task_file):
+    tasks = functional.load_tasks(task_file)
+    completions = [
+        "    return a - b\n",  # wrong
+        "    while True:\n        pass\n",  # loops
+        "    import os\n    os.system('true')\n    return s.split(' ')[0]\n",
+    ]  # right answer, forbidden call
+    result = functional.score(tasks, completions, LIMITS)
+    assert result.pass_at_1 == 0.0
+    assert [r.outcome for r in result.results] == ["failed", "timeout", "forbidden"]
+    assert result.outcomes["failed"] == result.outcomes["timeout"] == result.outcomes["forbidden"] == 1
+
+
+def test_completions_are_cut_where_humaneval_cuts_them():
+    assert functional.cut("    return 1\n\ndef other():\n    pass\n") == "    return 1\n"
+    assert functional.cut("    return 1\nif __name__ == '__main__':\n    main()") == "    return 1"
+    assert functional.cut("    return 1\nprint(f())\n") == "    return 1"
+    kept = "    x = 1  # a comment inside stays\n    return x\n"
+    assert functional.cut(kept) == kept
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("not json", r"functional.jsonl:2: not valid JSON"),
+        (json.dumps({**TASKS[0], "task_id": "Tiny/9", "entry_point": ""}), r"functional.jsonl:2: field 'entry_point'"),
+        (json.dumps({k: v for k, v in TASKS[0].items() if k != "test"}), r"functional.jsonl:2: field 'test'"),
+        (json.dumps(TASKS[0]), r"task_id 'Tiny/0' repeated"),
+        # read as traffic is (pipeline/core/jsonl.py): bytes, so a bad encoding or a deep nesting is the line's own
+        # error
+        (b'{"task_id": "Tiny/\xff"}', r"functional.jsonl:2: not valid UTF-8 \(byte 0xff at offset 18"),
+        ("[" * 100000 + "]" * 100000, r"functional.jsonl:2: JSON nested too deeply"),
+    ],
+)
+def test_a_bad_task_file_is_one_line_naming_the_file_and_line(line, message, tmp_path):
+    path = tmp_path / "functional.jsonl"
+    line = line if isinstance(line, bytes) else line.encode()
+    path.write_bytes((json.dumps(TASKS[0]) + "\n").encode() + line + b"\n")
+    with pytest.raises(PipelineError, match=message) as err:
+        functional.load_tasks(path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_tiny_model_end_to_end(task_file):
+    """A randomly initialised model writes junk: its completions are decoded, cut, run in the sandbox and counted;
+    the same model as baseline and variant loses nothing."""
+    tokenizer = chatml_tokenizer()
+    model = tiny_llama(tokenizer, layers=1, tied=True)
+    tasks = functional.load_tasks(task_file, limit=2)
+    completions = functional.complete(model, tokenizer, tasks, max_new_tokens=12)
+    assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
+    assert not any(stop in c for c in completions for stop in functional.STOP)
+    cfg = FunctionalCheck(tasks=str(task_file), max_new_tokens=12, timeout_s=4.0, cpu_s=2, memory_mb=512)
+    works, base, own = functional.measure(model, model, tokenizer, tasks, cfg, same_weights=False)
+    assert works.tasks == 2 and sum(works.outcomes.values()) == 2 == sum(works.baseline_outcomes.values())
+    assert works.outcomes["passed"] == 0  # random weights write no working function
+    assert all(r.outcome == "failed" and r.detail for r in own.results)
+    assert works.pass_at_1 == base.pass_at_1 == own.pass_at_1 == 0.0
+    assert works.pass_at_1_drop == 0.0
+    assert [r.completion for r in own.results] == completions  # greedy: the same text twice
+
+
+def summary_with(functional_result: Functional | None) -> EvalSummary:
+    return EvalSummary(variant="gptq-w4a16", functional=functional_result)
+
+
+def test_the_summary_carries_pass_at_1_and_reads_it_back(tmp_path):
+    works = Functional(
+        tasks=10, pass_at_1_baseline=0.6, pass_at_1=0.4, pass_at_1_drop=0.2, outcomes={"passed": 4, "failed": 6}
+    )
+    metrics = summary_with(works).to_metrics()
+    assert (metrics["functional_tasks"], metrics["pass_at_1"], metrics["pass_at_1_drop"]) == (10, 0.4, 0.2)
+    back = EvalSummary.from_metrics(metrics, "eval-gptq-w4a16.json").functional
+    assert (back.tasks, back.pass_at_1_baseline, back.pass_at_1, back.pass_at_1_drop) == (10, 0.6, 0.4, 0.2)
+    summary_with(works).write(tmp_path / "summary.json")
+    assert EvalSummary.load(tmp_path / "summary.json").functional == works
+    # a pass@1 no run can give (a hand-edited metrics file) is one line, before any gate reads it
+    with pytest.raises(PipelineError, match=r"pass_at_1 is 1.5, which no measurement can give"):
+        EvalSummary.from_metrics({**metrics, "pass_at_1": 1.5}, "eval-gptq-w4a16.json")
+
+
+def test_without_the_check_the_summary_and_metrics_are_as_before(tmp_path):
+    """The demo build has no task file: its summary.json and metrics hold nothing new (dvc.lock compares them)."""
+    summary_with(None).write(tmp_path / "summary.json")
+    assert "functional" not in json.loads((tmp_path / "summary.json").read_text())
+    assert not any("pass_at_1" in k for k in summary_with(None).to_metrics())
+    path = ROOT / "benchmarks/cpu/raw/demo-metrics/eval-bf16.json"
+    committed = load_metrics(path)
+    assert committed.functional is None and committed.to_metrics() == json.loads(path.read_text())
+
+
+def metrics_of(drop: float | None) -> dict:
+    base = {
+        "perplexity_increase_pct": 0.1,
+        "kl_divergence": 0.001,
+        "top1_agreement": 0.99,
+        "perplexity": 3.0,
+        "accepted_per_draft_token": 0.8,
+        "estimated_num_speculative_tokens": 4,
+    }
+    return (
+        base
+        if drop is None
+        else {
+            **base,
+            "functional_tasks": 20,
+            "pass_at_1_baseline": 0.5,
+            "pass_at_1": 0.5 - drop,
+            "pass_at_1_drop": drop,
+        }
+    )
+
+
+def test_the_gate_fails_a_variant_that_lost_more_pass_at_1_than_allowed():
+    p = tiny_params(gates={"thresholds": {"max_pass_at_1_drop": 0.05}})
+    summaries = {
+        v: EvalSummary.from_metrics(metrics_of(d), v)
+        for v, d in (("gptq-w4a16", 0.2), ("fp8-dynamic", 0.05), ("awq-w4a16", None))
+    }
+    report = gate_report(p, summaries)
+    check = {v: next(c for c in r.checks if c.check == "max_pass_at_1_drop") for v, r in report.variants.items()}
+    assert check["gptq-w4a16"].failed and not report.variants["gptq-w4a16"].passed
+    assert "pass_at_1_drop=0.2, needs <= 0.05 (over by 0.15)" in check["gptq-w4a16"].describe()
+    assert check["fp8-dynamic"].passed is True and report.variants["fp8-dynamic"].passed
+    # no task file: skipped with the reason, neither failed nor passed
+    assert check["awq-w4a16"].passed is None and check["awq-w4a16"].skipped == NO_FUNCTIONAL
+    assert report.variants["awq-w4a16"].passed
+
+
+def test_functional_params_are_checked_up_front(tmp_path):
+    p = tiny_params(evaluate={"functional": {"tasks": "evals/missing.jsonl"}})
+    with pytest.raises(PipelineError, match=r"evaluate.functional.tasks evals/missing.jsonl not found"):
+        validate(p, tmp_path / "params.yaml")
+    # outside evals/ (which every evaluate stage depends on), an edited task file would re-run nothing
+    for outside in (str(tmp_path / "tasks.jsonl"), "data/human-eval/functional.jsonl", "evals/../x.jsonl"):
+        p = tiny_params(evaluate={"functional": {"tasks": outside}})
+        with pytest.raises(PipelineError, match=r"must be a file under evals/"):
+            validate(p, tmp_path / "params.yaml")
+    p = tiny_params(evaluate={"functional": {"timeout_s": 0}})
+    with pytest.raises(PipelineError, match=r"evaluate.functional.timeout_s"):
+        validate(p, tmp_path / "params.yaml")
+    p = tiny_params(evaluate={"functional": {"task": "x.jsonl"}})
+    with pytest.raises(PipelineError, match=r"evaluate.functional.task"):
+        validate(p, tmp_path / "params.yaml")
+    default = EvaluateParams.parse(tiny_params()["evaluate"]).functional
+    assert default.tasks is None and default == FunctionalCheck()
+
+
+def test_generation_stops_where_done_says_and_writes_the_same_tokens_before():
+    """greedy_continuations' `done` (a stop that is text): the row ends at the first length it holds, with the
+    tokens an unstopped run writes up to there."""
+    from pipeline.evaluate import generation
+
+    tokenizer = chatml_tokenizer()
+    model = tiny_llama(tokenizer, layers=1, tied=True)
+    prompts = [tokenizer(t["prompt"])["input_ids"] for t in TASKS]
+    full = generation.greedy_continuations(model, prompts, 10)
+    stopped = generation.greedy_continuations(model, prompts, 10, done=lambda tokens: len(tokens) >= 4)
+    assert [end for _, end in full] == [10] * 3 and [end for _, end in stopped] == [4] * 3
+    assert [t[:4] for t, _ in stopped] == [t[:4] for t, _ in full]

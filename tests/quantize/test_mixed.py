@@ -1,0 +1,257 @@
+"""The per-layer precision search (quantize.variants.<v>.mixed, pipeline/quantize/mixed.py) with real llm-compressor
+and compressed-tensors on the tiny demo target: the sensitivity proxy is what RTN saves, a layer made fragile on
+purpose ranks first and is promoted first, the checkpoint holds one config group per scheme and loads as evaluate
+loads it, the walk ships a layout passing a KL bound uniform INT4 fails, and bad `mixed:` sections are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeline.core.errors import PipelineError
+from pipeline.data.formatting import full_text, prompt_and_response_ids
+from pipeline.data.settings import DataParams
+from pipeline.data.traffic import dedup, load_traffic, split, write_split
+from pipeline.evaluate.quality import fidelity
+from pipeline.models.loading import load_causal_lm, load_tokenizer
+from pipeline.quantize import mixed
+from pipeline.quantize.oneshot import RUN_DEPENDENT, quantize_model
+from pipeline.quantize.recipes import parse_variant
+from pipeline.quantize.settings import UNQUANTIZED, Calibration
+from tiny_project import ROOT, copy_project, run, tiny_params
+
+FRAGILE = 1  # the tiny target's middle layer of three
+SPEC = {
+    "algorithm": "rtn",
+    "scheme": "W4A16",
+    "group_size": 128,
+    "mixed": {"schemes": ["W8A16", UNQUANTIZED], "samples": 3, "max_tries": 3},
+}
+CFG = Calibration.parse({"num_samples": 16, "max_seq_length": 256})
+
+
+def make_fragile(src: Path, dest: Path, layer: int, factor: float = 50.0, group: int = 128) -> Path:
+    """The target with one outlier per weight group in a layer's residual outputs (o_proj, down_proj): the group's
+    INT4 scale grows with it and every other weight of the group rounds to zero, so INT4 hurts this layer most."""
+    from transformers import AutoModelForCausalLM
+
+    shutil.copytree(src, dest)
+    model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.bfloat16)
+    for name in ("self_attn.o_proj", "mlp.down_proj"):
+        weight = model.get_submodule(f"model.layers.{layer}.{name}").weight.data
+        grouped = weight.view(weight.shape[0], -1, group)
+        grouped[:, :, 0] = factor * grouped.abs().amax(-1)
+    model.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def fragile(demo_pair, tmp_path_factory) -> Path:
+    return make_fragile(demo_pair[0], tmp_path_factory.mktemp("fragile") / "target", FRAGILE)
+
+
+@pytest.fixture(scope="module")
+def calibration(demo_pair) -> tuple[list[str], list]:
+    """(texts, (prompt, response) ids) of the demo's calibration split, short rows first (the scoring's cost)."""
+    data = DataParams.parse(tiny_params()["data"])
+    rows = split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)["calibration"]
+    tokenizer = load_tokenizer(demo_pair[0])
+    rows = sorted(rows, key=lambda m: len(full_text(tokenizer, m)))[:8]
+    return [full_text(tokenizer, m) for m in rows], [prompt_and_response_ids(tokenizer, m) for m in rows]
+
+
+@pytest.fixture(scope="module")
+def measured(fragile, calibration):
+    """The fragile target's units, ladder and per-layer sensitivities."""
+    spec = parse_variant("mixed-w4a16", SPEC)
+    model = load_causal_lm(fragile)
+    units, ladder = mixed.decoder_units(model, ["lm_head"]), mixed.ladder_of(spec)
+    return units, ladder, mixed.measure_sensitivity(model, units, ladder, calibration[1][:3])
+
+
+def test_the_fragile_layer_ranks_first_and_is_promoted_first(measured):
+    units, ladder, sensitivity = measured
+    int4 = {u.index: sensitivity[u.index]["W4A16"] for u in units}
+    assert max(int4, key=int4.get) == FRAGILE, int4
+    assert all(sensitivity[i]["W8A16"] < int4[i] for i in int4)  # eight bits hurt every layer less than four
+    points = mixed.frontier(units, ladder, sensitivity, itemsize=2)
+    assert points[1].promoted == FRAGILE and points[1].rungs[FRAGILE] == 1
+    assert [p.bytes for p in points] == sorted(p.bytes for p in points)  # each step buys precision with bytes
+    assert points[-1].predicted_kl == 0.0 and set(points[-1].rungs) == {len(ladder) - 1}
+
+
+def test_the_search_spends_bytes_where_they_remove_most_kl_per_byte():
+    """Greedy per byte, not per layer: a small layer half as sensitive as a layer four times its size goes first."""
+    big = mixed.Unit("model.layers", 0, ("mlp.down_proj",), ((512, 512),))
+    small = mixed.Unit("model.layers", 1, ("mlp.down_proj",), ((128, 512),))
+    spec = parse_variant("m", SPEC)
+    ladder = mixed.ladder_of(spec)
+    sensitivity = {0: {"W4A16": 2e-3, "W8A16": 1e-5}, 1: {"W4A16": 1e-3, "W8A16": 1e-5}}
+    points = mixed.frontier((big, small), ladder, sensitivity, itemsize=2)
+    assert [p.promoted for p in points[1:3]] == [1, 0]
+    # Under a KL budget the walk starts at the cheapest layout predicted within it: only the small layer promoted.
+    bound = (mixed.Bound("max_kl_divergence", "kl_divergence", "<=", 2.5e-3),)
+    assert mixed.start_point(points, bound) == 1
+    assert mixed.layout_of((big, small), ladder, points[1].rungs) == {"W4A16": [0], "W8A16": [1], UNQUANTIZED: []}
+    # W4A16 group 128: half a byte per weight plus a two-byte scale per group of 128
+    assert points[0].bytes == (512 * 512 + 128 * 512) // 2 + (512 * 4 + 128 * 4) * 2
+
+
+def test_one_checkpoint_holds_a_config_group_per_scheme_and_rtn_saves_the_proxy(fragile, measured, tmp_path):
+    units, ladder, _ = measured
+    spec = parse_variant("mixed-w4a16", SPEC)
+    rungs = tuple({FRAGILE: 2, 0: 1}.get(u.index, 0) for u in units)  # layer 0 W8A16, the fragile one BF16, 2 INT4
+    out = tmp_path / "ckpt"
+    quantize_model(fragile, out, spec, [], CFG, mixed.targets_of(units, ladder, rungs))
+
+    qc = json.loads((out / "config.json").read_text())["quantization_config"]
+    groups = {g["weights"]["num_bits"]: g["targets"] for g in qc["config_groups"].values()}
+    assert set(groups) == {4, 8}
+    assert groups[8] == [
+        r"re:model\.layers\.(?:0)\.(?:self_attn\.q_proj|self_attn\.k_proj|self_attn\.v_proj|"
+        r"self_attn\.o_proj|mlp\.gate_proj|mlp\.up_proj|mlp\.down_proj)$"
+    ]
+    assert set(qc["ignore"]) == {"lm_head", *units[FRAGILE].names}
+
+    original, saved = load_causal_lm(fragile), load_causal_lm(out)  # as the evaluate stage loads a variant
+    for unit, rung in zip(units, rungs):
+        for name in unit.names:
+            w, got = original.get_submodule(name), saved.get_submodule(name).weight.data
+            if ladder[rung].weights is None:
+                assert torch.equal(got, w.weight.data), name  # left as it was
+                continue
+            before = w.weight.data.clone()
+            mixed.fake_quantize_(w, ladder[rung].weights)
+            # The proxy rounds as RTN does; the checkpoint's scales and dequantized weights are BF16, the proxy's
+            # float32, so a weight on a rounding boundary may land one step apart.
+            err = (w.weight.data - got).abs()
+            same = (err <= 2**-7 * before.abs().max()).float().mean().item()
+            assert same >= 0.99, (name, same)
+            if ladder[rung].weights.num_bits == 4:  # INT4 moves the weights far more than BF16 storage does
+                assert err.mean() < (before - got).abs().mean() / 8, name
+
+
+def test_the_walk_ships_a_layout_that_passes_a_bound_uniform_int4_fails(fragile, measured, calibration, tmp_path):
+    units, ladder, sensitivity = measured
+    texts, examples = calibration
+    points = mixed.frontier(units, ladder, sensitivity, itemsize=2)
+    # Between what INT4 on every layer is predicted to cost and what it costs with the fragile layer promoted.
+    bound_kl = (points[0].predicted_kl * points[1].predicted_kl) ** 0.5
+    bounds = (mixed.Bound("max_kl_divergence", "kl_divergence", "<=", bound_kl),)
+    spec = parse_variant("mixed-w4a16", SPEC)
+
+    found = mixed.search(fragile, spec, texts, examples, CFG, bounds)
+    assert found.passed and found.reason is None
+    quantize_model(fragile, tmp_path / "mixed", spec, texts, CFG, mixed.shipped_targets(found))  # quantize@'s part
+    shipped = fidelity(load_causal_lm(fragile), load_causal_lm(tmp_path / "mixed"), examples[:3])
+    assert shipped["kl_divergence"] <= bound_kl
+    record = mixed.search_metrics(found)
+    assert FRAGILE not in record["layout"]["W4A16"] and record["layout"]["W4A16"]  # mixed: some layers stay INT4
+    assert record["predicted_bytes"] < record["predicted_bytes_top"]
+
+    quantize_model(fragile, tmp_path / "uniform", spec, [], CFG)  # the same variant without the search
+    uniform = fidelity(load_causal_lm(fragile), load_causal_lm(tmp_path / "uniform"), examples[:3])
+    assert uniform["kl_divergence"] > bound_kl, (uniform["kl_divergence"], bound_kl)
+
+
+def test_the_walk_moves_down_the_frontier_and_says_when_it_runs_out_of_tries():
+    points = tuple(mixed.Point((i,), 100 * (i + 1), 1.0 / (i + 1)) for i in range(6))
+    bounds = (
+        mixed.Bound("max_kl_divergence", "kl_divergence", "<=", 0.6),
+        mixed.Bound("min_top1_agreement", "top1_agreement", ">=", 0.9),
+    )
+    kl = {i: 1.0 / (i + 1) for i in range(6)}
+    top1 = {i: 0.8 + 0.03 * i for i in range(6)}  # point 4 is the first that passes both
+    tried = []
+
+    def evaluate(i):
+        tried.append(i)
+        return {"kl_divergence": kl[i], "top1_agreement": top1[i]}, {"size_after_mb": float(i)}
+
+    attempts, chosen, passed, why = mixed.walk(points, bounds, 4, evaluate)
+    assert tried == [1, 2, 3, 4] and chosen == 4 and passed and why is None  # started where KL was predicted to pass
+    assert "min_top1_agreement" in attempts[0].failed[0]
+
+    tried.clear()
+    attempts, chosen, passed, why = mixed.walk(points, bounds, 2, evaluate)
+    assert tried == [1, 2] and chosen == 2 and not passed
+    assert "within 2 tries" in why and "max_tries" in why and "min_top1_agreement" in why
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"algorithm": "awq"}, "quantizes with ['gptq', 'rtn'], not 'awq'"),
+        ({"mixed": {"schemes": ["FP8_DYNAMIC"]}}, "'FP8_DYNAMIC' is not an integer weight-only scheme"),
+        ({"mixed": {"schemes": [UNQUANTIZED, "W8A16"]}}, "must widen the variant's W4A16 step by step"),
+        ({"mixed": {"schemes": ["W8A16"], "tries": 3}}, "unknown keys ['tries']"),
+        ({"mixed": {"schemes": ["W8A16"], "max_tries": 0}}, "mixed.max_tries must be an integer >= 1"),
+    ],
+)
+def test_bad_mixed_sections_are_refused_with_one_line(change, message):
+    with pytest.raises(PipelineError) as e:
+        parse_variant("m", {**SPEC, **change})
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_stage_writes_the_search_its_plots_and_the_uniform_variants_note(demo_pair, tmp_path):
+    params = tiny_params()
+    params["quantize"]["variants"]["mixed-w4a16"] = replace_samples(params["quantize"]["variants"]["mixed-w4a16"])
+    params["quantize"]["enabled"] = ["mixed-w4a16", "fp8-dynamic"]
+    params["gates"]["overrides"]["mixed-w4a16"] = {
+        "max_kl_divergence": 10.0,
+        "max_perplexity_increase_pct": 1000.0,
+        "min_top1_agreement": 0.0,
+    }  # loose: uniform INT4 passes
+    project = copy_project(tmp_path, params)
+    make_fragile(demo_pair[0], project / "artifacts" / "models" / "target", FRAGILE)
+    data = DataParams.parse(params["data"])
+    (project / "artifacts" / "data").mkdir()
+    rows = split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)["calibration"]
+    write_split(rows[:6], project / "artifacts" / "data" / "calibration.jsonl")
+
+    refused = run([sys.executable, "-m", "stages.quantize", "mixed-w4a16"], cwd=project)  # before its search
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert refused.returncode == 2 and len(errors) == 1 and "mixed/mixed-w4a16/layout.json" in errors[0], refused.stderr
+    assert not (project / "artifacts" / "quantized" / "mixed-w4a16").exists()
+    target = project / "artifacts" / "models" / "target"
+    for variant in ("mixed-w4a16", "fp8-dynamic"):
+        for stage in ("mixed", "quantize"):
+            if (variant, stage) == ("mixed-w4a16", "quantize"):  # ships the searched checkpoint: needs no target
+                target.rename(target.with_name("away"))
+            result = run([sys.executable, "-m", f"stages.{stage}", variant], cwd=project)
+            assert result.returncode == 0, result.stderr[-3000:]
+            if target.with_name("away").exists():
+                target.with_name("away").rename(target)
+    searched, shipped = (project / "artifacts" / d / "mixed-w4a16" for d in ("mixed", "quantized"))
+    assert {p.name: p.read_bytes() for p in (searched / "checkpoint").iterdir()} == {
+        p.name: p.read_bytes() for p in shipped.iterdir()
+    }  # the checkpoint the walk scored, byte for byte
+    layout = json.loads((project / "artifacts" / "mixed" / "mixed-w4a16" / "layout.json").read_text())
+    record = json.loads((project / "metrics" / "quantize-mixed-w4a16.json").read_text())
+    assert record["mixed"] == layout["search"] and set(layout["targets"]) == {"W4A16", "W8A16", UNQUANTIZED}
+    # quantize@'s record as quantizing the layout would write it: the group size as configured, nothing run-dependent
+    assert {k: v for k, v in record.items() if k != "mixed"} == layout["quantized"]
+    assert (record["variant"], record["group_size_configured"]) == ("mixed-w4a16", 128)
+    assert not set(RUN_DEPENDENT) & set(record)
+    qc = json.loads((project / "artifacts" / "quantized" / "mixed-w4a16" / "config.json").read_text())
+    assert [g["targets"] for g in qc["quantization_config"]["config_groups"].values()] == [layout["targets"]["W4A16"]]
+    assert record["mixed"]["passed"] and record["mixed"]["frontier_point"] == 0  # a loose bound: uniform INT4 ships
+    assert [t["point"] for t in record["mixed"]["tries"]] == [0]
+    sensitivity = (project / "plots" / "sensitivity" / "mixed-w4a16" / "data.csv").read_text().splitlines()
+    assert sensitivity[0].startswith("layer,kl_divergence") and len(sensitivity) == 1 + 3
+    frontier = (project / "plots" / "mixed_frontier" / "mixed-w4a16" / "data.csv").read_text().splitlines()
+    assert len(frontier) == 1 + 1 + 3 * 2  # the start, then each of 3 layers promoted twice
+    assert sorted(p.name for p in (project / "plots" / "sensitivity" / "fp8-dynamic").iterdir()) == ["skipped.txt"]
+    assert "mixed" not in json.loads((project / "metrics" / "quantize-fp8-dynamic.json").read_text())
+    note = json.loads((project / "artifacts" / "mixed" / "fp8-dynamic" / "layout.json").read_text())
+    assert note == {"variant": "fp8-dynamic", "targets": None, "search": None}  # no threshold in it: quantize@ stays
+
+
+def replace_samples(raw: dict) -> dict:
+    return {**raw, "mixed": {**raw["mixed"], "samples": 2, "max_tries": 1}}
