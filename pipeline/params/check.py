@@ -1,8 +1,8 @@
 """params.yaml's keys checked as declared: the JSON schema generated from every concern's declarations
 (pipeline/params/declare.py; written by `python -m pipeline.sections --write`, kept current by
-tests/params/test_params_declared.py) refuses an unknown key (naming the nearest), a missing required one, a wrong type or a
-value out of range, in one line. The rules that read more than one key are pipeline/rules.py's; this module, as all
-of pipeline/params, imports no concern."""
+tests/params/test_params_declared.py) refuses an unknown key (naming the nearest), a missing required one, a wrong
+type or a value out of range, in one line. The rules that read more than one key are pipeline/rules.py's; this
+module, as all of pipeline/params, imports no concern."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ the variant's own quality gate.
 
 1. Sensitivity: each decoder layer's Linear weights quantized alone to each quantized scheme of the ladder, round to
    nearest exactly as compressed-tensors quantizes them (calculate_qparams, fake_quantize: the weights an RTN
-   checkpoint holds, tests/quantize/test_mixed.py), the rest of the model left as it is; KL(unquantized || that model) per
-   response token on calibration rows (the evaluate stage's KL, on data the gate does not score).
+   checkpoint holds, tests/quantize/test_mixed.py), the rest of the model left as it is; KL(unquantized || that model)
+   per response token on calibration rows (the evaluate stage's KL, on data the gate does not score).
 2. Frontier: from every layer at the variant's scheme, promote the layer whose next scheme removes the most predicted
    KL per checkpoint byte it adds, until every layer is at the top of the ladder. A layout's KL is predicted as the
    sum of its layers' (each measured alone); its cost is its predicted checkpoint bytes (layout_bytes).
