@@ -175,24 +175,7 @@ def assemble(out: Path, b: BundleInputs) -> dict:
     # The kernel serve_bench measured faster on this GPU where it compared them; else the unmeasured default.
     env = server_env(b.spec, b.serving, b.decision.kernel_env)
     build_bundle(out, b.model_dir, drafter, b.engine_args, b.provenance, b.verdict, b.evidence.summary, env)
-    tiers, alerts = write_handoff(
-        out,
-        HandoffInputs(
-            b.variant,
-            b.spec,
-            b.serving,
-            b.draft,
-            b.deploy,
-            b.monitoring,
-            b.verdict,
-            b.decision,
-            b.evidence.estimate.break_even,
-            serve,
-            b.quantization,
-            b.warmup,
-            env,
-        ),
-    )
+    tiers, alerts = write_handoff(out, _handoff_inputs(b, env))
     chart = paths.PARETO  # drawn by the gate, over every variant, where one was measured
     if chart.is_file():
         shutil.copyfile(chart, out / PARETO)
@@ -201,33 +184,53 @@ def assemble(out: Path, b: BundleInputs) -> dict:
             check_measured_config(
                 paths.SERVE / b.variant, serve, plan.speculation, (out / plan.serve_file).read_text(), plan.name
             )
-    card = model_card(
-        CardInputs(
-            b.variant,
-            b.spec,
-            b.evidence.summary,
-            b.evidence.estimate,
-            b.verdict,
-            b.evidence.quant,
-            b.serving,
-            b.evidence.gpu,
-            serve,
-            tiers,
-            alerts,
-            b.deploy,
-            bundle_location(b.deploy, b.serving.name, b.variant),
-            env,
-            PARETO if chart.is_file() else None,
-            b.report,
-            b.decision.parallelism,
-        )
-    )
+    card = model_card(_card_inputs(b, tiers, alerts, env, PARETO if chart.is_file() else None))
     manifest = finish_bundle(out, b.variant, card)
     key = b.publish.signing.private_key
     if key:  # over every file, the manifest and the card included
         signing.sign(out, key)
         attestation.attest(out, key, chain_inputs())  # what it was made from, same key
     return manifest
+
+
+def _handoff_inputs(b: BundleInputs, env: dict[str, str]) -> HandoffInputs:
+    return HandoffInputs(
+        b.variant,
+        b.spec,
+        b.serving,
+        b.draft,
+        b.deploy,
+        b.monitoring,
+        b.verdict,
+        b.decision,
+        b.evidence.estimate.break_even,
+        b.evidence.serve,
+        b.quantization,
+        b.warmup,
+        env,
+    )
+
+
+def _card_inputs(b: BundleInputs, tiers: list, alerts: object, env: dict[str, str], pareto: str | None) -> CardInputs:
+    return CardInputs(
+        b.variant,
+        b.spec,
+        b.evidence.summary,
+        b.evidence.estimate,
+        b.verdict,
+        b.evidence.quant,
+        b.serving,
+        b.evidence.gpu,
+        b.evidence.serve,
+        tiers,
+        alerts,
+        b.deploy,
+        bundle_location(b.deploy, b.serving.name, b.variant),
+        env,
+        pareto,
+        b.report,
+        b.decision.parallelism,
+    )
 
 
 def summary_line(b: BundleInputs, manifest: dict) -> str:

@@ -84,21 +84,8 @@ def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
     record (code commit, recipe, release binding, libraries)."""
     manifest = verify(bundle)
     release = provenance.get("release") or {}
-    code = (
-        [
-            {
-                "name": "code",
-                "uri": "git+file:.",
-                "digest": {"gitCommit": provenance["git_commit"]},
-                "annotations": {"dirty": provenance.get("git_dirty")},
-            }
-        ]
-        if provenance.get("git_commit")
-        else []
-    )
-    eval_record = json.loads((bundle / EVAL).read_bytes())
-    gate_record = json.loads((bundle / GATE).read_bytes())
-    files = manifest["files"]
+    code = _code_dependency(provenance)
+    byproducts = _byproducts(bundle, manifest)
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": release.get("name") or bundle.name, "digest": {"sha256": manifest["bundle_digest"]}}],
@@ -118,30 +105,54 @@ def statement(bundle: Path, provenance: dict, inputs: list[Input]) -> dict:
                 "builder": {"id": BUILDER_ID},
                 "metadata": {"finishedOn": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                 # the results the release decision rests on, and the bundle files that hold them
-                "byproducts": [
-                    {
-                        "name": "evaluation",
-                        "uri": EVAL,
-                        "digest": {"sha256": files[EVAL]["sha256"]},
-                        "annotations": {k: v for k, v in eval_record.items() if not isinstance(v, (dict, list))},
-                    },
-                    {
-                        "name": "gate",
-                        "uri": GATE,
-                        "digest": {"sha256": files[GATE]["sha256"]},
-                        "annotations": {
-                            "passed": gate_record.get("passed"),
-                            "allowed_failure": gate_record.get("allowed_failure"),
-                            "checks": [
-                                {k: c.get(k) for k in ("check", "value", "threshold", "failed")}
-                                for c in gate_record.get("checks", [])
-                            ],
-                        },
-                    },
-                ],
+                "byproducts": byproducts,
             },
         },
     }
+
+
+def _code_dependency(provenance: dict) -> list[dict]:
+    """The code commit as a resolved dependency, where the provenance has one."""
+    return (
+        [
+            {
+                "name": "code",
+                "uri": "git+file:.",
+                "digest": {"gitCommit": provenance["git_commit"]},
+                "annotations": {"dirty": provenance.get("git_dirty")},
+            }
+        ]
+        if provenance.get("git_commit")
+        else []
+    )
+
+
+def _byproducts(bundle: Path, manifest: dict) -> list[dict]:
+    """The evaluation and gate records, their digests and the values the release decision rests on."""
+    eval_record = json.loads((bundle / EVAL).read_bytes())
+    gate_record = json.loads((bundle / GATE).read_bytes())
+    files = manifest["files"]
+    return [
+        {
+            "name": "evaluation",
+            "uri": EVAL,
+            "digest": {"sha256": files[EVAL]["sha256"]},
+            "annotations": {k: v for k, v in eval_record.items() if not isinstance(v, (dict, list))},
+        },
+        {
+            "name": "gate",
+            "uri": GATE,
+            "digest": {"sha256": files[GATE]["sha256"]},
+            "annotations": {
+                "passed": gate_record.get("passed"),
+                "allowed_failure": gate_record.get("allowed_failure"),
+                "checks": [
+                    {k: c.get(k) for k in ("check", "value", "threshold", "failed")}
+                    for c in gate_record.get("checks", [])
+                ],
+            },
+        },
+    ]
 
 
 def _private_key(path: Path):

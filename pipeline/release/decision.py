@@ -130,6 +130,21 @@ def speculation_for(
         )
     if not plain.output_throughput:
         return _measured_none(concurrency, f"plain decoding produced no tokens at concurrency {concurrency}")
+    measured, dropped = _candidates(serve, concurrency)
+    skipped = "".join(f"; {m} not a candidate: {why}" for m, why in dropped.items())
+    if not measured:
+        return _measured_none(
+            concurrency, f"no speculative config was served without failures at concurrency {concurrency}{skipped}"
+        )
+    gains = {m: level.output_throughput / plain.output_throughput for m, level in measured.items()}
+    method = max(gains, key=gains.get)
+    k = serve.speculative()[method].num_speculative_tokens
+    fixed = _measured_decision(gains, method, k, concurrency, min_gain, skipped)
+    return _scheduled(serve, fixed, concurrency, min_gain) or fixed
+
+
+def _candidates(serve: ServeBenchRecord, concurrency: int) -> tuple[dict, dict[str, str]]:
+    """The speculative configs served at the concurrency without failed requests, and why each other one is not."""
     dropped = {m: f"failed to start ({(why.splitlines() or [''])[0][:120]})" for m, why in serve.failed_configs.items()}
     measured = {}
     for m, config in serve.speculative().items():
@@ -140,17 +155,17 @@ def speculation_for(
             dropped[m] = f"{config.failed_requests} failed requests"  # only this method is out; the others still count
         else:
             measured[m] = level
-    skipped = "".join(f"; {m} not a candidate: {why}" for m, why in dropped.items())
-    if not measured:
-        return _measured_none(
-            concurrency, f"no speculative config was served without failures at concurrency {concurrency}{skipped}"
-        )
-    gains = {m: level.output_throughput / plain.output_throughput for m, level in measured.items()}
-    method = max(gains, key=gains.get)
-    gain, k = gains[method], serve.speculative()[method].num_speculative_tokens
+    return measured, dropped
+
+
+def _measured_decision(
+    gains: dict[str, float], method: str, k: int, concurrency: int, min_gain: float, skipped: str
+) -> SpeculationDecision:
+    """The decision from the measured gain of the best method, before the concurrency sweep's schedule."""
+    gain = gains[method]
     pays = gain >= min_gain
     others = "".join(f"; {m} x{g:.2f}" for m, g in gains.items() if m != method)
-    fixed = SpeculationDecision(
+    return SpeculationDecision(
         num_speculative_tokens=k if pays else 0,
         candidate_k=k,
         basis=MEASURED,
@@ -170,7 +185,6 @@ def speculation_for(
         method=method,
         compared=gains if len(gains) > 1 else None,
     )
-    return _scheduled(serve, fixed, concurrency, min_gain) or fixed
 
 
 def _sweep_speedups(serve: ServeBenchRecord, config) -> dict[int, float]:

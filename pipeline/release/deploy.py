@@ -104,18 +104,7 @@ def server_container(
     """The vLLM server's container: `vllm serve --config` of the tier's file, its probes, and the warm-up the
     postStart hook starts (readiness waits for its marker)."""
     port = deploy.port
-    env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    # serving.secret_env: values stay in the cluster's Secret, never in the bundle
-    env_vars += [
-        {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
-        for k, ref in sorted(serving.secret_env.items())
-    ]
-    warm = [
-        "python3",
-        "-c",
-        "import os, urllib.request; os.stat('%s'); "
-        "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port),
-    ]
+    env_vars = _env_vars(serving, env)
     return {
         "name": "vllm",
         "image": deploy.image,
@@ -128,6 +117,34 @@ def server_container(
             "requests": {"cpu": deploy.cpu, "memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
             "limits": {"memory": deploy.memory, "nvidia.com/gpu": tier.gpus},
         },
+        **_probes(port, startup_s),
+        "lifecycle": _warmup_hook(serving, variant, port),
+        "volumeMounts": [
+            {"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
+            {"name": "shm", "mountPath": "/dev/shm"},
+        ],
+    }
+
+
+def _env_vars(serving: ServingParams, env: dict[str, str]) -> list[dict]:
+    env_vars = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    # serving.secret_env: values stay in the cluster's Secret, never in the bundle
+    env_vars += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.split("/", 1)[0], "key": ref.split("/", 1)[1]}}}
+        for k, ref in sorted(serving.secret_env.items())
+    ]
+    return env_vars
+
+
+def _probes(port: int, startup_s: int) -> dict:
+    """Startup and liveness on /health; readiness also waits for the warm-up's marker."""
+    warm = [
+        "python3",
+        "-c",
+        "import os, urllib.request; os.stat('%s'); "
+        "urllib.request.urlopen('http://127.0.0.1:%d/health', timeout=2)" % (WARM_MARKER, port),
+    ]
+    return {
         "startupProbe": {
             "httpGet": {"path": "/health", "port": "http"},
             "periodSeconds": PROBE_PERIOD_S,
@@ -140,24 +157,23 @@ def server_container(
             "failureThreshold": 3,
         },
         "readinessProbe": {"exec": {"command": warm}, "periodSeconds": 5, "timeoutSeconds": 5, "failureThreshold": 2},
-        "lifecycle": {
-            "postStart": {
-                "exec": {
-                    "command": [
-                        "/bin/sh",
-                        "-c",
-                        "nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl "
-                        f"--model {served_model_name(serving, variant)} "
-                        # its output goes to the container's own log (kubectl logs), not a file nobody reads
-                        f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &",
-                    ]
-                }
+    }
+
+
+def _warmup_hook(serving: ServingParams, variant: str, port: int) -> dict:
+    return {
+        "postStart": {
+            "exec": {
+                "command": [
+                    "/bin/sh",
+                    "-c",
+                    "nohup python3 deploy/warmup.py --prompts deploy/warmup_prompts.jsonl "
+                    f"--model {served_model_name(serving, variant)} "
+                    # its output goes to the container's own log (kubectl logs), not a file nobody reads
+                    f"--port {port} --marker {WARM_MARKER} > /proc/1/fd/1 2>&1 &",
+                ]
             }
-        },
-        "volumeMounts": [
-            {"name": "models", "mountPath": deploy.bundle_root, "readOnly": True},
-            {"name": "shm", "mountPath": "/dev/shm"},
-        ],
+        }
     }
 
 

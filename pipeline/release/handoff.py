@@ -249,19 +249,7 @@ def tier_plan(
     """One tier's files (serve-<tier>.yaml, deploy/<tier>.yaml where deploy.tiers has it) at the speculation the
     decision gave it, sized from the measured capacity where deploy.autoscale.tiers has it."""
     tier, chosen, serving, serve = choice.tier, choice.speculation, kit.serving, kit.serve
-    sizing = (
-        size_tier(
-            tier,
-            chosen,
-            serve,
-            serving,
-            kit.deploy.autoscale.target_utilization,
-            resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
-            own=serve.tier(tier.name) if tier.name != DEFAULT else None,
-        )
-        if autoscaled
-        else None
-    )
+    sizing = _sizing(kit, choice) if autoscaled else None
     engine = {**tier.engine, **({"max_num_seqs": sizing.max_num_seqs} if sizing and sizing.max_num_seqs else {})}
     if tier.name != DEFAULT:  # the default tier's file is serve.yaml, written with the bundle
         atomic_write_text(
@@ -272,24 +260,7 @@ def tier_plan(
                 )
             ),
         )
-    manifest = None
-    if deployed:
-        manifest = f"deploy/{tier.name}.yaml"
-        sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
-        atomic_write_text(
-            out / manifest,
-            deploy.manifests(
-                tier,
-                serving,
-                kit.variant,
-                kit.deploy,
-                bundle_location(kit.deploy, serving.name, kit.variant),
-                startup_s,
-                {"modelprep/serve-config-sha256": sha},
-                kit.env,
-                sizing.running_target if sizing else None,
-            ),
-        )
+    manifest = _write_manifest(out, kit, tier, startup_s, sizing) if deployed else None
     # The default tier is the serving section itself: the default sweep measured it at its own settings.
     own = (None if serve.skipped else serve) if tier.name == DEFAULT else serve.tier(tier.name)
     config = config_of(own, chosen) if own is not None else None
@@ -307,3 +278,37 @@ def tier_plan(
         chosen.schedule,
         sizing,
     )
+
+
+def _sizing(kit: HandoffInputs, choice: TierChoice) -> TierSizing:
+    tier, serve = choice.tier, kit.serve
+    return size_tier(
+        tier,
+        choice.speculation,
+        serve,
+        kit.serving,
+        kit.deploy.autoscale.target_utilization,
+        resizable=tier.name != DEFAULT and tier.name not in serve.tiers,
+        own=serve.tier(tier.name) if tier.name != DEFAULT else None,
+    )
+
+
+def _write_manifest(out: Path, kit: HandoffInputs, tier: Tier, startup_s: int, sizing: TierSizing | None) -> str:
+    """deploy/<tier>.yaml, its pods annotated with the serve file's sha256; its path in the bundle."""
+    manifest = f"deploy/{tier.name}.yaml"
+    sha = hashlib.sha256((out / tier.serve_file).read_bytes()).hexdigest()
+    atomic_write_text(
+        out / manifest,
+        deploy.manifests(
+            tier,
+            kit.serving,
+            kit.variant,
+            kit.deploy,
+            bundle_location(kit.deploy, kit.serving.name, kit.variant),
+            startup_s,
+            {"modelprep/serve-config-sha256": sha},
+            kit.env,
+            sizing.running_target if sizing else None,
+        ),
+    )
+    return manifest

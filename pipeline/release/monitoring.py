@@ -122,48 +122,67 @@ def rules(levels: AlertLevels, group: str) -> dict:
         }
     ]
     if levels.acceptance is not None:
-        recording.insert(
-            0,
-            {
-                "record": ACCEPTANCE_RATIO,
-                "expr": f"sum by (model_name) (rate({ACCEPTED}{sel}[5m])) / "
-                f"sum by (model_name) (rate({DRAFTED}{sel}[5m]))",
+        recording.insert(0, _acceptance_recording(sel))
+        alerts += _acceptance_alerts(levels, sel)
+    alerts += _latency_alerts(levels, sel)
+    return {
+        "groups": [
+            {"name": f"{group}.recording", "interval": "30s", "rules": recording},
+            {"name": f"{group}.alerts", "rules": alerts},
+        ]
+    }
+
+
+def _acceptance_recording(sel: str) -> dict:
+    return {
+        "record": ACCEPTANCE_RATIO,
+        "expr": f"sum by (model_name) (rate({ACCEPTED}{sel}[5m])) / sum by (model_name) (rate({DRAFTED}{sel}[5m]))",
+    }
+
+
+def _acceptance_alerts(levels: AlertLevels, sel: str) -> list[dict]:
+    """Acceptance below the warning level; below break-even too where the evaluated acceptance is above it."""
+    alerts = []
+    warn_at = levels.acceptance * levels.warning_fraction
+    alerts.append(
+        {
+            "alert": "SpeculativeAcceptanceLow",
+            "expr": f"{ACCEPTANCE_RATIO}{sel} < {warn_at:.4g}",
+            "for": "15m",
+            "labels": {"severity": "warning"},
+            "annotations": {
+                "summary": f"Accepted/drafted tokens below {warn_at:.3f} "
+                f"({levels.warning_fraction:.0%} of the evaluated "
+                f"{levels.acceptance:.3f})",
+                "description": f"Evaluated at {levels.acceptance:.3f} "
+                f"({levels.acceptance_source}); traffic may have drifted from "
+                "the draft's training domain.",
             },
-        )
-        warn_at = levels.acceptance * levels.warning_fraction
+        }
+    )
+    # Only where the evaluated acceptance is above the break-even ratio: otherwise the alert would fire on a
+    # deployment behaving exactly as evaluated (speculation then shipped because it was measured to pay).
+    if levels.cost_ratio is not None and levels.acceptance > levels.cost_ratio:
         alerts.append(
             {
-                "alert": "SpeculativeAcceptanceLow",
-                "expr": f"{ACCEPTANCE_RATIO}{sel} < {warn_at:.4g}",
+                "alert": "SpeculationSlowerThanPlainDecoding",
+                "expr": f"{ACCEPTANCE_RATIO}{sel} < {levels.cost_ratio:.4g}",
                 "for": "15m",
-                "labels": {"severity": "warning"},
+                "labels": {"severity": "critical"},
                 "annotations": {
-                    "summary": f"Accepted/drafted tokens below {warn_at:.3f} "
-                    f"({levels.warning_fraction:.0%} of the evaluated "
-                    f"{levels.acceptance:.3f})",
-                    "description": f"Evaluated at {levels.acceptance:.3f} "
-                    f"({levels.acceptance_source}); traffic may have drifted from "
-                    "the draft's training domain.",
+                    "summary": "Speculative decoding is slower than plain decoding",
+                    "description": f"Accepted/drafted below the draft/target cost ratio "
+                    f"{levels.cost_ratio:.3f}: lower num_speculative_tokens or "
+                    "remove speculative-config (roll back to a plain bundle).",
                 },
             }
         )
-        # Only where the evaluated acceptance is above the break-even ratio: otherwise the alert would fire on a
-        # deployment behaving exactly as evaluated (speculation then shipped because it was measured to pay).
-        if levels.cost_ratio is not None and levels.acceptance > levels.cost_ratio:
-            alerts.append(
-                {
-                    "alert": "SpeculationSlowerThanPlainDecoding",
-                    "expr": f"{ACCEPTANCE_RATIO}{sel} < {levels.cost_ratio:.4g}",
-                    "for": "15m",
-                    "labels": {"severity": "critical"},
-                    "annotations": {
-                        "summary": "Speculative decoding is slower than plain decoding",
-                        "description": f"Accepted/drafted below the draft/target cost ratio "
-                        f"{levels.cost_ratio:.3f}: lower num_speculative_tokens or "
-                        "remove speculative-config (roll back to a plain bundle).",
-                    },
-                }
-            )
+    return alerts
+
+
+def _latency_alerts(levels: AlertLevels, sel: str) -> list[dict]:
+    """p99 TTFT, ITL and queue time above the histogram bucket bound at or above the measured value."""
+    alerts = []
     for metric, measured, what, key in (
         (TTFT, levels.ttft_p99_s, "time to first token", "ttft"),
         (ITL, levels.itl_p99_s, "inter-token latency", "itl"),
@@ -186,12 +205,7 @@ def rules(levels: AlertLevels, group: str) -> dict:
                 },
             }
         )
-    return {
-        "groups": [
-            {"name": f"{group}.recording", "interval": "30s", "rules": recording},
-            {"name": f"{group}.alerts", "rules": alerts},
-        ]
-    }
+    return alerts
 
 
 def _targets_beside(levels: AlertLevels, key: str, what: str) -> str:
