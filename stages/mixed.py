@@ -8,38 +8,12 @@ import time
 from pipeline.core import paths
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, write_json
-from pipeline.core.plots import write_plot
 from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize import mixed
+from pipeline.quantize.mixed_report import gate_bounds, search_line, uniform, write_search_plots
 from pipeline.quantize.recipes import VariantSpec, variant_spec
 from pipeline.quantize.settings import QuantizeParams
-from pipeline.release.settings import GatesParams
-from pipeline.release.thresholds import check_for
-
-
-def gate_bounds(params: dict, variant: str) -> tuple[mixed.Bound, ...]:
-    """The variant's own quality thresholds (gates.thresholds with its overrides) on the metrics the walk measures."""
-    thresholds = parse_section(params, GatesParams).for_variant(variant)
-    return tuple(
-        mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
-        for name, bound in thresholds.items()
-        if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY
-    )
-
-
-def uniform(variant: str) -> None:
-    """No search: the layout note quantize reads (unchanged by any threshold) and plot directories saying why."""
-    with atomic_dir(paths.MIXED / variant) as tmp:
-        write_json(tmp / paths.LAYOUT, {"variant": variant, "targets": None, "search": None})
-    for directory in (mixed.SENSITIVITY_PLOT, mixed.FRONTIER_PLOT):
-        write_plot(
-            f"{directory}/{variant}",
-            [],
-            [],
-            f"{variant} quantizes every layer alike (no mixed: section in "
-            f"quantize.variants.{variant}): no per-layer search",
-        )
 
 
 def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
@@ -76,28 +50,9 @@ def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:
                 "quantized": mixed.shipped_metrics(found),
             },
         )
-    write_plot(
-        f"{mixed.SENSITIVITY_PLOT}/{spec.name}",
-        mixed.sensitivity_rows(found),
-        ["layer", "kl_divergence", *(r.scheme for r in found.ladder if r.weights is not None)],
-        "",
-    )
-    write_plot(
-        f"{mixed.FRONTIER_PLOT}/{spec.name}",
-        mixed.frontier_rows(found),
-        ["point", "predicted_mb", "predicted_kl", "measured_kl", "promoted_layer"],
-        "",
-    )
+    write_search_plots(spec.name, found)
     record_timings(f"mixed-{spec.name}", {"wall_time_s": round(time.perf_counter() - t0, 2)})
-    layout = ", ".join(f"{s} layers {v}" for s, v in record["layout"].items() if v)
-    say(
-        f"mixed {spec.name}: {len(record['tries'])} layouts tried; "
-        + (
-            f"frontier point {record['frontier_point']} passed ({layout})"
-            if record["passed"]
-            else f"{record['reason'][0]}; quantizing the last tried ({layout})"
-        )
-    )
+    say(search_line(spec.name, record))
 
 
 @stage_main()

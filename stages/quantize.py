@@ -15,8 +15,9 @@ from pipeline.models.loading import load_tokenizer
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize.distributed import quantize
 from pipeline.quantize.oneshot import RUN_DEPENDENT
-from pipeline.quantize.recipes import VariantSpec, group_size_label, is_unquantized, variant_spec
+from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
+from pipeline.quantize.summary import group_line, how
 
 
 def searched_layout(spec: VariantSpec) -> dict | None:
@@ -66,24 +67,6 @@ def main(argv: list[str]) -> None:
         f"quantize {variant}: {how(metrics, measured)}, {metrics['size_before_mb']} MB -> "
         f"{metrics['size_after_mb']} MB (x{metrics['compression_ratio']}){group_line(metrics)}"
     )
-
-
-def how(metrics: dict, measured: dict) -> str:
-    if metrics.get("mixed"):
-        return f"mixed@'s scored checkpoint copied in {measured['wall_time_s']} s"
-    ranks = f", {metrics['processes']} processes" if metrics["processes"] > 1 else ""
-    return f"{measured['wall_time_s']} s{ranks}, peak {measured['peak_memory_mb']:.0f} MB"
-
-
-def group_line(metrics: dict) -> str:
-    group = (
-        f"; group size {group_size_label(metrics['group_size'])}, not the configured "
-        f"{metrics['group_size_configured']}: " + "; ".join(metrics["group_size_reason"])
-        if metrics.get("group_size_reason")
-        else ""
-    )
-    mixed = metrics.get("mixed") and ", ".join(f"{s} {v}" for s, v in metrics["mixed"]["layout"].items() if v)
-    return group + (f"; per layer: {mixed}" if mixed else "")
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import HashCache, describe_fingerprint, source_fingerprint
 from pipeline.params.load import parse_section
-from pipeline.quantize.settings import QuantizeParams
+from pipeline.quantize.group_report import say_group_sizes
 from pipeline.release.settings import PublishParams
 from pipeline.release.signing import KEY_HASHES, key_identities
-from pipeline.rules import group_sizes, load_checked, recipe_check_remembered
+from pipeline.rules import load_checked, recipe_check_remembered
+from pipeline.serving.plan_check import resource_plan
 
 HASHES = paths.CACHE / "source-hashes.json"
 RECIPES_CHECKED = paths.CACHE / "recipes-checked.json"
@@ -47,44 +48,7 @@ def main(argv: list[str]) -> None:
     # Group sizes chosen for the target's layer widths (validated above), said before any variant is built; only
     # when the recipe check ran (what it depends on changed): reading the widths imports transformers (seconds).
     if not remembered:
-        from pipeline.quantize.recipes import group_size_label, variant_spec  # compressed-tensors: when needed
-
-        quantize = parse_section(p, QuantizeParams)
-        specs = [variant_spec(quantize.variants, v) for v in quantize.enabled]
-        for name, group in group_sizes(p, specs).items():
-            if group.reason:
-                say(
-                    f"sources: quantize {name}: group_size {group.configured} -> {group_size_label(group.used)} "
-                    f"({group.reason})"
-                )
-
-
-def resource_plan(p: dict, show: bool) -> None:
-    """`modelprep plan` for this build where the target's config is known here (pipeline/serving/plan.py): every
-    stage's GPUs, GPU memory, disk and time on serving.gpu's GPUs (null: H100s), printed when the params changed, and
-    a plan that can't fit refused, every run, before any work."""
-    from pipeline.core.errors import PipelineError
-    from pipeline.serving.parallelism import DEFAULT_GPU, shape_of, source_config
-    from pipeline.serving.plan import Host, first_problem, plan, render
-
-    config = source_config(p)
-    if shape_of(config) is None:  # a Hub model not cached yet (the models stage decides the tensor parallelism), or a
-        return  # config that is no Llama-style decoder's: nothing to plan from
-    serving = p["serving"]
-    rows = plan(
-        p,
-        config,
-        Host(
-            serving.get("gpu") or DEFAULT_GPU,
-            serving.get("max_tensor_parallel_size", 8),
-            gpu_named=serving.get("gpu") is not None,
-        ),
-    )
-    if show:
-        for line in render(rows, "sources: resource plan (modelprep plan)").splitlines():
-            say(line)
-    if problem := first_problem(rows):
-        raise PipelineError(f"params.yaml: the resource plan does not fit: {problem} (modelprep plan shows it)")
+        say_group_sizes(p)
 
 
 if __name__ == "__main__":

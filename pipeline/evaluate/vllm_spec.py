@@ -161,6 +161,33 @@ def engine_configs(
     return configs
 
 
+def _measure_engine(
+    llm, label: str, spec: bool, work: tuple, batch_sizes: tuple[int, ...], result: dict, keep: bool
+) -> None:
+    """One engine's pass over every prompt (acceptance for the draft, tokens kept when `keep`), then its tokens/s.
+    `work`: the prompts and the sampling params."""
+    prompts, sampling = work
+    outs = llm.generate(prompts, sampling, use_tqdm=False)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    if spec:
+        result["vllm_metrics"] = _spec_metrics(llm)
+        result.update(acceptance_from_metrics(result["vllm_metrics"]))
+        result["spec_output_matches_baseline"] = tokens == result.get("tokens")
+    elif keep:
+        result["tokens"] = tokens
+    for bs in batch_sizes:
+        result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(llm, prompts, sampling, bs, rounds=8 if bs == 1 else 2)
+
+
+def _add_speedups(result: dict, batch_sizes: tuple[int, ...]) -> None:
+    """The draft's speedup over the baseline at each batch size both were timed at."""
+    for bs in batch_sizes:
+        if f"speculative_tokens_per_s_bs{bs}" in result:
+            result[f"measured_speedup_bs{bs}"] = (
+                result[f"speculative_tokens_per_s_bs{bs}"] / result[f"baseline_tokens_per_s_bs{bs}"]
+            )
+
+
 def measure(
     model_dir: str,
     draft_dir: str | None,
@@ -205,30 +232,15 @@ def measure(
         draft_tensor_parallel_size,
         **llm_kwargs,
     ):
-        spec = kw.get("speculative_config")
         t0 = time.perf_counter()
         llm = LLM(**kw)
         result[f"{label}_load_s"] = time.perf_counter() - t0
-        outs = llm.generate(prompts, sampling, use_tqdm=False)
-        tokens = [list(o.outputs[0].token_ids) for o in outs]
-        if spec:
-            result["vllm_metrics"] = _spec_metrics(llm)
-            result.update(acceptance_from_metrics(result["vllm_metrics"]))
-            result["spec_output_matches_baseline"] = tokens == result.get("tokens")
-        elif return_tokens or draft_dir:
-            result["tokens"] = tokens
-        for bs in batch_sizes:
-            result[f"{label}_tokens_per_s_bs{bs}"] = _tokens_per_s(
-                llm, prompts, sampling, bs, rounds=8 if bs == 1 else 2
-            )
+        keep = return_tokens or bool(draft_dir)
+        _measure_engine(llm, label, bool(kw.get("speculative_config")), (prompts, sampling), batch_sizes, result, keep)
         del llm
         gc.collect()
         torch.cuda.empty_cache()
-    for bs in batch_sizes:
-        if f"speculative_tokens_per_s_bs{bs}" in result:
-            result[f"measured_speedup_bs{bs}"] = (
-                result[f"speculative_tokens_per_s_bs{bs}"] / result[f"baseline_tokens_per_s_bs{bs}"]
-            )
+    _add_speedups(result, batch_sizes)
     if not return_tokens:
         result.pop("tokens", None)
     return result

@@ -164,10 +164,31 @@ def spm_merges(vocab: GgufVocab) -> list[tuple[str, str]]:
     return [(left, right) for *_, left, right in ranked]
 
 
+def _add_vocab_tokens(tok, vocab: GgufVocab, name: dict) -> None:
+    """Control tokens are special (never made from text unless written whole); user-defined ones are matched in the
+    raw text before anything else, as llama.cpp partitions them."""
+    from tokenizers import AddedToken
+
+    tok.add_special_tokens(
+        [
+            AddedToken(t, special=True, normalized=False)
+            for i, t in enumerate(vocab.tokens)
+            if vocab.type_of(i) in (CONTROL, UNKNOWN) or i in name
+        ]
+    )  # named ones even without types
+    tok.add_tokens(
+        [
+            AddedToken(t, special=False, normalized=False)
+            for i, t in enumerate(vocab.tokens)
+            if vocab.type_of(i) == USER_DEFINED
+        ]
+    )
+
+
 def spm_tokenizer(vocab: GgufVocab):
     """A transformers tokenizer of a SentencePiece GGUF vocabulary, tokenizing as llama.cpp does, with <bos> (and
     <eos>) added as the GGUF says and its chat template."""
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
+    from tokenizers import Tokenizer, decoders, normalizers, processors
     from tokenizers.models import BPE
     from transformers import PreTrainedTokenizerFast
 
@@ -185,22 +206,7 @@ def spm_tokenizer(vocab: GgufVocab):
             *([decoders.Strip(" ", 1, 0)] if vocab.add_space_prefix else []),
         ]
     )
-    # Control tokens are special (never made from text unless written whole); user-defined ones are matched in the
-    # raw text before anything else, as llama.cpp partitions them.
-    tok.add_special_tokens(
-        [
-            AddedToken(t, special=True, normalized=False)
-            for i, t in enumerate(vocab.tokens)
-            if vocab.type_of(i) in (CONTROL, UNKNOWN) or i in name
-        ]
-    )  # named ones even without types
-    tok.add_tokens(
-        [
-            AddedToken(t, special=False, normalized=False)
-            for i, t in enumerate(vocab.tokens)
-            if vocab.type_of(i) == USER_DEFINED
-        ]
-    )
+    _add_vocab_tokens(tok, vocab, name)
     add_eos = bool(vocab.add_eos) and vocab.eos is not None
     added = [i for i in (vocab.bos if vocab.adds_bos else None, vocab.eos if add_eos else None) if i is not None]
 

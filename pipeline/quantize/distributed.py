@@ -62,6 +62,23 @@ def quantize(
     return launch(model_dir, out_dir, spec, calibration_texts, cfg, gpus, distributed.timeout_s)
 
 
+def _raise_first_failure(job: Path, gpus: int, timeout_s: float) -> None:
+    """The earliest rank's error as one PipelineError line, if any rank wrote one."""
+    failures = sorted((read_json(p) for p in job.glob("error-*.json")), key=lambda f: f["time"])
+    if failures:
+        first = failures[0]
+        # gloo: "Application timeout caused pair closure", "Timed out waiting ..."; NCCL's watchdog: "... timeout".
+        hint = (
+            (
+                f"; it waited on the others past timeout_s ({timeout_s} s): one is stuck, or a step needs a larger "
+                "timeout_s"
+            )
+            if re.search(r"time(d)? ?out", first["error"], re.IGNORECASE)
+            else ""
+        )
+        raise PipelineError(f"{first['error']} (quantize.distributed: rank {first['rank']} of {gpus}{hint})")
+
+
 def launch(
     model_dir: Path,
     out_dir: Path,
@@ -108,19 +125,7 @@ def launch(
         ]
         returncode = subprocess.run(cmd, env=env, stdin=subprocess.DEVNULL).returncode  # output: the stage's log
         # The earliest error is the cause; later ones are ranks that lost their peer.
-        failures = sorted((read_json(p) for p in job.glob("error-*.json")), key=lambda f: f["time"])
-        if failures:
-            first = failures[0]
-            # gloo: "Application timeout caused pair closure", "Timed out waiting ..."; NCCL's watchdog: "... timeout".
-            hint = (
-                (
-                    f"; it waited on the others past timeout_s ({timeout_s} s): one is stuck, or a step needs a larger "
-                    "timeout_s"
-                )
-                if re.search(r"time(d)? ?out", first["error"], re.IGNORECASE)
-                else ""
-            )
-            raise PipelineError(f"{first['error']} (quantize.distributed: rank {first['rank']} of {gpus}{hint})")
+        _raise_first_failure(job, gpus, timeout_s)
         if returncode != 0 or not (job / "metrics.json").is_file():
             raise PipelineError(
                 f"quantize.distributed: torchrun exited with {returncode} and no rank reported an "

@@ -169,6 +169,29 @@ def one_gpu(stage: str, need: int, host: Host, why: str) -> str | None:
     return f"{stage}: {why} needs {gb(need)} on one {host.gpu} ({GPU_MEMORY_GB[host.gpu]} GB)"
 
 
+def distill_row(params: Mapping, serving: ServingParams, shape, bf16: int, host: Host, stage_points: dict) -> Row:
+    """The distill stage's row: the target's vLLM engine, sharded over the fewest GPUs it fits."""
+    engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
+    util = engine.gpu_memory_utilization
+    fit, largest = par.smallest_fit(
+        engine.inputs(serving, shape, bf16, par.TARGET_SPEC), min(serving.max_tensor_parallel_size, host.gpus_per_host)
+    )
+    share = fit or largest
+    t, src = scaled_time(stage_points["distill"], shape.parameters)
+    return Row(
+        "distill",
+        f"{share.tensor_parallel_size} (TP)",
+        f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
+        0,
+        t,
+        src,
+        None
+        if fit
+        else f"distill: the target's vLLM engine at draft_training.vllm."
+        f"gpu_memory_utilization {util} does not fit {host.gpus_per_host} {host.gpu}: {share.describe()}",
+    )
+
+
 def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = None) -> list[Row]:
     """Every stage's row for params' enabled variants, the model of `config` (a config.json mapping), on `host`."""
     points = points or load_points()
@@ -181,27 +204,7 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
     stage_points = points["stages"]
     for name in quantize.enabled:
         rows.append(quantize_row(name, variant_spec(quantize.variants, name), quantize, shape, bf16, host, points))
-    engine = par.Engine.of(params, "draft_training.vllm")  # as stages/distill.py sizes it (target_tensor_parallel)
-    util = engine.gpu_memory_utilization
-    fit, largest = par.smallest_fit(
-        engine.inputs(serving, shape, bf16, par.TARGET_SPEC), min(serving.max_tensor_parallel_size, host.gpus_per_host)
-    )
-    share = fit or largest
-    t, src = scaled_time(stage_points["distill"], n)
-    rows.append(
-        Row(
-            "distill",
-            f"{share.tensor_parallel_size} (TP)",
-            f"{gb(share.need_bytes)} of {gb(share.budget_bytes)}",
-            0,
-            t,
-            src,
-            None
-            if fit
-            else f"distill: the target's vLLM engine at draft_training.vllm."
-            f"gpu_memory_utilization {util} does not fit {host.gpus_per_host} {host.gpu}: {share.describe()}",
-        )
-    )
+    rows.append(distill_row(params, serving, shape, bf16, host, stage_points))
     for stage in ("draft_finetune", "eagle3"):
         t, src = (
             scaled_time(stage_points[stage], n)

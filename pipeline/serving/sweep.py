@@ -413,6 +413,27 @@ def discard(out: Path, name: str) -> None:
         partial.unlink()
 
 
+def _search_capacity(cfg, slo, arrival: str, levels: dict, gpus: int, bench):
+    """The config's capacity at the SLO, probed through `bench` from the swept levels."""
+    bounds = cfg.capacity
+    seed, floor = capacity.open_loop_seed(levels.values(), slo)
+    return capacity.search(
+        lambda x: bench(
+            x,
+            capacity.probe_prompts(cfg, arrival, x),
+            f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}",
+        ),
+        slo,
+        arrival,
+        bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
+        bounds.max_probes,
+        known=levels.values(),
+        gpus=gpus,
+        seed=seed,
+        floor_meets=floor if arrival == capacity.POISSON else None,
+    )
+
+
 def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> ServeConfigResult:
     """One serve.yaml (as the bundle would ship it: the tier's serve-<tier>.yaml for a tier) started with
     `vllm serve` under the job's env on the placement's GPUs and swept over the concurrencies (a tier: its own
@@ -458,27 +479,9 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
         for c in [tier.concurrency] if tier else cfg.concurrency:
             levels[level_key(c)] = bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
             batch.bar.update()
-        found = None
         # Every config is searched, a tier's at its own engine settings from its one level (what sizes its replicas:
         # release/handoff.size_tier prefers it to the default sweep's).
-        if cfg.capacity.enabled:
-            bounds = cfg.capacity
-            seed, floor = capacity.open_loop_seed(levels.values(), slo)
-            found = capacity.search(
-                lambda x: bench(
-                    x,
-                    capacity.probe_prompts(cfg, arrival, x),
-                    f"capacity-c{int(x)}" if arrival == capacity.CONCURRENCY else f"capacity-r{x:.4g}",
-                ),
-                slo,
-                arrival,
-                bounds.max_concurrency if arrival == capacity.CONCURRENCY else bounds.max_rate,
-                bounds.max_probes,
-                known=levels.values(),
-                gpus=gpus,
-                seed=seed,
-                floor_meets=floor if arrival == capacity.POISSON else None,
-            )
+        found = _search_capacity(cfg, slo, arrival, levels, gpus, bench) if cfg.capacity.enabled else None
     return ServeConfigResult(
         num_speculative_tokens=job.speculation.k,
         startup_s=server.startup_s,

@@ -124,6 +124,16 @@ def pretrain(
     return losses
 
 
+def _check_vocab_size(cfg: DemoParams, size: int) -> None:
+    """With real text (the GPU profile) the vocabulary size is the point: a shortfall is an error. The CPU demo's
+    templated corpus saturates below demo.vocab_size by design (metrics/models.json records the real size)."""
+    if cfg.general_corpus == "python-docs" and size < cfg.vocab_size:
+        raise PipelineError(
+            f"demo.vocab_size {cfg.vocab_size}: the demo corpus supports only {size} "
+            "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)"
+        )
+
+
 def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> tuple[dict, dict]:
     """Build, pretrain and save the demo target and draft. Returns a summary for metrics and each role's
     pretraining seconds (run-dependent: not a metric: pipeline/core/stage.py, record_timings)."""
@@ -136,13 +146,7 @@ def build_demo_pair(target_dir: Path, draft_dir: Path, cfg: DemoParams) -> tuple
     tokenizer = train_tokenizer(
         [m["content"] for r in domain_rows for m in row_to_messages(r)] + general, cfg.vocab_size
     )
-    # With real text (the GPU profile) the vocabulary size is the point: a shortfall is an error. The CPU demo's
-    # templated corpus saturates below demo.vocab_size by design (metrics/models.json records the real size).
-    if cfg.general_corpus == "python-docs" and len(tokenizer) < cfg.vocab_size:
-        raise PipelineError(
-            f"demo.vocab_size {cfg.vocab_size}: the demo corpus supports only {len(tokenizer)} "
-            "tokens; lower it or add text (demo.general_corpus: python-docs, demo.general_chars)"
-        )
+    _check_vocab_size(cfg, len(tokenizer))
     domain_ids = [
         tokenizer.apply_chat_template(row_to_messages(r), tokenize=True, return_dict=False) for r in domain_rows
     ]
