@@ -538,3 +538,21 @@ def _check_wrapped(check, value, param: str, path: Path) -> None:
         check(value)
     except PipelineError as e:
         raise PipelineError(f"{path}: {param}: {e}") from None
+
+
+def say_group_sizes(p: dict) -> None:
+    """The sources stage's report: each enabled variant whose group size was changed for the target's layer widths,
+    and why. pipeline.quantize.recipes imports compressed-tensors (seconds): only when the recipe check runs."""
+    from pipeline.core.stage import say
+    from pipeline.params.load import parse_section
+    from pipeline.quantize.recipes import group_size_label, variant_spec
+    from pipeline.quantize.settings import QuantizeParams
+
+    quantize = parse_section(p, QuantizeParams)
+    specs = [variant_spec(quantize.variants, v) for v in quantize.enabled]
+    for name, group in group_sizes(p, specs).items():
+        if group.reason:
+            say(
+                f"sources: quantize {name}: group_size {group.configured} -> {group_size_label(group.used)} "
+                f"({group.reason})"
+            )

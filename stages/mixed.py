@@ -11,9 +11,22 @@ from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.stage import record_timings, say, stage_main
 from pipeline.params.load import load_params, parse_section, variant_argument
 from pipeline.quantize import mixed
-from pipeline.quantize.mixed_report import gate_bounds, search_line, uniform, write_search_plots
+from pipeline.quantize.mixed_report import search_line, uniform, write_search_plots
 from pipeline.quantize.recipes import VariantSpec, variant_spec
 from pipeline.quantize.settings import QuantizeParams
+from pipeline.release.settings import GatesParams
+from pipeline.release.thresholds import check_for
+
+
+# the gate's thresholds are release's: the stage joins them to quantize's search (quantize imports no release)
+def gate_bounds(params: dict, variant: str) -> tuple[mixed.Bound, ...]:
+    """The variant's own quality thresholds (gates.thresholds with its overrides) on the metrics the walk measures."""
+    thresholds = parse_section(params, GatesParams).for_variant(variant)
+    return tuple(
+        mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
+        for name, bound in thresholds.items()
+        if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY
+    )
 
 
 def search(params: dict, settings: QuantizeParams, spec: VariantSpec) -> None:

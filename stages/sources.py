@@ -15,10 +15,9 @@ from pipeline.core.stage import say, stage_main, warn
 from pipeline.models.settings import DraftSourceParams, TargetParams
 from pipeline.models.sources import HashCache, describe_fingerprint, source_fingerprint
 from pipeline.params.load import parse_section
-from pipeline.quantize.group_report import say_group_sizes
 from pipeline.release.settings import PublishParams
 from pipeline.release.signing import KEY_HASHES, key_identities
-from pipeline.rules import load_checked, recipe_check_remembered
+from pipeline.rules import load_checked, recipe_check_remembered, say_group_sizes
 from pipeline.serving.plan_check import resource_plan
 
 HASHES = paths.CACHE / "source-hashes.json"

@@ -1,23 +1,10 @@
-"""The mixed@<variant> stage's pieces around pipeline/quantize/mixed.py's search: the variant's quality bounds, the
+"""The mixed@<variant> stage's pieces around pipeline/quantize/mixed.py's search: the
 note and plots of a variant without `mixed:`, the search's plots and its summary line."""
 
 from pipeline.core import paths
 from pipeline.core.io import atomic_dir, write_json
 from pipeline.core.plots import write_plot
-from pipeline.params.load import parse_section
 from pipeline.quantize import mixed
-from pipeline.release.settings import GatesParams
-from pipeline.release.thresholds import check_for
-
-
-def gate_bounds(params: dict, variant: str) -> tuple[mixed.Bound, ...]:
-    """The variant's own quality thresholds (gates.thresholds with its overrides) on the metrics the walk measures."""
-    thresholds = parse_section(params, GatesParams).for_variant(variant)
-    return tuple(
-        mixed.Bound(name, check_for(name).metrics[0], check_for(name).op, float(bound))
-        for name, bound in thresholds.items()
-        if bound is not None and check_for(name).metrics[0] in mixed.FIDELITY
-    )
 
 
 def uniform(variant: str) -> None:
