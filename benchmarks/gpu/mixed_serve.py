@@ -33,7 +33,13 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_serve import free_port, healthy  # noqa: E402  (the same servers' helpers)
+from scale_serve import (  # noqa: E402  (the same servers' and clients' helpers and sizes)
+    VLLM,
+    bench_command,
+    free_port,
+    healthy,
+    run_client,
+)
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
@@ -42,13 +48,11 @@ UNIFORM = {"algorithm": "rtn", "scheme": "W4A16", "group_size": 128}
 MIXED = {**UNIFORM, "mixed": {"schemes": ["W8A16", "UNQUANTIZED"]}}
 MODELS = ("mixed-w4a16", "rtn-w4a16", "bf16")  # served in this order: the new checkpoint first if the lease runs short
 CONCURRENCY = (1, 32)
-INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # as scale_serve.py
 PROMPTS = [[(i * 37 + j * 11) % 400 + 3 for j in range(64)] for i in range(8)]  # ids every tokenizer here has
 GREEDY_TOKENS = 32
 SERVER = {"max-model-len": 2048, "max-num-seqs": 32, "gpu-memory-utilization": 0.85, "seed": 0}
-START_TIMEOUT_S, LEVEL_TIMEOUT_S = 900, 300
+START_TIMEOUT_S = 900
 ENV = {"VLLM_USE_FLASHINFER_SAMPLER": "0", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
 def say(*parts) -> None:
@@ -237,54 +241,11 @@ def token_ids(choice: dict) -> list:
 
 
 def bench(port: int, name: str, tokenizer: Path, folder: Path, c: int, env: dict) -> dict:
-    cmd = [
-        *VLLM,
-        "bench",
-        "serve",
-        "--backend",
-        "openai",
-        "--endpoint",
-        "/v1/completions",
-        "--base-url",
-        f"http://127.0.0.1:{port}",
-        "--model",
-        name,
-        "--tokenizer",
-        str(tokenizer),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(INPUT_TOKENS),
-        "--random-output-len",
-        str(OUTPUT_TOKENS),
-        "--ignore-eos",
-        "--num-prompts",
-        str(max(8, 3 * c)),
-        "--max-concurrency",
-        str(c),
-        "--request-rate",
-        "inf",
-        "--seed",
-        "0",
-        "--percentile-metrics",
-        "ttft,tpot,itl,e2el",
-        "--metric-percentiles",
-        "50,90,99",
-        "--save-result",
-        "--result-dir",
-        str(folder),
-        "--result-filename",
-        f"c{c}.json",
-        "--disable-tqdm",
-    ]
-    t = time.time()
-    with open(folder / f"c{c}.log", "w") as log:
-        try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=LEVEL_TIMEOUT_S).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
-    level = {"rc": rc, "wall_s": round(time.time() - t, 1)}
     result = folder / f"c{c}.json"
+    cmd = bench_command(port, name, tokenizer, max(8, 3 * c), c, result)
+    t = time.time()
+    rc = run_client(cmd, folder / f"c{c}.log", env)
+    level = {"rc": rc, "wall_s": round(time.time() - t, 1)}
     if result.is_file():
         r = json.loads(result.read_text())
         level |= {

@@ -130,6 +130,62 @@ def healthy(port: int) -> bool:
         return False
 
 
+def bench_command(port: int, name: str, tokenizer: Path, num_prompts: int, c: int, result: Path) -> list[str]:
+    """`vllm bench serve` of random prompts (INPUT_TOKENS in, OUTPUT_TOKENS out, --ignore-eos) at concurrency c, its
+    JSON result saved to `result`."""
+    return [
+        *VLLM,
+        "bench",
+        "serve",
+        "--backend",
+        "openai",
+        "--endpoint",
+        "/v1/completions",
+        "--base-url",
+        f"http://127.0.0.1:{port}",
+        "--model",
+        name,
+        "--tokenizer",
+        str(tokenizer),
+        "--dataset-name",
+        "random",
+        "--random-input-len",
+        str(INPUT_TOKENS),
+        "--random-output-len",
+        str(OUTPUT_TOKENS),
+        "--ignore-eos",
+        "--num-prompts",
+        str(num_prompts),
+        "--max-concurrency",
+        str(c),
+        "--request-rate",
+        "inf",
+        "--seed",
+        "0",
+        "--percentile-metrics",
+        "ttft,tpot,itl,e2el",
+        "--metric-percentiles",
+        "50,90,99",
+        "--save-result",
+        "--result-dir",
+        str(result.parent),
+        "--result-filename",
+        result.name,
+        "--disable-tqdm",
+    ]
+
+
+def run_client(cmd: list[str], log: Path, env: dict) -> int | str:
+    """The client's exit status, or "timeout" past LEVEL_TIMEOUT_S (a hung client fails its level, not the run)."""
+    with open(log, "w") as out:
+        try:
+            return subprocess.run(
+                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=LEVEL_TIMEOUT_S
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return "timeout"
+
+
 def gpu_memory() -> dict[str, int]:
     """MiB used per GPU index now (nvidia-smi), for the record of what a config held."""
     text = subprocess.run(
@@ -179,54 +235,9 @@ def serve_one(models: Path, out: Path, config: dict, beside: list[str], barrier:
         record["gpu_memory_mib"] = gpu_memory()
         for c in CONCURRENCY:
             result = folder / f"c{c}.json"
-            cmd = [
-                *VLLM,
-                "bench",
-                "serve",
-                "--backend",
-                "openai",
-                "--endpoint",
-                "/v1/completions",
-                "--base-url",
-                f"http://127.0.0.1:{port}",
-                "--model",
-                name,
-                "--tokenizer",
-                str(models / config["variant"]),
-                "--dataset-name",
-                "random",
-                "--random-input-len",
-                str(INPUT_TOKENS),
-                "--random-output-len",
-                str(OUTPUT_TOKENS),
-                "--ignore-eos",
-                "--num-prompts",
-                str(max(4, PROMPTS_PER_USER * c)),
-                "--max-concurrency",
-                str(c),
-                "--request-rate",
-                "inf",
-                "--seed",
-                "0",
-                "--percentile-metrics",
-                "ttft,tpot,itl,e2el",
-                "--metric-percentiles",
-                "50,90,99",
-                "--save-result",
-                "--result-dir",
-                str(folder),
-                "--result-filename",
-                result.name,
-                "--disable-tqdm",
-            ]
+            cmd = bench_command(port, name, models / config["variant"], max(4, PROMPTS_PER_USER * c), c, result)
             t = time.time()
-            with open(folder / f"c{c}.log", "w") as client_log:
-                try:
-                    rc = subprocess.run(
-                        cmd, stdout=client_log, stderr=subprocess.STDOUT, env=env, timeout=LEVEL_TIMEOUT_S
-                    ).returncode
-                except subprocess.TimeoutExpired:
-                    rc = "timeout"
+            rc = run_client(cmd, folder / f"c{c}.log", env)
             record["levels"][str(c)] = {"rc": rc, "start": round(t, 1), "wall_s": round(time.time() - t, 1)}
             print(f"{name}: c={c} rc={rc} in {time.time() - t:.0f} s", flush=True)
     except Exception as e:  # noqa: BLE001  (the error is the record; the wave goes on)
