@@ -223,8 +223,11 @@ def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
         torch.set_default_dtype(torch.bfloat16)
         model = LlamaForCausalLM(LlamaConfig(**LLAMA3_8B))
     model.save_pretrained(root / "bf16")
-    for f in tokenizer_dir.glob("tokenizer*"):  # any tokenizer: benchmarks feed token ids
-        shutil.copy(f, root / "bf16" / f.name)
+    # any tokenizer for the speed benchmarks (they feed token ids); a real one with its chat template for the whole
+    # pipeline at this shape (profiles/gpu-8b.yaml: SmolLM2's, whose <|im_start|>/<|im_end|> are ids 1 and 2)
+    for pattern in ("tokenizer*", "chat_template.jinja", "special_tokens_map.json"):
+        for f in tokenizer_dir.glob(pattern):
+            shutil.copy(f, root / "bf16" / f.name)
     print(
         "RESULT make8b",
         json.dumps({"params": sum(p.numel() for p in model.parameters()), "wall_s": round(time.time() - t0, 1)}),

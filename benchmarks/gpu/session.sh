@@ -41,6 +41,10 @@
 #   session.sh mixed8b-watch OUT S  wait up to S seconds for it; pack /tmp/mx into OUT/mixed8b.tgz either way
 #   session.sh tpeval OUT S       2 GPUs: distributed GPTQ of an 8B shape on 1 and 2 GPUs, fidelity through vLLM at TP 1
 #                                 and 2 (benchmarks/gpu/tp_eval.sh) in the background; then tpeval-watch
+#   session.sh repro8b OUT S      4 GPUs: the whole `dvc repro` at Llama-3-8B's shape (random weights, SmolLM2's tokenizer
+#                                 carried in .gpu/tok8b; profiles/gpu-8b.yaml over smollm2.yaml), then distributed GPTQ
+#                                 on 1, 2 and 4 GPUs (benchmarks/gpu/repro8b.sh) in the background; then repro8b-watch
+#   session.sh repro8b-watch OUT S  wait up to S seconds for it; pack /tmp/r8 and the repro's small outputs into OUT
 #   session.sh tpeval-watch OUT S  wait up to S seconds for it; pack /tmp/tpe (less the checkpoints) into OUT/tpeval.tgz
 #   session.sh demo-serve OUT V...  the serve_bench stage on the CPU demo's artifacts (profiles/gpu-demo-serve.yaml:
 #                                 concurrency 1, 8, 16, 32, or SB_CONCURRENCY's; then SB_PARAMS, YAML) in /tmp/sb in the background, then demo-serve-watch
@@ -375,6 +379,35 @@ PY
     (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/tp_eval.sh > /tmp/tpe/script.log 2>&1; echo $? > /tmp/tpe/script.rc' \
       < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" tpeval-watch "$2" "$3" ;;
+  repro8b)
+    # Issue 50 item 8 on 4 GPUs (benchmarks/gpu/repro8b.sh): the whole `dvc repro` at Llama-3-8B's shape (profiles/
+    # gpu-8b.yaml over smollm2.yaml), then distributed GPTQ on 1, 2, 4 GPUs, in its own session; then repro8b-watch.
+    # Carry .gpu/tok8b: SmolLM2's tokenizer.json, tokenizer_config.json and chat_template.jinja.
+    out=$2; rm -rf /tmp/r8 && mkdir -p "$out" /tmp/r8/out; mkdir -p /tmp/r8tok && cp .gpu/tok8b/* /tmp/r8tok/
+    # the target first: the profile's params are checked against it (/tmp/m8/bf16 reused where it exists)
+    if [ ! -f /tmp/m8/bf16/config.json ]; then
+      (W=/tmp/r8; . benchmarks/gpu/steps.sh; step make8b /tmp/qsite:/tmp/vllm/site:. \
+        python benchmarks/gpu/run_gpu.py make8b /tmp/m8 /tmp/r8tok) || { tail -n 5 /tmp/r8/run.log; exit 1; }
+    fi
+    GP_BASE=smollm2 gp_setup gpu-8b
+    gpu_line > /tmp/r8/gpu.txt; nvidia-smi topo -m > /tmp/r8/topo.txt 2>&1 || true; cp /tmp/gp/run.json /tmp/r8/
+    (cd /tmp/gp && setsid bash -c 'bash benchmarks/gpu/repro8b.sh > /tmp/r8/script.log 2>&1; \
+      echo $? > /tmp/r8/script.rc' < /dev/null > /dev/null 2>&1 &)
+    exec bash "$0" repro8b-watch "$2" "$3" ;;
+  repro8b-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/r8/rc ] && [ ! -f /tmp/r8/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cat /tmp/r8/steps.txt 2>/dev/null || true
+    grep -E "Running stage|ERROR|Error|error:" /tmp/r8/run.log 2>/dev/null | tail -n 6 | cut -c1-300 || true
+    tail -n 4 /tmp/r8/run.log 2>/dev/null | cut -c1-300
+    [ -f /tmp/r8/rc ] && echo "repro8b finished" || echo "repro8b still running"
+    cd /tmp/gp
+    packed=$(ls -d params.yaml dvc.lock metrics plots artifacts/timings artifacts/eval artifacts/serve artifacts/gate \
+        artifacts/publish artifacts/sources.json artifacts/eagle3/record.json 2>/dev/null || true)
+    small=$(find artifacts/bundles -type f -size -1M 2>/dev/null || true)
+    tar czf "$out/repro8b.tgz" --ignore-failed-read -C /tmp/r8 --exclude=ckpt . \
+      -C /tmp/gp $( [ -n "$packed$small" ] && find $packed $small -type f -size -4096k 2>/dev/null ) 2>/dev/null || true
+    ls -la "$out" ;;
   tpeval-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     while [ ! -f /tmp/tpe/rc ] && [ ! -f /tmp/tpe/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done

@@ -21,22 +21,7 @@ Q=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite  # llm-compressor's site first (compr
 V=/tmp/vllm/site:.:/tmp/dvcsite
 M8=/tmp/m8/bf16 DEMO=artifacts/models/target
 
-step() {  # step NAME SITE CMD...: run CMD with PYTHONPATH=SITE, log it, time it, sample the GPUs' memory
-  local name=$1 site=$2; shift 2
-  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$W/out/mem-$name.csv" 2>/dev/null &
-  local smi=$! start=$EPOCHREALTIME
-  echo "$EPOCHREALTIME STEP $name: $*" >> "$W/run.log"
-  PYTHONPATH=$site "$@" < /dev/null 2>&1 | tr '\r' '\n' | while IFS= read -r line; do
-    printf '%s %s\n' "$EPOCHREALTIME" "${line:0:600}"; done >> "$W/run.log"
-  local rc=${PIPESTATUS[0]}
-  kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null
-  local peak
-  peak=$(awk -F', *' '$2 > m[$1] {m[$1] = $2} END {for (g in m) printf "gpu%s=%s ", g, m[g]}' "$W/out/mem-$name.csv")
-  printf '%s rc=%s seconds=%s peak_mib: %s\n' "$name" "$rc" \
-    "$(awk -v a="$EPOCHREALTIME" -v b="$start" 'BEGIN {printf "%.1f", a - b}')" "$peak" \
-    | tee -a "$W/steps.txt" >> "$W/run.log"
-  return "$rc"
-}
+. benchmarks/gpu/steps.sh  # step NAME SITE CMD...: timed, logged, GPU memory sampled
 
 quant() {  # quant NAME MODEL GPUS [--offload]
   rm -rf "$W/ckpt/$1"

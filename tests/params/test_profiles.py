@@ -134,7 +134,7 @@ def test_distillation_generator_choice():
 
 
 # The base profile each GPU overlay is applied over (session.sh gpu-profile's GP_BASE; `gpu` unless named here).
-OVERLAY_BASE = {"gpu-smollm2": "smollm2", "gpu-qwen-coder": "qwen-coder"}
+OVERLAY_BASE = {"gpu-smollm2": "smollm2", "gpu-qwen-coder": "qwen-coder", "gpu-8b": "smollm2"}
 
 
 @pytest.mark.parametrize("overlay", sorted(p.stem for p in (ROOT / "profiles").glob("gpu-*.yaml")))
