@@ -8,7 +8,7 @@ step() {
     > "$W/out/mem-$name.csv" 2>/dev/null &
   local smi=$! start=$EPOCHREALTIME
   echo "$EPOCHREALTIME STEP $name: $*" >> "$W/run.log"
-  PYTHONPATH=$site "$@" < /dev/null 2>&1 | tr '\r' '\n' | while IFS= read -r line; do
+  PYTHONPATH=$site "$@" < /dev/null 2>&1 | stdbuf -oL tr '\r' '\n' | while IFS= read -r line; do
     printf '%s %s\n' "$EPOCHREALTIME" "${line:0:600}"; done >> "$W/run.log"
   local rc=${PIPESTATUS[0]}
   kill "$smi" 2>/dev/null; wait "$smi" 2>/dev/null

@@ -8,10 +8,10 @@ import json
 import re
 
 from render import Column as C, Facts, Spec
-from tables import read, tpeval
+from tables import read, repro8b, tpeval
 
 SERVED = ("scale-70b", "scale-70b-alternatives")  # each run's plan: benchmarks/gpu/plans/<run>.json
-RUNS = (*SERVED, "tp-greedy", "tpeval")
+RUNS = (*SERVED, "tp-greedy", "tpeval", "repro8b")
 RUN = read.RAW / SERVED[0]  # the conditions (both served runs share them: scale_serve.py's constants)
 BASELINE = "bf16-tp4"  # in every served run, so ratios stay within one run
 BESIDE, ALONE = [f"w4a16-tp1-g{i}" for i in range(4)], "w4a16-tp1-alone"
@@ -225,6 +225,54 @@ FIDELITY = (
     C("error", lambda r: r["error"] and "failed (below)"),
 )
 BLOCKS = {
+    "repro8b-facts": Facts(repro8b.facts, ("quantity", "value")),
+    "repro8b-stages": Spec(
+        repro8b.stage_rows,
+        (
+            C("stage", "stage"),
+            C("ended (UTC)", "ended"),
+            C("seconds", "seconds", "{:.0f}"),
+            C("minutes from the start", "since_start", "{:.1f}"),
+            C("peak GPU memory GiB, GPUs 0 / 1 / 2 / 3", "peak"),
+        ),
+    ),
+    "repro8b-served": Spec(
+        repro8b.served_rows,
+        (
+            C("variant", "variant"),
+            C("config", "config"),
+            C("GPU", "gpu"),
+            C("served beside", "beside"),
+            C("vllm serve start s", "startup", "{:.0f}"),
+            C("c=1 tok/s", "c1", "{:,.0f}"),
+            C("c=16 tok/s", "c16", "{:,.0f}"),
+            C("users at the SLO", lambda r: f"{r['users']:.0f}" + (" (the search's bound)" if r["at_bound"] else "")),
+        ),
+    ),
+    "repro8b-kernels": Spec(
+        repro8b.kernel_rows,
+        (
+            C("W4A16 kernel", "kernel"),
+            C("concurrency", "concurrency"),
+            C("output tok/s", "tok_s", "{:,.0f}"),
+            C("x BF16 (same run)", lambda r: r["bf16"] and r["tok_s"] / r["bf16"], "x{:.2f}"),
+            C("p99 TTFT ms", "ttft", "{:.0f}"),
+            C("BF16 p99 TTFT ms", "bf16_ttft", "{:.0f}"),
+            C("p99 ITL ms", "itl", "{:.1f}"),
+        ),
+    ),
+    "repro8b-gate": Spec(
+        repro8b.gate_rows,
+        (
+            C("variant", "variant"),
+            C("verdict", "verdict"),
+            C("failed", "failed"),
+            C("users per GPU at the SLO", lambda r: f"{r['users']:.0f}" + (" or more" if r["at_least"] else "")),
+            C("output tok/s per GPU there", "per_gpu", "{:,.0f}"),
+            C("capacity x BF16", "vs_bf16", "x{:.2f}"),
+            C("speculation", "speculation"),
+        ),
+    ),
     "tpeval-conditions": Facts(tpeval.conditions, ("condition", "value")),
     "gptq-gpus": Spec(tpeval.quant_rows, GPTQ),
     "gptq-layers": Spec(tpeval.quant_rows, LAYERS),
