@@ -38,6 +38,7 @@ from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of, va
 from pipeline.serving.settings import AUTO_TP, TP_SIZES, ServingParams
 from pipeline.serving.sharding import (
     NO_GROUPS,
+    PRESET_GROUP,
     WeightGroups,
     checkpoint_groups,
     group_that_shards,
@@ -57,7 +58,6 @@ OVERHEAD_BYTES = int(6.4 * GIB)
 OVERHEAD_SOURCE = "benchmarks/gpu/raw/costs/lease-2/llama3-8b/plain-k0.log (Llama-3-8B shape, vLLM 0.25, H100)"
 DEFAULT_GPU = "h100"  # serving.gpu null: plan for the GPU the project's measurements come from
 UNQUANTIZED_BITS = 16  # BF16 weights; a float32 checkpoint is served in BF16 by vLLM's auto dtype too
-DEFAULT_GROUP = 128  # compressed-tensors' group size for the W*A16 presets
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def weight_bits(spec: VariantSpec) -> float:
     if w is None:
         return UNQUANTIZED_BITS
     if w.strategy == "group":
-        return w.num_bits + 16 / (spec.group_size if spec.group_size and spec.group_size > 0 else DEFAULT_GROUP)
+        return w.num_bits + 16 / (spec.group_size if spec.group_size and spec.group_size > 0 else PRESET_GROUP)
     if w.strategy == "tensor_group":
         return w.num_bits + 8 / 16
     return w.num_bits  # per channel, tensor or 128x128 block: the scales are a rounding error
