@@ -394,8 +394,10 @@ def tensor_parallel_sizes(params: dict, specs: dict | None, path: Path) -> set[i
         if specs is None:
             return fallback
     from pipeline.serving import parallelism
+    from pipeline.serving.sharding import with_calibration_ignore
 
     config = parallelism.source_config(params)
+    specs = {n: with_calibration_ignore(s, params) for n, s in specs.items()}  # the layers it leaves unquantized
     try:
         decisions = parallelism.decide_enabled(ServingParams.parse(params["serving"]), specs, config)
         parallelism.evaluate_sizes(params, decisions, specs, config)  # evaluate's engines fit their own share

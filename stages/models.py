@@ -21,6 +21,7 @@ from pipeline.quantize.recipes import variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.serving.parallelism import decide_enabled, read_config
 from pipeline.serving.settings import ServingParams
+from pipeline.serving.sharding import with_calibration_ignore
 
 
 @stage_main()
@@ -66,7 +67,7 @@ def gpus_per_replica(p: dict, target_dir) -> dict:
     the scheme; pipeline/serving/parallelism.py): where the `sources` stage could not read the config (a Hub model
     not yet in the cache), this is the first place it is known. One line for a variant that can't fit."""
     quantize = parse_section(p, QuantizeParams)
-    specs = {v: variant_spec(quantize.variants, v) for v in quantize.enabled}
+    specs = {v: with_calibration_ignore(variant_spec(quantize.variants, v), p) for v in quantize.enabled}
     return decide_enabled(parse_section(p, ServingParams), specs, read_config(target_dir))
 
 

@@ -8,8 +8,10 @@ and its KV cache by KV head. A replica fits when, on each GPU,
 
 with the KV cache sized for the serving section's own load: max_num_seqs sequences of max_model_len tokens each, at
 2 (K and V) x layers x KV heads x head_dim x the KV dtype's bytes per token. That is stricter than what vLLM needs to
-start (one sequence of max_model_len): a replica sized to it never preempts at its configured batch. TP must also
-divide the attention heads (vLLM refuses otherwise).
+start (one sequence of max_model_len): a replica sized to it never preempts at its configured batch. vLLM must also
+be able to shard the layers at that size (pipeline/serving/sharding.py: the attention and KV heads, the MLP width, and
+each GPU's share of a layer's input a whole number of the weights' integer groups: group 128 does not shard the demo
+target's o_proj, 384 inputs, at TP 2); a size it can't never fits, and one line says why.
 
 serving.tensor_parallel_size `auto` takes, per variant, the smallest of 1, 2, 4, 8 up to
 serving.max_tensor_parallel_size that fits; a number pins every variant (refused when it can't fit a named
@@ -34,6 +36,16 @@ from pipeline.core.errors import PipelineError
 from pipeline.quantize.hardware import GPU_MEMORY_GB, GPUS
 from pipeline.quantize.recipes import VariantSpec, is_unquantized, scheme_of, variant_spec
 from pipeline.serving.settings import AUTO_TP, TP_SIZES, ServingParams
+from pipeline.serving.sharding import (
+    NO_GROUPS,
+    PRESET_GROUP,
+    WeightGroups,
+    checkpoint_groups,
+    group_that_shards,
+    shard_problem,
+    spec_groups,
+    with_calibration_ignore,
+)
 
 GIB = 1024**3
 GB = 10**9
@@ -46,7 +58,6 @@ OVERHEAD_BYTES = int(6.4 * GIB)
 OVERHEAD_SOURCE = "benchmarks/gpu/raw/costs/lease-2/llama3-8b/plain-k0.log (Llama-3-8B shape, vLLM 0.25, H100)"
 DEFAULT_GPU = "h100"  # serving.gpu null: plan for the GPU the project's measurements come from
 UNQUANTIZED_BITS = 16  # BF16 weights; a float32 checkpoint is served in BF16 by vLLM's auto dtype too
-DEFAULT_GROUP = 128  # compressed-tensors' group size for the W*A16 presets
 
 
 @dataclass(frozen=True)
@@ -112,7 +123,7 @@ def weight_bits(spec: VariantSpec) -> float:
     if w is None:
         return UNQUANTIZED_BITS
     if w.strategy == "group":
-        return w.num_bits + 16 / (spec.group_size if spec.group_size and spec.group_size > 0 else DEFAULT_GROUP)
+        return w.num_bits + 16 / (spec.group_size if spec.group_size and spec.group_size > 0 else PRESET_GROUP)
     if w.strategy == "tensor_group":
         return w.num_bits + 8 / 16
     return w.num_bits  # per channel, tensor or 128x128 block: the scales are a rounding error
@@ -140,6 +151,7 @@ class MemoryInputs:
     gpu_memory_bytes: int
     gpu_memory_utilization: float
     overhead_bytes: int = OVERHEAD_BYTES
+    groups: WeightGroups = NO_GROUPS  # the weights' integer groups, which each GPU's share must hold whole
 
 
 @dataclass(frozen=True)
@@ -152,15 +164,19 @@ class PerGpu:
     kv_bytes: int
     overhead_bytes: int
     budget_bytes: int  # gpu_memory_utilization x the GPU's memory
-    divides_heads: bool
+    shard_problem: str | None = None  # why vLLM can't shard the layers at this size (sharding.py); None: it can
 
     @property
     def need_bytes(self) -> int:
         return self.weight_bytes + self.kv_bytes + self.overhead_bytes
 
     @property
+    def fits_memory(self) -> bool:
+        return self.need_bytes <= self.budget_bytes
+
+    @property
     def fits(self) -> bool:
-        return self.divides_heads and self.need_bytes <= self.budget_bytes
+        return self.shard_problem is None and self.fits_memory
 
     @property
     def gpus(self) -> int:
@@ -171,7 +187,7 @@ class PerGpu:
             f"weights {self.weight_bytes / GB:.1f} GB + KV cache {self.kv_bytes / GB:.1f} GB + overhead "
             f"{self.overhead_bytes / GB:.1f} GB = {self.need_bytes / GB:.1f} GB per GPU of "
             f"{self.budget_bytes / GB:.1f} GB"
-        )
+        ) + (f", and it can't be sharded: {self.shard_problem}" if self.shard_problem else "")
 
 
 def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_size: int = 1) -> PerGpu:
@@ -188,8 +204,18 @@ def per_gpu(inputs: MemoryInputs, tensor_parallel_size: int, pipeline_parallel_s
         kv,
         inputs.overhead_bytes,
         int(inputs.gpu_memory_utilization * inputs.gpu_memory_bytes),
-        shape.heads % tp == 0,
+        shard_problem(shape, inputs.groups, tp),
     )
+
+
+def shares(inputs: MemoryInputs, max_tp: int, pipeline_parallel_size: int = 1, min_tp: int = 1) -> list[PerGpu]:
+    """The share at each TP of TP_SIZES from min_tp up to max_tp (at least min_tp's), up to the first that fits."""
+    out = []
+    for tp in (t for t in TP_SIZES if min_tp <= t <= max(min_tp, max_tp)):
+        out.append(per_gpu(inputs, tp, pipeline_parallel_size))
+        if out[-1].fits:
+            break
+    return out
 
 
 def smallest_fit(
@@ -197,12 +223,8 @@ def smallest_fit(
 ) -> tuple[PerGpu | None, PerGpu]:
     """(the smallest TP of TP_SIZES from min_tp up to max_tp that fits, or None; the share at the largest one tried,
     at least min_tp's)."""
-    largest = None
-    for tp in (t for t in TP_SIZES if min_tp <= t <= max(min_tp, max_tp)):
-        largest = per_gpu(inputs, tp, pipeline_parallel_size)
-        if largest.fits:
-            return largest, largest
-    return None, largest
+    tried = shares(inputs, max_tp, pipeline_parallel_size, min_tp)
+    return (tried[-1] if tried[-1].fits else None), tried[-1]
 
 
 def gpu_of(serving: ServingParams) -> str:
@@ -219,8 +241,10 @@ def memory_inputs(
     spec: VariantSpec,
     max_num_seqs: int | None = None,
     gpu_memory_utilization: float | None = None,
+    groups: WeightGroups | None = None,
 ) -> MemoryInputs:
-    """The serving section's load, or another vLLM engine's (max_num_seqs, gpu_memory_utilization: its own)."""
+    """The serving section's load, or another vLLM engine's (max_num_seqs, gpu_memory_utilization: its own). groups:
+    the checkpoint's (checkpoint_groups); None: what the spec will quantize (spec_groups)."""
     return MemoryInputs(
         weight_bytes,
         shape,
@@ -229,6 +253,7 @@ def memory_inputs(
         serving.max_model_len,
         GPU_MEMORY_GB[gpu_of(serving)] * GB,
         gpu_memory_utilization or serving.gpu_memory_utilization,
+        groups=groups if groups is not None else spec_groups(spec, shape),
     )
 
 
@@ -248,8 +273,15 @@ class Engine:
             node = node.get(key) or {}
         return cls(f"{section}.gpu_memory_utilization", float(node.get("gpu_memory_utilization", 0.5)))
 
-    def inputs(self, serving: ServingParams, shape: ModelShape, weight_bytes: int, spec: VariantSpec) -> MemoryInputs:
-        return memory_inputs(serving, shape, weight_bytes, spec, 1, self.gpu_memory_utilization)
+    def inputs(
+        self,
+        serving: ServingParams,
+        shape: ModelShape,
+        weight_bytes: int,
+        spec: VariantSpec,
+        groups: WeightGroups | None = None,
+    ) -> MemoryInputs:
+        return memory_inputs(serving, shape, weight_bytes, spec, 1, self.gpu_memory_utilization, groups)
 
 
 def engine_fit(
@@ -260,13 +292,14 @@ def engine_fit(
     weight_bytes: int,
     spec: VariantSpec,
     at_least: int = 1,
+    groups: WeightGroups | None = None,
 ) -> PerGpu:
     """The smallest TP from at_least up to serving.max_tensor_parallel_size at which `engine` holds `name`'s weights
     (the memory model above at the engine's own share). Where none does with the overhead estimate (measured at 8B
     serving load: an upper estimate for a one-sequence engine, and larger than a small GPU's share), the smallest
     whose weights and KV cache alone fit, and vLLM's own memory check has the last word on the GPU; one line only
     when they exceed the share at every size: no engine can start then."""
-    inputs = engine.inputs(serving, shape, weight_bytes, spec)
+    inputs = engine.inputs(serving, shape, weight_bytes, spec, groups)
     fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size, min_tp=at_least)
     if fit is None:  # the smallest size whose weights and KV cache alone fit the share
         fit, _ = smallest_fit(replace(inputs, overhead_bytes=0), serving.max_tensor_parallel_size, min_tp=at_least)
@@ -303,7 +336,7 @@ class TpDecision:
         how = (
             "pinned by serving.tensor_parallel_size"
             if self.pinned
-            else f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu}"
+            else f"the smallest of {', '.join(map(str, TP_SIZES))} that fits {self.gpu} and shards"
         )
         return how + (f": {self.share.describe()} ({self.weights_from} weights)" if self.share is not None else "")
 
@@ -312,10 +345,15 @@ class TpDecision:
 
 
 def decide(
-    variant: str, spec: VariantSpec, serving: ServingParams, shape: ModelShape | None, weight_bytes: int | None = None
+    variant: str,
+    spec: VariantSpec,
+    serving: ServingParams,
+    shape: ModelShape | None,
+    weight_bytes: int | None = None,
+    groups: WeightGroups | None = None,
 ) -> TpDecision:
-    """The variant's tensor parallelism; one error line when it can't fit. weight_bytes: the checkpoint's (None:
-    estimated from shape and the scheme)."""
+    """The variant's tensor parallelism; one error line when it can't fit or shard. weight_bytes, groups: the
+    checkpoint's (None: estimated from shape and the scheme)."""
     pinned = serving.tensor_parallel_size != AUTO_TP
     gpu = gpu_of(serving)
     if shape is None:  # auto: one GPU, as before sizes were chosen; the card and logs say why
@@ -329,14 +367,18 @@ def decide(
         )
     weights_from = "checkpoint" if weight_bytes is not None else "estimate"
     inputs = memory_inputs(
-        serving, shape, weight_bytes if weight_bytes is not None else estimated_weight_bytes(shape, spec), spec
+        serving,
+        shape,
+        weight_bytes if weight_bytes is not None else estimated_weight_bytes(shape, spec),
+        spec,
+        groups=groups,
     )
     if pinned:
         share = per_gpu(inputs, serving.tensor_parallel_size)
-        if not share.divides_heads:
+        if share.shard_problem:
             raise PipelineError(
-                f"serving.tensor_parallel_size {share.tensor_parallel_size} does not divide the "
-                f"model's {shape.heads} attention heads (vLLM requires it)"
+                f"serving.tensor_parallel_size {share.tensor_parallel_size} can't shard variant {variant}: "
+                f"{share.shard_problem}; {what_shards(inputs, share.tensor_parallel_size, serving.gpu is not None)}"
             )
         if serving.gpu is not None and not share.fits:  # no GPU named: the pinned size is the user's to know
             raise PipelineError(
@@ -345,7 +387,18 @@ def decide(
                 "set it to auto or larger, or lower serving.max_num_seqs / max_model_len"
             )
         return TpDecision(variant, share.tensor_parallel_size, True, gpu, weights_from, share)
-    fit, largest = smallest_fit(inputs, serving.max_tensor_parallel_size)
+    # Each rule of sharding.py that fails at a size fails at every larger one of 1, 2, 4, 8 (groups in input / TP;
+    # heads, KV heads, MLP width over TP): where the smallest size that fits memory doesn't shard, none does.
+    tried = shares(inputs, serving.max_tensor_parallel_size)
+    fit, largest = (tried[-1] if tried[-1].fits else None), tried[-1]
+    unsharded = [s for s in tried if s.shard_problem and s.fits_memory]
+    if fit is None and unsharded:
+        first = unsharded[0]
+        raise PipelineError(
+            f"variant {variant} fits {gpu} GPUs from tensor parallel {first.tensor_parallel_size} but vLLM can't "
+            f"shard it there: {first.shard_problem}, nor at any larger size up to serving.max_tensor_parallel_size "
+            f"{serving.max_tensor_parallel_size}; {what_shards(inputs, first.tensor_parallel_size, True)}"
+        )
     if fit is None:
         raise PipelineError(
             f"variant {variant} does not fit {gpu} GPUs ({GPU_MEMORY_GB[gpu]} GB) at tensor parallel up to "
@@ -355,6 +408,30 @@ def decide(
             "it, or serve it across hosts (docs/scale.md)"
         )
     return TpDecision(variant, fit.tensor_parallel_size, False, gpu, weights_from, fit)
+
+
+def what_shards(inputs: MemoryInputs, tensor_parallel_size: int, check_memory: bool) -> str:
+    """What would work instead of a size vLLM can't shard at: the group size that shards there, a smaller size that
+    shards (and fits memory, with check_memory), else a larger GPU or a lighter load."""
+    options = []
+    group = group_that_shards(inputs.shape, inputs.groups, tensor_parallel_size)
+    if group is not None:
+        options.append(f"{inputs.groups.param} {group}")
+    smaller = [
+        t
+        for t in TP_SIZES
+        if t < tensor_parallel_size
+        and (share := per_gpu(inputs, t)).shard_problem is None
+        and (share.fits_memory or not check_memory)
+    ]
+    if smaller:
+        options.append(f"serving.tensor_parallel_size {max(smaller)}")
+    if not options:
+        return (
+            "no smaller size that fits shards, nor does a group size: plan for a larger serving.gpu or lower "
+            "serving.max_num_seqs / max_model_len"
+        )
+    return "use " + " or ".join(options)
 
 
 def read_config(model_dir: Path) -> dict | None:
@@ -421,13 +498,14 @@ def shape_of(config: Mapping | None) -> ModelShape | None:
 
 @dataclass(frozen=True)
 class Known:
-    """What a variant's sizes are decided from: its recipe, the serving section, and the model's shape and weight
-    bytes (None: estimated from the shape and the scheme; shape None: not known yet)."""
+    """What a variant's sizes are decided from: its recipe, the serving section, and the model's shape, weight bytes
+    and weight groups (None: estimated from the shape and the scheme; shape None: not known yet)."""
 
     spec: VariantSpec
     serving: ServingParams
     shape: ModelShape | None
     weight_bytes: int | None
+    groups: WeightGroups | None = None
 
     @property
     def weights(self) -> int:
@@ -435,23 +513,27 @@ class Known:
 
 
 def known_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> Known:
-    """The shape and bytes from the variant's checkpoint (artifacts/quantized/<variant>, or `checkpoint`) when it
-    exists, else the built target's config, else the source's (source_config) with the bytes estimated."""
+    """The shape, bytes and weight groups from the variant's checkpoint (artifacts/quantized/<variant>, or
+    `checkpoint`) when it exists, else the built target's config, else the source's (source_config) with the bytes
+    and groups estimated."""
     serving = ServingParams.parse(params[ServingParams.SECTION])
-    spec = variant_spec(params["quantize"]["variants"], variant)
+    spec = with_calibration_ignore(variant_spec(params["quantize"]["variants"], variant), params)
     checkpoint = Path(checkpoint) if checkpoint is not None else paths.QUANTIZED / variant
-    config, weight_bytes = read_config(checkpoint), None
+    config, weight_bytes, groups = read_config(checkpoint), None, None
     if config is not None:
         weight_bytes = checkpoint_bytes(checkpoint)
     else:
         config = read_config(paths.TARGET) or source_config(params)
-    return Known(spec, serving, shape_of(config), weight_bytes)
+    shape = shape_of(config)
+    if weight_bytes is not None and shape is not None:
+        groups = checkpoint_groups(config, shape, variant)
+    return Known(spec, serving, shape, weight_bytes, groups)
 
 
 def decision_for(variant: str, params: Mapping, checkpoint: Path | None = None) -> TpDecision:
-    """tensor_parallel_for with what decided it (known_for's shape and bytes)."""
+    """tensor_parallel_for with what decided it (known_for's shape, bytes and groups)."""
     known = known_for(variant, params, checkpoint)
-    return decide(variant, known.spec, known.serving, known.shape, known.weight_bytes)
+    return decide(variant, known.spec, known.serving, known.shape, known.weight_bytes, known.groups)
 
 
 def evaluate_tp(variant: str, decision: TpDecision, known: Known, engine: Engine) -> int:
@@ -468,13 +550,14 @@ def evaluate_tp(variant: str, decision: TpDecision, known: Known, engine: Engine
         known.weights,
         known.spec,
         at_least=decision.tensor_parallel_size,
+        groups=known.groups,
     ).tensor_parallel_size
 
 
 def evaluate_tensor_parallel(variant: str, params: Mapping, checkpoint: Path | None = None) -> int:
     """evaluate_tp for the variant as built (known_for), at evaluate.vllm.gpu_memory_utilization."""
     known = known_for(variant, params, checkpoint)
-    decision = decide(variant, known.spec, known.serving, known.shape, known.weight_bytes)
+    decision = decide(variant, known.spec, known.serving, known.shape, known.weight_bytes, known.groups)
     return evaluate_tp(variant, decision, known, Engine.of(params, "evaluate.vllm"))
 
 

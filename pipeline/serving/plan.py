@@ -24,6 +24,7 @@ from pipeline.quantize.recipes import VariantSpec, is_unquantized, variant_spec
 from pipeline.quantize.settings import QuantizeParams
 from pipeline.serving import parallelism as par
 from pipeline.serving.settings import ServingParams
+from pipeline.serving.sharding import with_calibration_ignore
 
 POINTS_FILE = Path(__file__).with_name("plan_points.json")
 # Published configs (each model's config.json on the Hub), for planning without the model.
@@ -122,7 +123,7 @@ def serve_row(
     max_tp = min(serving.max_tensor_parallel_size, host.gpus_per_host)
     if serving.tensor_parallel_size != par.AUTO_TP:
         fit = par.per_gpu(inputs, serving.tensor_parallel_size)
-        if serving.gpu is None and fit.divides_heads and not fit.fits:  # as decide(): the pinned size is the user's
+        if serving.gpu is None and fit.shard_problem is None and not fit.fits:  # as decide(): the user's to know
             return Row(
                 stage,
                 f"{fit.gpus} (TP {fit.tensor_parallel_size})",
@@ -133,8 +134,10 @@ def serve_row(
                 unchecked=f"not checked ({ServingParams.SECTION}.gpu null)",
             ), fit.gpus
         largest, fit = fit, (fit if fit.fits else None)
-    else:
-        fit, largest = par.smallest_fit(inputs, max_tp)
+    else:  # where vLLM can't shard the smallest size that fits memory, that one says why
+        tried = par.shares(inputs, max_tp)
+        fit = tried[-1] if tried[-1].fits else None
+        largest = tried[-1] if fit else next((s for s in tried if s.fits_memory), tried[-1])
     for pp in range(2, host.hosts + 1):
         if fit is not None:
             break
@@ -147,6 +150,9 @@ def serve_row(
     problem = (
         None
         if fit
+        else f"{stage}: vLLM can't shard {name} at {layout}: {share.shard_problem}; "
+        f"{par.what_shards(inputs, share.tensor_parallel_size, host.gpu_named)}"
+        if share.shard_problem and share.fits_memory
         else (
             f"{stage}: {name} does not fit {host.hosts} host(s) of {host.gpus_per_host} "
             f"{host.gpu}: at {layout} {share.describe()}"
@@ -218,7 +224,7 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
         problem = one_gpu(stage, memory, host, "the target in BF16 (transformers)") if memory else None
         rows.append(Row(stage, "1", gb(memory) + " + the head" if memory else "the draft's", 0, t, src, problem))
     for name in quantize.enabled:
-        spec = variant_spec(quantize.variants, name)
+        spec = with_calibration_ignore(variant_spec(quantize.variants, name), params)
         t, src = scaled_time(stage_points["evaluate"], n)
         need = 2 * bf16  # the target and the variant, decompressed to BF16 (pipeline/models/loading.py)
         rows.append(

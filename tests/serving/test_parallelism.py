@@ -112,7 +112,9 @@ def test_pinned_size_is_honoured_and_refused_when_it_cannot_fit_a_named_gpu():
         decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=1, gpu=None), SHAPE_70B).tensor_parallel_size
         == 1
     )
-    with pytest.raises(PipelineError, match="tensor_parallel_size 4 does not divide the model's 6 attention heads"):
+    with pytest.raises(
+        PipelineError, match="tensor_parallel_size 4 can't shard variant bf16: the model's 6 attention heads do not"
+    ):
         decide("bf16", spec("bf16"), tiny_serving(tensor_parallel_size=4), ModelShape(2, 384, 6, 2, 64, 1024, 4096))
 
 
