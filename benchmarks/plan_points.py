@@ -6,7 +6,10 @@
 Quantization (time and peak GPU memory per variant) from the Llama-3-8B-shape runs on an H100 (raw/llama3-8b and
 raw/schemes8b quant8b-*.json: one process per variant, the weights on the GPU); every other stage's wall time from
 one whole `dvc repro` of the GPU demo profile on an H100 (raw/gpu-tp1/repro.log, whose lines start with the seconds
-since the run began: a stage lasts from its `Running stage` line to the next one). Parameters are each run's BF16
+since the run began: a stage lasts from its `Running stage` line to the next one), and, for the stages it timed one
+by one, the whole `dvc repro` at Llama-3-8B's shape on 4 H100s (raw/repro8b: each stage's end from its outputs'
+modification times, benchmarks/tables/repro8b.py). Each stage has a list of points; the plan scales from the one
+nearest the target's size. Parameters are each run's BF16
 checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point. Those runs'
 `*_mb` fields are MiB (benchmarks/tables/read.py RECORDED_IN_MIB): read back in MB through its in_mb.
 """
@@ -22,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # tables/read.py, which imports this checkout's pipeline/
 
+from tables import repro8b  # noqa: E402
 from tables.read import in_mb  # noqa: E402
 
 OUT = ROOT / "pipeline/serving/plan_points.json"
@@ -83,16 +87,48 @@ def stage_points() -> dict:
         name = stage if stage in STAGES else stage.split("@")[0]
         if name in STAGES:
             times.setdefault(name, []).append(end - start)
+    large = large_points()
     return {
-        name: {
-            "run": f"{GPU_RAW / STAGE_RUN}/repro.log",
-            "gpu": gpu_name(STAGE_RUN),
-            "parameters": round(sizes["size_before_mb"] * 1e6 / 2),
-            "wall_time_s": round(sum(times[name]) / len(times[name]), 1),
-            "runs": len(times[name]),
-        }
+        name: [
+            {
+                "run": f"{GPU_RAW / STAGE_RUN}/repro.log",
+                "gpu": gpu_name(STAGE_RUN),
+                "parameters": round(sizes["size_before_mb"] * 1e6 / 2),
+                "wall_time_s": round(sum(times[name]) / len(times[name]), 1),
+                "runs": len(times[name]),
+            },
+            *large.get(name, []),
+        ]
         for name in STAGES
     }
+
+
+# raw/repro8b's rows (tables/repro8b.py STAGE_OUTPUT) that time one pipeline stage each; quantize@bf16's row also
+# holds the two mixed@ stages (each a skip of about a second), distill and draft_finetune share one row: left out
+LARGE_ROWS = {
+    "quantize@bf16": ("mixed@*, quantize@bf16",),
+    "eagle3": ("eagle3",),
+    "evaluate": ("evaluate@bf16", "evaluate@gptq-w4a16"),
+    "serve_bench": ("serve_bench@bf16", "serve_bench@gptq-w4a16"),
+}
+
+
+def large_points() -> dict[str, list[dict]]:
+    rows = {r["stage"]: r["seconds"] for r in repro8b.stage_rows()}
+    size = raw_record("repro8b/metrics/quantize-bf16.json")["size_before_mb"]
+    out = {}
+    for name, stages in LARGE_ROWS.items():
+        seconds = [rows[s] for s in stages]
+        out[name] = [
+            {
+                "run": f"{GPU_RAW}/repro8b/listing.txt",
+                "gpu": gpu_name("repro8b"),
+                "parameters": round(size * 1e6 / 2),
+                "wall_time_s": round(sum(seconds) / len(seconds), 1),
+                "runs": len(seconds),
+            }
+        ]
+    return out
 
 
 def points() -> dict:

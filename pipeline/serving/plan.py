@@ -15,6 +15,7 @@ every row names the run it scales. Disk: checkpoint bytes (the target, each vari
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,14 @@ def duration(seconds: float) -> str:
     )
 
 
-def scaled_time(point: dict, parameters: int, factor: float = 1.0) -> tuple[str, str]:
+def nearest(points: list[dict], parameters: int) -> dict:
+    """The measured point whose model size is nearest (by ratio) to `parameters`: the one a proportional scaling
+    stretches least."""
+    return min(points, key=lambda p: abs(math.log(parameters / p["parameters"])))
+
+
+def scaled_time(points: dict | list[dict], parameters: int, factor: float = 1.0) -> tuple[str, str]:
+    point = nearest(points, parameters) if isinstance(points, list) else points
     seconds = point["wall_time_s"] * parameters / point["parameters"] * factor
     return duration(seconds), (
         f"{point['run']} ({point['wall_time_s']} s at {point['parameters'] / 1e9:.2f}B "
@@ -216,8 +224,8 @@ def plan(params: Mapping, config: Mapping, host: Host, points: dict | None = Non
             scaled_time(stage_points[stage], n)
             if stage == "eagle3"
             else (
-                f"~{stage_points[stage]['wall_time_s']:.0f} s",
-                f"{stage_points[stage]['run']} (the draft's size, not the target's: unscaled)",
+                f"~{stage_points[stage][0]['wall_time_s']:.0f} s",
+                f"{stage_points[stage][0]['run']} (the draft's size, not the target's: unscaled)",
             )
         )
         memory = bf16 if stage == "eagle3" else 0

@@ -126,3 +126,13 @@ def test_a_pinned_size_is_not_refused_by_the_plan_with_serving_gpu_null(tmp_path
     p["serving"]["gpu"] = "h100"
     with pytest.raises(PipelineError, match="the resource plan does not fit: serve_bench@bf16: bf16 does not fit"):
         resource_plan(p, show=False)
+
+
+def test_each_stage_scales_from_the_measured_run_nearest_the_models_size(tmp_path):
+    """Two whole-repro runs are measured (1.07B on one H100, 8.03B on four): an 8B plan takes evaluate's and
+    serve_bench's times from the 8B run, the tiny demo's from the 1B run, each named in its row."""
+    small, large = plan(tmp_path), plan(tmp_path, "--model-shape", "llama-3-8b")
+    assert small.returncode == 0 and large.returncode == 0, small.stderr + large.stderr
+    for stage in ("evaluate@gptq-w4a16", "serve_bench@gptq-w4a16"):
+        assert "raw/gpu-tp1/repro.log" in " ".join(rows(small.stdout)[stage])
+        assert "raw/repro8b/listing.txt" in " ".join(rows(large.stdout)[stage])
