@@ -44,7 +44,8 @@ def main(argv: list[str]) -> None:
         served = ServedDraft(quantized_variant=name, size_mb=size_mb)
         records.write(tmp / paths.DRAFT_RECORD.name, served)
     say(
-        f"draft_quantize: serving the fine-tuned draft {'as trained' if name is None else 'quantized as ' + name} "
+        # draft_finetune ships the base draft when its fine-tune ended worse (its line says which): name neither here
+        f"draft_quantize: serving draft_finetune's draft {'as it is' if name is None else 'quantized as ' + name} "
         f"({served.size_mb} MB)"
     )
 
