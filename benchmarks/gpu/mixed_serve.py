@@ -33,14 +33,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_process import (  # noqa: E402  (the same servers' and clients' helpers and sizes as scale_serve.py)
-    VLLM,
-    bench_command,
-    free_port,
-    run_client,
-    server_process,
-    wait_up,
-)
+# the same servers' and clients' helpers and sizes as scale_serve.py
+from vllm_process import VLLM, bench_command, free_port, run_client, server_process, wait_up  # noqa: E402
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))

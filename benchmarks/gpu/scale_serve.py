@@ -29,14 +29,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from vllm_process import (  # noqa: E402  (the servers' and clients' helpers mixed_serve.py shares)
-    VLLM,
-    bench_command,
-    free_port,
-    run_client,
-    server_process,
-    wait_up,
-)
+# the servers' and clients' helpers mixed_serve.py shares
+from vllm_process import VLLM, bench_command, free_port, run_client, server_process, wait_up  # noqa: E402
 
 # Llama-3-70B (meta-llama/Meta-Llama-3-70B's config.json): 80 layers, hidden 8192, 64 heads, 8 KV heads.
 SHAPE = dict(

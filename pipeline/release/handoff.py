@@ -300,14 +300,16 @@ def _write_manifest(out: Path, kit: HandoffInputs, tier: Tier, startup_s: int, s
     atomic_write_text(
         out / manifest,
         deploy.manifests(
-            tier,
-            kit.serving,
-            kit.variant,
-            kit.deploy,
-            bundle_location(kit.deploy, kit.serving.name, kit.variant),
-            startup_s,
+            deploy.PodSpec(
+                tier,
+                kit.serving,
+                kit.variant,
+                kit.deploy,
+                bundle_location(kit.deploy, kit.serving.name, kit.variant),
+                startup_s,
+                kit.env,
+            ),
             {"modelprep/serve-config-sha256": sha},
-            kit.env,
             sizing.running_target if sizing else None,
         ),
     )

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from bundle_helpers import BundleSpec, one_error_line, render_card, run_stage, verify_cli
+from bundle_helpers import BundleSpec, card_of, one_error_line, render_card, run_stage, verify_cli
 from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary, Quality
@@ -442,40 +442,14 @@ def demo_like_estimate(method: str = "draft_model"):
 
 def card_for(est, variant: str = "awq-w4a16", **summary) -> str:
     no_gpu = VllmMeasurement(skipped="no CUDA device")
-    return model_card(
-        CardInputs(
-            variant,
-            parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
-            eval_summary(
-                {
-                    "perplexity_baseline": 1.0,
-                    "perplexity": 1.0,
-                    "perplexity_increase_pct": 0.0,
-                    "kl_divergence": 0.0,
-                    "top1_agreement": 0.999,
-                    "greedy_match": 1.0,
-                    **summary,
-                }
-            ),
-            est,
-            VariantVerdict(
-                passed=True,
-                allowed_failure=False,
-                speculation=SpeculationDecision(
-                    est.num_speculative_tokens,
-                    est.num_speculative_tokens,
-                    "estimated",
-                    1.51,
-                    None,
-                    "test",
-                    method=est.method,
-                ),
-            ),
-            {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
-            tiny_serving(name="svc"),
-            no_gpu,
-            ServeBenchRecord(variant, skipped="no CUDA device"),
-        )
+    return card_of(
+        variant,
+        est,
+        no_gpu,
+        ServeBenchRecord(variant, skipped="no CUDA device"),
+        speedup=1.51,
+        top1_agreement=0.999,
+        **summary,
     )
 
 
