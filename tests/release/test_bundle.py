@@ -205,7 +205,7 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
 def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
     The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
-    from pipeline.release.publish import eval_record, summary_of
+    from pipeline.release.publish import EvalRecord, ShippedSpeculation
 
     b = bundle(bundled_workspace, "fp8-static")
     ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())
@@ -224,7 +224,9 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     )
     summary = EvalSummary.load(bundled_workspace / "artifacts/eval/fp8-static/summary.json")
     assert ev["top1_agreement"] == summary.quality.top1_agreement
-    assert summary_of(ev, "EVAL.json") == summary  # publish reads the summary the bundle was built from
+    read = EvalRecord.from_json(ev, "EVAL.json")
+    assert read.summary == summary  # publish reads the summary the bundle was built from
+    assert read.to_json() == ev and read.shipped.num_speculative_tokens == k  # and writes the same record back
 
     # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
     summary = eval_summary(
@@ -250,7 +252,7 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
         method="ngram",
         turned_off_by=["min_accepted_per_draft_token"],
     )
-    record = eval_record(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off))
+    record = EvalRecord.of(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off)).to_json()
     assert record["speculation_shipped"] == {
         "method": None,
         "num_speculative_tokens": 0,
@@ -269,9 +271,11 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     estimates = record["speculation_estimates"]
     assert not {"variant", "lm_eval_domain_heldout_acc", *quality} & set(estimates)
     assert (estimates["estimated_num_speculative_tokens"], estimates["methods"][0]["estimated_speedup"]) == (8, 1.46)
-    assert summary_of(record, "EVAL.json") == summary
+    assert EvalRecord.from_json(record, "EVAL.json") == EvalRecord(
+        summary, ShippedSpeculation(None, 0, "estimated", None, off.reason)
+    )
     with pytest.raises(PipelineError, match="^old/EVAL.json: no speculation_estimates object; rebuild the bundle"):
-        summary_of(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved
+        EvalRecord.from_json(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved
 
 
 def test_bf16_card_does_not_call_its_model_quantized():
