@@ -194,7 +194,22 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
 def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, quant: dict | None = None) -> str:
     """The card of params.yaml's `variant` from these GPU records (and quantize metrics), with passing numbers for
     the rest."""
-    spec = speculative_estimate()
+    return card_of(variant, speculative_estimate(), gpu, serve, quant=quant)
+
+
+def card_of(
+    variant: str,
+    est,
+    gpu: VllmMeasurement,
+    serve: ServeBenchRecord,
+    *,
+    quant: dict | None = None,
+    speedup: float = 2.0,
+    top1_agreement: float = 1.0,
+    **summary,
+) -> str:
+    """The card of params.yaml's `variant` with speculative estimate `est` shipped at `speedup`, these GPU records,
+    and a passing evaluation summary (its fields overridden by `summary`)."""
     return model_card(
         CardInputs(
             variant,
@@ -205,16 +220,23 @@ def render_card(variant: str, gpu: VllmMeasurement, serve: ServeBenchRecord, qua
                     "perplexity": 1.0,
                     "perplexity_increase_pct": 0.0,
                     "kl_divergence": 0.0,
-                    "top1_agreement": 1.0,
+                    "top1_agreement": top1_agreement,
                     "greedy_match": 1.0,
+                    **summary,
                 }
             ),
-            spec,
+            est,
             VariantVerdict(
                 passed=True,
                 allowed_failure=False,
                 speculation=SpeculationDecision(
-                    spec.num_speculative_tokens, spec.num_speculative_tokens, "estimated", 2.0, None, "test"
+                    est.num_speculative_tokens,
+                    est.num_speculative_tokens,
+                    "estimated",
+                    speedup,
+                    None,
+                    "test",
+                    method=est.method,
                 ),
             ),
             quant or {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},

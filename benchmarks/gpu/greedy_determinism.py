@@ -23,19 +23,14 @@ if MODE == "deterministic":
 import torch  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
+from benchmarks.gpu.measure_costs import SHAPES  # noqa: E402  (SmolLM2-135M's shape, as the cost profiles use it)
 from pipeline.evaluate.generation import greedy_continuations  # noqa: E402
 
 if MODE == "deterministic":
     torch.use_deterministic_algorithms(True)
 torch.manual_seed(0)
 config = LlamaConfig(
-    hidden_size=576,
-    intermediate_size=1536,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    vocab_size=49152,
-    tie_word_embeddings=True,
+    **SHAPES["smollm2-135m"]["target"],
     max_position_embeddings=2048,
     attn_implementation="eager" if MODE == "eager-attention" else "sdpa",
 )

@@ -33,13 +33,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from scale_serve import (  # noqa: E402  (the same servers' and clients' helpers and sizes)
-    VLLM,
-    bench_command,
-    free_port,
-    healthy,
-    run_client,
-)
+# the same servers' and clients' helpers and sizes as scale_serve.py
+from vllm_process import VLLM, bench_command, free_port, run_client, server_process, wait_up  # noqa: E402
 
 ROOT_DIR = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT_DIR))
@@ -285,29 +280,17 @@ def serve_one(root: Path, out: Path, name: str) -> dict:
     ]
     record = {"model": name, "command": args[3:], "levels": {}}
     t0 = time.time()
-    log = open(folder / "server.log", "w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    try:
-        while not healthy(port):
-            if proc.poll() is not None or time.time() - t0 > START_TIMEOUT_S:
-                raise RuntimeError(f"server did not start (exit {proc.poll()}), see {name}/server.log")
-            time.sleep(2)
-        record["start_s"] = round(time.time() - t0, 1)
-        say(name, "up in", record["start_s"], "s")
-        record["greedy"] = greedy(port, name)
-        for c in CONCURRENCY:
-            record["levels"][f"c{c}"] = level = bench(port, name, root / name, folder, c, env)
-            say(name, f"c={c}", json.dumps(level))
-    except Exception as e:  # noqa: BLE001  (the error is the record; the next model still runs)
-        record["error"] = f"{type(e).__name__}: {e}"
-        say(name, "ERROR", record["error"])
-    finally:
-        os.killpg(proc.pid, 15)
+    with server_process(args, folder / "server.log", env) as proc:
         try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-        log.close()
+            record["start_s"] = wait_up(proc, port, t0, START_TIMEOUT_S, f"{name}/server.log")
+            say(name, "up in", record["start_s"], "s")
+            record["greedy"] = greedy(port, name)
+            for c in CONCURRENCY:
+                record["levels"][f"c{c}"] = level = bench(port, name, root / name, folder, c, env)
+                say(name, f"c={c}", json.dumps(level))
+        except Exception as e:  # noqa: BLE001  (the error is the record; the next model still runs)
+            record["error"] = f"{type(e).__name__}: {e}"
+            say(name, "ERROR", record["error"])
     record["kernels_used"] = kernels_in_log(folder / "server.log")
     record["kernel_schemes"] = kernel_schemes_in_log(folder / "server.log")
     record["wall_s"] = round(time.time() - t0, 1)

@@ -22,13 +22,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the servers' and clients' helpers mixed_serve.py shares
+from vllm_process import VLLM, bench_command, free_port, run_client, server_process, wait_up  # noqa: E402
 
 # Llama-3-70B (meta-llama/Meta-Llama-3-70B's config.json): 80 layers, hidden 8192, 64 heads, 8 KV heads.
 SHAPE = dict(
@@ -42,11 +44,9 @@ SHAPE = dict(
     max_position_embeddings=8192,
 )
 CONCURRENCY = (1, 16, 32, 64)
-INPUT_TOKENS, OUTPUT_TOKENS = 512, 128  # random prompts; every answer runs to OUTPUT_TOKENS (--ignore-eos)
 PROMPTS_PER_USER = 2  # at least 4 prompts a level
 SERVER = {"max-model-len": 4096, "max-num-seqs": 64, "gpu-memory-utilization": 0.9}
 START_TIMEOUT_S = 1200
-LEVEL_TIMEOUT_S = 300  # a level's client that hangs (seen once: no request sent) fails its level, not the run
 ENV = {
     "NCCL_NVLS_ENABLE": "0",
     "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
@@ -56,7 +56,6 @@ ENV = {
     "HF_HUB_OFFLINE": "1",
     "TOKENIZERS_PARALLELISM": "false",
 }
-VLLM = [sys.executable, "-m", "vllm.entrypoints.cli.main"]
 
 
 def llama_config(quantization: dict | None) -> dict:
@@ -116,76 +115,6 @@ def make(out: Path, tokenizer: Path, variants: list[str]) -> None:
         print("model", name, "quantized" if quantization else "bf16", flush=True)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
-
-
-def bench_command(port: int, name: str, tokenizer: Path, num_prompts: int, c: int, result: Path) -> list[str]:
-    """`vllm bench serve` of random prompts (INPUT_TOKENS in, OUTPUT_TOKENS out, --ignore-eos) at concurrency c, its
-    JSON result saved to `result`."""
-    return [
-        *VLLM,
-        "bench",
-        "serve",
-        "--backend",
-        "openai",
-        "--endpoint",
-        "/v1/completions",
-        "--base-url",
-        f"http://127.0.0.1:{port}",
-        "--model",
-        name,
-        "--tokenizer",
-        str(tokenizer),
-        "--dataset-name",
-        "random",
-        "--random-input-len",
-        str(INPUT_TOKENS),
-        "--random-output-len",
-        str(OUTPUT_TOKENS),
-        "--ignore-eos",
-        "--num-prompts",
-        str(num_prompts),
-        "--max-concurrency",
-        str(c),
-        "--request-rate",
-        "inf",
-        "--seed",
-        "0",
-        "--percentile-metrics",
-        "ttft,tpot,itl,e2el",
-        "--metric-percentiles",
-        "50,90,99",
-        "--save-result",
-        "--result-dir",
-        str(result.parent),
-        "--result-filename",
-        result.name,
-        "--disable-tqdm",
-    ]
-
-
-def run_client(cmd: list[str], log: Path, env: dict) -> int | str:
-    """The client's exit status, or "timeout" past LEVEL_TIMEOUT_S (a hung client fails its level, not the run)."""
-    with open(log, "w") as out:
-        try:
-            return subprocess.run(
-                cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=LEVEL_TIMEOUT_S
-            ).returncode
-        except subprocess.TimeoutExpired:
-            return "timeout"
-
-
 def gpu_memory() -> dict[str, int]:
     """MiB used per GPU index now (nvidia-smi), for the record of what a config held."""
     text = subprocess.run(
@@ -219,43 +148,39 @@ def serve_one(models: Path, out: Path, config: dict, beside: list[str], barrier:
     ]
     record = {**config, "beside": beside, "port": port, "command": args[3:], "levels": {}}
     t0 = time.time()
-    log = open(folder / "server.log", "w")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
-        while not healthy(port):
-            if proc.poll() is not None or time.time() - t0 > START_TIMEOUT_S:
-                raise RuntimeError(f"server did not start (exit {proc.poll()}), see server.log")
-            time.sleep(2)
-        record["start_s"] = round(time.time() - t0, 1)
-        print(f"{name}: up in {record['start_s']} s", flush=True)
-        try:
-            barrier.wait(timeout=START_TIMEOUT_S)
-        except threading.BrokenBarrierError:
-            record["beside"] = []  # a neighbour failed to start: this config ran alone
-        record["gpu_memory_mib"] = gpu_memory()
-        for c in CONCURRENCY:
-            result = folder / f"c{c}.json"
-            cmd = bench_command(port, name, models / config["variant"], max(4, PROMPTS_PER_USER * c), c, result)
-            t = time.time()
-            rc = run_client(cmd, folder / f"c{c}.log", env)
-            record["levels"][str(c)] = {"rc": rc, "start": round(t, 1), "wall_s": round(time.time() - t, 1)}
-            print(f"{name}: c={c} rc={rc} in {time.time() - t:.0f} s", flush=True)
-    except Exception as e:  # noqa: BLE001  (the error is the record; the wave goes on)
-        record["error"] = str(e)
-        print(f"{name}: ERROR {e}", flush=True)
-        try:
-            barrier.abort()
-        except threading.BrokenBarrierError:
-            pass
+        with server_process(args, folder / "server.log", env) as proc:
+            try:
+                record["start_s"] = wait_up(proc, port, t0, START_TIMEOUT_S, "server.log")
+                print(f"{name}: up in {record['start_s']} s", flush=True)
+                try:
+                    barrier.wait(timeout=START_TIMEOUT_S)
+                except threading.BrokenBarrierError:
+                    record["beside"] = []  # a neighbour failed to start: this config ran alone
+                record["gpu_memory_mib"] = gpu_memory()
+                for c in CONCURRENCY:
+                    record["levels"][str(c)] = level(port, name, models / config["variant"], folder, c, env)
+            except Exception as e:  # noqa: BLE001  (the error is the record; the wave goes on)
+                record["error"] = str(e)
+                print(f"{name}: ERROR {e}", flush=True)
+                try:
+                    barrier.abort()
+                except threading.BrokenBarrierError:
+                    pass
     finally:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-        log.close()
         record["wall_s"] = round(time.time() - t0, 1)
         (folder / "config.json").write_text(json.dumps(record, indent=1))
+
+
+def level(port: int, name: str, tokenizer: Path, folder: Path, c: int, env: dict) -> dict:
+    """One concurrency level's client run: its exit status, start time and wall seconds."""
+    result = folder / f"c{c}.json"
+    cmd = bench_command(port, name, tokenizer, max(4, PROMPTS_PER_USER * c), c, result)
+    t = time.time()
+    rc = run_client(cmd, folder / f"c{c}.log", env)
+    record = {"rc": rc, "start": round(t, 1), "wall_s": round(time.time() - t, 1)}
+    print(f"{name}: c={c} rc={rc} in {time.time() - t:.0f} s", flush=True)
+    return record
 
 
 def run(models: Path, out: Path, plan: list[list[dict]]) -> None:

@@ -37,9 +37,8 @@ from pipeline.data.formatting import prompt_text  # noqa: E402
 from pipeline.data.traffic import heldout_prompts  # noqa: E402
 from pipeline.models.loading import load_tokenizer  # noqa: E402
 from pipeline.serving import capacity, load_generator  # noqa: E402
-from pipeline.serving.settings import ServeBenchParams  # noqa: E402
+from pipeline.serving.settings import ServeBenchParams, ServingParams  # noqa: E402
 from pipeline.serving.sweep import kernels_in_log  # noqa: E402
-from pipeline.serving.tiers import serving_slo  # noqa: E402
 from pipeline.serving.vllm_server import serve  # noqa: E402
 
 SPEC_KEY = "speculative-config"
@@ -51,6 +50,18 @@ def serve_env(bundle: Path) -> dict[str, str]:
         return {}
     pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line.strip() and not line.startswith("#"))
     return {k.strip(): v.strip() for k, v in pairs}
+
+
+def verify(bundle: Path) -> None:
+    """`modelprep verify BUNDLE` (its manifest's hashes); SystemExit naming the bundle when it fails."""
+    check = subprocess.run(
+        [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())", "verify", str(bundle)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    if check.returncode != 0:
+        raise SystemExit(f"{bundle}: modelprep verify failed: {check.stderr.strip()[-300:]}")
 
 
 def configs_of(bundle: Path, work: Path) -> dict[str, Path]:
@@ -69,20 +80,14 @@ def configs_of(bundle: Path, work: Path) -> dict[str, Path]:
 
 def measure_bundle(bundle: Path, out: Path, p: dict, concurrency: list[int], facts: list[dict]) -> None:
     cfg, serving = ServeBenchParams.parse(p["serve_bench"]), p["serving"]
-    slo, arrival = serving_slo(serving)
+    typed = ServingParams.parse(serving)  # serving.slo and its arrival, typed once (settings.py)
+    slo, arrival = typed.slo, typed.arrival
     engine = json.loads((bundle / "engine_args.json").read_text())
     name = engine["served_model_name"]
     variant = bundle.name
     where = out / variant
     (where / "raw").mkdir(parents=True, exist_ok=True)
-    verify = subprocess.run(
-        [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())", "verify", str(bundle)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if verify.returncode != 0:
-        raise SystemExit(f"{bundle}: modelprep verify failed: {verify.stderr.strip()[-300:]}")
+    verify(bundle)
     tokenizer = load_tokenizer(bundle / "model")
     rendered = [prompt_text(tokenizer, m) for m in heldout_prompts(ROOT / "artifacts/data/heldout.jsonl")]
     with tempfile.TemporaryDirectory(prefix="shipped-") as tmp:

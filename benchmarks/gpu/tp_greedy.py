@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import subprocess
 import sys
 import tempfile
 import threading
@@ -28,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from benchmarks.gpu.serve_shipped import serve_env  # noqa: E402
+from benchmarks.gpu.serve_shipped import serve_env, verify  # noqa: E402
 from pipeline.core.multigpu import MULTICAST_OFF  # noqa: E402
 from pipeline.data.formatting import prompt_text  # noqa: E402
 from pipeline.data.traffic import heldout_prompts  # noqa: E402
@@ -109,14 +108,7 @@ def main() -> None:
     args = ap.parse_args()
     out, bundle = args.out, args.bundle.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    verify = subprocess.run(
-        [sys.executable, "-c", "import sys; from pipeline.cli import main; sys.exit(main())", "verify", str(bundle)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if verify.returncode != 0:
-        raise SystemExit(f"{bundle}: modelprep verify failed: {verify.stderr.strip()[-300:]}")
+    verify(bundle)
     shipped = yaml.safe_load((bundle / "serve.yaml").read_text())
     if int(shipped.get(TP_KEY, 1)) < 2:
         raise SystemExit(f"{bundle}/serve.yaml: {TP_KEY} is {shipped.get(TP_KEY, 1)}; this compares a TP >= 2 bundle")

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import json
-import platform
 import random
 import re
 from dataclasses import dataclass
@@ -39,7 +38,15 @@ from pathlib import Path
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
-from pipeline.data.real_text import MIN_DOC_CHARS, capped, distinct_conversations, module_name, stdlib_root
+from pipeline.data.real_text import (
+    MIN_DOC_CHARS,
+    capped,
+    distinct_conversations,
+    record_head,
+    stdlib_parsed,
+    stdlib_root,
+    turn_counts,
+)
 from pipeline.data.settings import Fractions
 from pipeline.data.traffic import source_path
 
@@ -240,19 +247,13 @@ def module_functions(source: str, module: str, max_chars: int) -> list[Function]
 
 def stdlib_files(root: Path) -> list[tuple[str, str]]:
     """(module, source) of every library file under root, sorted: no tests, private modules or generated files."""
-    out = []
-    for path in sorted(root.rglob("*.py")):
-        module = module_name(path, root)
-        if module is None:
-            continue
-        try:
-            source = path.read_text(encoding="utf-8")
-            ast.parse(source)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue  # a few stdlib files are deliberately invalid (test data, other encodings)
-        if not is_generated(source):
-            out.append((module, source))
-    return out
+    return [(module, source) for module, source in stdlib_parsed(root, parsed) if not is_generated(source)]
+
+
+def parsed(source: str, module: str) -> str:
+    """source, once it parses (SyntaxError where it does not)."""
+    ast.parse(source)
+    return source
 
 
 def code_modules(max_chars: int, root: Path | None = None) -> list[CodeModule]:
@@ -348,19 +349,13 @@ def functional_path(traffic: Path) -> Path:
 def source_record(rows: list[dict], seed: int, max_chars: int, modules: list[CodeModule], functional: dict) -> dict:
     """What the traffic and the functional tasks were made from: the Python version decides the source code, so
     the same seed on another version gives other rows; the split decides which modules the tasks come from."""
-    turns = [sum(m["role"] == "user" for m in r["messages"]) for r in rows]
     return {
-        "generator": GENERATOR,
-        "python": platform.python_version(),
-        "implementation": platform.python_implementation(),
-        "seed": seed,
-        "rows": len(rows),
+        **record_head(GENERATOR, rows, seed),
         "max_answer_chars": max_chars,
         "modules_available": len(modules),
         "modules_used": len({r["group"] for r in rows}),
         "functions_available": sum(len(m.functions) for m in modules),
-        "multi_turn_rows": sum(t > 1 for t in turns),
-        "single_turn_rows": sum(t == 1 for t in turns),
+        **turn_counts(rows),
         "functional": functional,
     }
 

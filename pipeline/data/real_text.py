@@ -23,14 +23,17 @@ import json
 import platform
 import random
 import sysconfig
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import atomic_write_text
 from pipeline.data.traffic import source_path
 
 GENERATOR = "python-docs"
+T = TypeVar("T")
 
 # Not documentation of the language's library: tests, IDLE, demos, a removed-API converter, vendored wheels.
 SKIP_PARTS = {
@@ -126,6 +129,21 @@ def module_name(path: Path, root: Path) -> str | None:
     return ".".join(parts)
 
 
+def stdlib_parsed(root: Path, read: Callable[[str, str], T]) -> list[tuple[str, T]]:
+    """(module, read(source, module)) of every library file under root, sorted (module_name); a file that does not
+    read or parse is left out."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(path, root)
+        if module is None:
+            continue
+        try:
+            out.append((module, read(path.read_text(encoding="utf-8"), module)))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # a few stdlib files are deliberately invalid (test data, other encodings)
+    return out
+
+
 def _signature(node: ast.AST) -> str:
     if isinstance(node, ast.ClassDef):
         init = next(
@@ -173,14 +191,7 @@ def stdlib_documents(root: Path | None = None) -> list[Document]:
     """Every top-level stdlib module or package with at least MIN_ENTRIES documented objects, sorted by name."""
     root = root or stdlib_root()
     by_top: dict[str, list[Entry]] = {}
-    for path in sorted(root.rglob("*.py")):
-        module = module_name(path, root)
-        if module is None:
-            continue
-        try:
-            entries = module_entries(path.read_text(encoding="utf-8"), module)
-        except (SyntaxError, UnicodeDecodeError, ValueError):
-            continue  # a few stdlib files are deliberately invalid (test data, other encodings)
+    for module, entries in stdlib_parsed(root, module_entries):
         by_top.setdefault(module.split(".")[0], []).extend(entries)
     docs = [
         Document(top, tuple(sorted(es, key=lambda e: e.name != e.module)))  # module docstrings first (stable)
@@ -284,19 +295,29 @@ def distinct_conversations(
 def source_record(rows: list[dict], seed: int, max_answer_chars: int, documents: list[Document]) -> dict:
     """What the traffic was made from: the Python version decides the docstrings, so the same seed on another
     version gives other rows."""
-    turns = [sum(m["role"] == "user" for m in r["messages"]) for r in rows]
     return {
-        "generator": GENERATOR,
+        **record_head(GENERATOR, rows, seed),
+        "max_answer_chars": max_answer_chars,
+        "documents_available": len(documents),
+        "documents_used": len({r["group"] for r in rows}),
+        **turn_counts(rows),
+    }
+
+
+def record_head(generator: str, rows: list[dict], seed: int) -> dict:
+    """The source record's first keys: the generator and the Python whose stdlib it read, the seed, the rows."""
+    return {
+        "generator": generator,
         "python": platform.python_version(),
         "implementation": platform.python_implementation(),
         "seed": seed,
         "rows": len(rows),
-        "max_answer_chars": max_answer_chars,
-        "documents_available": len(documents),
-        "documents_used": len({r["group"] for r in rows}),
-        "multi_turn_rows": sum(t > 1 for t in turns),
-        "single_turn_rows": sum(t == 1 for t in turns),
     }
+
+
+def turn_counts(rows: list[dict]) -> dict:
+    turns = [sum(m["role"] == "user" for m in r["messages"]) for r in rows]
+    return {"multi_turn_rows": sum(t > 1 for t in turns), "single_turn_rows": sum(t == 1 for t in turns)}
 
 
 def write(out: Path, rows: int, seed: int, max_answer_chars: int) -> dict:

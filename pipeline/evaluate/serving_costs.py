@@ -248,6 +248,8 @@ def predict(
         }
         speedups[str(c)] = by_k
         plain[str(c)] = 1000.0 * c / profile.plain_ms(c)
+        # An input to release/decision.py, not a decision: the k this prediction says is fastest, which evaluate
+        # writes into its summary; whether any k ships (min_gain, checks, measured runs) is decided there.
         best[str(c)] = int(max(by_k, key=by_k.get))
     cost = profile.methods[method]
     runs = ", ".join(cost.served_runs)

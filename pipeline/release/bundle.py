@@ -21,7 +21,7 @@ from pipeline.quantize.recipes import VariantSpec
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.latency import GATE_KEYS, gate_ms, relation, targets
 from pipeline.release.manifest import write_manifest
-from pipeline.release.publish import EVAL, GATE, eval_record
+from pipeline.release.publish import EVAL, GATE, EvalRecord
 from pipeline.release.settings import DeployParams
 from pipeline.release.thresholds import SPECULATION
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord
@@ -395,7 +395,7 @@ def build_bundle(
     write_json(out / "engine_args.json", args)
     write_json(out / PROVENANCE, provenance_record)
     write_json(out / GATE, dataclasses.asdict(verdict))  # publish re-checks it against the current gate run
-    write_json(out / EVAL, eval_record(summary, verdict))
+    write_json(out / EVAL, EvalRecord.of(summary, verdict).to_json())
 
 
 def finish_bundle(out: Path, variant: str, card: str) -> dict:

@@ -28,6 +28,11 @@ at large ones, where the verify step is compute-bound. serve_bench serves a sche
 where the fixed config paid, none where it lost) and the schedule ships instead of the best fixed setting (plain
 decoding or one method at one k) when, over the sweep's concurrencies, its geometric-mean speedup against plain
 decoding is higher, and at target_concurrency it clears min_gain wherever it drafts there.
+
+Across variants and tiers: `cost_rows` and `cheapest` rank the variants by output tokens/s per GPU at the SLO and
+pick the one a serving team would (the gate's report renders them); `size_tier` sizes a tier's max-num-seqs and
+its autoscaler from the measured capacity (the handoff kit renders it). The k each concurrency's prediction finds
+fastest (serving_costs.predict) is an input, not a choice: evaluate writes it into its summary.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ from pipeline.release.capacity_claim import CapacityClaim, capacity_claim, capac
 from pipeline.release.checks import DRAFTER_COST_CHECKS, GateCheck, check_variant, drafter_cost_free
 from pipeline.release.shipped_config import (
     candidate_metrics,
+    config_name,
+    config_of,
     k_at,
     measured_pair,
     shipped_metrics,
@@ -49,6 +56,7 @@ from pipeline.release.shipped_config import (
 )
 from pipeline.release.thresholds import SPECULATION
 from pipeline.serving.bench_record import PLAIN, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.capacity import CONCURRENCY, users_meeting
 from pipeline.serving.settings import ServingParams
 from pipeline.serving.tiers import Tier
 
@@ -577,6 +585,143 @@ def shipped(
         tensor_parallel_size=tensor_parallel_size,
         parallelism=parallelism,
     )
+
+
+# --- a tier's size: max-num-seqs and its autoscaler's target from the measured capacity -------------------
+
+
+@dataclass(frozen=True)
+class TierSizing:
+    """A tier of deploy.autoscale.tiers sized from the measured capacity at its SLO: the users its config carried
+    per replica, the max-num-seqs it ships with (None: as configured) and the running requests per pod its
+    autoscaler holds (None: no autoscaler); why: how, or why not."""
+
+    why: str
+    users: float | None = None
+    at_least: bool = False
+    max_num_seqs: int | None = None
+    running_target: int | None = None
+
+
+def size_tier(
+    tier: Tier,
+    chosen: Speculation,
+    serve: ServeBenchRecord,
+    serving: ServingParams,
+    utilization: float,
+    resizable: bool,
+    own: ServeBenchRecord | None = None,
+) -> TierSizing:
+    """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
+    its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
+    SLO. max-num-seqs: the users it carried
+    within the tier's SLO, never above the tier's own limit nor serving.max_num_seqs (the batches the search ran
+    at; larger ones were never measured), and only for a closed-loop search (an open loop's mean users say nothing
+    of its peaks) of a file not measured as it stands (resizable: serve.yaml and benchmarked tiers ship as
+    measured). The autoscaler holds utilization of that: running requests stop at max-num-seqs, so a target equal
+    to it would never be exceeded."""
+    if serve.skipped:
+        return TierSizing(f"capacity not measured ({serve.skipped}): max-num-seqs as configured, no autoscaler")
+    searched = config_of(own, chosen) if own is not None else None
+    at_own_settings = searched is not None and searched.capacity is not None
+    config = searched if at_own_settings else config_of(serve, chosen)
+    met = users_meeting(config, tier.slo) if config is not None else None
+    if met is None:
+        return TierSizing(
+            f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
+            "max-num-seqs as configured, no autoscaler"
+        )
+    users, at_least = met
+    if users < 1:
+        return TierSizing(
+            f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
+            "configured, no autoscaler",
+            users,
+            at_least,
+        )
+    configured = tier.engine.get("max_num_seqs", serving.max_num_seqs)
+    closed = config.capacity.arrival == CONCURRENCY
+    size = min(configured, math.floor(users), serving.max_num_seqs) if closed and resizable else None
+    target = max(1, math.floor(min(size or configured, users) * utilization))
+    bound = "at least " if at_least else ""
+    searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
+    how = (
+        f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
+        f"serve_bench on {serve.gpu}); "
+        + (
+            f"max-num-seqs {size} (of {configured} configured, batches "
+            f"measured up to serving.max_num_seqs {serving.max_num_seqs})"
+            if size is not None
+            else "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)")
+        )
+        + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)"
+    )
+    return TierSizing(how, users, at_least, size, target)
+
+
+# --- across variants: the gate's ranking by cost per token at the SLO, and its pick -------------------------
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One variant's shipped config at serving.slo, per GPU: a row of the gate's ranking (GateReport.per_gpu)."""
+
+    variant: str
+    config: str
+    gpus: int  # per replica
+    users: float  # per replica at the SLO
+    users_per_gpu: float
+    output_tokens_per_s_per_gpu: float | None
+    cost_per_million_output_tokens: float | None
+    at_least: bool  # the search stopped at its bound still meeting the SLO: per-GPU numbers are lower bounds
+    passed: bool  # every quality and serving check (an allowed failure ships flagged, never recommended)
+    gpu: str | None = None  # the GPU model it was measured on
+
+
+def cost_rows(
+    passed: Mapping[str, bool],
+    claims: Mapping[str, CapacityClaim | None],
+    serve_by_variant: Mapping[str, ServeBenchRecord],
+) -> list[CostRow]:
+    """The cross-variant ranking: each variant whose shipped config was searched at the SLO (claims: its capacity
+    claim, None where not searched; passed: the gate's verdict), most output tokens/s per GPU first: cost per token
+    is GPUs x hours over tokens, so per GPU the order is the same whatever each variant's GPU count."""
+    rows = [
+        CostRow(
+            variant=name,
+            config=c.config,
+            gpus=c.gpus,
+            users=c.users,
+            users_per_gpu=c.users_per_gpu,
+            output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
+            cost_per_million_output_tokens=c.cost_per_million_output_tokens,
+            at_least=c.lower_bound,
+            passed=passed[name],
+            gpu=serve_by_variant[name].gpu if name in serve_by_variant else None,
+        )
+        for name, c in claims.items()
+        if c is not None
+    ]
+    return sorted(rows, key=lambda r: -(r.output_tokens_per_s_per_gpu or 0.0))
+
+
+def cheapest(rows: list[CostRow], serve_by_variant: Mapping[str, ServeBenchRecord]) -> tuple[str | None, str | None]:
+    """(the variant that passed the gate with the most output tokens/s per GPU within the SLO, why none): only among
+    measurements on one GPU model and one vLLM, and not where a search that stopped at its bound could hide a
+    cheaper one."""
+    runs = {(r.gpu, serve_by_variant[r.variant].vllm_version) for r in rows if r.variant in serve_by_variant}
+    if len(runs) > 1:
+        return None, f"measured on different GPUs or vLLM versions ({sorted(map(str, runs))}): not comparable"
+    ranked = [r for r in rows if r.passed and r.output_tokens_per_s_per_gpu]
+    if not ranked:
+        return None, "no variant that passed the gate was measured to meet the SLO (serve_bench.capacity)"
+    best = ranked[0]
+    if any(r.at_least for r in ranked[1:]):
+        return None, (
+            f"undecided: {', '.join(r.variant for r in ranked[1:] if r.at_least)} still met the SLO at the "
+            "search's bound; raise serve_bench.capacity.max_concurrency"
+        )
+    return best.variant, None
 
 
 def context_of(serving: ServingParams, baseline: ServeBenchRecord | None = None) -> ServingContext:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from dataclasses import dataclass
 
 import yaml
 
@@ -52,21 +53,25 @@ RUNNING = "vllm:num_requests_running"
 RUNNING_METRIC = "vllm_num_requests_running"
 
 
-def manifests(
-    tier: Tier,
-    serving: ServingParams,
-    variant: str,
-    deploy: DeployParams,
-    bundle_path: str,
-    startup_s: int,
-    annotations: dict[str, str],
-    env: dict[str, str],
-    running_target: int | None = None,
-) -> str:
+@dataclass(frozen=True)
+class PodSpec:
+    """What one tier's server pod is made from. bundle_path: where the bundle lies in the container, under
+    deploy.bundle_root (the models volume's mount); env: the server's environment (serving.config.server_env, as
+    serve.env has it); startup_s: the startup probe's budget (startup_budget_s)."""
+
+    tier: Tier
+    serving: ServingParams
+    variant: str
+    deploy: DeployParams
+    bundle_path: str
+    startup_s: int
+    env: dict[str, str]
+
+
+def manifests(pod: PodSpec, annotations: dict[str, str], running_target: int | None = None) -> str:
     """deploy/<tier>.yaml: the Deployment and its Service, one YAML stream; with running_target (requests running
-    per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too. bundle_path: where the
-    bundle lies in the container, under deploy.bundle_root (the models volume's mount). env: the server's
-    environment (serving.config.server_env, as serve.env has it)."""
+    per pod, from the measured capacity at the tier's SLO) a HorizontalPodAutoscaler too."""
+    tier, serving, variant, deploy, startup_s = pod.tier, pod.serving, pod.variant, pod.deploy, pod.startup_s
     name = object_name(serving.name, variant, tier.name)
     labels = {
         "app.kubernetes.io/name": name,
@@ -74,7 +79,7 @@ def manifests(
         "modelprep/variant": variant,
         "modelprep/tier": tier.name,
     }
-    container = server_container(tier, serving, variant, deploy, bundle_path, startup_s, env)
+    container = server_container(pod)
     deployment = deployment_of(name, labels, container, tier.gpus, deploy, startup_s, annotations)
     service = {
         "apiVersion": "v1",
@@ -92,17 +97,11 @@ def manifests(
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def server_container(
-    tier: Tier,
-    serving: ServingParams,
-    variant: str,
-    deploy: DeployParams,
-    bundle_path: str,
-    startup_s: int,
-    env: dict[str, str],
-) -> dict:
+def server_container(pod: PodSpec) -> dict:
     """The vLLM server's container: `vllm serve --config` of the tier's file, its probes, and the warm-up the
     postStart hook starts (readiness waits for its marker)."""
+    tier, serving, variant, deploy = pod.tier, pod.serving, pod.variant, pod.deploy
+    bundle_path, startup_s, env = pod.bundle_path, pod.startup_s, pod.env
     port = deploy.port
     env_vars = _env_vars(serving, env)
     return {

@@ -15,27 +15,11 @@ from pipeline.evaluate.summary import METHOD_SPEEDUP, PREDICTED, EvalSummary, cu
 from pipeline.release import decision
 from pipeline.release.capacity_claim import AT_LEAST, AT_MOST, CapacityClaim  # noqa: F401 (re-exported)
 from pipeline.release.checks import GateCheck, check_variant, short  # noqa: F401 (GateCheck: re-exported)
-from pipeline.release.decision import ServingContext, SpeculationDecision
+from pipeline.release.decision import CostRow, ServingContext, SpeculationDecision
 from pipeline.release.settings import GatesParams
 from pipeline.release.thresholds import QUALITY, SERVING, SPECULATION
 from pipeline.serving.bench_record import ServeBenchRecord
 from pipeline.serving.settings import ServingParams
-
-
-@dataclass
-class CostRow:
-    """One variant's shipped config at serving.slo, per GPU: a row of the gate's ranking (GateReport.per_gpu)."""
-
-    variant: str
-    config: str
-    gpus: int  # per replica
-    users: float  # per replica at the SLO
-    users_per_gpu: float
-    output_tokens_per_s_per_gpu: float | None
-    cost_per_million_output_tokens: float | None
-    at_least: bool  # the search stopped at its bound still meeting the SLO: per-GPU numbers are lower bounds
-    passed: bool  # every quality and serving check (an allowed failure ships flagged, never recommended)
-    gpu: str | None = None  # the GPU model it was measured on
 
 
 @dataclass
@@ -129,8 +113,10 @@ def evaluate_gates(
         v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
         for v, m in summaries.items()
     }
-    rows = cost_rows(report, serve_by_variant)
-    recommended, why = cheapest(rows, serve_by_variant)
+    rows = decision.cost_rows(
+        {n: v.passed for n, v in report.items()}, {n: v.capacity for n, v in report.items()}, serve_by_variant
+    )
+    recommended, why = decision.cheapest(rows, serve_by_variant)
     return GateReport(
         all_passed=all(v.passed for v in report.values()),
         variants=report,
@@ -141,47 +127,6 @@ def evaluate_gates(
         recommended=recommended,
         recommended_note=why,
     )
-
-
-def cost_rows(report: dict[str, VariantVerdict], serve_by_variant: dict[str, ServeBenchRecord]) -> list[CostRow]:
-    """Each variant whose shipped config was searched at the SLO, most output tokens/s per GPU first: cost per token
-    is GPUs x hours over tokens, so per GPU the order is the same whatever each variant's GPU count."""
-    rows = [
-        CostRow(
-            variant=name,
-            config=c.config,
-            gpus=c.gpus,
-            users=c.users,
-            users_per_gpu=c.users_per_gpu,
-            output_tokens_per_s_per_gpu=c.output_tokens_per_s_per_gpu,
-            cost_per_million_output_tokens=c.cost_per_million_output_tokens,
-            at_least=c.lower_bound,
-            passed=v.passed,
-            gpu=serve_by_variant[name].gpu if name in serve_by_variant else None,
-        )
-        for name, v in report.items()
-        if (c := v.capacity) is not None
-    ]
-    return sorted(rows, key=lambda r: -(r.output_tokens_per_s_per_gpu or 0.0))
-
-
-def cheapest(rows: list[CostRow], serve_by_variant: dict[str, ServeBenchRecord]) -> tuple[str | None, str | None]:
-    """(the variant that passed the gate with the most output tokens/s per GPU within the SLO, why none): only among
-    measurements on one GPU model and one vLLM, and not where a search that stopped at its bound could hide a
-    cheaper one."""
-    runs = {(r.gpu, serve_by_variant[r.variant].vllm_version) for r in rows if r.variant in serve_by_variant}
-    if len(runs) > 1:
-        return None, f"measured on different GPUs or vLLM versions ({sorted(map(str, runs))}): not comparable"
-    ranked = [r for r in rows if r.passed and r.output_tokens_per_s_per_gpu]
-    if not ranked:
-        return None, "no variant that passed the gate was measured to meet the SLO (serve_bench.capacity)"
-    best = ranked[0]
-    if any(r.at_least for r in ranked[1:]):
-        return None, (
-            f"undecided: {', '.join(r.variant for r in ranked[1:] if r.at_least)} still met the SLO at the "
-            "search's bound; raise serve_bench.capacity.max_concurrency"
-        )
-    return best.variant, None
 
 
 def summary(report: GateReport) -> dict:

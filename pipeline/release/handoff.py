@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,13 +16,12 @@ from pipeline.drafts.methods import Speculation
 from pipeline.drafts.settings import DraftParams
 from pipeline.quantize.recipes import VariantSpec
 from pipeline.release import deploy, latency, monitoring
-from pipeline.release.decision import Decision, TierChoice
+from pipeline.release.decision import Decision, TierChoice, TierSizing, size_tier
 from pipeline.release.gates import VariantVerdict
 from pipeline.release.settings import DeployParams, MonitoringParams
-from pipeline.release.shipped_config import config_name, config_of
+from pipeline.release.shipped_config import config_of
 from pipeline.serving import warmup
 from pipeline.serving.bench_record import ServeBenchRecord
-from pipeline.serving.capacity import CONCURRENCY, users_meeting
 from pipeline.serving.config import engine_args, serve_yaml, served_model_name, speculative_config_for
 from pipeline.serving.settings import ServingParams, Slo
 from pipeline.serving.tiers import DEFAULT, Tier, select
@@ -49,75 +47,6 @@ GENERIC_PROMPTS = [
 
 def bundle_location(deploy_cfg: DeployParams, serving_name: str, variant: str) -> str:
     return f"{deploy_cfg.bundle_root.rstrip('/')}/{registry_name(serving_name, variant)}"
-
-
-@dataclass
-class TierSizing:
-    """A tier of deploy.autoscale.tiers sized from the measured capacity at its SLO: the users its config carried
-    per replica, the max-num-seqs it ships with (None: as configured) and the running requests per pod its
-    autoscaler holds (None: no autoscaler); why: how, or why not."""
-
-    why: str
-    users: float | None = None
-    at_least: bool = False
-    max_num_seqs: int | None = None
-    running_target: int | None = None
-
-
-def size_tier(
-    tier: Tier,
-    chosen: Speculation,
-    serve: ServeBenchRecord,
-    serving: ServingParams,
-    utilization: float,
-    resizable: bool,
-    own: ServeBenchRecord | None = None,
-) -> TierSizing:
-    """From the capacity search of the config the tier ships: the tier's own (own: serve_bench.tiers served it at
-    its engine settings and searched at its SLO) where there is one, else the default sweep's, read at the tier's
-    SLO. max-num-seqs: the users it carried
-    within the tier's SLO, never above the tier's own limit nor serving.max_num_seqs (the batches the search ran
-    at; larger ones were never measured), and only for a closed-loop search (an open loop's mean users say nothing
-    of its peaks) of a file not measured as it stands (resizable: serve.yaml and benchmarked tiers ship as
-    measured). The autoscaler holds utilization of that: running requests stop at max-num-seqs, so a target equal
-    to it would never be exceeded."""
-    if serve.skipped:
-        return TierSizing(f"capacity not measured ({serve.skipped}): max-num-seqs as configured, no autoscaler")
-    searched = config_of(own, chosen) if own is not None else None
-    at_own_settings = searched is not None and searched.capacity is not None
-    config = searched if at_own_settings else config_of(serve, chosen)
-    met = users_meeting(config, tier.slo) if config is not None else None
-    if met is None:
-        return TierSizing(
-            f"no capacity search of the {config_name(chosen)} config (serve_bench.capacity): "
-            "max-num-seqs as configured, no autoscaler"
-        )
-    users, at_least = met
-    if users < 1:
-        return TierSizing(
-            f"{config_name(chosen)} met {tier.slo.label()} at no load measured: max-num-seqs as "
-            "configured, no autoscaler",
-            users,
-            at_least,
-        )
-    configured = tier.engine.get("max_num_seqs", serving.max_num_seqs)
-    closed = config.capacity.arrival == CONCURRENCY
-    size = min(configured, math.floor(users), serving.max_num_seqs) if closed and resizable else None
-    target = max(1, math.floor(min(size or configured, users) * utilization))
-    bound = "at least " if at_least else ""
-    searched_where = "the tier's own search at its engine settings" if at_own_settings else "the default sweep's"
-    how = (
-        f"{bound}{users:.3g} users per replica at {tier.slo.label()} ({config_name(chosen)}, {searched_where}, "
-        f"serve_bench on {serve.gpu}); "
-        + (
-            f"max-num-seqs {size} (of {configured} configured, batches "
-            f"measured up to serving.max_num_seqs {serving.max_num_seqs})"
-            if size is not None
-            else "max-num-seqs as " + ("measured" if closed else "configured (an open-loop search)")
-        )
-        + f"; autoscaler at {target} running requests per pod ({utilization:g} of it)"
-    )
-    return TierSizing(how, users, at_least, size, target)
 
 
 @dataclass
@@ -300,14 +229,16 @@ def _write_manifest(out: Path, kit: HandoffInputs, tier: Tier, startup_s: int, s
     atomic_write_text(
         out / manifest,
         deploy.manifests(
-            tier,
-            kit.serving,
-            kit.variant,
-            kit.deploy,
-            bundle_location(kit.deploy, kit.serving.name, kit.variant),
-            startup_s,
+            deploy.PodSpec(
+                tier,
+                kit.serving,
+                kit.variant,
+                kit.deploy,
+                bundle_location(kit.deploy, kit.serving.name, kit.variant),
+                startup_s,
+                kit.env,
+            ),
             {"modelprep/serve-config-sha256": sha},
-            kit.env,
             sizing.running_target if sizing else None,
         ),
     )

@@ -12,12 +12,14 @@ import contextlib
 import dataclasses
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import read_json
 from pipeline.evaluate.summary import EvalSummary, current_names
+from pipeline.release.decision import SpeculationDecision
 from pipeline.release.gates import GateReport, VariantVerdict
 from pipeline.release.manifest import verify
 from pipeline.release.shipped_config import candidate_metrics
@@ -35,32 +37,54 @@ ESTIMATES_NOTE = (
 )
 
 
-def eval_record(summary: EvalSummary, verdict: VariantVerdict) -> dict:
-    """EVAL.json: the quality numbers at the top level, the shipped speculation, and the estimates marked as such."""
-    decision = verdict.speculation
-    k = decision.num_speculative_tokens if decision is not None else 0
-    shipped = {
-        "method": decision.method if k else None,
-        "num_speculative_tokens": k,
-        "basis": decision.basis if decision is not None else None,
-        "speedup": decision.speedup if k else None,  # the candidate's, when it does not ship, is in reason
-        "reason": decision.reason if decision is not None else "no gate decision",
-    }
-    return {
-        **summary.quality_metrics(),
-        SHIPPED: shipped,
-        ESTIMATES: {"note": ESTIMATES_NOTE, **summary.speculation_metrics()},
-    }
+@dataclass(frozen=True)
+class ShippedSpeculation:
+    """EVAL.json's speculation_shipped: the gate's decision as the bundle serves it (method and speedup only where a
+    k ships; the candidate's, when it does not, are in reason)."""
+
+    method: str | None
+    num_speculative_tokens: int
+    basis: str | None
+    speedup: float | None
+    reason: str
+
+    @classmethod
+    def of(cls, decision: SpeculationDecision | None) -> ShippedSpeculation:
+        if decision is None:
+            return cls(None, 0, None, None, "no gate decision")
+        k = decision.num_speculative_tokens
+        return cls(decision.method if k else None, k, decision.basis, decision.speedup if k else None, decision.reason)
 
 
-def summary_of(record: dict, where: str) -> EvalSummary:
-    """The evaluate summary an EVAL.json was made from (eval_record's inverse)."""
-    if not isinstance(record.get(ESTIMATES), dict):
-        raise PipelineError(f"{where}: no {ESTIMATES} object; rebuild the bundle (`dvc repro`)")
-    estimates = {k: v for k, v in record[ESTIMATES].items() if k != "note"}
-    return EvalSummary.from_metrics(
-        current_names({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)}, **estimates}), where
-    )  # a bundle built before the rename too
+@dataclass(frozen=True)
+class EvalRecord:
+    """EVAL.json, which the bundle stage writes and publish reads: the evaluate summary it was made from (its quality
+    numbers at the top level, the estimates under speculation_estimates, marked as such) and what ships."""
+
+    summary: EvalSummary
+    shipped: ShippedSpeculation
+
+    @classmethod
+    def of(cls, summary: EvalSummary, verdict: VariantVerdict) -> EvalRecord:
+        return cls(summary, ShippedSpeculation.of(verdict.speculation))
+
+    def to_json(self) -> dict:
+        return {
+            **self.summary.quality_metrics(),
+            SHIPPED: dataclasses.asdict(self.shipped),
+            ESTIMATES: {"note": ESTIMATES_NOTE, **self.summary.speculation_metrics()},
+        }
+
+    @classmethod
+    def from_json(cls, record: dict, where: str) -> EvalRecord:
+        """to_json's inverse; one error line naming `where` for a record from before the estimates moved."""
+        if not isinstance(record.get(ESTIMATES), dict):
+            raise PipelineError(f"{where}: no {ESTIMATES} object; rebuild the bundle (`dvc repro`)")
+        estimates = {k: v for k, v in record[ESTIMATES].items() if k != "note"}
+        summary = EvalSummary.from_metrics(
+            current_names({**{k: v for k, v in record.items() if k not in (SHIPPED, ESTIMATES)}, **estimates}), where
+        )  # a bundle built before the rename too
+        return cls(summary, records.from_dict(ShippedSpeculation, record.get(SHIPPED), f"{where}: {SHIPPED}"))
 
 
 def check_thresholds(verdict: VariantVerdict, variant: str, thresholds: dict) -> None:
@@ -144,7 +168,7 @@ def release_tags(
     thresholds now in force, when given). version_setting: publish.version (auto: the bundle's content hash)."""
     manifest = verify(bundle)
     verdict = shippable_verdict(bundle, variant, current, allow_fail, thresholds)
-    summary = summary_of(read_json(bundle / EVAL), str(bundle / EVAL))
+    summary = EvalRecord.from_json(read_json(bundle / EVAL), str(bundle / EVAL)).summary
     version = manifest["bundle_digest"][:12] if version_setting == "auto" else version_setting
     tags = {
         "variant": variant,

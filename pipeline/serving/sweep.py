@@ -480,7 +480,7 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
             levels[level_key(c)] = bench(c, load_generator.num_prompts(cfg, c), f"c{c}", cfg.warmup_requests)
             batch.bar.update()
         # Every config is searched, a tier's at its own engine settings from its one level (what sizes its replicas:
-        # release/handoff.size_tier prefers it to the default sweep's).
+        # release/decision.size_tier prefers it to the default sweep's).
         found = _search_capacity(cfg, slo, arrival, levels, gpus, bench) if cfg.capacity.enabled else None
     return ServeConfigResult(
         num_speculative_tokens=job.speculation.k,

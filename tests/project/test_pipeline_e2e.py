@@ -69,7 +69,7 @@ def test_eval_metrics_are_the_summary_gate_bundle_and_publish_read(project, tmp_
     from pipeline.core.io import write_json
     from pipeline.drafts import methods
     from pipeline.evaluate.summary import EvalSummary, load_metrics
-    from pipeline.release.publish import summary_of
+    from pipeline.release.publish import EvalRecord
 
     params = tiny_params()
     index = json.loads((project / "registry" / "index.json").read_text())
@@ -83,7 +83,7 @@ def test_eval_metrics_are_the_summary_gate_bundle_and_publish_read(project, tmp_
         assert load_metrics(metrics) == summary
         name = f"{params['serving']['name']}-{variant}"
         bundle = project / "registry" / name / index["models"][name]["latest"]
-        assert summary_of(json.loads((bundle / "EVAL.json").read_text()), "EVAL.json") == summary
+        assert EvalRecord.from_json(json.loads((bundle / "EVAL.json").read_text()), "EVAL.json").summary == summary
 
 
 def compare_locks():

@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from bundle_helpers import BundleSpec, one_error_line, render_card, run_stage, verify_cli
+from bundle_helpers import BundleSpec, card_of, one_error_line, render_card, run_stage, verify_cli
 from eval_helpers import eval_summary
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import EvalSummary, Quality
@@ -205,7 +205,7 @@ def test_card_names_the_hopper_kernel_and_whether_a_gpu_ran_it(ran):
 def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     """Issue #29: EVAL.json said "n-gram k=8 x1.46" at its top level while the bundle shipped no speculation.
     The shipped setting is the gate's; the methods' estimates sit under speculation_estimates, marked as such."""
-    from pipeline.release.publish import eval_record, summary_of
+    from pipeline.release.publish import EvalRecord, ShippedSpeculation
 
     b = bundle(bundled_workspace, "fp8-static")
     ev, gate = json.loads((b / "EVAL.json").read_text()), json.loads((b / "GATE.json").read_text())
@@ -224,7 +224,9 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     )
     summary = EvalSummary.load(bundled_workspace / "artifacts/eval/fp8-static/summary.json")
     assert ev["top1_agreement"] == summary.quality.top1_agreement
-    assert summary_of(ev, "EVAL.json") == summary  # publish reads the summary the bundle was built from
+    read = EvalRecord.from_json(ev, "EVAL.json")
+    assert read.summary == summary  # publish reads the summary the bundle was built from
+    assert read.to_json() == ev and read.shipped.num_speculative_tokens == k  # and writes the same record back
 
     # The issue's case: n-gram was estimated at x1.46 with k=8, and a speculation check turned it off.
     summary = eval_summary(
@@ -250,7 +252,7 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
         method="ngram",
         turned_off_by=["min_accepted_per_draft_token"],
     )
-    record = eval_record(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off))
+    record = EvalRecord.of(summary, VariantVerdict(passed=True, allowed_failure=False, speculation=off)).to_json()
     assert record["speculation_shipped"] == {
         "method": None,
         "num_speculative_tokens": 0,
@@ -269,9 +271,11 @@ def test_eval_json_keeps_estimates_apart_from_what_ships(bundled_workspace):
     estimates = record["speculation_estimates"]
     assert not {"variant", "lm_eval_domain_heldout_acc", *quality} & set(estimates)
     assert (estimates["estimated_num_speculative_tokens"], estimates["methods"][0]["estimated_speedup"]) == (8, 1.46)
-    assert summary_of(record, "EVAL.json") == summary
+    assert EvalRecord.from_json(record, "EVAL.json") == EvalRecord(
+        summary, ShippedSpeculation(None, 0, "estimated", None, off.reason)
+    )
     with pytest.raises(PipelineError, match="^old/EVAL.json: no speculation_estimates object; rebuild the bundle"):
-        summary_of(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved
+        EvalRecord.from_json(summary.to_metrics(), "old/EVAL.json")  # a bundle from before the estimates moved
 
 
 def test_bf16_card_does_not_call_its_model_quantized():
@@ -442,40 +446,14 @@ def demo_like_estimate(method: str = "draft_model"):
 
 def card_for(est, variant: str = "awq-w4a16", **summary) -> str:
     no_gpu = VllmMeasurement(skipped="no CUDA device")
-    return model_card(
-        CardInputs(
-            variant,
-            parse_variant(variant, tiny_params()["quantize"]["variants"][variant]),
-            eval_summary(
-                {
-                    "perplexity_baseline": 1.0,
-                    "perplexity": 1.0,
-                    "perplexity_increase_pct": 0.0,
-                    "kl_divergence": 0.0,
-                    "top1_agreement": 0.999,
-                    "greedy_match": 1.0,
-                    **summary,
-                }
-            ),
-            est,
-            VariantVerdict(
-                passed=True,
-                allowed_failure=False,
-                speculation=SpeculationDecision(
-                    est.num_speculative_tokens,
-                    est.num_speculative_tokens,
-                    "estimated",
-                    1.51,
-                    None,
-                    "test",
-                    method=est.method,
-                ),
-            ),
-            {"size_before_mb": 2, "size_after_mb": 1, "compression_ratio": 2},
-            tiny_serving(name="svc"),
-            no_gpu,
-            ServeBenchRecord(variant, skipped="no CUDA device"),
-        )
+    return card_of(
+        variant,
+        est,
+        no_gpu,
+        ServeBenchRecord(variant, skipped="no CUDA device"),
+        speedup=1.51,
+        top1_agreement=0.999,
+        **summary,
     )
 
 

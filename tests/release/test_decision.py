@@ -142,3 +142,59 @@ def test_each_tier_ships_speculation_only_where_it_was_shown_to_pay_at_the_tiers
     assert "below serving.speculation.min_gain" in by_tier["throughput"].why
     assert not by_tier["quiet"].speculation.enabled and "off for this tier" in by_tier["quiet"].why
     assert not by_tier["mid"].speculation.enabled and "not measured at concurrency 8" in by_tier["mid"].why
+
+
+# --- across variants and tiers: the ranking, the pick and a tier's size ------------------------------------------
+
+
+def claim(users_per_gpu: float, tokens_per_gpu: float, gpus: int = 1, lower_bound: bool = False):
+    from pipeline.release.capacity_claim import CapacityClaim
+    from pipeline.serving.settings import Slo
+
+    return CapacityClaim(
+        PLAIN, Slo(200, 50), "concurrency", "met", lower_bound, users_per_gpu * gpus, gpus, users_per_gpu,
+        tokens_per_gpu, None,
+    )  # fmt: skip
+
+
+def test_the_cheapest_variant_per_gpu_that_passed_is_recommended_and_only_among_comparable_runs():
+    """Most output tokens/s per GPU first whatever each variant's GPUs per replica; a variant that failed its gates
+    is ranked, never picked; one not searched is not ranked; a search stopped at its bound below the pick, or runs
+    on another GPU, leave the pick undecided."""
+    serve = {v: dataclasses.replace(record({1: 150.0}), variant=v) for v in ("bf16", "gptq-w4a16", "fp8", "awq")}
+    passed = {"bf16": True, "gptq-w4a16": True, "fp8": False, "awq": True}
+    claims = {"bf16": claim(20, 500.0, gpus=4), "gptq-w4a16": claim(40, 900.0, gpus=2), "fp8": claim(60, 1200.0)}
+    rows = decision.cost_rows(passed, {**claims, "awq": None}, serve)
+    assert [(r.variant, r.gpus, r.passed) for r in rows] == [
+        ("fp8", 1, False),
+        ("gptq-w4a16", 2, True),
+        ("bf16", 4, True),
+    ]
+    assert decision.cheapest(rows, serve) == ("gptq-w4a16", None)
+    capped = decision.cost_rows(passed, {**claims, "bf16": claim(20, 500.0, gpus=4, lower_bound=True)}, serve)
+    pick, why = decision.cheapest(capped, serve)
+    assert pick is None and why.startswith("undecided: bf16 still met the SLO")
+    elsewhere = {**serve, "bf16": dataclasses.replace(serve["bf16"], gpu="A100")}
+    pick, why = decision.cheapest(decision.cost_rows(passed, claims, elsewhere), elsewhere)
+    assert pick is None and why.startswith("measured on different GPUs or vLLM versions")
+
+
+def test_a_tier_is_sized_to_the_users_it_carried_within_the_batches_measured_and_its_autoscaler_below_that():
+    """max-num-seqs: the users the shipped config carried at the tier's SLO, never above the tier's own limit (256)
+    nor serving.max_num_seqs (64: the largest batch measured), and only for a file not measured as it stands; the
+    autoscaler's target: target_utilization of that."""
+    from latency_model import Server, searched_record
+    from pipeline.drafts.methods import NONE
+
+    serving = tiny_serving()
+    throughput = next(t for t in parse_tiers(serving) if t.name == "throughput")
+    assert (throughput.engine["max_num_seqs"], serving.max_num_seqs) == (256, 64)
+    forty, eighty = searched_record("bf16", Server(itl_slope=1.0)), searched_record("bf16", Server())
+    sized = [
+        decision.size_tier(throughput, NONE, forty, serving, 0.8, resizable=True),
+        decision.size_tier(throughput, NONE, eighty, serving, 0.8, resizable=True),
+        decision.size_tier(throughput, NONE, eighty, serving, 0.8, resizable=False),
+    ]
+    assert [(s.users, s.max_num_seqs, s.running_target) for s in sized] == [(40, 40, 32), (80, 64, 51), (80, None, 64)]
+    skipped = decision.size_tier(throughput, NONE, ServeBenchRecord("bf16", skipped="no GPU"), serving, 0.8, True)
+    assert (skipped.max_num_seqs, skipped.running_target) == (None, None) and "capacity not measured" in skipped.why

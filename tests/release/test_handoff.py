@@ -274,7 +274,7 @@ def test_a_tier_searched_at_its_own_settings_is_sized_from_that_search():
     SLO there: that search sizes the tier's autoscaler, not the default sweep's read at the tier's SLO. A benchmarked
     tier ships as measured (no max-num-seqs override); without its own search the default sweep's decides."""
     from pipeline.drafts.methods import NONE
-    from pipeline.release.handoff import size_tier
+    from pipeline.release.decision import size_tier
     from pipeline.serving.tiers import parse_tiers
 
     serving = tiny_serving()

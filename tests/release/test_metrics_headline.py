@@ -19,7 +19,7 @@ from latency_model import Server, searched_record
 from pipeline.core.errors import PipelineError
 from pipeline.evaluate.summary import OLD_NAMES, EvalSummary, current_names, load_metrics
 from pipeline.release import gates, headline
-from pipeline.release.publish import eval_record, summary_of
+from pipeline.release.publish import EvalRecord
 from tiny_project import ROOT, copy_project
 
 PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())  # the demo's five variants: the table's width
@@ -159,9 +159,9 @@ def test_files_with_the_older_names_still_read(tmp_path):
     assert load_metrics(tmp_path / "eval-gptq-w4a16.json") == summary
     assert gates.load_eval_metrics(tmp_path) == {"gptq-w4a16": summary}
     assert current_names(old) == summary.to_metrics()
-    record = eval_record(summary, gate_report(PARAMS, {"gptq-w4a16": summary}).variants["gptq-w4a16"])
+    record = EvalRecord.of(summary, gate_report(PARAMS, {"gptq-w4a16": summary}).variants["gptq-w4a16"]).to_json()
     record["speculation_estimates"] = {"note": "", **older(summary.speculation_metrics())}
-    assert summary_of(record, "EVAL.json") == summary
+    assert EvalRecord.from_json(record, "EVAL.json").summary == summary
     with pytest.raises(PipelineError, match=r"unknown evaluation metrics \['expected_speedup', 'ideal_speedup'"):
         EvalSummary.from_metrics(old, "old.json")
 

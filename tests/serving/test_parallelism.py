@@ -15,20 +15,11 @@ from pipeline.quantize.recipes import parse_variant
 from pipeline.rules import validate
 from pipeline.serving import parallelism
 from pipeline.serving.parallelism import GB, ModelShape, decide, per_gpu
+from pipeline.serving.plan import SHAPES
 from tiny_project import tiny_params, tiny_serving
 
-# Llama-3-70B's published config (meta-llama/Meta-Llama-3-70B config.json), the shape issue 50 served.
-LLAMA3_70B = {
-    "model_type": "llama",
-    "num_hidden_layers": 80,
-    "hidden_size": 8192,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 28672,
-    "vocab_size": 128256,
-    "tie_word_embeddings": False,
-}
+# Llama-3-70B's published config (plan.SHAPES: meta-llama/Meta-Llama-3-70B config.json), the shape issue 50 served.
+LLAMA3_70B = {"model_type": "llama", **SHAPES["llama-3-70b"], "tie_word_embeddings": False}
 SHAPE_70B = ModelShape.from_config(LLAMA3_70B)
 VARIANTS = tiny_params()["quantize"]["variants"]
 
@@ -202,7 +193,9 @@ def test_manifests_at_tp2_request_two_gpus_shared_memory_and_count_replicas():
     assert tiers["default"].gpus == tiers["throughput"].gpus == 2
     settings = DeployParams.parse(p["deploy"])
     text = deploy.manifests(
-        tiers["throughput"], serving, "gptq-w4a16", settings, "/models/x", 900, {}, {}, running_target=32
+        deploy.PodSpec(tiers["throughput"], serving, "gptq-w4a16", settings, "/models/x", 900, {}),
+        {},
+        running_target=32,
     )
     docs = list(yaml.safe_load_all(text))
     for doc in docs:
@@ -241,17 +234,7 @@ def test_weights_per_gpu_match_what_vllm_loaded_at_70b_on_the_h100s(config, vari
     assert modelled_gib == pytest.approx(served_gib, rel=0.02)
 
 
-LLAMA3_8B = {
-    "model_type": "llama",
-    "num_hidden_layers": 32,
-    "hidden_size": 4096,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "head_dim": 128,
-    "intermediate_size": 14336,
-    "vocab_size": 128256,
-    "tie_word_embeddings": False,
-}
+LLAMA3_8B = {"model_type": "llama", **SHAPES["llama-3-8b"], "tie_word_embeddings": False}
 
 
 def test_the_draft_tensor_parallel_size_at_the_decided_size_passes_with_the_recipe_check_remembered(tmp_path):
