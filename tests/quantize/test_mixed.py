@@ -221,6 +221,37 @@ def test_a_margin_keeps_part_of_each_thresholds_allowed_loss_in_reserve():
     assert tried == [0, 3, 1, 2] and chosen == 2 and passed  # no KL bound: from point 0
 
 
+def test_the_search_passes_where_one_point_at_a_time_would_run_out_of_tries(demo_pair, calibration, tmp_path):
+    """Real quantization and scoring, every layer made fragile (unequally) so that the first promotions move
+    perplexity well past the noise of a few rows: a perplexity bound frontier points 0 and 1 fail, 2 and 3 pass. With
+    no KL bound the walk starts at point 0, so two tries one point at a time (0, 1) both fail; bisecting from 0
+    tries the midpoint of the seven points, 3, and ships it."""
+    target = demo_pair[0]
+    for layer, factor in ((0, 20.0), (1, 50.0), (2, 10.0)):
+        target = make_fragile(target, tmp_path / f"fragile-{layer}", layer, factor)
+    texts, examples = calibration
+    spec = parse_variant("mixed-w4a16", {**SPEC, "mixed": {**SPEC["mixed"], "max_tries": 2}})
+    baseline = load_causal_lm(target)
+    units, ladder = mixed.decoder_units(baseline, ["lm_head"]), mixed.ladder_of(spec)
+    points = mixed.frontier(units, ladder, mixed.measure_sensitivity(baseline, units, ladder, examples[:3]), 2)
+
+    def scored(i: int) -> float:  # as the walk scores a point
+        out = tmp_path / f"point-{i}"
+        quantize_model(target, out, spec, texts, CFG, mixed.targets_of(units, ladder, points[i].rungs))
+        return fidelity(baseline, load_causal_lm(out), examples[:3])["perplexity_increase_pct"]
+
+    ppl = [scored(i) for i in range(4)]
+    assert max(ppl[2:]) < min(ppl[:2]), ppl  # the measured loss falls along the frontier
+    bounds = (
+        mixed.Bound("max_perplexity_increase_pct", "perplexity_increase_pct", "<=", (max(ppl[2:]) + min(ppl[:2])) / 2),
+    )
+
+    found = mixed.search(target, spec, texts, examples, CFG, bounds)
+    assert found.frontier == points
+    assert len(points) == 7 and [a.point for a in found.attempts] == [0, 3] and found.chosen == 3 and found.passed
+    assert [a.metrics["perplexity_increase_pct"] for a in found.attempts] == pytest.approx([ppl[0], ppl[3]])
+
+
 @pytest.mark.parametrize(
     "change, message",
     [
