@@ -43,5 +43,5 @@ def search_line(name: str, record: dict) -> str:
     return f"mixed {name}: {len(record['tries'])} layouts tried; " + (
         f"frontier point {record['frontier_point']} passed ({layout})"
         if record["passed"]
-        else f"{record['reason'][0]}; quantizing the last tried ({layout})"
+        else f"{record['reason'][0]}; quantizing the most expensive tried ({layout})"
     )

@@ -46,19 +46,22 @@ class Calibration:
 
 
 # quantize.variants.<v>.mixed: a per-layer precision search on top of the variant's scheme (pipeline/quantize/mixed.py)
-MIXED_KEYS = ("schemes", "samples", "max_tries")
+MIXED_KEYS = ("schemes", "samples", "max_tries", "margin")
 UNQUANTIZED = "UNQUANTIZED"  # compressed-tensors' preset name for a layer left in the checkpoint's dtype (BF16)
 
 
 @dataclass(frozen=True)
 class MixedSearch:
     """quantize.variants.<v>.mixed: the schemes a decoder layer may be promoted to from the variant's own (cheapest
-    first, e.g. [W8A16, UNQUANTIZED]), the calibration rows the sensitivity and each verification score, and how many
-    layouts the walk quantizes and evaluates before it says none passes."""
+    first, e.g. [W8A16, UNQUANTIZED]), the calibration rows the sensitivity and each verification score, how many
+    layouts the walk quantizes and evaluates before it says none passes, and the share of each threshold's allowed
+    loss the walk keeps in reserve (0.2: pass with a fifth of it to spare), as the gate scores held-out rows the walk
+    never sees."""
 
     schemes: tuple[str, ...]
     samples: int = 16
     max_tries: int = 4
+    margin: float = 0.0
 
     @classmethod
     def parse(cls, raw: object, where: str) -> MixedSearch:
@@ -73,7 +76,15 @@ class MixedSearch:
             schemes=schemes,
             samples=s.int("samples", cls.samples, minimum=1),
             max_tries=s.int("max_tries", cls.max_tries, minimum=1),
+            margin=margin_of(s),
         )
+
+
+def margin_of(s: Section) -> float:
+    margin = s.number("margin", MixedSearch.margin)
+    if not 0 <= margin < 1:
+        raise s.fail("margin", "a number in [0, 1)", margin)
+    return float(margin)
 
 
 @dataclass(frozen=True)

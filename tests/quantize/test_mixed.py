@@ -159,28 +159,97 @@ def test_the_walk_ships_a_layout_that_passes_a_bound_uniform_int4_fails(fragile,
     assert uniform["kl_divergence"] > bound_kl, (uniform["kl_divergence"], bound_kl)
 
 
-def test_the_walk_moves_down_the_frontier_and_says_when_it_runs_out_of_tries():
+def walk_on(top1: dict[int, float], max_tries: int, bounds=None):
+    """The walk over six points (predicted KL 1/(i+1)) against a KL bound of 0.6 (start: point 1) and a top-1 bound
+    of 0.9, each point scoring top1[i]; (the points tried, the walk's answer)."""
     points = tuple(mixed.Point((i,), 100 * (i + 1), 1.0 / (i + 1)) for i in range(6))
-    bounds = (
+    bounds = bounds or (
         mixed.Bound("max_kl_divergence", "kl_divergence", "<=", 0.6),
         mixed.Bound("min_top1_agreement", "top1_agreement", ">=", 0.9),
     )
-    kl = {i: 1.0 / (i + 1) for i in range(6)}
-    top1 = {i: 0.8 + 0.03 * i for i in range(6)}  # point 4 is the first that passes both
     tried = []
 
     def evaluate(i):
         tried.append(i)
-        return {"kl_divergence": kl[i], "top1_agreement": top1[i]}, {"size_after_mb": float(i)}
+        return {"kl_divergence": 1.0 / (i + 1), "top1_agreement": top1[i]}, {"size_after_mb": float(i)}
 
-    attempts, chosen, passed, why = mixed.walk(points, bounds, 4, evaluate)
-    assert tried == [1, 2, 3, 4] and chosen == 4 and passed and why is None  # started where KL was predicted to pass
-    assert "min_top1_agreement" in attempts[0].failed[0]
+    return tried, mixed.walk(points, bounds, max_tries, evaluate)
 
-    tried.clear()
-    attempts, chosen, passed, why = mixed.walk(points, bounds, 2, evaluate)
-    assert tried == [1, 2] and chosen == 2 and not passed
-    assert "within 2 tries" in why and "max_tries" in why and "min_top1_agreement" in why
+
+def test_the_walk_bisects_up_the_frontier_to_the_cheapest_passing_point():
+    rising = {i: 0.8 + 0.03 * i for i in range(6)}  # point 4 is the first that passes both
+    # One point at a time, three tries (1, 2, 3) would all fail; bisecting reaches 4 and ships it.
+    tried, (attempts, chosen, passed, why) = walk_on(rising, 3)
+    assert tried == [1, 3, 4] and chosen == 4 and passed and why is None
+    assert "min_top1_agreement" in attempts[0].failed[0] and attempts[-1].failed == ()
+
+    # Until a point passes, the frontier's end stands in for one: 3 (between 1 and 6), then 4, fail; 5 passes.
+    tried, (_, chosen, passed, _) = walk_on({i: 0.95 if i >= 5 else 0.8 for i in range(6)}, 5)
+    assert tried == [1, 3, 4, 5] and chosen == 5 and passed  # stops once the failing and passing points touch
+    # After a pass, the bisection goes on below it: 3 passes, then 2 passes and ships.
+    tried, (_, chosen, passed, _) = walk_on({i: 0.95 if i >= 2 else 0.8 for i in range(6)}, 3)
+    assert tried == [1, 3, 2] and chosen == 2 and passed
+
+    tried, (_, chosen, passed, _) = walk_on(rising, 1)  # the start passes or not: one try
+    assert tried == [1] and chosen == 1 and not passed
+
+
+def test_the_walk_says_when_it_runs_out_of_tries_or_the_frontier_ends():
+    tried, (_, chosen, passed, why) = walk_on({i: 0.8 + 0.03 * i for i in range(6)}, 2)
+    assert tried == [1, 3] and chosen == 3 and not passed  # the most expensive tried
+    assert "within 2 tries" in why and "max_tries: 2" in why and "tried 1, 3 of 5" in why
+    assert "min_top1_agreement: top1_agreement 0.89 not >= 0.9" in why and "\n" not in why
+
+    tried, (_, chosen, passed, why) = walk_on({i: 0.8 for i in range(6)}, 10)
+    assert tried == [1, 3, 4, 5] and chosen == 5 and not passed
+    assert "even the frontier's most expensive point failed" in why and "max_tries" not in why
+
+
+def test_a_margin_keeps_part_of_each_thresholds_allowed_loss_in_reserve():
+    gate = (
+        mixed.Bound("max_perplexity_increase_pct", "perplexity_increase_pct", "<=", 10.0),
+        mixed.Bound("max_kl_divergence", "kl_divergence", "<=", 0.15),
+        mixed.Bound("min_top1_agreement", "top1_agreement", ">=", 0.85),
+    )
+    assert mixed.tightened(gate, 0.0) == gate
+    assert [b.bound for b in mixed.tightened(gate, 0.2)] == [8.0, 0.12, 0.88]
+    # Point 1 passes the gate's own top-1 bound (0.9) by 0.035; with half its allowed loss in reserve (0.95), no.
+    top1 = {i: 0.915 + 0.02 * i for i in range(6)}
+    strict = mixed.tightened((mixed.Bound("min_top1_agreement", "top1_agreement", ">=", 0.9),), 0.5)
+    assert walk_on(top1, 4)[1][1] == 1
+    tried, (_, chosen, passed, _) = walk_on(top1, 4, strict)
+    assert tried == [0, 3, 1, 2] and chosen == 2 and passed  # no KL bound: from point 0
+
+
+def test_the_search_passes_where_one_point_at_a_time_would_run_out_of_tries(demo_pair, calibration, tmp_path):
+    """Real quantization and scoring, every layer made fragile (unequally) so that the first promotions move
+    perplexity well past the noise of a few rows: a perplexity bound frontier points 0 and 1 fail, 2 and 3 pass. With
+    no KL bound the walk starts at point 0, so two tries one point at a time (0, 1) both fail; bisecting from 0
+    tries the midpoint of the seven points, 3, and ships it."""
+    target = demo_pair[0]
+    for layer, factor in ((0, 20.0), (1, 50.0), (2, 10.0)):
+        target = make_fragile(target, tmp_path / f"fragile-{layer}", layer, factor)
+    texts, examples = calibration
+    spec = parse_variant("mixed-w4a16", {**SPEC, "mixed": {**SPEC["mixed"], "max_tries": 2}})
+    baseline = load_causal_lm(target)
+    units, ladder = mixed.decoder_units(baseline, ["lm_head"]), mixed.ladder_of(spec)
+    points = mixed.frontier(units, ladder, mixed.measure_sensitivity(baseline, units, ladder, examples[:3]), 2)
+
+    def scored(i: int) -> float:  # as the walk scores a point
+        out = tmp_path / f"point-{i}"
+        quantize_model(target, out, spec, texts, CFG, mixed.targets_of(units, ladder, points[i].rungs))
+        return fidelity(baseline, load_causal_lm(out), examples[:3])["perplexity_increase_pct"]
+
+    ppl = [scored(i) for i in range(4)]
+    assert max(ppl[2:]) < min(ppl[:2]), ppl  # the measured loss falls along the frontier
+    bounds = (
+        mixed.Bound("max_perplexity_increase_pct", "perplexity_increase_pct", "<=", (max(ppl[2:]) + min(ppl[:2])) / 2),
+    )
+
+    found = mixed.search(target, spec, texts, examples, CFG, bounds)
+    assert found.frontier == points
+    assert len(points) == 7 and [a.point for a in found.attempts] == [0, 3] and found.chosen == 3 and found.passed
+    assert [a.metrics["perplexity_increase_pct"] for a in found.attempts] == pytest.approx([ppl[0], ppl[3]])
 
 
 @pytest.mark.parametrize(
@@ -191,6 +260,8 @@ def test_the_walk_moves_down_the_frontier_and_says_when_it_runs_out_of_tries():
         ({"mixed": {"schemes": [UNQUANTIZED, "W8A16"]}}, "must widen the variant's W4A16 step by step"),
         ({"mixed": {"schemes": ["W8A16"], "tries": 3}}, "unknown keys ['tries']"),
         ({"mixed": {"schemes": ["W8A16"], "max_tries": 0}}, "mixed.max_tries must be an integer >= 1"),
+        ({"mixed": {"schemes": ["W8A16"], "margin": 1}}, "mixed.margin must be a number in [0, 1), got 1"),
+        ({"mixed": {"schemes": ["W8A16"], "margin": -0.1}}, "mixed.margin must be a number in [0, 1)"),
     ],
 )
 def test_bad_mixed_sections_are_refused_with_one_line(change, message):
