@@ -373,20 +373,31 @@ def decide(
         spec,
         groups=groups,
     )
-    if pinned:
-        share = per_gpu(inputs, serving.tensor_parallel_size)
-        if share.shard_problem:
-            raise PipelineError(
-                f"serving.tensor_parallel_size {share.tensor_parallel_size} can't shard variant {variant}: "
-                f"{share.shard_problem}; {what_shards(inputs, share.tensor_parallel_size, serving.gpu is not None)}"
-            )
-        if serving.gpu is not None and not share.fits:  # no GPU named: the pinned size is the user's to know
-            raise PipelineError(
-                f"variant {variant} does not fit serving.gpu {gpu} at the pinned "
-                f"serving.tensor_parallel_size {share.tensor_parallel_size}: {share.describe()}; "
-                "set it to auto or larger, or lower serving.max_num_seqs / max_model_len"
-            )
-        return TpDecision(variant, share.tensor_parallel_size, True, gpu, weights_from, share)
+    share = pinned_share(variant, inputs, serving) if pinned else auto_share(variant, inputs, serving)
+    return TpDecision(variant, share.tensor_parallel_size, pinned, gpu, weights_from, share)
+
+
+def pinned_share(variant: str, inputs: MemoryInputs, serving: ServingParams) -> PerGpu:
+    """serving.tensor_parallel_size's share, or one error line when vLLM can't shard it or serving.gpu can't hold it."""
+    gpu = gpu_of(serving)
+    share = per_gpu(inputs, serving.tensor_parallel_size)
+    if share.shard_problem:
+        raise PipelineError(
+            f"serving.tensor_parallel_size {share.tensor_parallel_size} can't shard variant {variant}: "
+            f"{share.shard_problem}; {what_shards(inputs, share.tensor_parallel_size, serving.gpu is not None)}"
+        )
+    if serving.gpu is not None and not share.fits:  # no GPU named: the pinned size is the user's to know
+        raise PipelineError(
+            f"variant {variant} does not fit serving.gpu {gpu} at the pinned "
+            f"serving.tensor_parallel_size {share.tensor_parallel_size}: {share.describe()}; "
+            "set it to auto or larger, or lower serving.max_num_seqs / max_model_len"
+        )
+    return share
+
+
+def auto_share(variant: str, inputs: MemoryInputs, serving: ServingParams) -> PerGpu:
+    """auto: the share at the smallest size that fits and shards; one error line when none does."""
+    gpu = gpu_of(serving)
     # Each rule of sharding.py that fails at a size fails at every larger one of 1, 2, 4, 8 (groups in input / TP;
     # heads, KV heads, MLP width over TP): where the smallest size that fits memory doesn't shard, none does.
     tried = shares(inputs, serving.max_tensor_parallel_size)
@@ -407,7 +418,7 @@ def decide(
             f"max_num_seqs {serving.max_num_seqs} x max_model_len {serving.max_model_len}); lower those, quantize "
             "it, or serve it across hosts (docs/scale.md)"
         )
-    return TpDecision(variant, fit.tensor_parallel_size, False, gpu, weights_from, fit)
+    return fit
 
 
 def what_shards(inputs: MemoryInputs, tensor_parallel_size: int, check_memory: bool) -> str:
