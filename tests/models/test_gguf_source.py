@@ -20,7 +20,7 @@ from pipeline.models.loading import load_causal_lm, load_tokenizer
 from pipeline.models.settings import LayerDraft
 from pipeline.models.sources import classify, fetch_model, source_fingerprint
 from pipeline.models.tokenizer_check import check_tokenizer
-from tiny_chatml import chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_chatml import TINY_GROUP, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
 from tiny_project import copy_project, run, tiny_params
 
 
@@ -195,7 +195,9 @@ def test_sources_and_models_stages_take_a_gguf_target_and_a_draft_of_its_first_l
     tokenizer, model = tiny
     gguf = write_gguf(tmp_path / "tiny.gguf", model, tokenizer)
     params = tiny_params(
-        target={"source": str(gguf), "revision": None}, draft={"source": {"from": "target", "layers": 1}}
+        target={"source": str(gguf), "revision": None},
+        draft={"source": {"from": "target", "layers": 1}},
+        quantize=TINY_GROUP,
     )
     (tmp_path / "proj").mkdir()
     proj = copy_project(tmp_path / "proj", params)

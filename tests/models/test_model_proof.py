@@ -20,7 +20,7 @@ from pipeline.models.gguf_source import converted
 from pipeline.models.gguf_vocab import read_vocab, spm_reference
 from pipeline.models.loading import load_tokenizer
 from pipeline.models.model_proof import SAMPLE, prove_tokenizer
-from tiny_chatml import TEXT, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
+from tiny_chatml import TEXT, TINY_GROUP, chatml_tokenizer, save_checkpoint, tiny_llama, write_gguf
 from tiny_project import copy_project, run, tiny_params
 from tiny_spm import spm_vocab, spm_writer
 
@@ -198,6 +198,7 @@ def test_models_stage_base_model_chat_traffic_needs_the_plain_format_and_a_sane_
             target={"source": str(gguf), "revision": None, **overrides.pop("target", {})},
             draft={"source": {"from": "target", "layers": 1}},
             data={"traffic": str(traffic), **overrides.pop("data", {})},
+            quantize=TINY_GROUP,
         )
         (tmp_path / name).mkdir()
         return copy_project(tmp_path / name, params)
