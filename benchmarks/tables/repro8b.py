@@ -113,41 +113,43 @@ def served_rows() -> list[dict]:
     return rows
 
 
+LEVELS = ("c1", "c16", "capacity-c32", "capacity-c64")  # the sweep's and the capacity search's levels
+
+
+def plain_results(tar, variant: str, kernel: str) -> dict[int, dict]:
+    """Concurrency -> the raw `vllm bench serve` result of plain decoding (on `kernel`, "" for the only one)."""
+    out = {}
+    for level in LEVELS:
+        try:
+            data = json.load(
+                tar.extractfile(f"artifacts/serve/{variant}/raw/plain{kernel and '-' + kernel}-{level}.json")
+            )
+        except KeyError:  # a level the search did not reach
+            continue
+        out[data["max_concurrency"]] = data
+    return out
+
+
 def kernel_rows() -> list[dict]:
-    """The W4A16 kernels served plain, from the raw `vllm bench serve` results packed in serve-raw.tgz."""
+    """The W4A16 kernels served plain against BF16 plain, from the raw results packed in serve-raw.tgz."""
     import tarfile
 
-    out = []
     with tarfile.open(RUN / "serve-raw.tgz") as tar:
-        for kernel in ("machete", "marlin"):
-            for level in ("c1", "c16", "capacity-c32", "capacity-c64"):
-                member = f"artifacts/serve/gptq-w4a16/raw/plain-{kernel}-{level}.json"
-                try:
-                    data = json.load(tar.extractfile(member))
-                except KeyError:
-                    continue
-                out.append(
-                    {
-                        "kernel": kernel,
-                        "concurrency": data["max_concurrency"],
-                        "tok_s": data["output_throughput"],
-                        "ttft": data["p99_ttft_ms"],
-                        "itl": data["p99_itl_ms"],
-                    }
-                )
-    base = {}
-    with tarfile.open(RUN / "serve-raw.tgz") as tar:
-        for level in ("c1", "c16", "capacity-c32", "capacity-c64"):
-            try:
-                data = json.load(tar.extractfile(f"artifacts/serve/bf16/raw/plain-{level}.json"))
-            except KeyError:
-                continue
-            base[data["max_concurrency"]] = data
-    for r in out:
-        b = base.get(r["concurrency"])
-        r["bf16"] = b and b["output_throughput"]
-        r["bf16_ttft"] = b and b["p99_ttft_ms"]
-    return out
+        base = plain_results(tar, "bf16", "")
+        kernels = {k: plain_results(tar, "gptq-w4a16", k) for k in ("machete", "marlin")}
+    return [
+        {
+            "kernel": kernel,
+            "concurrency": c,
+            "tok_s": data["output_throughput"],
+            "ttft": data["p99_ttft_ms"],
+            "itl": data["p99_itl_ms"],
+            "bf16": base[c]["output_throughput"] if c in base else None,
+            "bf16_ttft": base[c]["p99_ttft_ms"] if c in base else None,
+        }
+        for kernel, results in kernels.items()
+        for c, data in results.items()
+    ]
 
 
 def gate_rows() -> list[dict]:
