@@ -8,6 +8,10 @@ predicts served speed from costs measured here, not assumed:
   run SHAPES OUT NAME [NAME...]    for each shape: one engine per config (plain, then draft_model, eagle3,
                                    ngram at k = 2 and 8), each in its own process, batches of random
                                    prompts with random weights (load_format=dummy): decode step time per batch
+  pool MODELS OUT GPUS ITEM...     engines side by side, one per GPU of GPUS (0,1,2,3): items SHAPE:METHOD:K
+                                   [:real] (real: MODELS/SHAPE's own weights, e.g. known_accept.py's models,
+                                   whose drafts are accepted) and SHAPE:served:K:METHOD (the served check)
+  random-prompts VOCAB FILE        the served check's prompts for a model without a tokenizer
   served-prompts ARTIFACTS FILE    (CPU) the demo's held-out prompts as token ids
   queue SHAPES OUT SERVED_IN ITEM...  shapes and `served` in that order (what session.sh costs runs)
   served MODELS PROMPTS OUT        the demo's trained target, draft and EAGLE-3 head over those prompts:
@@ -38,6 +42,7 @@ PROMPT_TOKENS = 128
 SHORT, LONG = 32, 288  # generated tokens of the two runs whose difference is timed
 REPEATS = 2  # short/long pairs per batch size; the profile takes the median step (single pairs read +-30%)
 SERVED_TOKENS = 96  # the served check's cap per answer (evaluate.acceptance.continuation_tokens)
+SERVED_BATCHES = [1, 16, 32]
 PLAIN_BATCHES = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
 SPEC_BATCHES = [1, 4, 8, 16, 32, 64]
 KS = [2, 8]
@@ -292,9 +297,10 @@ def engine(
         prompts = [
             {"prompt_token_ids": [rng.randrange(10, vocab - 10) for _ in range(PROMPT_TOKENS)]} for _ in range(b)
         ]
-        # n-gram lookups on random weights' repetitive output are all accepted: k + 1 tokens a step, so its long
-        # run is k + 1 times longer to time as many steps
-        long_tokens = min(2048 - PROMPT_TOKENS - 8, LONG * (k + 1)) if method == "ngram" else LONG
+        # n-gram lookups on random weights' repetitive output are all accepted, and so are known_accept.py's
+        # drafts: up to k + 1 tokens a step, so the long run is k + 1 times longer to time as many steps
+        accepting = method == "ngram" or (spec and weights != "dummy")
+        long_tokens = min(2048 - PROMPT_TOKENS - 8, LONG * (k + 1)) if accepting else LONG
         timed(llm, prompts, 8)  # warm-up: this batch's graphs and caches
         pairs = [(timed(llm, prompts, SHORT), timed(llm, prompts, long_tokens)) for _ in range(REPEATS)]
         record["runs"].append({"batch": b, "short": [p[0] for p in pairs], "long": [p[1] for p in pairs]})
@@ -315,10 +321,14 @@ def configs_for(name: str) -> list[tuple[str, int]]:
     return [("plain", 0)] + [(m, k) for m in methods for k in (sorted(KS + [CHECK_K]) if m == "eagle3" else KS)]
 
 
-def subprocess_engine(models: Path, out_file: Path, method: str, k: int, batches: list[int], *extra: str) -> None:
-    """Each engine in its own process: vLLM frees GPU memory reliably only at exit; a failure is recorded."""
+def subprocess_engine(
+    models: Path, out_file: Path, method: str, k: int, batches: list[int], *extra: str, gpu: str | None = None
+) -> None:
+    """Each engine in its own process: vLLM frees GPU memory reliably only at exit; a failure is recorded. `gpu`:
+    the one GPU it sees (CUDA_VISIBLE_DEVICES), for engines side by side on one host's GPUs (`pool`)."""
     if out_file.exists():
         return
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else None
     log = out_file.with_suffix(".log")
     t0 = time.time()
     with log.open("w") as fh:
@@ -336,8 +346,10 @@ def subprocess_engine(models: Path, out_file: Path, method: str, k: int, batches
             ],
             stdout=fh,
             stderr=subprocess.STDOUT,
+            env=env,
         )
-    print(f"ENGINE {out_file.parent.name}/{out_file.stem} rc={r.returncode} {time.time() - t0:.0f}s", flush=True)
+    where = f" gpu {gpu}" if gpu is not None else ""
+    print(f"ENGINE {out_file.parent.name}/{out_file.stem} rc={r.returncode} {time.time() - t0:.0f}s{where}", flush=True)
     if r.returncode:
         lines = log.read_text(errors="replace").splitlines()
         err = next((x for x in reversed(lines) if "Error" in x), lines[-1] if lines else "")
@@ -358,6 +370,67 @@ def run(shapes: Path, out: Path, names: list[str]) -> None:
                 continue  # a one-method run: the ends of the k range
             batches = PLAIN_BATCHES if method == "plain" else SPEC_BATCHES
             subprocess_engine(shapes / name, out / name / f"{method}-k{k}.json", method, k, batches)
+
+
+def pool(models_root: Path, out: Path, gpus: list[str], items: list[str]) -> None:
+    """Engines side by side, one per GPU: each item SHAPE:METHOD:K[:WEIGHTS] (WEIGHTS dummy, the default, or real:
+    MODELS_ROOT/SHAPE's own files, e.g. known_accept.py's) runs on the next free GPU, in the order given. Each
+    engine's process sees one GPU; the host's CPUs are shared (64 cores on a 4-GPU host: a few each). Engines of
+    real weights write OUT/SHAPE; random-weight ones OUT/SHAPE too, or OUT/SHAPE-dummy where real ones run beside.
+    SHAPE:served:K:METHOD runs the served check (`served`'s prompts, stopping at max tokens) of one method at K
+    on MODELS_ROOT/SHAPE over OUT/SHAPE-served/prompts.json."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for item in items:
+        todo.put(item)
+    real = any(item.split(":")[3:4] == ["real"] for item in items)
+    # MC_SPEC_BATCHES: fewer batch sizes for speculative engines where a lease is short (the profile interpolates)
+    spec_batches = [int(b) for b in os.environ.get("MC_SPEC_BATCHES", "").split(",") if b] or SPEC_BATCHES
+
+    def worker(gpu: str) -> None:
+        while True:
+            try:
+                item = todo.get_nowait()
+            except queue.Empty:
+                return
+            shape, method, k, *rest = item.split(":")
+            weights = rest[0] if rest else "dummy"
+            if method == "served":  # SHAPE:served:K:METHOD
+                served_method, folder = rest[0], out / f"{shape}-served"
+                folder.mkdir(parents=True, exist_ok=True)
+                subprocess_engine(
+                    models_root / shape,
+                    folder / f"{served_method}-k{k}.json",
+                    served_method,
+                    int(k),
+                    SERVED_BATCHES,
+                    "real",
+                    str(folder / "prompts.json"),
+                    gpu=gpu,
+                )
+                continue
+            batches = PLAIN_BATCHES if method == "plain" else spec_batches
+            # the profile's folder holds one kind of weights: random ones beside real ones go to SHAPE-dummy
+            folder = out / (f"{shape}-dummy" if weights == "dummy" and real else shape)
+            folder.mkdir(parents=True, exist_ok=True)
+            subprocess_engine(
+                models_root / shape, folder / f"{method}-k{k}.json", method, int(k), batches, weights, gpu=gpu
+            )
+
+    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def random_prompts(vocab: int, out: Path, n: int = 32) -> None:
+    """The served check's prompts on a model without a tokenizer: n random prompts of PROMPT_TOKENS ids."""
+    rng = random.Random(1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps([[rng.randrange(10, vocab - 10) for _ in range(PROMPT_TOKENS)] for _ in range(n)]))
 
 
 def served_prompts(art: Path, out: Path, n: int = 64) -> None:
@@ -389,7 +462,7 @@ def served(models: Path, prompts: Path, out: Path, only: str = "") -> None:
     for method, k in configs:
         if only and method not in ("plain", only):
             continue
-        subprocess_engine(models, out / f"{method}-k{k}.json", method, k, [1, 16, 32], "real", str(prompts))
+        subprocess_engine(models, out / f"{method}-k{k}.json", method, k, SERVED_BATCHES, "real", str(prompts))
 
 
 def queue(shapes: Path, out: Path, served_input: Path, items: list[str]) -> None:
@@ -414,6 +487,10 @@ def main() -> None:
         write_shapes(Path(args[0]))
     elif cmd == "run":
         run(Path(args[0]), Path(args[1]), args[2:])
+    elif cmd == "pool":
+        pool(Path(args[0]), Path(args[1]), args[2].split(","), args[3:])
+    elif cmd == "random-prompts":
+        random_prompts(int(args[0]), Path(args[1]))
     elif cmd == "queue":
         queue(Path(args[0]), Path(args[1]), Path(args[2]), args[3:])
     elif cmd == "served-prompts":

@@ -7,7 +7,8 @@ per call so each fits a 10-minute command:
                         acceptance per position from LLM.get_metrics(), greedy agreement with BF16
   serve  BUNDLE OUT     `vllm serve --config serve.yaml` from a bundle answers one chat request
   quality ARTIFACTS OUT the pipeline's own scorer (perplexity, KL, top-1) on GPU, per variant
-  make8b DIR            a randomly initialised Llama-3-8B-shaped checkpoint (speed only)
+  make8b DIR TOK        a randomly initialised Llama-3-8B-shaped checkpoint (speed only) in DIR/bf16, TOK's tokenizer
+  make70b DIR TOK N     the same at Llama-3-70B's widths with N decoder layers (per-layer quantization times)
   quant8b DIR OUT V..   the pipeline's quantize code on that checkpoint, wall time per variant
   bench8b DIR OUT M..   vLLM decode tokens/s at batch 1 and 32 for each model dir name
 
@@ -210,7 +211,18 @@ LLAMA3_8B = dict(
 )
 
 
-def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
+# Llama-3-70B's widths (meta-llama/Meta-Llama-3-70B's config.json; scale_serve.py's SHAPE): `make70b DIR TOK N` keeps
+# N of its 80 decoder layers, to time quantizing one layer of that width (sequential onloading's unit)
+LLAMA3_70B = {
+    **LLAMA3_8B,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+}
+
+
+def phase_make8b(root: Path, tokenizer_dir: Path, shape: dict = LLAMA3_8B, name: str = "make8b") -> None:
     """Random weights: decode speed does not depend on values (quality numbers come from the demo)."""
     import shutil
 
@@ -221,7 +233,7 @@ def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
     torch.manual_seed(0)
     with torch.device("cuda"):
         torch.set_default_dtype(torch.bfloat16)
-        model = LlamaForCausalLM(LlamaConfig(**LLAMA3_8B))
+        model = LlamaForCausalLM(LlamaConfig(**shape))
     model.save_pretrained(root / "bf16")
     # any tokenizer for the speed benchmarks (they feed token ids); a real one with its chat template for the whole
     # pipeline at this shape (profiles/gpu-8b.yaml: SmolLM2's, whose <|im_start|>/<|im_end|> are ids 1 and 2)
@@ -229,7 +241,7 @@ def phase_make8b(root: Path, tokenizer_dir: Path) -> None:
         for f in tokenizer_dir.glob(pattern):
             shutil.copy(f, root / "bf16" / f.name)
     print(
-        "RESULT make8b",
+        f"RESULT {name}",
         json.dumps({"params": sum(p.numel() for p in model.parameters()), "wall_s": round(time.time() - t0, 1)}),
         flush=True,
     )
@@ -290,6 +302,9 @@ if __name__ == "__main__":
         phase_serve(Path(args[0]), Path(args[1]))
     elif phase == "make8b":
         phase_make8b(Path(args[0]), Path(args[1]))
+    elif phase == "make70b":
+        layers = int(args[2])
+        phase_make8b(Path(args[0]), Path(args[1]), {**LLAMA3_70B, "num_hidden_layers": layers}, "make70b")
     elif phase == "quant8b":
         phase_quant8b(Path(args[0]), Path(args[1]), args[3:], Path(args[2]))
     elif phase == "bench8b":

@@ -23,6 +23,7 @@
 #   session.sh gpu-calib OUT S [V]  calibration sample count vs quality on the GPU profile's target (V: variants,
 #                                 quoted, default "gptq-w4a16 int8-w8a8"), in the background, then gpu-watch
 #   session.sh gpu-watch OUT S    wait up to S seconds for that repro; pack its results into OUT either way
+#   session.sh scale-host OUT S   issue 50 on 4 GPUs (scale_host.sh) in the background, then scale-host-watch OUT S
 #   session.sh costs OUT S [ITEM...]  serving-cost profiles (measure_costs.py queue ITEM...: shapes and `served`) in
 #                                 the background; S seconds later the first costs-watch
 #   session.sh collect25 N / install25  vLLM 0.25.0's kit (.gpu/qN) into /tmp/vllm25 beside 0.26's
@@ -394,6 +395,27 @@ PY
     (cd /tmp/gp && setsid bash -c 'bash benchmarks/gpu/repro8b.sh > /tmp/r8/script.log 2>&1; \
       echo $? > /tmp/r8/script.rc' < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" repro8b-watch "$2" "$3" ;;
+  scale-host)
+    # Issue 50 items 4 and 8 on 4 GPUs beyond the 8B repro (benchmarks/gpu/scale_host.sh: distributed GPTQ on 1, 2, 4
+    # GPUs; the 8B cost profile with drafts accepted; 70B-wide per-layer quantization times; FP8 at TP 4), in its own
+    # session from a private tree; then scale-host-watch. Carry artifacts/data, .gpu/tok8b and artifacts/models/target
+    # or only its tokenizer files as .gpu/demotok.
+    out=$2; rm -rf /tmp/sh4 && mkdir -p "$out" /tmp/sh4/out
+    gpu_line > /tmp/sh4/gpu.txt; nvidia-smi topo -m > /tmp/sh4/topo.txt 2>&1 || true; run_spec /tmp/sh4 "" scale-host
+    PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/sh4/versions.txt 2>&1
+    tree=$(private_tree scale-host artifacts/models/target artifacts/data .gpu/tok8b .gpu/demotok)
+    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/scale_host.sh > /tmp/sh4/script.log 2>&1; \
+      echo $? > /tmp/sh4/script.rc' < /dev/null > /dev/null 2>&1 &)
+    exec bash "$0" scale-host-watch "$2" "$3" ;;
+  scale-host-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/sh4/rc ] && [ ! -f /tmp/sh4/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cat /tmp/sh4/steps.txt 2>/dev/null || true
+    grep -E "ENGINE|BUILT|RESULT|Error" /tmp/sh4/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
+    [ -f /tmp/sh4/rc ] && echo "scale-host finished" || echo "scale-host still running"
+    (cd /tmp/sh4 && find scale -name server.log 2>/dev/null | while read -r f; do
+       grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log"; done) || true
+    tar czf "$out/scale-host.tgz" -C /tmp/sh4 --exclude=ckpt --exclude=server.log . ;;
   repro8b-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
     while [ ! -f /tmp/r8/rc ] && [ ! -f /tmp/r8/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
