@@ -13,10 +13,12 @@ that compute the same function:
   draft    the shape's draft (draft_model method) built the same way over its own random rows: it computes next[]
            exactly, so every drafted token is accepted (untied embeddings, unlike the shape's draft: a tied
            table can't map a token to another one's row).
-  eagle3   a one-layer EAGLE-3 head whose fc passes the first auxiliary hidden state (the token's embedding) and
-           whose layer adds nothing, with the target's norm and lm_head: its first drafted token is next[t];
-           each later one is predicted from the same hidden state, so it repeats next[t] and is rejected (CYCLE > 1).
-           Known: 1 accepted token a step, whatever k.
+  eagle3   a one-layer EAGLE-3 head whose fc passes the first auxiliary hidden state and whose layer adds nothing.
+           vLLM gives the head position i's hidden state with the token after it, x[i+1], and asks for x[i+2]; the
+           target's hidden state at i is embed[x[i]], the lm_head row of x[i+1], so the head's lm_head is the
+           target's with its rows permuted (row next[a] = the target's row a): its first drafted token is
+           next[x[i+1]]. Each later one is predicted from the head's own output, the same hidden state, so it
+           repeats that token and is rejected (CYCLE > 1). Known: 1 accepted token a step, whatever k.
   n-gram   on the target's output, which repeats every CYCLE tokens: after the first cycle every lookup drafts k
            tokens and all are accepted.
 
@@ -83,7 +85,7 @@ def bigram_llama(cfg: dict, nxt, out: Path, generator) -> None:
     del model
 
 
-def eagle3_head(target_cfg: dict, target_dir: Path, out: Path) -> None:
+def eagle3_head(target_cfg: dict, target_dir: Path, nxt, out: Path) -> None:
     """The EAGLE-3 head in the speculators layout vLLM loads (names as speculators' Eagle3DraftModel saves them)."""
     import torch
     from safetensors import safe_open
@@ -106,6 +108,8 @@ def eagle3_head(target_cfg: dict, target_dir: Path, out: Path) -> None:
             ):
                 if name in f.keys():
                     tensors[key] = f.get_tensor(name).clone()
+    # row next[a] = the target's row a: a hidden state that is the target's row of x[i+1] predicts next[x[i+1]]
+    tensors["lm_head.weight"] = tensors["lm_head.weight"][torch.argsort(nxt)].contiguous()
     fc = torch.zeros(h, 3 * h, dtype=torch.bfloat16)
     fc[:, :h] = torch.eye(h, dtype=torch.bfloat16)  # the first auxiliary hidden state: the token's embedding
     tensors |= {
@@ -137,7 +141,7 @@ def build(shape: str, out: Path) -> None:
     nxt = next_tokens(target_cfg["vocab_size"], g)
     bigram_llama(target_cfg, nxt, out / "target", g)
     bigram_llama(draft_cfg, nxt, out / "draft", g)
-    eagle3_head(target_cfg, out / "target", out / "eagle3")
+    eagle3_head(target_cfg, out / "target", nxt, out / "eagle3")
     expected = {
         "shape": shape,
         "cycle": CYCLE,

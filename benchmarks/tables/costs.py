@@ -197,7 +197,127 @@ def tally() -> list[dict]:
     ]
 
 
+ACCEPTED = COSTS / "lease-4"  # known_accept.py's 8B models (benchmarks/gpu/scale_host.sh): drafts accepted
+
+
+def _record(path) -> dict:
+    return {r["batch"]: r for r in json.loads(path.read_text())["runs"]}
+
+
+def _accepted(run: dict) -> float | None:
+    """vLLM's accepted / drafted tokens over an engine record's timed long generations (or its served totals)."""
+    parts = [run["served"]] if "served" in run else run["long"]
+    drafted = sum(p.get("num_draft_tokens") or 0 for p in parts)
+    return sum(p.get("num_accepted_tokens") or 0 for p in parts) / drafted if drafted else None
+
+
+def accepted_rows() -> list[dict]:
+    """Each speculative engine of the 8B known-acceptance models beside its random-weight twin (where one ran):
+    acceptance and step time (serving_costs._step, the profile's own reading) per batch size."""
+    rows = []
+    for f in sorted((ACCEPTED / "llama3-8b").glob("*-k*.json")):
+        if f.stem == "plain-k0" or f.name.endswith(".failed.json"):
+            continue
+        real, dummy_path = _record(f), ACCEPTED / "llama3-8b-dummy" / f.name
+        dummy = _record(dummy_path) if dummy_path.exists() else {}
+        for b, run in real.items():
+            twin = dummy.get(b)
+            rows.append(
+                {
+                    "config": f.stem,
+                    "batch": b,
+                    "accepted": _accepted(run),
+                    "ms": read.serving_costs._step(run, b)[0],
+                    "dummy_accepted": _accepted(twin) if twin else None,
+                    "dummy_ms": read.serving_costs._step(twin, b)[0] if twin else None,
+                }
+            )
+    return rows
+
+
+def accepted_served_rows() -> list[dict]:
+    """The served check (measure_costs.py served: 32 random prompts, 96 tokens each, batches of 1, 16, 32) of the
+    8B known-acceptance models against the 8B profile's prediction at the tokens per step vLLM counted."""
+    prof, folder = read.profile("-llama3-8b"), ACCEPTED / "llama3-8b-served"
+    plain = _record(folder / "plain-k0.json")
+    rows = []
+    for f in sorted(folder.glob("*-k*.json")):
+        rec = json.loads(f.read_text())
+        if rec["method"] == "plain":
+            continue
+        for r in rec["runs"]:
+            sv, p, n = r["served"], plain[r["batch"]]["served"], len(json.loads((folder / "prompts.json").read_text()))
+            tokens_per_step, drafted = sv["tokens"] / sv["num_drafts"], sv["num_draft_tokens"] / sv["num_drafts"]
+            measured = (sv["tokens"] / sv["wall_s"]) / (p["tokens"] / p["wall_s"])
+            pred = prof.speedup(rec["method"], r["batch"], tokens_per_step, drafted, sv["num_drafts"] / n)
+            rows.append(
+                {
+                    "method": rec["method"],
+                    "k": rec["k"],
+                    "batch": r["batch"],
+                    "accepted": _accepted(r),
+                    "tokens_per_step": tokens_per_step,
+                    "wall": sv["wall_s"],
+                    "measured": measured,
+                    "predicted": pred,
+                    "ratio": pred / measured,
+                    "within": "yes" if abs(pred / measured - 1) <= s.TOLERANCE else "no",
+                }
+            )
+    return rows
+
+
+def accepted_summary():
+    """The two comparisons the accepted-8b table allows, computed: the draft model's step with drafts accepted over
+    the same engine with none accepted (random weights), and the same ratio between two engines that both accept
+    none (EAGLE-3, the spread of two engines)."""
+    rows = [r for r in accepted_rows() if r["dummy_ms"]]
+
+    def ratios(config: str) -> str:
+        vals = [r["ms"] / r["dummy_ms"] for r in rows if r["config"] == config]
+        return f"x{min(vals):.2f} to x{max(vals):.2f} over batches " + ", ".join(
+            str(r["batch"]) for r in rows if r["config"] == config
+        )
+
+    served = accepted_served_rows()
+    return [
+        ("draft model k=8: step with drafts accepted / step with none accepted", ratios("draft_model-k8")),
+        ("EAGLE-3 k=8, both engines with none accepted: step / step", ratios("eagle3-k8")),
+        (
+            f"served cells whose prediction is within {s.TOLERANCE:.0%}",
+            f"{sum(r['within'] == 'yes' for r in served)} of {len(served)}",
+        ),
+    ]
+
+
 BLOCKS = {
+    "accepted-8b-summary": Facts(accepted_summary),
+    "accepted-8b": Spec(
+        accepted_rows,
+        (
+            C("config", lambda r: f"`{r['config']}`"),
+            C("batch", "batch"),
+            C("accepted/drafted, known-acceptance weights", "accepted", "{:.3f}"),
+            C("step ms", "ms", num),
+            C("accepted/drafted, random weights", "dummy_accepted", "{:.3f}"),
+            C("step ms, random weights", "dummy_ms", num),
+        ),
+    ),
+    "accepted-8b-served": Spec(
+        accepted_served_rows,
+        (
+            C("method", "method"),
+            C("k", "k"),
+            C("batch", "batch"),
+            C("vLLM accepted/drafted", "accepted", "{:.3f}"),
+            C("tokens per step", "tokens_per_step", num),
+            C("speculative run s", "wall", num),
+            C("served speedup", "measured", times),
+            C("predicted from the 8B profile", "predicted", times),
+            C("predicted / served", "ratio", num),
+            C(f"within {s.TOLERANCE:.0%}", "within"),
+        ),
+    ),
     "calibration": Spec(
         lambda: [(p.name, n, m) for p in read.profiles() for n, m in p.methods.items() if m.served_scale],
         (
