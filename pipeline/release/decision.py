@@ -378,9 +378,15 @@ def throughput_at(config: ServeConfigResult, concurrency: int) -> float:
 
 
 def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: float) -> str:
-    """The kernel with the most output tokens/s at the target concurrency; where others come within `tie` of it
-    there (serve_bench.kernel_tie: noise between runs), the one with the highest geometric mean over the sweep
-    among them, so a 1% lead at batch 1 does not ship a kernel 12% slower under load."""
+    """Where every kernel's capacity at serving.slo was searched, only those carrying the most users compete: a
+    kernel faster at one user but carrying fewer within the SLO costs more GPUs per user (benchmarks/gpu/raw/repro8b:
+    Marlin the faster at one user, 32 users at the SLO against Machete's 64 or more). Among them, the most output
+    tokens/s at the target concurrency; where others come within `tie` of it there (serve_bench.kernel_tie: noise
+    between runs), the one with the highest geometric mean over the sweep, so a 1% lead at batch 1 does not ship a
+    kernel 12% slower under load."""
+    users = {name: c.capacity.users for name, c in by_kernel.items() if c.capacity is not None}
+    if len(users) == len(by_kernel):
+        by_kernel = {name: c for name, c in by_kernel.items() if users[name] >= max(users.values())}
     best = max(throughput_at(c, target) for c in by_kernel.values())
     close = [name for name, c in by_kernel.items() if throughput_at(c, target) >= best * (1 - tie)]
 

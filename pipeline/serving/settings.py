@@ -220,7 +220,8 @@ class ServeBenchParams:
     kernel_tie: float = knob(
         0.04,
         required=True,
-        help="kernels within this fraction at target_concurrency: the faster over the sweep ships",
+        help="of the kernels carrying the most users within serving.slo, those within this fraction at "
+        "target_concurrency: the faster over the sweep ships",
         minimum=0,
         exclusive_maximum=1,
     )

@@ -13,7 +13,9 @@ from pipeline.drafts.methods import Speculation
 from pipeline.quantize.recipes import variant_spec
 from pipeline.release import decision
 from pipeline.serving import parallelism
-from pipeline.serving.bench_record import PLAIN, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.bench_record import PLAIN, Capacity, LoadLevel, ServeBenchRecord, ServeConfigResult
+from pipeline.serving.capacity import CONCURRENCY
+from pipeline.serving.settings import Slo
 from pipeline.serving.tiers import parse_tiers
 from tiny_project import serving_of, tiny_params, tiny_serving
 
@@ -103,6 +105,22 @@ def test_a_kernel_within_the_tie_at_the_target_loses_to_the_faster_under_load_an
     )
     assert (decide(measured).kernel, decide(measured).kernel_env) == ("marlin", env)
     assert (decide(record({1: 105.0})).kernel, decide(record({1: 105.0})).kernel_env) == (None, None)
+
+
+def with_capacity(c: ServeConfigResult, users: float) -> ServeConfigResult:
+    slo = Slo(p99_ttft_ms=200, p99_itl_ms=50)
+    found = Capacity(CONCURRENCY, slo, "bracket", users, users, 1, users, 1000.0, 1.0, None, users * 2, 64)
+    return dataclasses.replace(c, capacity=found)
+
+
+def test_a_kernel_faster_at_one_user_but_carrying_fewer_within_the_slo_does_not_ship():
+    """raw/repro8b's choice: Marlin 270 tok/s at one user against Machete's 234, but 32 users at the SLO against 64."""
+    marlin, machete = config(0, {1: 270.0, 16: 3239.0}), config(0, {1: 234.0, 16: 3173.0})
+    by_kernel = {"machete": with_capacity(machete, 64), "marlin": with_capacity(marlin, 32)}
+    assert decision.choose_kernel(by_kernel, 1, tie=0.04) == "machete"
+    # equal capacity, or a kernel whose capacity was not searched: the speed at the target decides as before
+    assert decision.choose_kernel({**by_kernel, "marlin": with_capacity(marlin, 64)}, 1, tie=0.04) == "marlin"
+    assert decision.choose_kernel({**by_kernel, "marlin": marlin}, 1, tie=0.04) == "marlin"
 
 
 def test_the_bundles_decision_carries_the_variants_tensor_parallelism_and_its_default_tier_shards_as_much():
