@@ -1,6 +1,7 @@
 """benchmarks/gpu/SCALE.md: a model of Llama-3-70B's shape (random weights) per variant and tensor parallel size on a
-4x H100 host (benchmarks/gpu/scale_serve.py, raw/scale-70b*/): per GPU against BF16 at its own GPU count in the same
-run; one configuration beside others against alone; a TP-2 bundle's greedy outputs against TP 1 (raw/tp-greedy/)."""
+4x H100 host (benchmarks/gpu/scale_serve.py, raw/scale-70b*/ and raw/scale-host/scale/): per GPU against BF16 at its
+own GPU count in the same run; one configuration beside others against alone; a TP-2 bundle's greedy outputs against
+TP 1 (raw/tp-greedy/)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ import re
 from render import Column as C, Facts, Spec
 from tables import read, repro8b, tpeval
 
-SERVED = ("scale-70b", "scale-70b-alternatives")  # each run's plan: benchmarks/gpu/plans/<run>.json
+# each served run's plan (benchmarks/gpu/plans/) and the folder under the run that holds scale_serve.py's output
+SERVED = {
+    "scale-70b": ("scale-70b.json", "out"),
+    "scale-70b-alternatives": ("scale-70b-alternatives.json", "out"),
+    "scale-host": ("scale-70b-fp8-tp4.json", "scale"),  # scale_host.sh's step fp8-tp4, alone on the host
+}
 RUNS = (*SERVED, "tp-greedy", "tpeval", "repro8b")
-RUN = read.RAW / SERVED[0]  # the conditions (both served runs share them: scale_serve.py's constants)
+RUN = read.RAW / "scale-70b"  # the conditions (every served run shares them: scale_serve.py's constants)
+TOKENIZER = {  # what `vllm bench serve` drew its random prompt tokens from (scale_serve.py make's TOKENIZER)
+    "scale-70b": "the chatml tokenizer of tests/tiny_chatml.py",
+    "scale-70b-alternatives": "the chatml tokenizer of tests/tiny_chatml.py",
+    "scale-host": "SmolLM2-135M-Instruct's (`.gpu/tok8b`)",
+}
 BASELINE = "bf16-tp4"  # in every served run, so ratios stay within one run
 BESIDE, ALONE = [f"w4a16-tp1-g{i}" for i in range(4)], "w4a16-tp1-alone"
 CONCURRENCY = (1, 16, 32, 64)
@@ -20,8 +31,12 @@ WEIGHTS_GIB = r"Actual usage is ([0-9.]+) GiB for weight"  # vLLM 0.26's gpu_wor
 KV_TOKENS = r"GPU KV cache size: ([0-9,]+) tokens"
 
 
+def out_dir(run: str, name: str):
+    return read.RAW / run / SERVED[run][1] / name
+
+
 def level(run: str, name: str, c: int) -> dict | None:
-    path = read.RAW / run / "out" / name / f"c{c}.json"
+    path = out_dir(run, name) / f"c{c}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
@@ -39,7 +54,7 @@ def users_at_slo(run: str, name: str, slo: dict) -> str | None:
 
 
 def server_log(run: str, name: str, pattern: str) -> str | None:
-    log = read.RAW / run / "out" / name / "server.brief.log"
+    log = out_dir(run, name) / "server.brief.log"
     m = re.search(pattern, log.read_text()) if log.exists() else None
     return m[1] if m else None
 
@@ -48,10 +63,10 @@ def configs() -> list[dict]:
     """Each planned config of each served run with its levels, the configs that served beside it, its GPU count."""
     slo = read.project_params()["serving"]["slo"]
     rows = []
-    for run in SERVED:
-        plan = json.loads((read.ROOT / "benchmarks/gpu/plans" / f"{run}.json").read_text())
+    for run, (plan_file, _) in SERVED.items():
+        plan = json.loads((read.ROOT / "benchmarks/gpu/plans" / plan_file).read_text())
         for config in (c for wave in plan for c in wave):
-            name, meta = config["name"], read.RAW / run / "out" / config["name"] / "config.json"
+            name, meta = config["name"], out_dir(run, config["name"]) / "config.json"
             rows.append(
                 {
                     **config,
@@ -68,23 +83,25 @@ def configs() -> list[dict]:
 
 
 def per_gpu() -> list[dict]:
-    """Per GPU against the same run's BF16 at TP 4 (its GPU count); the alternatives run's four W4A16 copies that
+    """Per GPU against the same run's BF16 at TP 4 (its GPU count), at the levels both reached; a run without BF16
+    (scale-host's FP8 at TP 4, alone) has its own levels and no ratio. The alternatives run's four W4A16 copies that
     ran beside each other are shown by the beside/alone table instead."""
     rows, out = configs(), []
     for run in SERVED:
-        base = next(r for r in rows if r["run"] == run and r["name"] == BASELINE)
+        base = next((r for r in rows if r["run"] == run and r["name"] == BASELINE), None)
         for r in (r for r in rows if r["run"] == run and r["name"] not in BESIDE[1:]):
             for c in CONCURRENCY:
-                if r["levels"][c] and base["levels"][c]:
-                    per = r["levels"][c]["output_throughput"] / r["gpus"]
+                lvl, ref = r["levels"][c], base and base["levels"][c]
+                if lvl and (ref or base is None):
+                    per = lvl["output_throughput"] / r["gpus"]
                     out.append(
                         {
                             "run": run,
                             "name": r["name"],
                             "c": c,
                             "per": per,
-                            "vs": per / (base["levels"][c]["output_throughput"] / base["gpus"]),
-                            "gpu_hours": r["gpus"] / (r["levels"][c]["output_throughput"] * 3600) * 1e6,
+                            "vs": per / (ref["output_throughput"] / base["gpus"]) if ref else None,
+                            "gpu_hours": r["gpus"] / (lvl["output_throughput"] * 3600) * 1e6,
                         }
                     )
     return out
@@ -136,10 +153,13 @@ def greedy_differences() -> list[dict]:
 
 
 def unrun() -> list[dict]:
-    rows = []
-    for r in configs():
+    """Each planned config's levels a run did not measure, and why; where another run measured that config at every
+    level, the row says which."""
+    rows, every = [], configs()
+    for r in every:
         missing = [c for c in CONCURRENCY if not r["levels"][c]]
-        log = read.RAW / r["run"] / "out" / r["name"] / f"c{missing[0]}.log" if missing else None
+        log = out_dir(r["run"], r["name"]) / f"c{missing[0]}.log" if missing else None
+        elsewhere = [o["run"] for o in every if o["name"] == r["name"] and all(o["levels"][c] for c in missing)]
         if missing:
             rows.append(
                 {
@@ -151,17 +171,22 @@ def unrun() -> list[dict]:
                         "the device time ran out"
                         if log.exists() and not log.read_text().strip()
                         else "not reached: the device time ran out"
-                    ),
+                    )
+                    + "".join(f"; measured in `{o}` (served, above)" for o in elsewhere if o != r["run"]),
                 }
             )
     return rows
 
 
 def conditions():
-    spec, slo = json.loads((RUN / "run.json").read_text()), read.project_params()["serving"]["slo"]
+    specs = {run: json.loads((read.RAW / run / "run.json").read_text()) for run in SERVED}
+    slo = read.project_params()["serving"]["slo"]
+    gpus = {f"{s['gpu']['count']}x {s['gpu']['name']}" for s in specs.values()}
+    vllm = {s["software"]["vllm"] for s in specs.values()}
+    every = "every run" if len(specs) > 2 else "both runs"
     return [
-        ("GPU", f"{spec['gpu']['count']}x {spec['gpu']['name']} (NVLink between every pair: `topo.txt`)"),
-        ("vLLM", spec["software"]["vllm"]),
+        ("GPU", " / ".join(sorted(gpus)) + f" in {every} (NVLink between every pair: each run's `topo.txt`)"),
+        ("vLLM", " / ".join(sorted(vllm))),
         (
             "model",
             (
@@ -172,6 +197,10 @@ def conditions():
         (
             "traffic",
             ("random prompts of 512 tokens, 128 output tokens each (`--ignore-eos`), 2 prompts per user, at least 4"),
+        ),
+        (
+            "prompt tokens drawn from",
+            "; ".join(f"`{run}`: {TOKENIZER[run]}" for run in SERVED),
         ),
         ("server", "max-model-len 4096, max-num-seqs 64, gpu-memory-utilization 0.9"),
         ("SLO (serving.slo)", f"p99 TTFT <= {slo['p99_ttft_ms']} ms, p99 ITL <= {slo['p99_itl_ms']} ms"),
@@ -191,8 +220,10 @@ def pct(x: float | None) -> str | None:
     return None if x is None else f"{x:+.2f}%"
 
 
+STEP = C("step", lambda r: f"`{r['step']}`")
 GPTQ = (
-    C("step", lambda r: f"`{r['step']}`"),
+    RUN_COL,
+    STEP,
     C("GPUs", "gpus"),
     C("sequential onloading", "offload"),
     C("finished", "done"),
@@ -204,16 +235,24 @@ GPTQ = (
     C("peak GPU MB (pipeline, per process)", "peak_gpu_mb", "{:,.0f}"),
     C("peak MiB per GPU used (nvidia-smi)", "smi_mib"),
     C("checkpoint MB", "size_mb", "{:,.1f}"),
+    C("GPTQ error, sum over modules (modules)", lambda r: r["error_sum"] and f"{r['error_sum']:,.1f} ({r['modules']})"),
+    C("error sum vs 1 GPU (same run, checkpoint)", "error_vs_1gpu", lambda x: f"{x:+.3f}%"),
 )
 LAYERS = (
-    C("step", lambda r: f"`{r['step']}`"),
+    RUN_COL,
+    STEP,
     C("GPUs", "gpus"),
     C("layer-to-layer intervals timed", "layers"),
     C("median s per layer", "median", "{:.2f}"),
     C("mean s per layer", "mean", "{:.2f}"),
     C("sum s", "total", "{:.1f}"),
+    C(
+        "median x the whole model's layers, s (extrapolated from 2 layers, not measured)",
+        lambda r: r["extrapolated_s"] and f"{r['extrapolated_s']:,.0f} ({r['full_layers']} layers)",
+    ),
 )
 FIDELITY = (
+    RUN_COL,
     C("checkpoint", lambda r: r["model"]),
     C("variant", lambda r: f"`{r['variant']}`"),
     C("TP", "tp"),
@@ -280,6 +319,7 @@ BLOCKS = {
     "tpeval-failures": Spec(
         tpeval.failures,
         (
+            RUN_COL,
             C("entry", "entry"),
             C("first error in run.log", "cause"),
             C("what it means", lambda r: tpeval.meaning(r["cause"])),

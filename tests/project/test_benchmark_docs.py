@@ -131,6 +131,33 @@ def test_render_fills_blocks_between_markers_and_keeps_the_prose(tmp_path):
         render.render(md)
 
 
+def test_scale_tables_take_the_4_gpu_host_run():
+    """raw/scale-host (scale_host.sh): its GPTQ steps on 1, 2 and 4 GPUs sit beside tpeval's with llm-compressor's
+    per-module errors counted from run.log (224 modules per 8B run, every rank's), the 70B-wide 2-layer model's
+    median per layer times 80 as an extrapolation, and FP8 at TP 4 served with levels, so no longer listed as unrun
+    without saying where it ran."""
+    load_module(BENCH / "render.py")  # puts benchmarks/ on the path for the page specs
+    tpeval = load_module(BENCH / "tables" / "tpeval.py")
+    scale = load_module(BENCH / "tables" / "scale.py")
+    rows = {(r["run"], r["step"]): r for r in tpeval.quant_rows()}
+    assert {r["gpus"] for (run, step), r in rows.items() if run == "scale-host" and "-8b-" in step} == {1, 2, 4}
+    for key in (("scale-host", f"quant-8b-{n}gpu") for n in (1, 2, 4)):
+        assert rows[key]["modules"] == 224 and rows[key]["done"] == "yes"
+    assert rows[("scale-host", "quant-8b-1gpu")]["error_vs_1gpu"] is None  # the reference itself
+    assert abs(rows[("scale-host", "quant-8b-4gpu")]["error_vs_1gpu"]) < 0.1
+    for n in ("1gpu-offload", "4gpu"):
+        r = rows[("scale-host", f"quant-70b2-{n}")]
+        assert r["layers"] == 1 and r["extrapolated_s"] == r["median"] * 80
+    assert rows[("scale-host", "quant-8b-1gpu")]["extrapolated_s"] is None
+    fp8 = next(r for r in scale.configs() if r["run"] == "scale-host")
+    assert fp8["name"] == "fp8-dynamic-tp4" and all(fp8["levels"].values()) and fp8["beside"] == ""
+    assert {r["vs"] for r in scale.per_gpu() if r["run"] == "scale-host"} == {None}  # no BF16 in that run
+    unrun = next(r for r in scale.unrun() if r["name"] == "fp8-dynamic-tp4")
+    assert unrun["run"] == "scale-70b" and "measured in `scale-host`" in unrun["why"]
+    page = (BENCH / "gpu" / "SCALE.md").read_text() + (ROOT / "docs" / "scale.md").read_text()
+    assert "has not run" not in page and "nothing on four GPUs" not in page
+
+
 def test_run_specs_read_back_and_carry_what_the_run_recorded(tmp_path):
     spec = load_module(BENCH / "run_spec.py")
     written = spec.write(tmp_path / "my-run", ["bash benchmarks/gpu/session.sh demo-serve OUT bf16"], "profiles/x.yaml")

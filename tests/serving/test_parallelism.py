@@ -214,21 +214,28 @@ def test_manifests_at_tp2_request_two_gpus_shared_memory_and_count_replicas():
 
 
 @pytest.mark.parametrize(
-    "config,variant", [("bf16-tp4", "bf16"), ("fp8-dynamic-tp2", "fp8-dynamic"), ("w4a16-tp2", "gptq-w4a16")]
+    "run,plan,folder,config,variant",
+    [
+        ("scale-70b", "scale-70b", "out", "bf16-tp4", "bf16"),
+        ("scale-70b", "scale-70b", "out", "fp8-dynamic-tp2", "fp8-dynamic"),
+        ("scale-70b", "scale-70b", "out", "w4a16-tp2", "gptq-w4a16"),
+        ("scale-host", "scale-70b-fp8-tp4", "scale", "fp8-dynamic-tp4", "fp8-dynamic"),
+    ],
 )
-def test_weights_per_gpu_match_what_vllm_loaded_at_70b_on_the_h100s(config, variant):
+def test_weights_per_gpu_match_what_vllm_loaded_at_70b_on_the_h100s(run, plan, folder, config, variant):
     """The memory model's weight bytes, split over TP GPUs, against vLLM 0.26's own "Actual usage is X GiB for weight"
-    per GPU when it served the 70B shape at that TP on the 4x H100 host (benchmarks/gpu/raw/scale-70b, SCALE.md)."""
+    per GPU when it served the 70B shape at that TP on the 4x H100 host (benchmarks/gpu/raw/scale-70b and
+    raw/scale-host, SCALE.md)."""
     import re
 
-    root = Path(__file__).resolve().parents[2] / "benchmarks/gpu/raw/scale-70b"
+    root = Path(__file__).resolve().parents[2] / "benchmarks/gpu/raw" / run
     tp = next(
         c["tp"]
-        for wave in json.loads((root.parents[2] / "gpu/plans/scale-70b.json").read_text())
+        for wave in json.loads((root.parents[2] / f"gpu/plans/{plan}.json").read_text())
         for c in wave
         if c["name"] == config
     )
-    log = (root / "out" / config / "server.brief.log").read_text()
+    log = (root / folder / config / "server.brief.log").read_text()
     served_gib = float(re.search(r"Actual usage is ([0-9.]+) GiB for weight", log)[1])
     modelled_gib = parallelism.estimated_weight_bytes(SHAPE_70B, spec(variant)) / tp / parallelism.GIB
     assert modelled_gib == pytest.approx(served_gib, rel=0.02)
