@@ -7,11 +7,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 raw=benchmarks/gpu/raw/costs
-python benchmarks/gpu/measure_costs.py shapes "$raw/shapes" > /dev/null
+python benchmarks/gpu/measure_costs.py shapes "$raw/shapes" > /dev/null  # needs compressed-tensors (the 70B W4A16 shape)
 gpu=h100
 mkdir -p data/serving-cost-profiles
 rm -f data/serving-cost-profiles/*.json
-for shape in demo smollm2-135m gpu-profile-1b llama3-8b; do
+for shape in demo smollm2-135m gpu-profile-1b llama3-8b llama3-70b-w4a16; do
   runs=()
   for lease in $(ls -d "$raw"/lease-* 2>/dev/null | sort -V); do
     [ -f "$lease/$shape/plain-k0.json" ] || continue

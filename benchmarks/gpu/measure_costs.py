@@ -128,7 +128,41 @@ SHAPES = {
             tie_word_embeddings=True,
         ),
     },
+    # Llama-3-70B in W4A16 on one GPU (its BF16 weights need 2-4 GPUs; an engine a GPU lets a 4-GPU host time four
+    # configs at once), Llama-3.1-8B's shape as its draft; batches capped where its KV cache runs out (~30 GB free)
+    "llama3-70b-w4a16": {
+        "target": dict(
+            hidden_size=8192,
+            intermediate_size=28672,
+            num_hidden_layers=80,
+            num_attention_heads=64,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+            scheme="W4A16",
+        ),
+        "draft": dict(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+            rope_theta=500000.0,
+        ),
+        "plain_batches": [1, 2, 4, 8, 16, 32, 64],
+        "spec_batches": [1, 8, 32],
+    },
 }
+
+
+def quantization_config(scheme: str) -> dict:
+    """The quantization_config llm-compressor writes for a compressed-tensors preset (scale_serve.py's), so vLLM
+    serves random weights in that format (load_format=dummy). Needs compressed-tensors (the quantize site)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from scale_serve import quantization_config as of_scheme
+
+    return of_scheme(scheme)
 
 
 def llama_config(shape: dict) -> dict:
@@ -145,6 +179,9 @@ def llama_config(shape: dict) -> dict:
         "rope_theta": 10000.0,
     }
     cfg.update(shape)
+    scheme = cfg.pop("scheme", None)
+    if scheme:
+        cfg["quantization_config"] = quantization_config(scheme)
     cfg["head_dim"] = cfg["hidden_size"] // cfg["num_attention_heads"]
     return cfg
 
@@ -316,6 +353,14 @@ def run_one(argv: list[str]) -> None:
     engine(models, method, k, batches, out, weights, prompts)
 
 
+def batches_for(name: str, method: str) -> list[int]:
+    """The batch sizes an engine times: the shape's own where its KV cache caps them."""
+    shape = SHAPES.get(name, {})
+    if method == "plain":
+        return shape.get("plain_batches", PLAIN_BATCHES)
+    return shape.get("spec_batches", SPEC_BATCHES)
+
+
 def configs_for(name: str) -> list[tuple[str, int]]:
     methods = ["eagle3", "draft_model"] + ([] if name == "llama3-8b" else ["ngram"])
     return [("plain", 0)] + [(m, k) for m in methods for k in (sorted(KS + [CHECK_K]) if m == "eagle3" else KS)]
@@ -368,7 +413,7 @@ def run(shapes: Path, out: Path, names: list[str]) -> None:
                 continue
             if only and method == only and k == CHECK_K:
                 continue  # a one-method run: the ends of the k range
-            batches = PLAIN_BATCHES if method == "plain" else SPEC_BATCHES
+            batches = batches_for(name, method)
             subprocess_engine(shapes / name, out / name / f"{method}-k{k}.json", method, k, batches)
 
 
@@ -383,11 +428,12 @@ def pool(models_root: Path, out: Path, gpus: list[str], items: list[str]) -> Non
     import threading
 
     todo: queue.Queue = queue.Queue()
-    for item in items:
-        todo.put(item)
+    for item in items:  # a bare shape name: every config `run` times for it
+        for one in [item] if ":" in item else [f"{item}:{m}:{k}" for m, k in configs_for(item)]:
+            todo.put(one)
     real = any(item.split(":")[3:4] == ["real"] for item in items)
     # MC_SPEC_BATCHES: fewer batch sizes for speculative engines where a lease is short (the profile interpolates)
-    spec_batches = [int(b) for b in os.environ.get("MC_SPEC_BATCHES", "").split(",") if b] or SPEC_BATCHES
+    spec_batches = [int(b) for b in os.environ.get("MC_SPEC_BATCHES", "").split(",") if b]
 
     def worker(gpu: str) -> None:
         while True:
@@ -411,7 +457,7 @@ def pool(models_root: Path, out: Path, gpus: list[str], items: list[str]) -> Non
                     gpu=gpu,
                 )
                 continue
-            batches = PLAIN_BATCHES if method == "plain" else spec_batches
+            batches = spec_batches if spec_batches and method != "plain" else batches_for(shape, method)
             # the profile's folder holds one kind of weights: random ones beside real ones go to SHAPE-dummy
             folder = out / (f"{shape}-dummy" if weights == "dummy" and real else shape)
             folder.mkdir(parents=True, exist_ok=True)

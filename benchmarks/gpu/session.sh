@@ -307,13 +307,17 @@ PY
     # call), results under /tmp/costs/out; then costs-watch. The demo's trained models for the served check
     # arrive in a later call (costs-watch copies .gpu/served when carried).
     # ITEMS (after S): shapes and `served`, in order (measure_costs.py queue); default the first lease's order.
+    # COSTS_GPUS=0,1,2,3: the items' engines side by side, one a GPU (measure_costs.py pool; no `served` item).
     export COSTS_ITEMS="${*:4}"; COSTS_ITEMS=${COSTS_ITEMS:-demo gpu-profile-1b served llama3-8b smollm2-135m}
-    rm -rf /tmp/costs && mkdir -p /tmp/costs/out && cp benchmarks/gpu/measure_costs.py /tmp/costs/
+    rm -rf /tmp/costs && mkdir -p /tmp/costs/out
+    cp benchmarks/gpu/measure_costs.py benchmarks/gpu/scale_serve.py benchmarks/gpu/vllm_process.py /tmp/costs/
     gpu_line | tee /tmp/costs/out/gpu.txt; run_spec /tmp/costs/out
     PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)" \
       | tee /tmp/costs/out/versions.txt
-    (cd /tmp/costs && python measure_costs.py shapes shapes && setsid bash -c 'PYTHONPATH=/tmp/vllm/site python \
-      measure_costs.py queue shapes out /tmp/served-input $COSTS_ITEMS > run.log 2>&1; \
+    # the shapes' configs: a quantized shape's quantization_config comes from compressed-tensors (the quantize site)
+    export COSTS_RUN="queue shapes out /tmp/served-input"; [ -n "${COSTS_GPUS:-}" ] && COSTS_RUN="pool shapes out $COSTS_GPUS"
+    (cd /tmp/costs && PYTHONPATH=/tmp/qsite:/tmp/vllm/site python measure_costs.py shapes shapes && setsid bash -c \
+      'PYTHONPATH=/tmp/vllm/site python measure_costs.py $COSTS_RUN $COSTS_ITEMS > run.log 2>&1; \
       echo $? > rc' < /dev/null > /dev/null 2>&1 &)
     sleep "${3:-60}"; bash "$0" costs-watch "$2" 1 ;;
   collect25) mkdir -p /tmp/stage25 && cp .gpu/q"$2"/* /tmp/stage25/ && ls /tmp/stage25 ;;
