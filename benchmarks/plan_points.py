@@ -8,10 +8,13 @@ raw/schemes8b quant8b-*.json: one process per variant, the weights on the GPU); 
 one whole `dvc repro` of the GPU demo profile on an H100 (raw/gpu-tp1/repro.log, whose lines start with the seconds
 since the run began: a stage lasts from its `Running stage` line to the next one), and, for the stages it timed one
 by one, the whole `dvc repro` at Llama-3-8B's shape on 4 H100s (raw/repro8b: each stage's end from its outputs'
-modification times, benchmarks/tables/repro8b.py). Each stage has a list of points; the plan scales from the one
-nearest the target's size. Parameters are each run's BF16
-checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says from which point. Those runs'
-`*_mb` fields are MiB (benchmarks/tables/read.py RECORDED_IN_MIB): read back in MB through its in_mb.
+modification times, benchmarks/tables/repro8b.py). GPTQ per decoder layer (`gptq_layers`) from raw/scale-host: the
+Llama-3-8B shape on 1, 2 and 4 H100s and 2 layers of Llama-3-70B's widths on one H100 onloading and on 4 (the
+median seconds per layer from llm-compressor's timestamps, benchmarks/tables/tpeval.py; a layer's parameters from
+the published shape). Each stage has a list of points; the plan scales from the one nearest the target's size.
+Parameters are each run's BF16 checkpoint bytes / 2. Nothing here is estimated: the plan does the scaling, and says
+from which point. Those runs' `*_mb` fields are MiB (benchmarks/tables/read.py RECORDED_IN_MIB): read back in MB
+through its in_mb.
 """
 
 from __future__ import annotations
@@ -23,9 +26,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))  # tables/read.py, which imports this checkout's pipeline/
+# tables/ beside this file, and this checkout's pipeline/ (not the editable install's)
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT)]
 
-from tables import repro8b  # noqa: E402
+from pipeline.serving.parallelism import ModelShape  # noqa: E402
+from pipeline.serving.plan import SHAPES, layer_parameters  # noqa: E402
+from tables import repro8b, tpeval  # noqa: E402
 from tables.read import in_mb  # noqa: E402
 
 OUT = ROOT / "pipeline/serving/plan_points.json"
@@ -131,8 +137,44 @@ def large_points() -> dict[str, list[dict]]:
     return out
 
 
+# the checkpoint each scale-host step quantized (tables/tpeval.py CHECKPOINT): its decoder layers' widths
+LAYER_SHAPES = {"8b": "llama-3-8b", "70b2": "llama-3-70b"}
+
+
+def gptq_layer_points() -> list[dict]:
+    """Per GPU count and onloading: seconds per decoder layer (median) and the peak GPU memory of one process, the
+    unit `modelprep plan` scales a layer-by-layer quantization from (a 70B model on an H100 can only go so)."""
+    out = []
+    for row in tpeval.run_quant_rows(tpeval.HOST):
+        rec = tpeval.quant_record(row["step"], tpeval.HOST)
+        if rec is None or row["median"] is None:
+            continue
+        shape = ModelShape.from_config(SHAPES[LAYER_SHAPES[row["checkpoint"]]])
+        out.append(
+            {
+                "run": f"{GPU_RAW / tpeval.HOST}/run.log",
+                "step": row["step"],
+                "gpu": gpu_name(tpeval.HOST),
+                "algorithm": rec["metrics"]["algorithm"],
+                "gpus": row["gpus"],
+                "offload": row["offload"],
+                "layer_seconds": round(row["median"], 3),
+                "layer_parameters": layer_parameters(shape),
+                "peak_gpu_memory_bytes": round(in_mb(tpeval.HOST, rec["metrics"])["peak_gpu_memory_mb"] * 1e6),
+                "calibration_samples": rec["samples"],
+                "max_seq_length": rec["max_seq_length"],
+            }
+        )
+    return out
+
+
 def points() -> dict:
-    return {"produced_by": "python benchmarks/plan_points.py", "quantize": quantize_points(), "stages": stage_points()}
+    return {
+        "produced_by": "python benchmarks/plan_points.py",
+        "quantize": quantize_points(),
+        "gptq_layers": gptq_layer_points(),
+        "stages": stage_points(),
+    }
 
 
 def main() -> int:

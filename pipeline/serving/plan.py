@@ -5,11 +5,14 @@ Memory: serving (serve_bench, and the bundle's replicas) from the memory model o
 each variant's tensor parallelism (and, over several hosts, pipeline parallelism); distill's vLLM engine from the same
 model at draft_training.vllm.gpu_memory_utilization and one max_model_len sequence; quantization from the peak
 measured at the Llama-3-8B shape, scaled by parameters (the weights sit on the GPU unless
-quantize.calibration.offload); eagle3 and evaluate load the model with transformers on one GPU (BF16 weights;
-evaluate holds the target and the variant). Time: each stage's measured wall time (plan_points.json, written by
-benchmarks/plan_points.py from committed raw runs) times this model's parameters over the measured run's, calibrated
-quantization times its calibration samples over the measured ones too: a proportional guess, not a measurement, and
-every row names the run it scales. Disk: checkpoint bytes (the target, each variant, each bundle's copy).
+quantize.calibration.offload); GPTQ onloading one layer at a time (offload, or quantize.distributed.gpus > 1) from the
+per-layer peak and seconds measured at the nearest GPU count (raw/scale-host: a Llama-3-70B-wide layer on 1 and 4
+H100s), times layers, layer parameters and calibration samples over the measured ones; eagle3 and evaluate load the
+model with transformers on one GPU (BF16 weights; evaluate holds the target and the variant). Time: each stage's
+measured wall time (plan_points.json, written by benchmarks/plan_points.py from committed raw runs) times this model's
+parameters over the measured run's, calibrated quantization times its calibration samples over the measured ones too:
+a proportional guess, not a measurement, and every row names the run it scales. Disk: checkpoint bytes (the target,
+each variant, each bundle's copy).
 """
 
 from __future__ import annotations
@@ -263,14 +266,20 @@ def quantize_row(name: str, spec, quantize, shape, bf16: int, host: Host, points
     if is_unquantized(spec):
         t, src = scaled_time(points["stages"]["quantize@bf16"], n)
         return Row(f"quantize@{name}", "0", "-", size, t, src + " (a copy)")
+    samples = spec.num_samples or quantize.calibration.num_samples
+    gpus = quantize.distributed.gpus
+    onloads = quantize.calibration.offload or gpus > 1  # one decoder layer at a time on each GPU
+    if onloads and spec.algorithm == "gptq" and points.get("gptq_layers"):
+        # a 70B model quantizes on an H100 only layer by layer: scale the per-layer point measured at 70B width
+        est = per_layer_estimate(points["gptq_layers"], shape, gpus, samples)
+        problem = one_gpu(f"quantize@{name}", est.peak_bytes, host, "one decoder layer and its calibration")
+        return Row(f"quantize@{name}", str(gpus), est.memory, size, est.time, est.source, problem)
     point = points["quantize"].get(name) or next(
         (p for p in points["quantize"].values() if p["algorithm"] == spec.algorithm), None
     )
-    samples = spec.num_samples or quantize.calibration.num_samples
     factor = samples / point["calibration_samples"] if point and point["calibration_samples"] else 1.0
     t, src = scaled_time(point, n, factor) if point else ("not measured", "no measured point for this algorithm")
-    gpus = quantize.distributed.gpus
-    if quantize.calibration.offload or gpus > 1:  # one decoder layer at a time on each GPU
+    if onloads:
         layer = (bf16 - shape.embedding_parameters * 2) // shape.layers
         memory, problem = f"{gb(layer)} + calibration activations (one layer; not measured)", None
     elif point:
@@ -282,6 +291,42 @@ def quantize_row(name: str, spec, quantize, shape, bf16: int, host: Host, points
     else:
         memory, problem = "not measured", None
     return Row(f"quantize@{name}", str(gpus), memory, size, t, src, problem)
+
+
+def layer_parameters(shape: par.ModelShape) -> int:
+    """One decoder layer's parameters (attention, MLP, its two norms): what onloading moves to a GPU at a time."""
+    return (shape.parameters - shape.embedding_parameters - shape.hidden_size) // shape.layers
+
+
+@dataclass(frozen=True)
+class LayerEstimate:
+    time: str
+    memory: str  # per GPU (per process)
+    peak_bytes: int
+    source: str
+
+
+def nearest_layer_point(points: list[dict], gpus: int, layer: int) -> dict:
+    """The onloading point nearest `gpus` (by ratio: a layer's time falls with GPUs), then nearest `layer`
+    parameters."""
+    onloading = [p for p in points if p["offload"] or p["gpus"] > 1]
+    return min(onloading, key=lambda p: (abs(math.log(gpus / p["gpus"])), abs(math.log(layer / p["layer_parameters"]))))
+
+
+def per_layer_estimate(points: list[dict], shape: par.ModelShape, gpus: int, samples: int) -> LayerEstimate:
+    """GPTQ layer by layer: layers x the point's seconds per layer x layer parameters and calibration samples over
+    the point's; GPU memory per process: the point's peak x layer parameters (loading and saving not counted)."""
+    layer = layer_parameters(shape)
+    p = nearest_layer_point(points, gpus, layer)
+    stretch = layer / p["layer_parameters"]
+    seconds = shape.layers * p["layer_seconds"] * stretch * samples / p["calibration_samples"]
+    peak = round(p["peak_gpu_memory_bytes"] * stretch)
+    source = (
+        f"{p['run']} {p['step']} ({p['layer_seconds']} s per layer of {p['layer_parameters'] / 1e9:.2f}B parameters, "
+        f"{p['calibration_samples']} samples x {p['max_seq_length']} tokens, {p['gpus']}x {p['gpu']}) x layers x "
+        "layer parameters x calibration samples; memory: measured one-layer peak per process x layer parameters"
+    )
+    return LayerEstimate(duration(seconds), f"{gb(peak)} (measured one-layer peak x layer parameters)", peak, source)
 
 
 def render(rows: list[Row], title: str) -> str:

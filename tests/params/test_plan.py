@@ -136,3 +136,44 @@ def test_each_stage_scales_from_the_measured_run_nearest_the_models_size(tmp_pat
     for stage in ("evaluate@gptq-w4a16", "serve_bench@gptq-w4a16"):
         assert "raw/gpu-tp1/repro.log" in " ".join(rows(small.stdout)[stage])
         assert "raw/repro8b/listing.txt" in " ".join(rows(large.stdout)[stage])
+
+
+def seventy_b_layer_parameters() -> int:
+    """One Llama-3-70B decoder layer: q, k, v, o, the gated MLP's three matrices and two norms."""
+    s = SHAPES["llama-3-70b"]
+    q, kv = s["num_attention_heads"] * s["head_dim"], s["num_key_value_heads"] * s["head_dim"]
+    hidden = s["hidden_size"]
+    return hidden * (2 * q + 2 * kv) + 3 * hidden * s["intermediate_size"] + 2 * hidden
+
+
+@pytest.mark.parametrize(
+    "quantize, gpus",
+    [({"calibration": {"offload": True}}, 1), ({"distributed": {"gpus": 4}}, 4)],
+    ids=["one-h100-onloading", "four-h100s"],
+)
+def test_70b_gptq_layer_by_layer_scales_the_layer_measured_at_70b_width(tmp_path, quantize, gpus):
+    """A 70B model quantizes on H100s only layer by layer: its GPTQ time is 80 layers x the seconds per layer measured
+    at 70B width on as many GPUs (raw/scale-host, plan_points.json's gptq_layers) x calibration samples over the
+    measured ones, and its GPU memory the measured one-layer peak per process, no longer 'not measured'."""
+    from pipeline.serving.plan import duration, gb, load_points
+
+    layer = seventy_b_layer_parameters()
+    point = next(
+        p
+        for p in load_points()["gptq_layers"]
+        if (p["gpus"], p["offload"], p["layer_parameters"]) == (gpus, True, layer)
+    )
+    params = tiny_params(quantize=quantize)
+    samples = (
+        params["quantize"]["variants"]["gptq-w4a16"].get("num_samples")
+        or params["quantize"]["calibration"]["num_samples"]
+    )
+    seconds = (
+        SHAPES["llama-3-70b"]["num_hidden_layers"] * point["layer_seconds"] * samples / point["calibration_samples"]
+    )
+    r = plan(tmp_path, "--model-shape", "llama-3-70b", "--gpus-per-host", "4", "--gpu", "h100", quantize=quantize)
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("quantize@gptq-w4a16 "))
+    assert line.split()[1:3] == ["yes", str(gpus)], line
+    assert f"{gb(point['peak_gpu_memory_bytes'])} (measured one-layer peak x layer parameters)" in line
+    assert f"  {duration(seconds)}  " in line and f"{point['run']} {point['step']} " in line
+    assert "not measured" not in line
