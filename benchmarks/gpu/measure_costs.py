@@ -48,6 +48,24 @@ SPEC_BATCHES = [1, 4, 8, 16, 32, 64]
 KS = [2, 8]
 CHECK_K = 4  # measured for EAGLE-3 too: the check of interpolating a step's cost between k = 2 and 8
 
+# meta-llama/Meta-Llama-3-8B's and -70B's config.json (scale_serve.py serves the 70B one)
+LLAMA3_8B = dict(
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    vocab_size=128256,
+    rope_theta=500000.0,
+)
+LLAMA3_70B = {
+    **LLAMA3_8B,
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+}
+
 # Llama-family shapes the project ships evidence for. draft: a smaller sibling with the target's vocabulary
 # (for smollm2-135m the target's own first 4 layers, issue #29's draft-from-target).
 SHAPES = {
@@ -108,15 +126,7 @@ SHAPES = {
         ),
     },
     "llama3-8b": {
-        "target": dict(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            rope_theta=500000.0,
-        ),
+        "target": LLAMA3_8B,
         "draft": dict(
             hidden_size=2048,
             intermediate_size=8192,
@@ -131,25 +141,8 @@ SHAPES = {
     # Llama-3-70B in W4A16 on one GPU (its BF16 weights need 2-4 GPUs; an engine a GPU lets a 4-GPU host time four
     # configs at once), Llama-3.1-8B's shape as its draft; batches capped where its KV cache runs out (~30 GB free)
     "llama3-70b-w4a16": {
-        "target": dict(
-            hidden_size=8192,
-            intermediate_size=28672,
-            num_hidden_layers=80,
-            num_attention_heads=64,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            rope_theta=500000.0,
-            scheme="W4A16",
-        ),
-        "draft": dict(
-            hidden_size=4096,
-            intermediate_size=14336,
-            num_hidden_layers=32,
-            num_attention_heads=32,
-            num_key_value_heads=8,
-            vocab_size=128256,
-            rope_theta=500000.0,
-        ),
+        "target": {**LLAMA3_70B, "scheme": "W4A16"},
+        "draft": LLAMA3_8B,
         "plain_batches": [1, 2, 4, 8, 16, 32, 64],
         "spec_batches": [1, 8, 32],
     },

@@ -30,19 +30,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # the servers' and clients' helpers mixed_serve.py shares
+from measure_costs import LLAMA3_70B  # noqa: E402
 from vllm_process import VLLM, bench_command, free_port, run_client, server_process, wait_up  # noqa: E402
 
 # Llama-3-70B (meta-llama/Meta-Llama-3-70B's config.json): 80 layers, hidden 8192, 64 heads, 8 KV heads.
-SHAPE = dict(
-    hidden_size=8192,
-    intermediate_size=28672,
-    num_hidden_layers=80,
-    num_attention_heads=64,
-    num_key_value_heads=8,
-    vocab_size=128256,
-    rope_theta=500000.0,
-    max_position_embeddings=8192,
-)
+SHAPE = {**LLAMA3_70B, "max_position_embeddings": 8192}
 CONCURRENCY = (1, 16, 32, 64)
 PROMPTS_PER_USER = 2  # at least 4 prompts a level
 SERVER = {"max-model-len": 4096, "max-num-seqs": 64, "gpu-memory-utilization": 0.9}
