@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(1, str(Path(__file__).resolve().parent))
+import measure_costs  # noqa: E402  (the Llama-3 shapes)
 
 VARIANTS = ["fp8-dynamic", "fp8-static", "gptq-w4a16", "awq-w4a16"]
 
@@ -195,31 +197,14 @@ def yaml_name(bundle: Path) -> str:
     return yaml.safe_load((bundle / "serve.yaml").read_text())["served-model-name"]
 
 
-LLAMA3_8B = dict(
-    vocab_size=128256,
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    max_position_embeddings=8192,
-    rope_theta=500000.0,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    bos_token_id=1,
-    eos_token_id=2,
+# the shapes measure_costs.py declares, with what a transformers checkpoint of them needs beside
+_CHECKPOINT = dict(
+    max_position_embeddings=8192, rms_norm_eps=1e-5, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2
 )
-
-
-# Llama-3-70B's widths (meta-llama/Meta-Llama-3-70B's config.json; scale_serve.py's SHAPE): `make70b DIR TOK N` keeps
-# N of its 80 decoder layers, to time quantizing one layer of that width (sequential onloading's unit)
-LLAMA3_70B = {
-    **LLAMA3_8B,
-    "hidden_size": 8192,
-    "intermediate_size": 28672,
-    "num_hidden_layers": 80,
-    "num_attention_heads": 64,
-}
+LLAMA3_8B = {**measure_costs.LLAMA3_8B, **_CHECKPOINT}
+# `make70b DIR TOK N` keeps N of Llama-3-70B's 80 decoder layers, to time quantizing one layer of that width
+# (sequential onloading's unit)
+LLAMA3_70B = {**measure_costs.LLAMA3_70B, **_CHECKPOINT}
 
 
 def phase_make8b(root: Path, tokenizer_dir: Path, shape: dict = LLAMA3_8B, name: str = "make8b") -> None:
