@@ -85,7 +85,47 @@ QUALITY = (
     C("lm-eval byte ppl vs BF16", "lm_vs_base", "{:+.2f}%"),
 )
 
+
+def verifier_rows(runs: tuple[str, ...] = (SMOLLM2, GPU_PROFILE[1])) -> list[dict]:
+    """Each draft (trained against BF16) on each quantized verifier: evaluate's accepted/drafted estimate per method
+    against the same method on BF16 in the same run, where both drafted the same k (n-gram's k follows each
+    variant's own text, so its rows at another k are left out)."""
+    rows = []
+    for run in runs:
+        evals = read.evals(run)
+        base = {m["method"]: m for m in evals["bf16"]["methods"]}
+        for variant, e in evals.items():
+            for m in e["methods"] if variant != "bf16" else []:
+                b = base.get(m["method"])
+                if b is None or b["num_speculative_tokens"] != m["num_speculative_tokens"]:
+                    continue
+                rows.append(
+                    {
+                        "run": f"`{run}`",
+                        "variant": f"`{variant}`",
+                        "method": m["method"],
+                        "k": m["num_speculative_tokens"],
+                        "bf16": b["accepted_per_draft_token"],
+                        "own": m["accepted_per_draft_token"],
+                        "change": 100 * (m["accepted_per_draft_token"] / b["accepted_per_draft_token"] - 1),
+                    }
+                )
+    return rows
+
+
 BLOCKS = {
+    "verifiers": Spec(
+        verifier_rows,
+        (
+            C("run", "run"),
+            C("variant", "variant"),
+            C("method", "method"),
+            C("k", "k"),
+            C("accepted/drafted on BF16", "bf16", "{:.3f}"),
+            C("on the variant", "own", "{:.3f}"),
+            C("change", "change", "{:+.1f}%"),
+        ),
+    ),
     "smollm2": Spec(lambda: metrics(SMOLLM2), QUALITY),
     "smollm2-thresholds": Spec(
         against_thresholds,
