@@ -70,9 +70,11 @@ def bigram_llama(cfg: dict, nxt, out: Path, generator) -> None:
     torch.manual_seed(SEED)
     config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")})
     torch.set_default_dtype(torch.bfloat16)  # an 8B model initialised in float32 would take twice the memory
-    with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
-        model = LlamaForCausalLM(config)
-    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(torch.float32)
     u = rows(cfg["vocab_size"], cfg["hidden_size"], generator)
     with torch.no_grad():
         model.lm_head.weight.copy_(u)

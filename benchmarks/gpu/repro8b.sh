@@ -11,18 +11,10 @@
 set -uo pipefail
 W=${R8_DIR:-/tmp/r8}
 mkdir -p "$W/out" "$W/ckpt"
-export NCCL_NVLS_ENABLE=0 VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
-  HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 MODELPREP_PROGRESS_INTERVAL=0
-Q=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite
 M8=/tmp/m8/bf16
 . benchmarks/gpu/steps.sh
 
 # PATH's python (session.sh gp_setup: /tmp/gpbin) puts each stage's site first; DVC itself runs from DVC_PATH
 step repro "$DVC_PATH" python3 -m dvc repro
-for n in 1 2 4; do
-  rm -rf "$W/ckpt/8b-${n}gpu"
-  step "quant-8b-${n}gpu" "$Q" python3 benchmarks/gpu/tp_eval.py quant $M8 "$W/ckpt/8b-${n}gpu" "$n" \
-    "$W/out/quant-8b-${n}gpu.json"
-  rm -rf "$W/ckpt/8b-${n}gpu"
-done
+for n in 1 2 4; do quant "8b-${n}gpu" $M8 "$n"; rm -rf "$W/ckpt/8b-${n}gpu"; done
 echo done > "$W/rc"

@@ -18,20 +18,11 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 W=${SH4_DIR:-/tmp/sh4}
 mkdir -p "$W/out" "$W/ckpt" "$W/costs"
-export NCCL_NVLS_ENABLE=0 VLLM_ALLREDUCE_USE_SYMM_MEM=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
-  VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 MODELPREP_PROGRESS_INTERVAL=0
-Q=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite  # llm-compressor's site first (compressed-tensors 0.19), as the quantize stages
-V=/tmp/vllm/site:.:/tmp/dvcsite
 M8=/tmp/m8/bf16 M70=/tmp/m70x2/bf16 KA=/tmp/ka
 # the demo target's tokenizer for the random checkpoints (its calibration rows are tokenized with it); its files alone
 # travel as .gpu/demotok where a call has no room for the whole model
 DEMO=artifacts/models/target; [ -d .gpu/demotok ] && DEMO=.gpu/demotok
-. benchmarks/gpu/steps.sh
-
-quant() {  # quant NAME MODEL GPUS [--offload]; the checkpoint kept in $W/ckpt/NAME for step 5
-  rm -rf "$W/ckpt/$1"
-  step "quant-$1" "$Q" python benchmarks/gpu/tp_eval.py quant "$2" "$W/ckpt/$1" "$3" "$W/out/quant-$1.json" "${@:4}"
-}
+. benchmarks/gpu/steps.sh  # the environment, sites Q and V, quant (its checkpoint kept for step 5), step
 
 [ -f $M8/config.json ] || step make8b "$Q" python benchmarks/gpu/run_gpu.py make8b /tmp/m8 "$DEMO"
 for n in 1 2 4; do quant "8b-${n}gpu" $M8 "$n"; done

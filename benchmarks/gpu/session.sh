@@ -143,6 +143,14 @@ private_tree() {  # private_tree STEP [PATH...]: a copy of this tree in /tmp/STE
   echo "$dst"
 }
 
+brief_server_logs() {  # brief_server_logs DIR: each server.log under DIR cut to its lines about memory, kernels and
+  # errors, beside it as server.brief.log (a call brings back 16 MiB a file; the packs leave the whole logs out)
+  [ -d "$1" ] || return 0
+  find "$1" -name server.log | while read -r f; do
+    grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log" || true
+  done
+}
+
 gp_background() {
   # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
   # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
@@ -353,9 +361,7 @@ PY
     while [ ! -f /tmp/scale/rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     tail -n 30 /tmp/scale/run.log | cut -c1-300 || true
     [ -f /tmp/scale/rc ] && echo "scale exit status: $(cat /tmp/scale/rc)" || echo "scale still running"
-    # server logs cut to their lines about memory, kernels and errors: a call brings back 16 MiB a file
-    (cd /tmp/scale && find out -name server.log | while read -r f; do
-       grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log"; done) || true
+    brief_server_logs /tmp/scale/out
     tar czf "$out/scale.tgz" -C /tmp/scale --exclude='server.log' . ;;
   mixed8b)
     out=$2; mkdir -p "$out"
@@ -419,8 +425,7 @@ PY
     cat /tmp/sh4/steps.txt 2>/dev/null || true
     grep -E "ENGINE|BUILT|RESULT|Error" /tmp/sh4/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
     [ -f /tmp/sh4/rc ] && echo "scale-host finished" || echo "scale-host still running"
-    (cd /tmp/sh4 && find scale -name server.log 2>/dev/null | while read -r f; do
-       grep -E "memory|KV cache|Kernel|kernel|Error|error|CUDA graph|took" "$f" | cut -c1-400 > "${f%.log}.brief.log"; done) || true
+    brief_server_logs /tmp/sh4/scale
     tar czf "$out/scale-host.tgz" -C /tmp/sh4 --exclude=ckpt --exclude=server.log . ;;
   repro8b-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"

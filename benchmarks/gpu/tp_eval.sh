@@ -15,18 +15,9 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 W=${TPE_DIR:-/tmp/tpe}
 mkdir -p "$W/out" "$W/ckpt"
-export NCCL_NVLS_ENABLE=0 VLLM_ALLREDUCE_USE_SYMM_MEM=0 VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 \
-  HF_DATASETS_OFFLINE=1 PYTHONUNBUFFERED=1 MODELPREP_PROGRESS_INTERVAL=0
-Q=/tmp/qsite:/tmp/vllm/site:.:/tmp/dvcsite  # llm-compressor's site first (compressed-tensors 0.19), as the quantize stages
-V=/tmp/vllm/site:.:/tmp/dvcsite
 M8=/tmp/m8/bf16 DEMO=artifacts/models/target
 
-. benchmarks/gpu/steps.sh  # step NAME SITE CMD...: timed, logged, GPU memory sampled
-
-quant() {  # quant NAME MODEL GPUS [--offload]
-  rm -rf "$W/ckpt/$1"
-  step "quant-$1" "$Q" python benchmarks/gpu/tp_eval.py quant "$2" "$W/ckpt/$1" "$3" "$W/out/quant-$1.json" "${@:4}"
-}
+. benchmarks/gpu/steps.sh  # the environment, sites Q and V, quant, step NAME SITE CMD... (timed, logged, GPU memory)
 
 [ -f $M8/config.json ] || step make8b "$Q" python benchmarks/gpu/run_gpu.py make8b /tmp/m8 "$DEMO"
 # TPE_MIXED=1: issue 46's mixed8b (benchmarks/gpu/mixed_serve.py) on GPU 1 over the same checkpoint while the one-GPU

@@ -84,7 +84,7 @@ def offline_rows(prof) -> list[dict]:
     the prediction from the CPU estimate of the same models and the demo-shape profile."""
     rows = []
     for served in sorted(COSTS.glob("lease-*/served-demo")):
-        plain = {r["batch"]: r["served"] for r in json.loads((served / "plain-k0.json").read_text())["runs"]}
+        plain = {b: r["served"] for b, r in _record(served / "plain-k0.json").items()}
         for f in sorted(served.glob("*-k*.json"), key=lambda p: (p.stem.split("-k")[0], int(p.stem.split("-k")[1]))):
             method, k = f.stem.split("-k")[0], json.loads(f.read_text())["k"]
             if method == "plain":
@@ -239,14 +239,14 @@ def accepted_served_rows() -> list[dict]:
     """The served check (measure_costs.py served: 32 random prompts, 96 tokens each, batches of 1, 16, 32) of the
     8B known-acceptance models against the 8B profile's prediction at the tokens per step vLLM counted."""
     prof, folder = read.profile("-llama3-8b"), ACCEPTED / "llama3-8b-served"
-    plain = _record(folder / "plain-k0.json")
+    plain, n = _record(folder / "plain-k0.json"), len(json.loads((folder / "prompts.json").read_text()))
     rows = []
     for f in sorted(folder.glob("*-k*.json")):
         rec = json.loads(f.read_text())
         if rec["method"] == "plain":
             continue
         for r in rec["runs"]:
-            sv, p, n = r["served"], plain[r["batch"]]["served"], len(json.loads((folder / "prompts.json").read_text()))
+            sv, p = r["served"], plain[r["batch"]]["served"]
             tokens_per_step, drafted = sv["tokens"] / sv["num_drafts"], sv["num_draft_tokens"] / sv["num_drafts"]
             measured = (sv["tokens"] / sv["wall_s"]) / (p["tokens"] / p["wall_s"])
             pred = prof.speedup(rec["method"], r["batch"], tokens_per_step, drafted, sv["num_drafts"] / n)
