@@ -9,6 +9,14 @@
 #                                 against .gpu/c0/LOAD.sha256; unload unpacks the kit to /tmp/vllm, the rest here
 #                                 (CHUNK_DIR=s: pieces in .gpu/sN instead; a .gguf under .gpu/smollm2/ goes to /tmp/smollm2)
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
+#   session.sh gguf-piece DIR DEST ROLE  one piece of a GGUF split by size (.gpu/DIR: gguf-<key>.NN; .gpu/<key>0/MANIFEST
+#                                 names the file, its sha256 and the piece count) into /tmp/gguf-pieces; after the last:
+#                                 the file assembled into DEST, its sha256 checked, and converted in the background into
+#                                 the cache the `sources` stage reads (keyed by that sha256; ROLE target or draft), so
+#                                 the conversion runs while later pieces travel (/tmp/convert-ROLE.log and .rc)
+#   session.sh eagle3-known OUT S  issue 50: EAGLE-3 at the 8B shape timed with drafts accepted on GPUs EK_GPUS
+#                                 (default 1,2,3; benchmarks/gpu/eagle3_known.sh) in the background; then
+#                                 eagle3-known-watch OUT S (packs /tmp/ek into OUT/eagle3-known.tgz either way)
 #   session.sh demo OUT           demo artifacts in vLLM: speed/acceptance, serve.yaml, GPU quality
 #   session.sh evaluate OUT V...  the pipeline's own `evaluate` stage, GPU path, per variant
 #   session.sh test               the GPU tests (tests/project/test_gpu.py; skipped in CI)
@@ -193,6 +201,38 @@ case "$1" in
     for d in .gpu/gguf/*/; do [ -d "$d" ] || continue; n=$(basename "$d"); mkdir -p "/tmp/$n" && mv "$d"* "/tmp/$n/" && ls -la "/tmp/$n"; done
     gpu_line; PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     ls artifacts/bundles 2>/dev/null || true ;;
+  gguf-piece)
+    dir=$2 dest=$3 role=$4 key=${2%%[0-9]*}; mkdir -p /tmp/gguf-pieces "$dest" && cp .gpu/"$dir"/* /tmp/gguf-pieces/
+    [ -f /tmp/gguf-pieces/MANIFEST ] && [ "$dir" = "${key}0" ] && mv /tmp/gguf-pieces/MANIFEST "/tmp/gguf-pieces/$key.manifest"
+    read -r name sha pieces < "/tmp/gguf-pieces/$key.manifest"
+    have=$(ls /tmp/gguf-pieces/gguf-"$key".* | wc -l); echo "$name: piece $have of $pieces"
+    [ "$have" -lt "$pieces" ] && exit 0
+    cat /tmp/gguf-pieces/gguf-"$key".* > "$dest/$name.part" && rm -f /tmp/gguf-pieces/gguf-"$key".*
+    [ "$(sha256sum "$dest/$name.part" | cut -d' ' -f1)" = "$sha" ] || { echo "$name: sha256 mismatch"; exit 1; }
+    mv "$dest/$name.part" "$dest/$name"
+    tree=$(private_tree "convert-$role")
+    (cd "$tree" && export SRC="$dest/$name" ROLE="$role" && setsid bash -c 'start=$(date +%s)
+      PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite:. python3 -c "import os, sys
+from pipeline.models.gguf_source import converted
+print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROLE.log 2>&1
+      rc=$?; echo "seconds $(( $(date +%s) - start ))" >> /tmp/convert-$ROLE.log; echo $rc > /tmp/convert-$ROLE.rc' \
+      < /dev/null > /dev/null 2>&1 &)
+    echo "$name: assembled, converting in the background" ;;
+  eagle3-known)
+    out=$2; rm -rf /tmp/ek && mkdir -p "$out" /tmp/ek/out
+    gpu_line > /tmp/ek/gpu.txt; run_spec /tmp/ek "" eagle3-known
+    PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/ek/versions.txt 2>&1
+    tree=$(private_tree eagle3-known)
+    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/eagle3_known.sh > /tmp/ek/script.log 2>&1; \
+      echo $? > /tmp/ek/script.rc' < /dev/null > /dev/null 2>&1 &)
+    exec bash "$0" eagle3-known-watch "$2" "$3" ;;
+  eagle3-known-watch)
+    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
+    while [ ! -f /tmp/ek/rc ] && [ ! -f /tmp/ek/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    cat /tmp/ek/steps.txt 2>/dev/null || true
+    grep -E "ENGINE|RESULT|Error" /tmp/ek/run.log 2>/dev/null | tail -n 8 | cut -c1-300 || true
+    [ -f /tmp/ek/rc ] && echo "eagle3-known finished" || echo "eagle3-known still running"
+    tar czf "$out/eagle3-known.tgz" -C /tmp/ek --exclude=server.log . ;;
   install)
     # the kit from collect's parts (/tmp/stage); after chunk/unload it is already in /tmp/vllm
     if [ -d /tmp/stage ]; then
