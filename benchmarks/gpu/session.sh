@@ -223,7 +223,8 @@ print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROL
     gpu_line > /tmp/ek/gpu.txt; run_spec /tmp/ek "" eagle3-known
     PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/ek/versions.txt 2>&1
     tree=$(private_tree eagle3-known)
-    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/eagle3_known.sh > /tmp/ek/script.log 2>&1; \
+    # its process group in /tmp/ek/pgid: a step that needs the GPUs back stops it with kill -- -PGID
+    (cd "$tree" && setsid bash -c 'echo $$ > /tmp/ek/pgid; bash benchmarks/gpu/eagle3_known.sh > /tmp/ek/script.log 2>&1; \
       echo $? > /tmp/ek/script.rc' < /dev/null > /dev/null 2>&1 &)
     exec bash "$0" eagle3-known-watch "$2" "$3" ;;
   eagle3-known-watch)
