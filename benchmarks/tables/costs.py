@@ -198,6 +198,8 @@ def tally() -> list[dict]:
 
 
 ACCEPTED = COSTS / "lease-4"  # known_accept.py's 8B models (benchmarks/gpu/scale_host.sh): drafts accepted
+# the EAGLE-3 head rebuilt with its lm_head rows permuted (benchmarks/gpu/eagle3_known.sh): its first draft accepted
+EAGLE3_ACCEPTED = COSTS / "lease-5"
 
 
 def _record(path) -> dict:
@@ -235,10 +237,10 @@ def accepted_rows() -> list[dict]:
     return rows
 
 
-def accepted_served_rows() -> list[dict]:
+def accepted_served_rows(run=ACCEPTED) -> list[dict]:
     """The served check (measure_costs.py served: 32 random prompts, 96 tokens each, batches of 1, 16, 32) of the
-    8B known-acceptance models against the 8B profile's prediction at the tokens per step vLLM counted."""
-    prof, folder = read.profile("-llama3-8b"), ACCEPTED / "llama3-8b-served"
+    8B known-acceptance models of one run against the 8B profile's prediction at the tokens per step vLLM counted."""
+    prof, folder = read.profile("-llama3-8b"), run / "llama3-8b-served"
     plain, n = _record(folder / "plain-k0.json"), len(json.loads((folder / "prompts.json").read_text()))
     rows = []
     for f in sorted(folder.glob("*-k*.json")):
@@ -290,7 +292,81 @@ def accepted_summary():
     ]
 
 
+def eagle3_accepted_rows() -> list[dict]:
+    """The EAGLE-3 engines of the rebuilt head (lease-5) per batch size: vLLM's acceptance, accepted tokens per
+    step, the step time and its ratio to plain decoding's step timed beside it (same run, same target), and the same
+    ratio in the run whose head had no draft accepted (lease-4, against its own plain step)."""
+    rows = []
+    plain = _record(EAGLE3_ACCEPTED / "llama3-8b" / "plain-k0.json")
+    old_plain = _record(ACCEPTED / "llama3-8b" / "plain-k0.json")
+    for k in (2, 8):
+        new, old = (_record(run / "llama3-8b" / f"eagle3-k{k}.json") for run in (EAGLE3_ACCEPTED, ACCEPTED))
+        for b, run in new.items():
+            ms = read.serving_costs._step(run, b)[0]
+            long = run["long"]
+            old_ratio = (
+                read.serving_costs._step(old[b], b)[0] / read.serving_costs._step(old_plain[b], b)[0]
+                if b in old and b in old_plain
+                else None
+            )
+            rows.append(
+                {
+                    "config": f"eagle3-k{k}",
+                    "batch": b,
+                    "accepted": _accepted(run),
+                    "per_step": sum(p["num_accepted_tokens"] for p in long) / sum(p["num_drafts"] for p in long),
+                    "ms": ms,
+                    "ratio": ms / read.serving_costs._step(plain[b], b)[0],
+                    "old_ratio": old_ratio,
+                }
+            )
+    return rows
+
+
+def eagle3_accepted_summary():
+    rows = [r for r in eagle3_accepted_rows() if r["old_ratio"]]
+    vals = [r["ratio"] / r["old_ratio"] for r in rows]
+    served = accepted_served_rows(EAGLE3_ACCEPTED)
+    return [
+        (
+            "EAGLE-3 step / plain step, one draft accepted per step, over the same ratio with none accepted",
+            f"x{min(vals):.2f} to x{max(vals):.2f} over {len(vals)} (k, batch) cells",
+        ),
+        (
+            f"served cells whose prediction is within {s.TOLERANCE:.0%}",
+            f"{sum(r['within'] == 'yes' for r in served)} of {len(served)}",
+        ),
+    ]
+
+
+SERVED_COLUMNS = (
+    C("method", "method"),
+    C("k", "k"),
+    C("batch", "batch"),
+    C("vLLM accepted/drafted", "accepted", "{:.3f}"),
+    C("tokens per step", "tokens_per_step", num),
+    C("speculative run s", "wall", num),
+    C("served speedup", "measured", times),
+    C("predicted from the 8B profile", "predicted", times),
+    C("predicted / served", "ratio", num),
+    C(f"within {s.TOLERANCE:.0%}", "within"),
+)
+
 BLOCKS = {
+    "eagle3-accepted-8b-summary": Facts(eagle3_accepted_summary),
+    "eagle3-accepted-8b": Spec(
+        eagle3_accepted_rows,
+        (
+            C("config", lambda r: f"`{r['config']}`"),
+            C("batch", "batch"),
+            C("vLLM accepted/drafted", "accepted", "{:.3f}"),
+            C("accepted per step", "per_step", num),
+            C("step ms", "ms", num),
+            C("step / plain step", "ratio", num),
+            C("step / plain step, none accepted (lease-4)", "old_ratio", num),
+        ),
+    ),
+    "eagle3-accepted-8b-served": Spec(lambda: accepted_served_rows(EAGLE3_ACCEPTED), SERVED_COLUMNS),
     "accepted-8b-summary": Facts(accepted_summary),
     "accepted-8b": Spec(
         accepted_rows,
@@ -303,21 +379,7 @@ BLOCKS = {
             C("step ms, random weights", "dummy_ms", num),
         ),
     ),
-    "accepted-8b-served": Spec(
-        accepted_served_rows,
-        (
-            C("method", "method"),
-            C("k", "k"),
-            C("batch", "batch"),
-            C("vLLM accepted/drafted", "accepted", "{:.3f}"),
-            C("tokens per step", "tokens_per_step", num),
-            C("speculative run s", "wall", num),
-            C("served speedup", "measured", times),
-            C("predicted from the 8B profile", "predicted", times),
-            C("predicted / served", "ratio", num),
-            C(f"within {s.TOLERANCE:.0%}", "within"),
-        ),
-    ),
+    "accepted-8b-served": Spec(accepted_served_rows, SERVED_COLUMNS),
     "calibration": Spec(
         lambda: [(p.name, n, m) for p in read.profiles() for n, m in p.methods.items() if m.served_scale],
         (
