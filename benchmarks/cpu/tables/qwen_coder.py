@@ -14,6 +14,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from render import Column, Table, Text, facts, num, table  # noqa: E402
 
 RAW = ROOT / "benchmarks/cpu/raw/qwen-coder"
+GPU = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu"  # the GPU profile's run on an H100, through evaluate@bf16
 
 
 def raw(name: str) -> dict:
@@ -197,7 +198,113 @@ def repro_machine() -> Table:
     )
 
 
+def gpu(name: str) -> dict:
+    return json.loads((GPU / name).read_text())
+
+
+def gpu_stages() -> Table:
+    """Each stage's wall time from the run's log (every line prefixed with the seconds since the background
+    command started): from its `Running stage` line to the next one; the last stage had not finished."""
+    starts = []
+    for line in (GPU / "repro.log").read_text().splitlines():
+        t, _, text = line.partition(" ")
+        if text.startswith("Running stage '"):
+            starts.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
+    rows = [
+        {"stage": name, "s": (starts[i + 1][1] - t) if i + 1 < len(starts) else None}
+        for i, (name, t) in enumerate(starts)
+    ]
+    first = starts[0][1]
+    rows = [{"stage": "(the target's GGUF converted before `sources`; the run waited for it)", "s": first}, *rows]
+    return table(
+        rows,
+        [
+            Column("stage", lambda r: r["stage"]),
+            Column("wall s", lambda r: num(r["s"], 0) if r["s"] is not None else "not finished"),
+        ],
+    )
+
+
+def gpu_quality() -> Table:
+    m, f = gpu("metrics/eval-bf16.json"), gpu("eval/bf16/functional.json")["baseline"]
+    lm = gpu("eval/bf16/lm_eval.json")
+    return facts(
+        [
+            ("held-out rows scored (tokens)", f"{lm['samples']['domain_heldout']} ({m['tokens']})"),
+            ("held-out answer perplexity", num(m["perplexity"], 3)),
+            (
+                "lm-eval domain_heldout byte perplexity (vLLM)",
+                num(lm["scores"]["domain_heldout"]["byte_perplexity"], 4),
+            ),
+            ("HumanEval tasks", f["tasks"]),
+            ("pass@1, greedy", num(f["pass_at_1"], 3)),
+            ("outcomes", ", ".join(f"{k} {v}" for k, v in f["outcomes"].items() if v)),
+        ]
+    )
+
+
+def gpu_acceptance() -> Table:
+    """Per method: the estimate's acceptance on held-out code (24 prompts, 128 tokens), tokens per verify step at k =
+    4 and 8 (1 + accepted), and the served speedup the nearest cost profile predicts at the k the estimate chose."""
+    m = gpu("metrics/eval-bf16.json")
+    rows = []
+    for entry in m["methods"]:
+        spec = gpu(f"eval/bf16/speculative-{entry['method']}.json")
+        per_step = spec["accepted_per_step_by_k"]
+        rows.append(
+            {
+                **entry,
+                "k4": 1 + per_step["4"],
+                "k8": 1 + per_step["8"],
+                "first": spec["accepted_per_position_by_k"]["1"][0],
+            }
+        )
+    return table(
+        rows,
+        [
+            Column("method", lambda r: r["method"]),
+            Column("first drafted token accepted", lambda r: num(r["first"], 3)),
+            Column("tokens per step, k = 4", lambda r: num(r["k4"], 2)),
+            Column("tokens per step, k = 8", lambda r: num(r["k8"], 2)),
+            Column("k chosen", lambda r: r["num_speculative_tokens"]),
+            Column(
+                f"predicted served speedup at c = 1 ({m['cost_profile']})",
+                lambda r: f"x{num(r['estimated_speedup'], 2)}",
+            ),
+        ],
+    )
+
+
+def gpu_training() -> Table:
+    d, e = gpu("metrics/draft_training.json"), gpu("metrics/eagle3.json")
+    return facts(
+        [
+            ("distillation: training / eval examples", f"{d['train_examples']} / {d['eval_examples']}"),
+            (
+                "draft fine-tune: steps, loss first -> last",
+                f"{d['train_steps']}, {num(d['train_loss_first'], 3)} -> {num(d['train_loss_last'], 3)}",
+            ),
+            (
+                "draft held-out loss: base -> fine-tuned (shipped)",
+                f"{num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)} ({d['shipped']})",
+            ),
+            (
+                "EAGLE-3 head: steps, vocabulary, trainable parameters (M)",
+                f"{e['train_steps']}, {e['draft_vocab_size']}, {num(e['trainable_parameters'] / 1e6, 1)}",
+            ),
+            (
+                "EAGLE-3 head: final loss, accuracy at steps 1-3",
+                f"{num(e['final_loss'], 2)}, " + " / ".join(num(a, 3) for a in e["accuracy_by_step"]),
+            ),
+        ]
+    )
+
+
 BLOCKS = {
+    "gpu-stages": gpu_stages,
+    "gpu-quality": gpu_quality,
+    "gpu-acceptance": gpu_acceptance,
+    "gpu-training": gpu_training,
     "machine": machine,
     "conversion": conversion,
     "pair": pair,
