@@ -105,7 +105,10 @@ gp_setup() {
   # /tmp/gp: this tree with dvc and the project's other pure-Python deps (.gpu/dvcwheels) beside the vLLM /
   # llm-compressor / lm-eval sites, params.yaml with the GPU demo profile and the overlay $1 (if given) applied.
   # offline kit only: dvc's wheels (pip-install put dvc in /tmp/dvcsite already)
-  if [ -d .gpu/dvcwheels ]; then pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl; fi
+  # (once: a second install into the same --target takes ~40 s of held time to replace nothing)
+  if [ -d .gpu/dvcwheels ] && [ ! -d /tmp/dvcsite/dvc ]; then
+    pip install -q --no-index --no-deps --target /tmp/dvcsite .gpu/dvcwheels/*.whl
+  fi
   rm -rf /tmp/gp && mkdir -p /tmp/gp /tmp/gpbin
   tar --exclude=./artifacts --exclude=./.gpu --exclude=./metrics --exclude=./plots --exclude=./registry -cf - . \
     | tar -C /tmp/gp -xf -
