@@ -3,16 +3,18 @@
 A task file is JSONL, one task a line with HumanEval's fields: `task_id`, `prompt` (a signature and docstring),
 `canonical_solution` (a body that passes), `test` (defines `check(candidate)`) and `entry_point` (the function's
 name). The model completes `prompt` greedily as plain text (no chat template: the prompt is code to continue), the
-completion is cut where HumanEval cuts it (a new top-level `def`, `class`, `if`, `print` or comment), and
-`prompt + completion + test + check(entry_point)` runs in pipeline/evaluate/sandbox.py. pass@1 with greedy
-decoding is the fraction of tasks whose program passed; every other outcome (failed, timeout, memory, forbidden,
-error) counts as a failure and is counted by kind.
+completion is cut where HumanEval cuts it (a new top-level `def`, `class`, `if`, `print` or comment) and before the
+first control token the model writes (control_token_ids: one that writes Qwen's <|fim_prefix|> has left the
+function), and `prompt + completion + test + check(entry_point)` runs in pipeline/evaluate/sandbox.py. pass@1 with
+greedy decoding is the fraction of tasks whose program passed; every other outcome (failed, timeout, memory,
+forbidden, error) counts as a failure and is counted by kind.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,11 @@ from pipeline.evaluate.summary import Functional
 # HumanEval's stop sequences (Chen et al. 2021): the function ends where a new top-level statement begins
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 KEPT_CHARS = 2000  # of each completion in the per-task record
+# A control token's text: `<|name|>` (Qwen's <|fim_prefix|>, <|file_sep|>, GPT's <|endoftext|>, Llama 3, Phi-3) or
+# DeepSeek's fullwidth `<｜name｜>`; and, for an added token, markup `<name>` / `</name>` (StarCoder's <fim_prefix>,
+# Qwen's <tool_call>)
+CONTROL_FORM = re.compile(r"<([|\uff5c])[^\s|\uff5c]+\1>")
+MARKUP_FORM = re.compile(r"</?[^\s<>/]+>")
 
 
 @dataclass(frozen=True)
@@ -106,22 +113,37 @@ def _stops_at_text(tokenizer):
     return done
 
 
+def control_token_ids(tokenizer) -> frozenset[int]:
+    """The ids that end a completion: the tokenizer's special tokens, its added tokens written as control tokens or
+    markup, and every token of the vocabulary written `<|name|>`.
+
+    Not every added token: a non-special added token can be ordinary text (Phi-2's and CodeGen's runs of spaces,
+    which code needs). Not only special ones: Qwen marks its FIM, repo and file-separator tokens `special: false`, so
+    a decode keeps them and generation ran on past them. The whole vocabulary for `<|name|>`: a GGUF-converted Qwen
+    tokenizer (transformers' GGUFQwen2Converter, pipeline/models/gguf_source.py) adds only <|endoftext|>,
+    <|im_start|> and <|im_end|>; its other control tokens are plain vocabulary entries there."""
+    ids = set(tokenizer.all_special_ids)
+    for i, token in tokenizer.added_tokens_decoder.items():
+        if token.special or CONTROL_FORM.fullmatch(token.content) or MARKUP_FORM.fullmatch(token.content):
+            ids.add(i)
+    ids.update(i for text, i in tokenizer.get_vocab().items() if CONTROL_FORM.fullmatch(text))
+    return frozenset(ids)
+
+
 def complete(model, tokenizer, tasks: list[Task], max_new_tokens: int) -> list[str]:
-    """Each prompt's greedy completion as text, cut at HumanEval's stop sequences (the prompt as plain text: a
-    tokenizer that adds <bos> adds it here too)."""
+    """Each prompt's greedy completion as text, ended at eos or any other control token (cut before it) and cut at
+    HumanEval's stop sequences (the prompt as plain text: a tokenizer that adds <bos> adds it here too)."""
     prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
+    stops = control_token_ids(tokenizer) | (frozenset() if eos is None else {eos})
     written = generation.greedy_continuations(
-        model,
-        prompts,
-        max_new_tokens,
-        frozenset() if eos is None else {eos},
-        pad_id=pad,
-        done=_stops_at_text(tokenizer),
+        model, prompts, max_new_tokens, stops, pad_id=pad, done=_stops_at_text(tokenizer)
     )
     out = []
     for ids, (tokens, end) in zip(prompts, written):
+        if end and tokens[end - 1] in stops:
+            end -= 1  # the completion ends before its control token (a decode keeps a non-special one)
         # decoded with the prompt: a tokenizer that merges a leading space into the next piece decodes it right only
         # in context
         head = tokenizer.decode(ids, skip_special_tokens=True)

@@ -57,7 +57,9 @@ class FunctionalCheck:
 
     tasks: str | None = knob(None, help="a JSONL file of HumanEval-format tasks under evals/; null: off", min_length=1)
     limit: int | None = knob(None, help="the first N tasks; null: all", minimum=1)
-    max_new_tokens: int = knob(384, help="per completion (it ends earlier at EOS or a stop sequence)", minimum=1)
+    max_new_tokens: int = knob(
+        384, help="per completion (it ends earlier at a control token such as EOS, or a stop sequence)", minimum=1
+    )
     timeout_s: float = knob(10, help="wall clock per program (its process group killed past it)", exclusive_minimum=0)
     cpu_s: int = knob(5, help="CPU seconds per program", minimum=1)
     memory_mb: int = knob(1024, help="address space per program", minimum=64)

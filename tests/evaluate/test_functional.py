@@ -218,3 +218,49 @@ def test_generation_stops_where_done_says_and_writes_the_same_tokens_before():
     stopped = generation.greedy_continuations(model, prompts, 10, done=lambda tokens: len(tokens) >= 4)
     assert [end for _, end in full] == [10] * 3 and [end for _, end in stopped] == [4] * 3
     assert [t[:4] for t, _ in stopped] == [t[:4] for t, _ in full]
+
+
+def test_a_completion_ends_before_a_control_token_the_tokenizer_does_not_call_special(task_file):
+    """Qwen marks <|fim_prefix|> `special: false`: a decode keeps it, so a completion that ran on past it failed as a
+    SyntaxError. The model here writes it as its fourth token on the first task; that completion is the three
+    tokens before it, and the other tasks' completions are what the unchanged model writes."""
+    import torch
+    from tokenizers import AddedToken
+
+    from pipeline.evaluate import generation
+
+    tokenizer = chatml_tokenizer()
+    tokenizer.add_tokens([AddedToken("<|fim_prefix|>", special=False, normalized=False)])
+    fim = tokenizer.convert_tokens_to_ids("<|fim_prefix|>")
+    model = tiny_llama(tokenizer, layers=1, tied=False)
+    tasks = functional.load_tasks(task_file)
+    prompts = [tokenizer(t.prompt)["input_ids"] for t in tasks]
+    unchanged = functional.complete(model, tokenizer, tasks, max_new_tokens=12)
+    first = generation.greedy_continuations(model, prompts, 12)[0][0]
+    with torch.no_grad():  # scores <|fim_prefix|> above the fourth token wherever that token would win
+        model.lm_head.weight[fim] = model.lm_head.weight[first[3]] * 1.05
+    written = generation.greedy_continuations(model, prompts, 12)
+    assert written[0][0][:4] == first[:3] + [fim]  # the model does write it, after three ordinary tokens
+    assert all(fim not in tokens for tokens, _ in written[1:])
+    completions = functional.complete(model, tokenizer, tasks, max_new_tokens=12)
+    head = tokenizer.decode(prompts[0], skip_special_tokens=True)
+    assert completions[0] == tokenizer.decode(prompts[0] + first[:3], skip_special_tokens=True)[len(head) :]
+    assert completions[0] and "<|fim_prefix|>" not in completions[0]
+    assert completions[1:] == unchanged[1:]
+
+
+def test_control_tokens_are_special_ones_and_those_written_as_control_tokens():
+    """Special tokens, added tokens written `<|name|>` or as markup, and vocabulary entries written `<|name|>` (a
+    GGUF-converted Qwen tokenizer keeps <|fim_prefix|> there, not as an added token); an added run of spaces (Phi-2's,
+    CodeGen's) or a vocabulary entry like `<div>` is text."""
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = ["[UNK]", "def", "<|fim_prefix|>", "<|file_sep|>", "<\uff5cfim\u2581begin\uff5c>", "<div>", "<|", "|>"]
+    tok = Tokenizer(models.WordLevel({t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="<|endoftext|>")
+    added = ("    ", "<tool_call>", "</tool_call>")
+    tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
+    named = {tokenizer.convert_ids_to_tokens(i) for i in functional.control_token_ids(tokenizer)}
+    assert named == {"[UNK]", "<|endoftext|>", *vocab[2:5], "<tool_call>", "</tool_call>"}
