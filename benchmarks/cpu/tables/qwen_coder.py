@@ -5,6 +5,7 @@ qwen-coder profile's stages (benchmarks/cpu/qwen_coder_steps.py -> raw/qwen-code
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -239,6 +240,13 @@ def gpu_quality() -> Table:
             ("HumanEval tasks", f["tasks"]),
             ("pass@1, greedy", num(f["pass_at_1"], 3)),
             ("outcomes", ", ".join(f"{k} {v}" for k, v in f["outcomes"].items() if v)),
+            (
+                "failed completions holding a `<|...|>` control token",
+                sum(
+                    r["outcome"] != "passed" and re.search(r"<\|[a-z_]+\|>", r["completion"]) is not None
+                    for r in f["results"]
+                ),
+            ),
         ]
     )
 
