@@ -429,7 +429,8 @@ def schedule_to_measure(
 class ServingContext:
     """The serving policy a decision is taken under: serving.target_concurrency, serving.speculation.min_gain,
     the baseline variant's serving benchmark (None: none), the default config's batch limit (a prediction holds
-    for one request at a time), serving.baseline_variant as the reasons name it and serving.gpu_hour_cost."""
+    for one request at a time), serving.baseline_variant as the reasons name it, serving.gpu_hour_cost and the
+    baseline variant's acceptance per method."""
 
     target_concurrency: int
     min_gain: float
@@ -437,17 +438,26 @@ class ServingContext:
     max_num_seqs: int = 1
     baseline_variant: str = "bf16"
     gpu_hour_cost: float | None = None
+    # The baseline variant's accepted tokens per drafted token by method (evaluate's estimate), which
+    # max_acceptance_drop_vs_bf16 compares with; None: the baseline was not evaluated in this gate run.
+    baseline_acceptance: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class Inputs:
     """What one variant's decision is computed from: evaluate's summary, its serving benchmark (None: none), the
-    gates' thresholds for it (gates.thresholds with its overrides) and the serving policy."""
+    gates' thresholds for it (gates.thresholds with its overrides), the serving policy and the variant's name
+    (None: the summary's)."""
 
     summary: EvalSummary
     serve: ServeBenchRecord | None
     thresholds: Mapping[str, float]
     context: ServingContext
+    variant: str | None = None
+
+    @property
+    def name(self) -> str | None:
+        return self.variant or self.summary.variant
 
 
 @dataclass(frozen=True)
@@ -494,7 +504,9 @@ def decide(inputs: Inputs) -> Decision:
         **candidate_metrics(inputs.summary, candidate.method),
         **speculative_metrics(serve, ctx.target_concurrency, candidate.method, bool(candidate.schedule)),
     }
-    candidate, spec_checks = _checked(candidate, metrics, inputs.thresholds)
+    drop, why_not = acceptance_drop(inputs, candidate.method)
+    metrics |= drop
+    candidate, spec_checks = _checked(candidate, metrics, inputs.thresholds, why_not)
     candidate, claim, ratio, reason = _capacity_trade(candidate, inputs)
     metrics |= shipped_metrics(serve, ctx.baseline, candidate.speculation, ctx.target_concurrency)
     metrics |= ratio
@@ -503,10 +515,14 @@ def decide(inputs: Inputs) -> Decision:
 
 
 def _checked(
-    candidate: SpeculationDecision, metrics: dict, thresholds: Mapping[str, float]
+    candidate: SpeculationDecision,
+    metrics: dict,
+    thresholds: Mapping[str, float],
+    reasons: dict[str, str] | None = None,
 ) -> tuple[SpeculationDecision, list[GateCheck]]:
     """The speculation checks of a candidate that ships speculation (n-gram skips the drafter's cost checks), and
-    the candidate turned off where one fails; skipped checks where nothing speculative ships."""
+    the candidate turned off where one fails; skipped checks where nothing speculative ships. reasons: why a
+    check has no value, where it has its own reason."""
     if not candidate.num_speculative_tokens:
         return candidate, [
             replace(c, passed=None, note=None, skipped="no speculation shipped")
@@ -514,7 +530,7 @@ def _checked(
         ]
     checks = [
         drafter_cost_free(c) if candidate.method == NGRAM and c.check in DRAFTER_COST_CHECKS else c
-        for c in check_variant(metrics, dict(thresholds), SPECULATION, "not measured on a GPU")
+        for c in check_variant(metrics, dict(thresholds), SPECULATION, "not measured on a GPU", reasons)
     ]
     failed = [c for c in checks if c.failed]
     if failed:
@@ -522,6 +538,48 @@ def _checked(
             candidate, [c.check for c in failed], "; ".join(f"{c.check} ({c.describe()})" for c in failed)
         )
     return candidate, checks
+
+
+ACCEPTANCE_DROP = "max_acceptance_drop_vs_bf16"
+
+
+def acceptance_of(summary: EvalSummary, method: str | None) -> float | None:
+    """Evaluate's accepted tokens per drafted token for a method: its entry in the methods list, else the headline
+    where the headline is that method's (a summary from before the list)."""
+    own = summary.speculation.estimate(method)
+    if own is not None:
+        return own.accepted_per_draft_token
+    if method is not None and (summary.speculation.method or DRAFT_MODEL) == method:
+        return summary.speculation.accepted_per_draft_token
+    return None
+
+
+def acceptance_by_method(summary: EvalSummary | None) -> dict[str, float] | None:
+    """A variant's accepted tokens per drafted token by method (None: no summary): ServingContext's baseline."""
+    if summary is None:
+        return None
+    methods = {m.method for m in summary.speculation.methods} | {summary.speculation.method or DRAFT_MODEL}
+    return {m: a for m in sorted(methods) if (a := acceptance_of(summary, m)) is not None}
+
+
+def acceptance_drop(inputs: Inputs, method: str | None) -> tuple[dict, dict[str, str]]:
+    """({acceptance_drop_vs_bf16: the baseline variant's acceptance minus this variant's}, {}) for the candidate
+    method, or ({}, {max_acceptance_drop_vs_bf16: why not}). Only the candidate is compared, as every speculation
+    check is: one that fails turns speculation off rather than falling back to another method. Both sides are
+    evaluate's estimate, the one acceptance every variant has on the same prompts (a served one varies with the GPU
+    and the load)."""
+    ctx = inputs.context
+    base = ctx.baseline_variant
+    if inputs.name == base:
+        return {}, {ACCEPTANCE_DROP: f"{base} is the baseline variant (serving.baseline_variant): nothing to compare"}
+    if ctx.baseline_acceptance is None:
+        return {}, {ACCEPTANCE_DROP: f"the baseline variant {base} was not evaluated in this gate run"}
+    own, theirs = acceptance_of(inputs.summary, method), ctx.baseline_acceptance.get(method)
+    if own is None:
+        return {}, {ACCEPTANCE_DROP: f"no acceptance of {method} measured on this variant"}
+    if theirs is None:
+        return {}, {ACCEPTANCE_DROP: f"no acceptance of {method} measured on {base}"}
+    return {"acceptance_drop_vs_bf16": theirs - own}, {}
 
 
 def _capacity_trade(candidate: SpeculationDecision, inputs: Inputs):

@@ -4,7 +4,7 @@ pipeline/release/decision.py; the gate checks it and writes both into artifacts/
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from pipeline.core import records
@@ -75,13 +75,18 @@ def quality_skip_reasons(summary: EvalSummary) -> dict[str, str]:
 
 
 def gate_variant(
-    summary: EvalSummary, serve: ServeBenchRecord | None, thresholds: dict, ctx: ServingContext, allowed: bool
+    summary: EvalSummary,
+    serve: ServeBenchRecord | None,
+    thresholds: dict,
+    ctx: ServingContext,
+    allowed: bool,
+    variant: str | None = None,
 ) -> VariantVerdict:
     """Check the variant's quality and the config that ships, as pipeline/release/decision.py decided it.
 
     A draft that fails a speculation check is turned off there (the bundle ships without speculative-config, its
     card says why); only quality and serving checks fail a variant."""
-    d = decision.decide(decision.Inputs(summary, serve, thresholds, ctx))
+    d = decision.decide(decision.Inputs(summary, serve, thresholds, ctx, variant))
     not_served = (
         serve.skipped
         if serve is not None and serve.skipped
@@ -109,8 +114,10 @@ def evaluate_gates(
 ) -> GateReport:
     serve_by_variant = serve_by_variant or {}
     ctx = ctx or ServingContext(target_concurrency=1, min_gain=1.0, baseline=None)
+    # every variant's acceptance is compared with the baseline's (max_acceptance_drop_vs_bf16)
+    ctx = replace(ctx, baseline_acceptance=decision.acceptance_by_method(summaries.get(ctx.baseline_variant)))
     report = {
-        v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail)
+        v: gate_variant(m, serve_by_variant.get(v), thresholds_for(v), ctx, v in allow_fail, v)
         for v, m in summaries.items()
     }
     rows = decision.cost_rows(

@@ -23,6 +23,7 @@ class Check:
     op: str  # "<=", ">=" or ">"
     required: bool  # a gate can't pass on missing quality numbers; GPU-only metrics are skipped
     group: str = QUALITY  # speculation checks decide whether the draft ships, not whether the variant does
+    bounds: tuple[float, float] | None = None  # the values its threshold can take (None: any finite number)
 
 
 CHECKS = {
@@ -37,6 +38,10 @@ CHECKS = {
         True,
         SPECULATION,
     ),
+    # Accepted tokens per drafted token lost against the baseline variant (serving.baseline_variant), same method:
+    # the baseline's minus this variant's, both evaluate's estimate, in absolute points (0.1: 0.8 -> 0.7). A
+    # quantized verifier that rejects the draft trained against BF16 much more often than BF16 does.
+    "max_acceptance_drop_vs_bf16": Check(("acceptance_drop_vs_bf16",), "<=", False, SPECULATION, (0.0, 1.0)),
     "min_vllm_speculative_speedup": Check(
         ("served_speculative_speedup", "vllm_speculative_speedup"), ">", False, SPECULATION
     ),
@@ -95,7 +100,11 @@ def check_thresholds(thresholds: dict, where: str) -> None:
         )
     bad = {k: v for k, v in thresholds.items() if not is_number(v) or math.isnan(v)}
     if bad:
-        raise PipelineError(f"{where}: gate thresholds must be numbers: {bad}")
+        name = next(iter(bad))
+        raise PipelineError(
+            f"{where}.{name} is {bad[name]!r}: gate thresholds must be numbers"
+            + (f" (and {[k for k in bad if k != name]})" if len(bad) > 1 else "")
+        )
     # .inf (or -.inf) passes every value: a gate written so that it can never fail is a deleted gate
     endless = sorted(k for k, v in thresholds.items() if math.isinf(v))
     if endless:
@@ -103,3 +112,7 @@ def check_thresholds(thresholds: dict, where: str) -> None:
             f"{where}: {endless[0]} is {thresholds[endless[0]]}: a gate threshold must be finite "
             "(delete the key to drop an optional check; required ones can't be dropped)"
         )
+    for name, value in thresholds.items():
+        bounds = check_for(name).bounds
+        if bounds is not None and not bounds[0] <= value <= bounds[1]:
+            raise PipelineError(f"{where}.{name} is {value}: must be between {bounds[0]:g} and {bounds[1]:g}")

@@ -95,6 +95,23 @@ def test_a_candidate_that_fails_a_speculation_check_is_turned_off():
     assert [c.passed for c in d.speculation_checks] == [False]
 
 
+def test_a_measured_candidate_whose_acceptance_dropped_against_the_baseline_is_turned_off():
+    """x1.5 served, but EAGLE-3 accepts 0.7 per drafted token here (evaluate's estimate) against the baseline
+    variant's 0.9: 0.2 over max_acceptance_drop_vs_bf16 0.1 turns it off; against 0.75 it ships."""
+    serve, thresholds = record({1: 150.0, 64: 3300.0}), {"max_acceptance_drop_vs_bf16": 0.1}
+    ctx = decision.context_of(tiny_serving(), baseline=None)
+
+    def against(baseline: float) -> decision.Decision:
+        with_baseline = dataclasses.replace(ctx, baseline_acceptance={"eagle3": baseline})
+        return decision.decide(decision.Inputs(SUMMARY, serve, thresholds, with_baseline, "gptq-w4a16"))
+
+    dropped = against(0.9)
+    assert not dropped.shipped.enabled and dropped.speculation.turned_off_by == ["max_acceptance_drop_vs_bf16"]
+    [check] = dropped.speculation_checks
+    assert (check.metric, check.passed) == ("acceptance_drop_vs_bf16", False) and check.value == pytest.approx(0.2)
+    assert against(0.75).shipped == Speculation("eagle3", 4)
+
+
 def test_a_kernel_within_the_tie_at_the_target_loses_to_the_faster_under_load_and_ships_with_its_env():
     machete, marlin = config(0, {1: 405.0, 32: 5377.0}), config(0, {1: 402.0, 32: 6096.0})
     assert decision.choose_kernel({"machete": machete, "marlin": marlin}, 1, tie=0.04) == "marlin"
