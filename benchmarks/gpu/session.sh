@@ -162,6 +162,20 @@ brief_server_logs() {  # brief_server_logs DIR: each server.log under DIR cut to
   done
 }
 
+# step_script DIR SCRIPT: bash SCRIPT, from the current directory, in its own session in the background (it outlives
+# the call; nothing of it holds the call's output open): its output in DIR/script.log, its exit status in
+# DIR/script.rc, its process group in DIR/pgid (a step that needs the GPUs back stops it: kill -- -PGID)
+step_script() {
+  D=$1 S=$2 setsid bash -c 'echo $$ > "$D/pgid"; bash "$S" > "$D/script.log" 2>&1; echo $? > "$D/script.rc"' \
+    < /dev/null > /dev/null 2>&1 &
+}
+
+# wait_script DIR S: until the script's own end marker DIR/rc or its exit status DIR/script.rc, at most S seconds
+wait_script() {
+  local deadline=$(( $(date +%s) + $2 ))
+  while [ ! -f "$1/rc" ] && [ ! -f "$1/script.rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+}
+
 gp_background() {
   # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
   # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
@@ -226,13 +240,10 @@ print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROL
     gpu_line > /tmp/ek/gpu.txt; run_spec /tmp/ek "" eagle3-known
     PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/ek/versions.txt 2>&1
     tree=$(private_tree eagle3-known)
-    # its process group in /tmp/ek/pgid: a step that needs the GPUs back stops it with kill -- -PGID
-    (cd "$tree" && setsid bash -c 'echo $$ > /tmp/ek/pgid; bash benchmarks/gpu/eagle3_known.sh > /tmp/ek/script.log 2>&1; \
-      echo $? > /tmp/ek/script.rc' < /dev/null > /dev/null 2>&1 &)
+    (cd "$tree" && step_script /tmp/ek benchmarks/gpu/eagle3_known.sh)
     exec bash "$0" eagle3-known-watch "$2" "$3" ;;
   eagle3-known-watch)
-    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
-    while [ ! -f /tmp/ek/rc ] && [ ! -f /tmp/ek/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    out=$2; mkdir -p "$out"; wait_script /tmp/ek "$3"
     cat /tmp/ek/steps.txt 2>/dev/null || true
     grep -E "ENGINE|RESULT|Error" /tmp/ek/run.log 2>/dev/null | tail -n 8 | cut -c1-300 || true
     [ -f /tmp/ek/rc ] && echo "eagle3-known finished" || echo "eagle3-known still running"
@@ -433,8 +444,7 @@ PY
     out=$2; rm -rf /tmp/tpe && mkdir -p "$out" /tmp/tpe; gpu_line > /tmp/tpe/gpu.txt
     nvidia-smi topo -m > /tmp/tpe/topo.txt 2>&1 || true; run_spec /tmp/tpe "" tpeval
     tree=$(private_tree tpeval artifacts/models/target)
-    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/tp_eval.sh > /tmp/tpe/script.log 2>&1; echo $? > /tmp/tpe/script.rc' \
-      < /dev/null > /dev/null 2>&1 &)
+    (cd "$tree" && step_script /tmp/tpe benchmarks/gpu/tp_eval.sh)
     exec bash "$0" tpeval-watch "$2" "$3" ;;
   repro8b)
     # Issue 50 item 8 on 4 GPUs (benchmarks/gpu/repro8b.sh): the whole `dvc repro` at Llama-3-8B's shape (profiles/
@@ -448,8 +458,7 @@ PY
     fi
     GP_BASE=smollm2 gp_setup gpu-8b
     gpu_line > /tmp/r8/gpu.txt; nvidia-smi topo -m > /tmp/r8/topo.txt 2>&1 || true; cp /tmp/gp/run.json /tmp/r8/
-    (cd /tmp/gp && setsid bash -c 'bash benchmarks/gpu/repro8b.sh > /tmp/r8/script.log 2>&1; \
-      echo $? > /tmp/r8/script.rc' < /dev/null > /dev/null 2>&1 &)
+    (cd /tmp/gp && step_script /tmp/r8 benchmarks/gpu/repro8b.sh)
     exec bash "$0" repro8b-watch "$2" "$3" ;;
   scale-host)
     # Issue 50 items 4 and 8 on 4 GPUs beyond the 8B repro (benchmarks/gpu/scale_host.sh: distributed GPTQ on 1, 2, 4
@@ -460,20 +469,17 @@ PY
     gpu_line > /tmp/sh4/gpu.txt; nvidia-smi topo -m > /tmp/sh4/topo.txt 2>&1 || true; run_spec /tmp/sh4 "" scale-host
     PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/sh4/versions.txt 2>&1
     tree=$(private_tree scale-host artifacts/models/target artifacts/data .gpu/tok8b .gpu/demotok)
-    (cd "$tree" && setsid bash -c 'bash benchmarks/gpu/scale_host.sh > /tmp/sh4/script.log 2>&1; \
-      echo $? > /tmp/sh4/script.rc' < /dev/null > /dev/null 2>&1 &)
+    (cd "$tree" && step_script /tmp/sh4 benchmarks/gpu/scale_host.sh)
     exec bash "$0" scale-host-watch "$2" "$3" ;;
   scale-host-watch)
-    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
-    while [ ! -f /tmp/sh4/rc ] && [ ! -f /tmp/sh4/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    out=$2; mkdir -p "$out"; wait_script /tmp/sh4 "$3"
     cat /tmp/sh4/steps.txt 2>/dev/null || true
     grep -E "ENGINE|BUILT|RESULT|Error" /tmp/sh4/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
     [ -f /tmp/sh4/rc ] && echo "scale-host finished" || echo "scale-host still running"
     brief_server_logs /tmp/sh4/scale
     tar czf "$out/scale-host.tgz" -C /tmp/sh4 --exclude=ckpt --exclude=server.log . ;;
   repro8b-watch)
-    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
-    while [ ! -f /tmp/r8/rc ] && [ ! -f /tmp/r8/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    out=$2; mkdir -p "$out"; wait_script /tmp/r8 "$3"
     cat /tmp/r8/steps.txt 2>/dev/null || true
     grep -E "Running stage|ERROR|Error|error:" /tmp/r8/run.log 2>/dev/null | tail -n 6 | cut -c1-300 || true
     tail -n 4 /tmp/r8/run.log 2>/dev/null | cut -c1-300
@@ -486,8 +492,7 @@ PY
       -C /tmp/gp $( [ -n "$packed$small" ] && find $packed $small -type f -size -4096k 2>/dev/null ) 2>/dev/null || true
     ls -la "$out" ;;
   tpeval-watch)
-    out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
-    while [ ! -f /tmp/tpe/rc ] && [ ! -f /tmp/tpe/script.rc ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    out=$2; mkdir -p "$out"; wait_script /tmp/tpe "$3"
     cat /tmp/tpe/steps.txt 2>/dev/null || true
     grep -E " (RESULT|STEP|ERR)|Error" /tmp/tpe/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
     [ -f /tmp/tpe/rc ] && echo "tpeval finished" || echo "tpeval still running"
