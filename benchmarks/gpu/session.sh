@@ -170,6 +170,13 @@ step_script() {
     < /dev/null > /dev/null 2>&1 &
 }
 
+# step_dir DIR RUN OUT: a fresh DIR (and DIR/out) for a background step named RUN: the GPU line, run.json, vLLM's version
+step_dir() {
+  rm -rf "$1" && mkdir -p "$3" "$1/out"
+  gpu_line > "$1/gpu.txt"; run_spec "$1" "" "$2"
+  PYTHONPATH=/tmp/vllm/site python3 -c "import vllm; print('vllm', vllm.__version__)" > "$1/versions.txt" 2>&1
+}
+
 # wait_script DIR S: until the script's own end marker DIR/rc or its exit status DIR/script.rc, at most S seconds
 wait_script() {
   local deadline=$(( $(date +%s) + $2 ))
@@ -236,9 +243,7 @@ print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROL
       < /dev/null > /dev/null 2>&1 &)
     echo "$name: assembled, converting in the background" ;;
   eagle3-known)
-    out=$2; rm -rf /tmp/ek && mkdir -p "$out" /tmp/ek/out
-    gpu_line > /tmp/ek/gpu.txt; run_spec /tmp/ek "" eagle3-known
-    PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/ek/versions.txt 2>&1
+    step_dir /tmp/ek eagle3-known "$2"
     tree=$(private_tree eagle3-known)
     (cd "$tree" && step_script /tmp/ek benchmarks/gpu/eagle3_known.sh)
     exec bash "$0" eagle3-known-watch "$2" "$3" ;;
@@ -465,9 +470,7 @@ PY
     # GPUs; the 8B cost profile with drafts accepted; 70B-wide per-layer quantization times; FP8 at TP 4), in its own
     # session from a private tree; then scale-host-watch. Carry artifacts/data, .gpu/tok8b and artifacts/models/target
     # or only its tokenizer files as .gpu/demotok.
-    out=$2; rm -rf /tmp/sh4 && mkdir -p "$out" /tmp/sh4/out
-    gpu_line > /tmp/sh4/gpu.txt; nvidia-smi topo -m > /tmp/sh4/topo.txt 2>&1 || true; run_spec /tmp/sh4 "" scale-host
-    PYTHONPATH=/tmp/vllm/site python3 -c "import vllm, torch; print('vllm', vllm.__version__)" > /tmp/sh4/versions.txt 2>&1
+    step_dir /tmp/sh4 scale-host "$2"; nvidia-smi topo -m > /tmp/sh4/topo.txt 2>&1 || true
     tree=$(private_tree scale-host artifacts/models/target artifacts/data .gpu/tok8b .gpu/demotok)
     (cd "$tree" && step_script /tmp/sh4 benchmarks/gpu/scale_host.sh)
     exec bash "$0" scale-host-watch "$2" "$3" ;;
