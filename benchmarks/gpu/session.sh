@@ -183,6 +183,14 @@ wait_script() {
   while [ ! -f "$1/rc" ] && [ ! -f "$1/script.rc" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
 }
 
+# step_report DIR NAME PATTERN N: a background step's progress: its steps so far, the last N lines of its run.log
+# matching PATTERN, whether it finished
+step_report() {
+  cat "$1/steps.txt" 2>/dev/null || true
+  grep -E "$3" "$1/run.log" 2>/dev/null | tail -n "$4" | cut -c1-300 || true
+  [ -f "$1/rc" ] && echo "$2 finished" || echo "$2 still running"
+}
+
 gp_background() {
   # setsid: the command outlives this call (the host stays ours while calls follow within its idle window); its
   # output, each line prefixed with the seconds since it started, goes to /tmp/gp-repro.log, its status to .rc.
@@ -249,9 +257,7 @@ print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROL
     exec bash "$0" eagle3-known-watch "$2" "$3" ;;
   eagle3-known-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/ek "$3"
-    cat /tmp/ek/steps.txt 2>/dev/null || true
-    grep -E "ENGINE|RESULT|Error" /tmp/ek/run.log 2>/dev/null | tail -n 8 | cut -c1-300 || true
-    [ -f /tmp/ek/rc ] && echo "eagle3-known finished" || echo "eagle3-known still running"
+    step_report /tmp/ek eagle3-known "ENGINE|RESULT|Error" 8
     tar czf "$out/eagle3-known.tgz" -C /tmp/ek --exclude=server.log . ;;
   install)
     # the kit from collect's parts (/tmp/stage); after chunk/unload it is already in /tmp/vllm
@@ -476,17 +482,13 @@ PY
     exec bash "$0" scale-host-watch "$2" "$3" ;;
   scale-host-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/sh4 "$3"
-    cat /tmp/sh4/steps.txt 2>/dev/null || true
-    grep -E "ENGINE|BUILT|RESULT|Error" /tmp/sh4/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
-    [ -f /tmp/sh4/rc ] && echo "scale-host finished" || echo "scale-host still running"
+    step_report /tmp/sh4 scale-host "ENGINE|BUILT|RESULT|Error" 12
     brief_server_logs /tmp/sh4/scale
     tar czf "$out/scale-host.tgz" -C /tmp/sh4 --exclude=ckpt --exclude=server.log . ;;
   repro8b-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/r8 "$3"
-    cat /tmp/r8/steps.txt 2>/dev/null || true
-    grep -E "Running stage|ERROR|Error|error:" /tmp/r8/run.log 2>/dev/null | tail -n 6 | cut -c1-300 || true
     tail -n 4 /tmp/r8/run.log 2>/dev/null | cut -c1-300
-    [ -f /tmp/r8/rc ] && echo "repro8b finished" || echo "repro8b still running"
+    step_report /tmp/r8 repro8b "Running stage|ERROR|Error|error:" 6
     cd /tmp/gp
     packed=$(ls -d params.yaml dvc.lock metrics plots artifacts/timings artifacts/eval artifacts/serve artifacts/gate \
         artifacts/publish artifacts/sources.json artifacts/eagle3/record.json 2>/dev/null || true)
@@ -496,9 +498,7 @@ PY
     ls -la "$out" ;;
   tpeval-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/tpe "$3"
-    cat /tmp/tpe/steps.txt 2>/dev/null || true
-    grep -E " (RESULT|STEP|ERR)|Error" /tmp/tpe/run.log 2>/dev/null | tail -n 12 | cut -c1-300 || true
-    [ -f /tmp/tpe/rc ] && echo "tpeval finished" || echo "tpeval still running"
+    step_report /tmp/tpe tpeval " (RESULT|STEP|ERR)|Error" 12
     tar czf "$out/tpeval.tgz" -C /tmp/tpe --exclude=ckpt . ;;
   costs-watch)
     out=$2; deadline=$(( $(date +%s) + $3 )); mkdir -p "$out"
