@@ -138,6 +138,30 @@ SHAPES = {
             tie_word_embeddings=True,
         ),
     },
+    # Qwen2.5-Coder-1.5B-Instruct and its 0.5B sibling (issue #45) as Llama shapes of their widths (Qwen2's q/k/v
+    # biases left out: a step's cost is its GEMMs and launches); the converted 1.5B has untied embeddings, the 0.5B
+    # ties them. The nearest measured profile (gpu-profile-1b) has another draft: 8 layers, not this one's 24.
+    "qwen2.5-coder-1.5b": {
+        "target": dict(
+            hidden_size=1536,
+            intermediate_size=8960,
+            num_hidden_layers=28,
+            num_attention_heads=12,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            rope_theta=1000000.0,
+        ),
+        "draft": dict(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            vocab_size=151936,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+        ),
+    },
     # Llama-3-70B in W4A16 on one GPU (its BF16 weights need 2-4 GPUs; an engine a GPU lets a 4-GPU host time four
     # configs at once), Llama-3.1-8B's shape as its draft; batches capped where its KV cache runs out (~30 GB free)
     "llama3-70b-w4a16": {
