@@ -185,11 +185,14 @@ wait_script() {
 }
 
 # step_report DIR NAME PATTERN N: a background step's progress: its steps so far, the last N lines of its run.log
-# matching PATTERN, whether it finished
+# matching PATTERN, whether it finished, ended short of its end marker (its script.rc: wait_script stops there too,
+# so no more waiting helps) or is still running
 step_report() {
   cat "$1/steps.txt" 2>/dev/null || true
   grep -E "$3" "$1/run.log" 2>/dev/null | tail -n "$4" | cut -c1-300 || true
-  [ -f "$1/rc" ] && echo "$2 finished" || echo "$2 still running"
+  if [ -f "$1/rc" ]; then echo "$2 finished"
+  elif [ -f "$1/script.rc" ]; then echo "$2 ended without finishing (exit status $(cat "$1/script.rc"); script.log)"
+  else echo "$2 still running"; fi
 }
 
 gp_background() {
