@@ -9,8 +9,9 @@
 #                                 against .gpu/c0/LOAD.sha256; unload unpacks the kit to /tmp/vllm, the rest here
 #                                 (CHUNK_DIR=s: pieces in .gpu/sN instead; a .gguf under .gpu/smollm2/ goes to /tmp/smollm2)
 #   session.sh install            verify + unpack vLLM, install llm-compressor and lm-eval wheels
-#   session.sh gguf-piece DIR DEST ROLE  one piece of a GGUF split by size (.gpu/DIR: gguf-<key>.NN; .gpu/<key>0/MANIFEST
-#                                 names the file, its sha256 and the piece count) into /tmp/gguf-pieces; after the last:
+#   session.sh gguf-piece DIR DEST ROLE  one piece of a GGUF split by size (.gpu/DIR, DIR = <key>N: gguf-<key>.NN;
+#                                 .gpu/<key>0/MANIFEST names the file, its sha256 and the piece count) into
+#                                 /tmp/gguf-pieces; after the last:
 #                                 the file assembled into DEST, its sha256 checked, and converted in the background into
 #                                 the cache the `sources` stage reads (keyed by that sha256; ROLE target or draft), so
 #                                 the conversion runs while later pieces travel (/tmp/convert-ROLE.log and .rc)
@@ -184,11 +185,14 @@ wait_script() {
 }
 
 # step_report DIR NAME PATTERN N: a background step's progress: its steps so far, the last N lines of its run.log
-# matching PATTERN, whether it finished
+# matching PATTERN, whether it finished, ended short of its end marker (its script.rc: wait_script stops there too,
+# so no more waiting helps) or is still running
 step_report() {
   cat "$1/steps.txt" 2>/dev/null || true
   grep -E "$3" "$1/run.log" 2>/dev/null | tail -n "$4" | cut -c1-300 || true
-  [ -f "$1/rc" ] && echo "$2 finished" || echo "$2 still running"
+  if [ -f "$1/rc" ]; then echo "$2 finished"
+  elif [ -f "$1/script.rc" ]; then echo "$2 ended without finishing (exit status $(cat "$1/script.rc"); script.log)"
+  else echo "$2 still running"; fi
 }
 
 gp_background() {
@@ -234,7 +238,9 @@ case "$1" in
     gpu_line; PYTHONPATH=/tmp/vllm/site python -c "import vllm, torch; print('vllm', vllm.__version__, 'torch', torch.__version__)"
     ls artifacts/bundles 2>/dev/null || true ;;
   gguf-piece)
-    dir=$2 dest=$3 role=$4 key=${2%%[0-9]*}; mkdir -p /tmp/gguf-pieces "$dest" && cp .gpu/"$dir"/* /tmp/gguf-pieces/
+    # the key is DIR less its trailing digits (the piece's number): a key may hold digits (l8b0 -> l8b), not end in one
+    dir=$2 dest=$3 role=$4 key=${2%"${2##*[!0-9]}"}
+    mkdir -p /tmp/gguf-pieces "$dest" && cp .gpu/"$dir"/* /tmp/gguf-pieces/
     [ -f /tmp/gguf-pieces/MANIFEST ] && [ "$dir" = "${key}0" ] && mv /tmp/gguf-pieces/MANIFEST "/tmp/gguf-pieces/$key.manifest"
     read -r name sha pieces < "/tmp/gguf-pieces/$key.manifest"
     have=$(ls /tmp/gguf-pieces/gguf-"$key".* | wc -l); echo "$name: piece $have of $pieces"

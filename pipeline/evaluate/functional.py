@@ -31,10 +31,11 @@ from pipeline.evaluate.summary import Functional
 STOP = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 KEPT_CHARS = 2000  # of each completion in the per-task record
 # A control token's text: `<|name|>` (Qwen's <|fim_prefix|>, <|file_sep|>, GPT's <|endoftext|>, Llama 3, Phi-3) or
-# DeepSeek's fullwidth `<｜name｜>`; and, for an added token, markup `<name>` / `</name>` (StarCoder's <fim_prefix>,
-# Qwen's <tool_call>)
+# DeepSeek's fullwidth `<｜name｜>`; and, for an added token, markup `<name_part>` / `</name_part>` (StarCoder's
+# <fim_prefix>, Qwen's <tool_call>, Gemma's <start_of_turn>). Markup without an underscore is left as text: Gemma's
+# vocabulary adds HTML tags (<b>, </b>, <code>, <table>) as user-defined tokens, which a program's strings write.
 CONTROL_FORM = re.compile(r"<([|\uff5c])[^\s|\uff5c]+\1>")
-MARKUP_FORM = re.compile(r"</?[^\s<>/]+>")
+MARKUP_FORM = re.compile(r"</?[^\s<>/_]*_[^\s<>/]*>")
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,11 @@ def control_token_ids(tokenizer) -> frozenset[int]:
     markup, and every token of the vocabulary written `<|name|>`.
 
     Not every added token: a non-special added token can be ordinary text (Phi-2's and CodeGen's runs of spaces,
-    which code needs). Not only special ones: Qwen marks its FIM, repo and file-separator tokens `special: false`, so
-    a decode keeps them and generation ran on past them. The whole vocabulary for `<|name|>`: a GGUF-converted Qwen
-    tokenizer (transformers' GGUFQwen2Converter, pipeline/models/gguf_source.py) adds only <|endoftext|>,
-    <|im_start|> and <|im_end|>; its other control tokens are plain vocabulary entries there."""
+    which code needs; Gemma's HTML tags, hence markup only with an underscore). Not only special ones: Qwen marks its
+    FIM, repo and file-separator tokens `special: false`, so a decode keeps them and generation ran on past them.
+    The whole vocabulary for `<|name|>`: a GGUF-converted Qwen tokenizer (transformers' GGUFQwen2Converter,
+    pipeline/models/gguf_source.py) adds only <|endoftext|>, <|im_start|> and <|im_end|>; its other control tokens
+    are plain vocabulary entries there."""
     ids = set(tokenizer.all_special_ids)
     for i, token in tokenizer.added_tokens_decoder.items():
         if token.special or CONTROL_FORM.fullmatch(token.content) or MARKUP_FORM.fullmatch(token.content):

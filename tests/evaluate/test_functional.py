@@ -264,3 +264,36 @@ def test_control_tokens_are_special_ones_and_those_written_as_control_tokens():
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     named = {tokenizer.convert_ids_to_tokens(i) for i in functional.control_token_ids(tokenizer)}
     assert named == {"[UNK]", "<|endoftext|>", *vocab[2:5], "<tool_call>", "</tool_call>"}
+
+
+def test_html_tags_a_gguf_vocabulary_adds_as_user_defined_tokens_are_text_not_control_tokens():
+    """Gemma's vocabulary holds HTML tags as user-defined tokens (gguf_vocab adds them `special: false`, matched whole
+    in the text first): a program writing "<b>" writes that token, so a stop there cut code that builds HTML. Markup
+    with an underscore (Gemma's <start_of_turn>) stays a control token."""
+    from gguf import TokenType
+
+    from pipeline.models.gguf_vocab import GgufVocab, spm_tokenizer
+    from tiny_spm import spm_vocab
+
+    base = spm_vocab()
+    tags = ["<b>", "</b>", "<code>", "<table>", "<start_of_turn>"]
+    vocab = GgufVocab(
+        "llama",
+        tuple(base.tokens + tags),
+        tuple(base.scores + [0.0] * len(tags)),
+        tuple(base.types + [int(TokenType.USER_DEFINED)] * len(tags)),
+        (),
+        bos=1,
+        eos=2,
+        unk=0,
+        pad=None,
+        add_bos=True,
+        add_eos=False,
+        add_space_prefix=True,
+        chat_template=None,
+    )
+    tokenizer = spm_tokenizer(vocab)
+    b = tokenizer.convert_tokens_to_ids("<b>")
+    assert b in tokenizer(' return "<b>" + s')["input_ids"]  # what a model writes for the tag
+    named = {tokenizer.convert_ids_to_tokens(i) for i in functional.control_token_ids(tokenizer)}
+    assert named == {"<unk>", "<s>", "</s>", "<start_of_turn>"}

@@ -232,6 +232,29 @@ def test_the_acceptance_drop_is_skipped_with_why_where_either_side_was_not_measu
     assert report.variants[INT4].speculation.num_speculative_tokens == 4  # a skipped check turns nothing off
 
 
+def test_an_ngram_lookup_is_not_vetoed_by_its_acceptance_drop_against_the_baseline():
+    """The drop guards a draft trained against BF16; n-gram is trained against nothing and its acceptance on the
+    variant is already in the variant's predicted speedup, as for the floor: 0.70 on BF16, 0.40 on INT4 (0.30 over
+    the default 0.1) still ships n-gram where its x1.47 clears min_gain; a draft model at the same drop does not."""
+    p = tiny_params(serving={"max_num_seqs": 1})
+
+    def at(method: str, variant: str, accepted: float) -> dict:
+        return {
+            **passing_metrics(p, variant),
+            "estimated_method": method,
+            "accepted_per_draft_token": accepted,
+            "estimated_speedup": 1.47,
+            "estimated_num_speculative_tokens": 4,
+            "methods": [{"method": method, "accepted_per_draft_token": accepted, "num_speculative_tokens": 4}],
+        }
+
+    ngram = run_gates(p, {"bf16": at("ngram", "bf16", 0.70), INT4: at("ngram", INT4, 0.40)}).variants[INT4]
+    assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 4)
+    assert drop_check(ngram).passed is None and "n-gram" in drop_check(ngram).skipped
+    draft = run_gates(p, {"bf16": at("draft_model", "bf16", 0.95), INT4: at("draft_model", INT4, 0.65)})
+    assert draft.variants[INT4].speculation.turned_off_by == ["max_acceptance_drop_vs_bf16"]
+
+
 @pytest.mark.parametrize("value", [-0.1, 1.5, "high"])
 @pytest.mark.parametrize("where", ["gates.thresholds", f"gates.overrides.{INT4}"])
 def test_an_impossible_acceptance_drop_bound_is_one_line_naming_it(value, where, tmp_path):
