@@ -179,6 +179,12 @@ def lm_eval_engine(run: Settings) -> dict:
     }
 
 
+def first_accepted(e: acceptance.SpeculativeEstimate) -> float | None:
+    """The share of first drafted tokens accepted, from the estimate at k = 1 (None where k = 1 was not estimated)."""
+    first = e.accepted_per_position_by_k.get("1") or []
+    return first[0] if first else None
+
+
 def summarize(
     variant: str,
     fidelity: dict,
@@ -211,7 +217,9 @@ def summarize(
                 else []
             ),
             methods=[
-                MethodEstimate(m, e.accepted_per_draft_token, e.num_speculative_tokens, e.expected_speedup)
+                MethodEstimate(
+                    m, e.accepted_per_draft_token, e.num_speculative_tokens, e.expected_speedup, first_accepted(e)
+                )
                 for m, e in estimates.items()
             ],
             vllm=(

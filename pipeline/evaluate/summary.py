@@ -75,9 +75,11 @@ class MethodEstimate:
     """One speculative method's CPU estimate on this variant, at the k predicted fastest as served."""
 
     method: str
-    accepted_per_draft_token: float | None = None
+    accepted_per_draft_token: float | None = None  # at num_speculative_tokens, which each variant chooses
     num_speculative_tokens: int | None = None
     expected_speedup: float | None = None  # predicted served speedup at serving.target_concurrency; None: no profile
+    # the share of first drafted tokens accepted (k = 1): the same drafts compared whatever k each variant chose
+    first_token_acceptance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -248,8 +250,9 @@ def check_possible(summary: EvalSummary, where: str) -> EvalSummary:
         ("accepted_per_draft_token", summary.speculation.accepted_per_draft_token, 0.0, 1.0),
     ]
     values += [
-        (f"methods[{m.method}].accepted_per_draft_token", m.accepted_per_draft_token, 0.0, 1.0)
+        (f"methods[{m.method}].{field}", getattr(m, field), 0.0, 1.0)
         for m in summary.speculation.methods
+        for field in ("accepted_per_draft_token", "first_token_acceptance")
     ]
     if summary.functional is not None:
         f = summary.functional
@@ -269,7 +272,10 @@ def check_possible(summary: EvalSummary, where: str) -> EvalSummary:
 
 def _method_metrics(m: MethodEstimate) -> dict:
     out = dataclasses.asdict(m)
+    first = out.pop("first_token_acceptance")
     out[METHOD_SPEEDUP] = out.pop("expected_speedup")
+    if first is not None:  # files from before the field hold none; they read back as they were
+        out["first_token_acceptance"] = first
     return out
 
 

@@ -438,7 +438,7 @@ class ServingContext:
     max_num_seqs: int = 1
     baseline_variant: str = "bf16"
     gpu_hour_cost: float | None = None
-    # The baseline variant's accepted tokens per drafted token by method (evaluate's estimate), which
+    # The baseline variant's share of first drafted tokens accepted by method (evaluate's estimate at k = 1), which
     # max_acceptance_drop_vs_bf16 compares with; None: the baseline was not evaluated in this gate run.
     baseline_acceptance: Mapping[str, float] | None = None
 
@@ -544,21 +544,18 @@ ACCEPTANCE_DROP = "max_acceptance_drop_vs_bf16"
 
 
 def acceptance_of(summary: EvalSummary, method: str | None) -> float | None:
-    """Evaluate's accepted tokens per drafted token for a method: its entry in the methods list, else the headline
-    where the headline is that method's (a summary from before the list)."""
+    """Evaluate's share of a method's first drafted tokens accepted (its estimate at k = 1): comparable between two
+    variants whatever k each chose, where accepted per drafted token at each one's own k is not (it falls as k
+    grows). None: not recorded (a summary from before the field)."""
     own = summary.speculation.estimate(method)
-    if own is not None:
-        return own.accepted_per_draft_token
-    if method is not None and (summary.speculation.method or DRAFT_MODEL) == method:
-        return summary.speculation.accepted_per_draft_token
-    return None
+    return own.first_token_acceptance if own is not None else None
 
 
 def acceptance_by_method(summary: EvalSummary | None) -> dict[str, float] | None:
-    """A variant's accepted tokens per drafted token by method (None: no summary): ServingContext's baseline."""
+    """A variant's share of first drafted tokens accepted by method (None: no summary): ServingContext's baseline."""
     if summary is None:
         return None
-    methods = {m.method for m in summary.speculation.methods} | {summary.speculation.method or DRAFT_MODEL}
+    methods = {m.method for m in summary.speculation.methods}
     return {m: a for m in sorted(methods) if (a := acceptance_of(summary, m)) is not None}
 
 
@@ -576,9 +573,9 @@ def acceptance_drop(inputs: Inputs, method: str | None) -> tuple[dict, dict[str,
         return {}, {ACCEPTANCE_DROP: f"the baseline variant {base} was not evaluated in this gate run"}
     own, theirs = acceptance_of(inputs.summary, method), ctx.baseline_acceptance.get(method)
     if own is None:
-        return {}, {ACCEPTANCE_DROP: f"no acceptance of {method} measured on this variant"}
+        return {}, {ACCEPTANCE_DROP: f"no first-token acceptance of {method} recorded on this variant"}
     if theirs is None:
-        return {}, {ACCEPTANCE_DROP: f"no acceptance of {method} measured on {base}"}
+        return {}, {ACCEPTANCE_DROP: f"no first-token acceptance of {method} recorded on {base}"}
     return {"acceptance_drop_vs_bf16": theirs - own}, {}
 
 

@@ -23,7 +23,7 @@ class Check:
     op: str  # "<=", ">=" or ">"
     required: bool  # a gate can't pass on missing quality numbers; GPU-only metrics are skipped
     group: str = QUALITY  # speculation checks decide whether the draft ships, not whether the variant does
-    bounds: tuple[float, float] | None = None  # the values its threshold can take (None: any finite number)
+    bounds: tuple[float, float] | None = None  # [low, high) its threshold can take (None: any finite number)
 
 
 CHECKS = {
@@ -114,5 +114,6 @@ def check_thresholds(thresholds: dict, where: str) -> None:
         )
     for name, value in thresholds.items():
         bounds = check_for(name).bounds
-        if bounds is not None and not bounds[0] <= value <= bounds[1]:
-            raise PipelineError(f"{where}.{name} is {value}: must be between {bounds[0]:g} and {bounds[1]:g}")
+        # [low, high): a bound at the top of what is measured could never fail, and a gate that cannot fail is none
+        if bounds is not None and not bounds[0] <= value < bounds[1]:
+            raise PipelineError(f"{where}.{name} is {value}: must be at least {bounds[0]:g} and below {bounds[1]:g}")

@@ -46,6 +46,15 @@ def passing_metrics(params: dict, variant: str) -> dict:
         "pass_at_1": 0.5 - t["max_pass_at_1_drop"] * 0.9,
         "pass_at_1_drop": t["max_pass_at_1_drop"] * 0.9,
         "estimated_speedup_by_concurrency": [{"concurrency": 1, "speedup": 2.0}, {"concurrency": 64, "speedup": 1.2}],
+        "methods": [
+            {
+                "method": "draft_model",
+                "accepted_per_draft_token": min(1.0, t["min_accepted_per_draft_token"] + 0.05),
+                "num_speculative_tokens": 4,
+                "estimated_speedup": 2.0,
+                "first_token_acceptance": min(1.0, t["min_accepted_per_draft_token"] + 0.1),
+            }
+        ],
     }
 
 
@@ -168,11 +177,16 @@ def test_an_acceptance_floor_vetoes_model_drafters_not_ngram_lookups():
         "estimated_speedup": 1.47,
         "estimated_num_speculative_tokens": 8,
     }
-    ngram = run_gates(p, {INT4: {**low, "estimated_method": "ngram"}}).variants[INT4]
+
+    def best(method: str) -> dict:
+        entry = {"method": method, "accepted_per_draft_token": 0.40, "num_speculative_tokens": 8}
+        return {**low, "estimated_method": method, "methods": [{**entry, "estimated_speedup": 1.47}]}
+
+    ngram = run_gates(p, {INT4: best("ngram")}).variants[INT4]
     floor = next(c for c in ngram.checks if c.check == "min_accepted_per_draft_token")
     assert (ngram.speculation.method, ngram.speculation.num_speculative_tokens) == ("ngram", 8)
     assert floor.passed is None and "n-gram lookups cost no GPU forward pass" in floor.skipped
-    draft = run_gates(p, {INT4: {**low, "estimated_method": "draft_model"}}).variants[INT4]
+    draft = run_gates(p, {INT4: best("draft_model")}).variants[INT4]
     assert draft.speculation.num_speculative_tokens == 0 and "min_accepted_per_draft_token" in draft.speculation.reason
 
 
@@ -182,7 +196,14 @@ def with_eagle3(params: dict, variant: str, accepted: float | None) -> dict:
         **passing_metrics(params, variant),
         "estimated_method": "eagle3",
         "accepted_per_draft_token": accepted,
-        "methods": [{"method": "eagle3", "accepted_per_draft_token": accepted, "num_speculative_tokens": 4}],
+        "methods": [
+            {
+                "method": "eagle3",
+                "accepted_per_draft_token": accepted,
+                "num_speculative_tokens": 4,
+                "first_token_acceptance": accepted,
+            }
+        ],
     }
 
 
@@ -224,11 +245,11 @@ def test_the_acceptance_drop_is_skipped_with_why_where_either_side_was_not_measu
     assert "the baseline variant bf16 was not evaluated" in drop_check(alone).skipped
     baseline_draft_model_only = {
         **passing_metrics(p, "bf16"),
-        "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9}],
+        "methods": [{"method": "draft_model", "accepted_per_draft_token": 0.9, "first_token_acceptance": 0.9}],
     }
     report = run_gates(p, {"bf16": baseline_draft_model_only, INT4: with_eagle3(p, INT4, 0.65)})
     check = drop_check(report.variants[INT4])
-    assert check.passed is None and "no acceptance of eagle3 measured on bf16" in check.skipped
+    assert check.passed is None and "no first-token acceptance of eagle3 recorded on bf16" in check.skipped
     assert report.variants[INT4].speculation.num_speculative_tokens == 4  # a skipped check turns nothing off
 
 
@@ -245,7 +266,14 @@ def test_an_ngram_lookup_is_not_vetoed_by_its_acceptance_drop_against_the_baseli
             "accepted_per_draft_token": accepted,
             "estimated_speedup": 1.47,
             "estimated_num_speculative_tokens": 4,
-            "methods": [{"method": method, "accepted_per_draft_token": accepted, "num_speculative_tokens": 4}],
+            "methods": [
+                {
+                    "method": method,
+                    "accepted_per_draft_token": accepted,
+                    "num_speculative_tokens": 4,
+                    "first_token_acceptance": accepted,
+                }
+            ],
         }
 
     ngram = run_gates(p, {"bf16": at("ngram", "bf16", 0.70), INT4: at("ngram", INT4, 0.40)}).variants[INT4]
@@ -255,7 +283,38 @@ def test_an_ngram_lookup_is_not_vetoed_by_its_acceptance_drop_against_the_baseli
     assert draft.variants[INT4].speculation.turned_off_by == ["max_acceptance_drop_vs_bf16"]
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.5, "high"])
+def test_the_acceptance_drop_compares_first_drafted_tokens_whatever_k_each_variant_chose():
+    """Accepted per drafted token falls as k grows (Qwen2.5-Coder's 0.5B sibling on BF16 on an H100, raw/qwen-coder-gpu:
+    0.895 at k = 1, 0.761 at k = 4): a variant that chose k = 4 against a baseline at k = 1 would read as a 0.134 drop
+    with the same verifier. The check compares the first drafted token's acceptance, the same on both here."""
+    p = tiny_params(serving={"max_num_seqs": 1})
+
+    def at(variant: str, k: int, accepted: float, first: float) -> dict:
+        return {
+            **passing_metrics(p, variant),
+            "estimated_method": "draft_model",
+            "accepted_per_draft_token": accepted,
+            "estimated_speedup": 1.5,
+            "estimated_num_speculative_tokens": k,
+            "methods": [
+                {
+                    "method": "draft_model",
+                    "accepted_per_draft_token": accepted,
+                    "num_speculative_tokens": k,
+                    "first_token_acceptance": first,
+                }
+            ],
+        }
+
+    same = run_gates(p, {"bf16": at("bf16", 1, 0.895, 0.895), INT4: at(INT4, 4, 0.761, 0.890)}).variants[INT4]
+    assert drop_check(same).passed and drop_check(same).value == pytest.approx(0.005)
+    assert (same.speculation.method, same.speculation.num_speculative_tokens) == ("draft_model", 4)
+    # a real drop at the first token still turns the draft off, whatever k hides it
+    worse = run_gates(p, {"bf16": at("bf16", 4, 0.761, 0.895), INT4: at(INT4, 1, 0.745, 0.745)}).variants[INT4]
+    assert drop_check(worse).failed and worse.speculation.turned_off_by == ["max_acceptance_drop_vs_bf16"]
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 1.5, "high"])
 @pytest.mark.parametrize("where", ["gates.thresholds", f"gates.overrides.{INT4}"])
 def test_an_impossible_acceptance_drop_bound_is_one_line_naming_it(value, where, tmp_path):
     p = tiny_params()
