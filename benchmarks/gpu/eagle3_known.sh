@@ -13,7 +13,8 @@ mkdir -p "$W/out" "$W/costs"
 KA=/tmp/ka
 . benchmarks/gpu/steps.sh  # the environment, sites Q and V, step
 
-step known8b "$Q" python3 benchmarks/gpu/known_accept.py build llama3-8b "$KA/llama3-8b"
+# without the models every engine would fail on a missing path: stop here, the watch reports the exit status
+step known8b "$Q" python3 benchmarks/gpu/known_accept.py build llama3-8b "$KA/llama3-8b" || exit 1
 python3 benchmarks/gpu/measure_costs.py random-prompts 128256 "$W/costs/llama3-8b-served/prompts.json"
 # the longest engine first: the pool gives each GPU the next item as it frees
 MC_SPEC_BATCHES=1,8,32,64 step costs8b "$V" python3 benchmarks/gpu/measure_costs.py pool "$KA" "$W/costs" \

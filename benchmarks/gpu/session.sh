@@ -245,9 +245,11 @@ case "$1" in
     read -r name sha pieces < "/tmp/gguf-pieces/$key.manifest"
     have=$(ls /tmp/gguf-pieces/gguf-"$key".* | wc -l); echo "$name: piece $have of $pieces"
     [ "$have" -lt "$pieces" ] && exit 0
-    cat /tmp/gguf-pieces/gguf-"$key".* > "$dest/$name.part" && rm -f /tmp/gguf-pieces/gguf-"$key".*
-    [ "$(sha256sum "$dest/$name.part" | cut -d' ' -f1)" = "$sha" ] || { echo "$name: sha256 mismatch"; exit 1; }
-    mv "$dest/$name.part" "$dest/$name"
+    cat /tmp/gguf-pieces/gguf-"$key".* > "$dest/$name.part"
+    # a mismatch keeps the pieces (one re-sent piece, not all of them, mends it) and drops the assembled file
+    [ "$(sha256sum "$dest/$name.part" | cut -d' ' -f1)" = "$sha" ] \
+      || { rm -f "$dest/$name.part"; echo "$name: sha256 mismatch; the pieces stay in /tmp/gguf-pieces"; exit 1; }
+    mv "$dest/$name.part" "$dest/$name" && rm -f /tmp/gguf-pieces/gguf-"$key".*
     tree=$(private_tree "convert-$role")
     (cd "$tree" && export SRC="$dest/$name" ROLE="$role" && setsid bash -c 'start=$(date +%s)
       PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite:. python3 -c "import os, sys
