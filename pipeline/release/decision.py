@@ -386,7 +386,8 @@ def choose_kernel(by_kernel: dict[str, ServeConfigResult], target: int, tie: flo
     kernel 12% slower under load."""
     users = {name: c.capacity.users for name, c in by_kernel.items() if c.capacity is not None}
     if len(users) == len(by_kernel):
-        by_kernel = {name: c for name, c in by_kernel.items() if users[name] >= max(users.values())}
+        most = max(users.values())
+        by_kernel = {name: c for name, c in by_kernel.items() if users[name] == most}
     best = max(throughput_at(c, target) for c in by_kernel.values())
     close = [name for name, c in by_kernel.items() if throughput_at(c, target) >= best * (1 - tie)]
 
@@ -555,8 +556,9 @@ def acceptance_by_method(summary: EvalSummary | None) -> dict[str, float] | None
     """A variant's share of first drafted tokens accepted by method (None: no summary): ServingContext's baseline."""
     if summary is None:
         return None
-    methods = {m.method for m in summary.speculation.methods}
-    return {m: a for m in sorted(methods) if (a := acceptance_of(summary, m)) is not None}
+    return {
+        m.method: m.first_token_acceptance for m in summary.speculation.methods if m.first_token_acceptance is not None
+    }
 
 
 def acceptance_drop(inputs: Inputs, method: str | None) -> tuple[dict, dict[str, str]]:

@@ -38,9 +38,9 @@ CHECKS = {
         True,
         SPECULATION,
     ),
-    # Accepted tokens per drafted token lost against the baseline variant (serving.baseline_variant), same method:
-    # the baseline's minus this variant's, both evaluate's estimate, in absolute points (0.1: 0.8 -> 0.7). A
-    # quantized verifier that rejects the draft trained against BF16 much more often than BF16 does.
+    # The share of first drafted tokens accepted lost against the baseline variant (serving.baseline_variant), same
+    # method: the baseline's minus this variant's, both evaluate's estimate at k = 1, in absolute points (0.1: 0.8 ->
+    # 0.7). A quantized verifier that rejects the draft trained against BF16 much more often than BF16 does.
     "max_acceptance_drop_vs_bf16": Check(("acceptance_drop_vs_bf16",), "<=", False, SPECULATION, (0.0, 1.0)),
     "min_vllm_speculative_speedup": Check(
         ("served_speculative_speedup", "vllm_speculative_speedup"), ">", False, SPECULATION
