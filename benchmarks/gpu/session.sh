@@ -14,7 +14,7 @@
 #                                 /tmp/gguf-pieces; after the last:
 #                                 the file assembled into DEST, its sha256 checked, and converted in the background into
 #                                 the cache the `sources` stage reads (keyed by that sha256; ROLE target or draft), so
-#                                 the conversion runs while later pieces travel (/tmp/convert-ROLE.log and .rc)
+#                                 the conversion runs while later pieces travel (/tmp/convert-ROLE/script.log, .rc)
 #   session.sh eagle3-known OUT S  issue 50: EAGLE-3 at the 8B shape timed with drafts accepted on GPUs EK_GPUS
 #                                 (default 1,2,3; benchmarks/gpu/eagle3_known.sh) in the background; then
 #                                 eagle3-known-watch OUT S (packs /tmp/ek into OUT/eagle3-known.tgz either way)
@@ -163,11 +163,12 @@ brief_server_logs() {  # brief_server_logs DIR: each server.log under DIR cut to
   done
 }
 
-# step_script DIR SCRIPT: bash SCRIPT, from the current directory, in its own session in the background (it outlives
+# step_script DIR CMD [ARG...]: CMD, from the current directory, in its own session in the background (it outlives
 # the call; nothing of it holds the call's output open): its output in DIR/script.log, its exit status in
 # DIR/script.rc, its process group in DIR/pgid (a step that needs the GPUs back stops it: kill -- -PGID)
 step_script() {
-  D=$1 S=$2 setsid bash -c 'echo $$ > "$D/pgid"; bash "$S" > "$D/script.log" 2>&1; echo $? > "$D/script.rc"' \
+  local dir=$1; shift
+  setsid bash -c 'echo $$ > "$0/pgid"; "$@" > "$0/script.log" 2>&1; echo $? > "$0/script.rc"' "$dir" "$@" \
     < /dev/null > /dev/null 2>&1 &
 }
 
@@ -250,18 +251,15 @@ case "$1" in
     [ "$(sha256sum "$dest/$name.part" | cut -d' ' -f1)" = "$sha" ] \
       || { rm -f "$dest/$name.part"; echo "$name: sha256 mismatch; the pieces stay in /tmp/gguf-pieces"; exit 1; }
     mv "$dest/$name.part" "$dest/$name" && rm -f /tmp/gguf-pieces/gguf-"$key".*
-    tree=$(private_tree "convert-$role")
-    (cd "$tree" && export SRC="$dest/$name" ROLE="$role" && setsid bash -c 'start=$(date +%s)
-      PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite:. python3 -c "import os, sys
-from pipeline.models.gguf_source import converted
-print(converted(os.environ[\"SRC\"], os.environ[\"ROLE\"]))" > /tmp/convert-$ROLE.log 2>&1
-      rc=$?; echo "seconds $(( $(date +%s) - start ))" >> /tmp/convert-$ROLE.log; echo $rc > /tmp/convert-$ROLE.rc' \
-      < /dev/null > /dev/null 2>&1 &)
+    tree=$(private_tree "convert-$role"); rm -rf "/tmp/convert-$role" && mkdir -p "/tmp/convert-$role"
+    (cd "$tree" && step_script "/tmp/convert-$role" env PYTHONPATH=/tmp/dvcsite:/tmp/lsite:/tmp/vllm/site:/tmp/qsite:. \
+      python3 -c "import sys; from pipeline.models.gguf_source import converted; print(converted(*sys.argv[1:]))" \
+      "$dest/$name" "$role")
     echo "$name: assembled, converting in the background" ;;
   eagle3-known)
     step_dir /tmp/ek eagle3-known "$2"
     tree=$(private_tree eagle3-known)
-    (cd "$tree" && step_script /tmp/ek benchmarks/gpu/eagle3_known.sh)
+    (cd "$tree" && step_script /tmp/ek bash benchmarks/gpu/eagle3_known.sh)
     exec bash "$0" eagle3-known-watch "$2" "$3" ;;
   eagle3-known-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/ek "$3"
@@ -463,7 +461,7 @@ PY
     out=$2; rm -rf /tmp/tpe && mkdir -p "$out" /tmp/tpe; gpu_line > /tmp/tpe/gpu.txt
     nvidia-smi topo -m > /tmp/tpe/topo.txt 2>&1 || true; run_spec /tmp/tpe "" tpeval
     tree=$(private_tree tpeval artifacts/models/target)
-    (cd "$tree" && step_script /tmp/tpe benchmarks/gpu/tp_eval.sh)
+    (cd "$tree" && step_script /tmp/tpe bash benchmarks/gpu/tp_eval.sh)
     exec bash "$0" tpeval-watch "$2" "$3" ;;
   repro8b)
     # Issue 50 item 8 on 4 GPUs (benchmarks/gpu/repro8b.sh): the whole `dvc repro` at Llama-3-8B's shape (profiles/
@@ -477,7 +475,7 @@ PY
     fi
     GP_BASE=smollm2 gp_setup gpu-8b
     gpu_line > /tmp/r8/gpu.txt; nvidia-smi topo -m > /tmp/r8/topo.txt 2>&1 || true; cp /tmp/gp/run.json /tmp/r8/
-    (cd /tmp/gp && step_script /tmp/r8 benchmarks/gpu/repro8b.sh)
+    (cd /tmp/gp && step_script /tmp/r8 bash benchmarks/gpu/repro8b.sh)
     exec bash "$0" repro8b-watch "$2" "$3" ;;
   scale-host)
     # Issue 50 items 4 and 8 on 4 GPUs beyond the 8B repro (benchmarks/gpu/scale_host.sh: distributed GPTQ on 1, 2, 4
@@ -486,7 +484,7 @@ PY
     # or only its tokenizer files as .gpu/demotok.
     step_dir /tmp/sh4 scale-host "$2"; nvidia-smi topo -m > /tmp/sh4/topo.txt 2>&1 || true
     tree=$(private_tree scale-host artifacts/models/target artifacts/data .gpu/tok8b .gpu/demotok)
-    (cd "$tree" && step_script /tmp/sh4 benchmarks/gpu/scale_host.sh)
+    (cd "$tree" && step_script /tmp/sh4 bash benchmarks/gpu/scale_host.sh)
     exec bash "$0" scale-host-watch "$2" "$3" ;;
   scale-host-watch)
     out=$2; mkdir -p "$out"; wait_script /tmp/sh4 "$3"

@@ -206,6 +206,17 @@ def _record(path) -> dict:
     return {r["batch"]: r for r in json.loads(path.read_text())["runs"]}
 
 
+def _ms(run: dict, batch: int) -> float:
+    """An engine record's step time at this batch size, as the profile reads it (serving_costs._step)."""
+    return read.serving_costs._step(run, batch)[0]
+
+
+def _within(served: list[dict]) -> tuple[str, str]:
+    """The fact line counting the served cells whose prediction is within the tolerance."""
+    hits = sum(r["within"] == "yes" for r in served)
+    return f"served cells whose prediction is within {s.TOLERANCE:.0%}", f"{hits} of {len(served)}"
+
+
 def _accepted(run: dict) -> float | None:
     """vLLM's accepted / drafted tokens over an engine record's timed long generations (or its served totals)."""
     parts = [run["served"]] if "served" in run else run["long"]
@@ -229,9 +240,9 @@ def accepted_rows() -> list[dict]:
                     "config": f.stem,
                     "batch": b,
                     "accepted": _accepted(run),
-                    "ms": read.serving_costs._step(run, b)[0],
+                    "ms": _ms(run, b),
                     "dummy_accepted": _accepted(twin) if twin else None,
-                    "dummy_ms": read.serving_costs._step(twin, b)[0] if twin else None,
+                    "dummy_ms": _ms(twin, b) if twin else None,
                 }
             )
     return rows
@@ -281,14 +292,10 @@ def accepted_summary():
             str(r["batch"]) for r in rows if r["config"] == config
         )
 
-    served = accepted_served_rows()
     return [
         ("draft model k=8: step with drafts accepted / step with none accepted", ratios("draft_model-k8")),
         ("EAGLE-3 k=8, both engines with none accepted: step / step", ratios("eagle3-k8")),
-        (
-            f"served cells whose prediction is within {s.TOLERANCE:.0%}",
-            f"{sum(r['within'] == 'yes' for r in served)} of {len(served)}",
-        ),
+        _within(accepted_served_rows()),
     ]
 
 
@@ -302,13 +309,8 @@ def eagle3_accepted_rows() -> list[dict]:
     for k in (2, 8):
         new, old = (_record(run / "llama3-8b" / f"eagle3-k{k}.json") for run in (EAGLE3_ACCEPTED, ACCEPTED))
         for b, run in new.items():
-            ms = read.serving_costs._step(run, b)[0]
-            long = run["long"]
-            old_ratio = (
-                read.serving_costs._step(old[b], b)[0] / read.serving_costs._step(old_plain[b], b)[0]
-                if b in old and b in old_plain
-                else None
-            )
+            ms, long = _ms(run, b), run["long"]
+            old_ratio = _ms(old[b], b) / _ms(old_plain[b], b) if b in old and b in old_plain else None
             rows.append(
                 {
                     "config": f"eagle3-k{k}",
@@ -316,7 +318,7 @@ def eagle3_accepted_rows() -> list[dict]:
                     "accepted": _accepted(run),
                     "per_step": sum(p["num_accepted_tokens"] for p in long) / sum(p["num_drafts"] for p in long),
                     "ms": ms,
-                    "ratio": ms / read.serving_costs._step(plain[b], b)[0],
+                    "ratio": ms / _ms(plain[b], b),
                     "old_ratio": old_ratio,
                 }
             )
@@ -326,16 +328,12 @@ def eagle3_accepted_rows() -> list[dict]:
 def eagle3_accepted_summary():
     rows = [r for r in eagle3_accepted_rows() if r["old_ratio"]]
     vals = [r["ratio"] / r["old_ratio"] for r in rows]
-    served = accepted_served_rows(EAGLE3_ACCEPTED)
     return [
         (
             "EAGLE-3 step / plain step, one draft accepted per step, over the same ratio with none accepted",
             f"x{min(vals):.2f} to x{max(vals):.2f} over {len(vals)} (k, batch) cells",
         ),
-        (
-            f"served cells whose prediction is within {s.TOLERANCE:.0%}",
-            f"{sum(r['within'] == 'yes' for r in served)} of {len(served)}",
-        ),
+        _within(accepted_served_rows(EAGLE3_ACCEPTED)),
     ]
 
 
