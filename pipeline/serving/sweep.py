@@ -103,7 +103,8 @@ def measure(out: Path, variant: str, candidates: dict[str, int], run: Settings, 
     from pipeline.models.loading import load_tokenizer
 
     model_dir = paths.QUANTIZED / variant
-    rendered = [prompt_text(load_tokenizer(model_dir), m) for m in heldout_prompts(paths.HELDOUT)]
+    tokenizer = load_tokenizer(model_dir)  # once: a 151k-token vocabulary (Qwen) takes ~1 s a load
+    rendered = [prompt_text(tokenizer, m) for m in heldout_prompts(paths.HELDOUT)]
     tiers = benchmarked(run.serving, run.bench.tiers)
     major, minor = torch.cuda.get_device_capability(0)
     kernels, kernel_note = kernels_to_compare(run.spec, major + minor / 10, run.serving)
