@@ -1,7 +1,8 @@
 """Run `vllm serve --config serve.yaml` from a serving directory as a supervised child process.
 
 What a benchmark of a server must get right, whatever the server does: a free loopback port (the
-preferred one, else another when it is taken), readiness from `GET /health` (not a sleep), a start
+preferred one, else another when it is taken), readiness from `GET /health` answered by this server's own
+process group (not a sleep, and not another process's server that took the port first), a start
 that fails with the server log's last lines, a start that hangs ended at a timeout, and a stop that
 leaves no process behind. The server runs in its own session (process group) so that a stop reaches
 the engine processes vLLM forks or spawns, not only the API server.
@@ -52,6 +53,54 @@ def pick_port(preferred: int | None, host: str = HOST) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def listening_sockets(port: int) -> set[str] | None:
+    """The inodes of the TCP sockets listening on `port` (any local address) in /proc/net/tcp and tcp6; None where
+    /proc has no such table (not Linux: nothing to tell a listener's owner by)."""
+    found: set[str] = set()
+    tables = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        tables += 1
+        for row in rows:
+            fields = row.split()  # sl local_address rem_address st ... inode
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                found.add(fields[9])
+    return found if tables else None
+
+
+def group_sockets(pgid: int) -> set[str]:
+    """The inodes of every socket a process of group `pgid` holds open (/proc/<pid>/fd links `socket:[inode]`)."""
+    inodes: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            # /proc/<pid>/stat: `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            for fd in (entry / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        except (OSError, IndexError, ValueError):  # a process that ended while read, or one not ours to read
+            continue
+    return inodes
+
+
+def serves_on(proc: subprocess.Popen, port: int) -> bool:
+    """Whether the socket listening on `port` belongs to `proc`'s process group (its own session). Two runs on one
+    host can both find a port free and start on it; the first to bind answers /health for both, and a benchmark
+    that took that for its own server measured another model (seen on a 4-GPU host: HTTP 404 for every request,
+    the other server's model name). True where /proc cannot tell."""
+    listening = listening_sockets(port)
+    if listening is None:
+        return True
+    return bool(listening & group_sockets(proc.pid))
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -249,7 +298,9 @@ def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
             ):
                 raise _PortTaken()
             raise failure(f"vllm serve exited with status {code} before it was ready", handle.log_path)
-        if http_status(f"{handle.base_url}/health") == 200:
+        # another process's server that bound the port first answers too: ours then fails to bind and exits,
+        # and the port is retried above
+        if http_status(f"{handle.base_url}/health") == 200 and serves_on(handle.proc, handle.port):
             handle.startup_s = time.monotonic() - t0
             return
         if time.monotonic() - t0 > timeout_s:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.core.errors import PipelineError
-from pipeline.serving.vllm_server import HOST, http_status, pick_port, serve
+from pipeline.serving.vllm_server import HOST, http_status, pick_port, serve, serves_on
 
 SERVER = r"""
 import http.server, os, subprocess, sys, time
@@ -28,6 +28,19 @@ if mode == "crash":
     print("loading weights"); print("RuntimeError: CUDA out of memory (boom)"); sys.exit(3)
 if mode == "hang":
     time.sleep(600)
+if mode == "intruded" and not os.path.exists(os.environ["RACE_MARKER"]):
+    # another run's server (its own session, as a second serve_bench's is) takes the port first and answers
+    # /health while this one still starts; this one then fails to bind it, as vLLM does after its engine is up
+    open(os.environ["RACE_MARKER"], "w").close()
+    code = ("import http.server, sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+            "    def log_message(self, *a): pass\n"
+            "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    other = subprocess.Popen([sys.executable, "-c", code, str(port)], start_new_session=True)
+    open(os.environ["INTRUDER_PID_FILE"], "w").write(f"{other.pid} {port}")
+    time.sleep(3)
+    print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
 if mode == "race" and not os.path.exists(os.environ["RACE_MARKER"]):
     open(os.environ["RACE_MARKER"], "w").close()
     print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
@@ -46,6 +59,7 @@ def fake(tmp_path, monkeypatch):
     script.write_text(SERVER)
     monkeypatch.setenv("CHILD_PID_FILE", str(tmp_path / "child.pid"))
     monkeypatch.setenv("RACE_MARKER", str(tmp_path / "raced"))
+    monkeypatch.setenv("INTRUDER_PID_FILE", str(tmp_path / "intruder.pid"))
 
     def start(mode: str, timeout: float = 20.0, port: int | None = None):
         config = tmp_path / "serve.yaml"
@@ -123,3 +137,19 @@ def test_losing_a_port_race_retries_on_another(fake, tmp_path):
     with fake("race") as server:
         assert (tmp_path / "raced").exists()  # the first start said "Address already in use"
         assert http_status(f"{server.base_url}/health") == 200
+
+
+def test_another_processs_server_on_the_port_is_not_taken_for_ours(fake, tmp_path):
+    """Two serve_bench runs on one host both found the same port free; the other run's server bound it first and
+    answered /health while ours was still starting (a 4-GPU host: every request then got HTTP 404)."""
+    record = tmp_path / "intruder.pid"
+    try:
+        with fake("intruded") as server:
+            _, intruder_port = map(int, record.read_text().split())
+            assert server.port != intruder_port  # retried on another port once ours failed to bind
+            assert http_status(f"{server.base_url}/health") == 200
+            assert serves_on(server.proc, server.port)
+            assert not serves_on(server.proc, intruder_port)  # answering, but not ours
+    finally:
+        if record.exists():
+            os.kill(int(record.read_text().split()[0]), 9)
