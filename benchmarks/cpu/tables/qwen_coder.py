@@ -16,6 +16,9 @@ from render import Column, Table, Text, facts, num, table  # noqa: E402
 
 RAW = ROOT / "benchmarks/cpu/raw/qwen-coder"
 GPU = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu"  # the GPU profile's run on an H100, through evaluate@bf16
+HOST = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-2"  # on a 4x H100 host: every variant evaluated, BF16 served
+VARIANTS = ("bf16", "fp8-dynamic", "gptq-w4a16")
+CONCURRENCY = (1, 8, 32)
 
 
 def raw(name: str) -> dict:
@@ -203,29 +206,6 @@ def gpu(name: str) -> dict:
     return json.loads((GPU / name).read_text())
 
 
-def gpu_stages() -> Table:
-    """Each stage's wall time from the run's log (every line prefixed with the seconds since the background
-    command started): from its `Running stage` line to the next one; the last stage had not finished."""
-    starts = []
-    for line in (GPU / "repro.log").read_text().splitlines():
-        t, _, text = line.partition(" ")
-        if text.startswith("Running stage '"):
-            starts.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
-    rows = [
-        {"stage": name, "s": (starts[i + 1][1] - t) if i + 1 < len(starts) else None}
-        for i, (name, t) in enumerate(starts)
-    ]
-    first = starts[0][1]
-    rows = [{"stage": "(the target's GGUF converted before `sources`; the run waited for it)", "s": first}, *rows]
-    return table(
-        rows,
-        [
-            Column("stage", lambda r: r["stage"]),
-            Column("wall s", lambda r: num(r["s"], 0) if r["s"] is not None else "not finished"),
-        ],
-    )
-
-
 def gpu_quality() -> Table:
     m, f = gpu("metrics/eval-bf16.json"), gpu("eval/bf16/functional.json")["baseline"]
     lm = gpu("eval/bf16/lm_eval.json")
@@ -251,68 +231,215 @@ def gpu_quality() -> Table:
     )
 
 
-def gpu_acceptance() -> Table:
-    """Per method: the estimate's acceptance on held-out code (24 prompts, 128 tokens), tokens per verify step at k =
-    4 and 8 (1 + accepted), and the served speedup the nearest cost profile predicts at the k the estimate chose."""
-    m = gpu("metrics/eval-bf16.json")
-    rows = []
-    for entry in m["methods"]:
-        spec = gpu(f"eval/bf16/speculative-{entry['method']}.json")
-        per_step = spec["accepted_per_step_by_k"]
-        rows.append(
-            {
-                **entry,
-                "k4": 1 + per_step["4"],
-                "k8": 1 + per_step["8"],
-                "first": spec["accepted_per_position_by_k"]["1"][0],
-            }
-        )
+def host(name: str) -> dict:
+    return json.loads((HOST / name).read_text())
+
+
+FINISHED = re.compile(r"Stage '(?P<stage>[^']+)' finished in (?P<s>\d+) s on GPUs (?P<gpus>[\d,]+)")
+
+
+def host_stages() -> Table:
+    """Each stage's wall time on the 4x H100 host, from the run's log (lines prefixed with the seconds since the
+    background command started): `dvc repro`'s stages from one `Running stage` line to the next, the stage groups'
+    from their own `finished in` lines (benchmarks/gpu/stage_groups.py); the GPUs each ran on."""
+    lines = [line.partition(" ") for line in (HOST / "repro.log").read_text().splitlines()]
+    rows, repro = [], []
+    for t, _, text in lines:
+        if text.startswith("Running stage '") and " on GPUs " not in text:
+            repro.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
+        elif m := FINISHED.search(text):
+            rows.append({"stage": m["stage"], "gpus": m["gpus"], "s": int(m["s"]), "end": int(t)})
+    first_group = min(r["end"] - r["s"] for r in rows)
+    ends = [t for _, t in repro[1:]] + [first_group]
+    repro_rows = [
+        {"stage": name, "gpus": "all", "s": end - start, "end": end} for (name, start), end in zip(repro, ends)
+    ]
+    waited = {"stage": "(the two GGUFs converted after their last pieces; the run waited for them)", "gpus": "-"}
+    started = {"stage": "serve_bench@bf16 (GPUs 0,1), serve_bench@fp8-dynamic (GPUs 2,3)", "gpus": "0-3"}
+    last = max(r["end"] for r in rows)
+    out = [{**waited, "s": repro[0][1], "end": repro[0][1]}, *repro_rows, *sorted(rows, key=lambda r: r["end"])]
+    out.append({**started, "s": None, "end": None, "from": last})
+    return table(
+        out,
+        [
+            Column("stage", lambda r: r["stage"]),
+            Column("GPUs", lambda r: r["gpus"]),
+            Column("wall s", lambda r: num(r["s"], 0) if r["s"] is not None else f"from {r['from']} s, not finished"),
+            Column("ended, s from the start", lambda r: num(r["end"], 0) if r["end"] is not None else "-"),
+        ],
+    )
+
+
+def host_quality() -> Table:
+    """Each variant against the unquantized target on the GPU: held-out code traffic (teacher-forced), lm-eval
+    through vLLM, HumanEval pass@1 (the variant's and the BF16 target's, measured in the same evaluate process)."""
+    rows = [{"variant": v, **host(f"metrics/eval-{v}.json")} for v in VARIANTS]
     return table(
         rows,
         [
-            Column("method", lambda r: r["method"]),
-            Column("first drafted token accepted", lambda r: num(r["first"], 3)),
-            Column("tokens per step, k = 4", lambda r: num(r["k4"], 2)),
-            Column("tokens per step, k = 8", lambda r: num(r["k8"], 2)),
-            Column("k chosen", lambda r: r["num_speculative_tokens"]),
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            Column("held-out perplexity", lambda r: num(r["perplexity"], 3)),
+            Column("increase %", lambda r: num(r["perplexity_increase_pct"], 2)),
+            Column("KL", lambda r: num(r["kl_divergence"], 4)),
+            Column("top-1", lambda r: num(r["top1_agreement"], 3)),
+            Column("greedy match (16 prompts)", lambda r: num(r["greedy_match"], 3)),
+            Column("lm-eval byte perplexity (vLLM)", lambda r: num(r["lm_eval_domain_heldout_byte_perplexity"], 4)),
             Column(
-                f"predicted served speedup at c = 1 ({m['cost_profile']})",
-                lambda r: f"x{num(r['estimated_speedup'], 2)}",
+                "pass@1 of 164: variant / BF16 in the same run (drop)",
+                lambda r: (
+                    f"{num(r['pass_at_1'], 3)} / {num(r['pass_at_1_baseline'], 3)} ({num(r['pass_at_1_drop'], 3)})"
+                ),
             ),
         ],
     )
 
 
-def gpu_training() -> Table:
-    d, e = gpu("metrics/draft_training.json"), gpu("metrics/eagle3.json")
+def host_acceptance() -> Table:
+    """Each method's estimate on each variant (24 held-out prompts, 128 tokens, transformers): the share of first
+    drafted tokens accepted, its drop from BF16's (the gate gates.thresholds.max_acceptance_drop_vs_bf16, default
+    0.1; n-gram exempt), tokens per verify step at k = 4, the k evaluate chose and the speedup it predicts at c = 1."""
+    base = {e["method"]: e for e in host("metrics/eval-bf16.json")["methods"]}
+    rows = []
+    for v in VARIANTS:
+        for e in host(f"metrics/eval-{v}.json")["methods"]:
+            spec = host(f"eval/{v}/speculative-{e['method']}.json")
+            rows.append(
+                {
+                    "variant": v,
+                    **e,
+                    "drop": base[e["method"]]["first_token_acceptance"] - e["first_token_acceptance"],
+                    "k4": 1 + spec["accepted_per_step_by_k"]["4"],
+                }
+            )
+    return table(
+        rows,
+        [
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            Column("method", lambda r: r["method"]),
+            Column("first drafted token accepted", lambda r: num(r["first_token_acceptance"], 3)),
+            Column("drop from BF16", lambda r: num(r["drop"], 3) if r["variant"] != "bf16" else "-"),
+            Column("tokens per step, k = 4", lambda r: num(r["k4"], 2)),
+            Column("k chosen", lambda r: r["num_speculative_tokens"]),
+            Column("predicted speedup at c = 1", lambda r: f"x{num(r['estimated_speedup'], 2)}"),
+        ],
+    )
+
+
+BENCH_KEYS = {
+    "output": "Output token throughput (tok/s)",
+    "tpot": "Mean TPOT (ms)",
+    "itl_p99": "P99 ITL (ms)",
+    "ok": "Successful requests",
+    "failed": "Failed requests",
+    "accept": "Acceptance rate (%)",
+    "length": "Acceptance length",
+    "duration": "Benchmark duration (s)",
+}
+
+
+def bench_runs(path: Path) -> list[dict]:
+    """`vllm bench serve`'s own report, one per run in a serve_bench log (each begins with its Namespace line, which
+    names the result file `<config>-c<concurrency>.json`)."""
+    runs = []
+    for block in path.read_text().split("Namespace(")[1:]:
+        config, c = re.search(r"result_filename='([^']+)-c(\d+)\.json'", block).groups()
+        row = {"config": config, "c": int(c)}
+        for key, label in BENCH_KEYS.items():
+            m = re.search(re.escape(label) + r":\s+([0-9.]+)", block)
+            row[key] = float(m.group(1)) if m else None
+        runs.append(row)
+    return runs
+
+
+def host_served() -> Table:
+    """BF16 served by serve_bench (`vllm serve` + `vllm bench serve`, 16 requests at c = 1 and 8, 64 at 32, 128
+    output tokens at most), each method at the k evaluate chose (1), vLLM's acceptance counters beside evaluate's
+    estimate; the ratio to plain decoding is within this run."""
+    bf16 = host("metrics/eval-bf16.json")
+    estimate = {e["method"]: e for e in bf16["methods"]}
+    runs = []
+    for config in ("plain", "draft_model", "eagle3", "ngram"):
+        runs += bench_runs(HOST / f"logs/serve_bench@bf16.{config}-bench.log")
+    plain = {r["c"]: r["output"] for r in runs if r["config"] == "plain"}
+    return table(
+        runs,
+        [
+            Column("config", lambda r: r["config"]),
+            Column("c", lambda r: r["c"]),
+            Column("output tok/s", lambda r: num(r["output"], 0, thousands=True)),
+            Column("x plain", lambda r: f"x{num(r['output'] / plain[r['c']], 2)}" if r["config"] != "plain" else "-"),
+            Column("mean TPOT ms", lambda r: num(r["tpot"], 2)),
+            Column("ms per step (TPOT x tokens per step)", lambda r: num(r["tpot"] * (r["length"] or 1.0), 2)),
+            Column("p99 ITL ms", lambda r: num(r["itl_p99"], 1)),
+            Column("vLLM: drafted tokens accepted %", lambda r: num(r["accept"], 1)),
+            Column("vLLM: tokens per step", lambda r: num(r["length"], 2)),
+            Column(
+                "estimate: first token accepted %",
+                lambda r: (
+                    num(100 * estimate[r["config"]]["first_token_acceptance"], 1) if r["config"] in estimate else "-"
+                ),
+            ),
+        ],
+    )
+
+
+def host_fp8_served() -> Table:
+    """What serve_bench@fp8-dynamic measured before the device time ended: its runs with requests answered."""
+    rows = []
+    for config in ("plain", "draft_model", "eagle3", "ngram"):
+        path = HOST / f"logs/serve_bench@fp8-dynamic.{config}-bench.log"
+        runs = bench_runs(path) if path.exists() else []
+        done = {r["c"]: r for r in runs}
+        for c in CONCURRENCY:
+            r = done.get(c)
+            if r is None:
+                what = "not run (the device time ended)"
+            elif r["ok"] is None:
+                what = "started, cut short (the device time ended)"
+            elif not r["ok"]:
+                what = (
+                    f"0 of {int(r['failed'])} requests answered, in {num(r['duration'], 2)} s "
+                    "(HTTP 404: bf16's server on the same port)"
+                )
+            else:
+                what = (
+                    f"{num(r['output'], 0, thousands=True)} tok/s; vLLM {num(r['accept'], 1)}% accepted, "
+                    f"{num(r['length'], 2)} tokens per step"
+                )
+            rows.append({"config": config, "c": c, "what": what})
+    return table(rows, [Column("config", "config"), Column("c", "c"), Column("measured", "what")])
+
+
+def host_training() -> Table:
+    d, e, draft = host("metrics/draft_training.json"), host("metrics/eagle3.json"), host("metrics/draft.json")
     return facts(
         [
             ("distillation: training / eval examples", f"{d['train_examples']} / {d['eval_examples']}"),
             (
-                "draft fine-tune: steps, loss first -> last",
-                f"{d['train_steps']}, {num(d['train_loss_first'], 3)} -> {num(d['train_loss_last'], 3)}",
+                "draft fine-tune: steps, held-out loss base -> fine-tuned (shipped)",
+                f"{d['train_steps']}, {num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)}"
+                f" ({d['shipped']})",
             ),
             (
-                "draft held-out loss: base -> fine-tuned (shipped)",
-                f"{num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)} ({d['shipped']})",
+                "evaluate_draft: token acceptance base -> fine-tuned",
+                f"{num(draft['token_acceptance_untrained'], 3)} -> {num(draft['token_acceptance_finetuned'], 3)}",
             ),
             (
-                "EAGLE-3 head: steps, vocabulary, trainable parameters (M)",
-                f"{e['train_steps']}, {e['draft_vocab_size']}, {num(e['trainable_parameters'] / 1e6, 1)}",
-            ),
-            (
-                "EAGLE-3 head: final loss, accuracy at steps 1-3",
-                f"{num(e['final_loss'], 2)}, " + " / ".join(num(a, 3) for a in e["accuracy_by_step"]),
+                "EAGLE-3 head: steps, final loss, accuracy at step 1",
+                f"{e['train_steps']}, {num(e['final_loss'], 2)}, {num(e['accuracy_by_step'][0], 3)}",
             ),
         ]
     )
 
 
 BLOCKS = {
-    "gpu-stages": gpu_stages,
+    "host-stages": host_stages,
+    "host-quality": host_quality,
+    "host-acceptance": host_acceptance,
+    "host-served": host_served,
+    "host-fp8-served": host_fp8_served,
+    "host-training": host_training,
     "gpu-quality": gpu_quality,
-    "gpu-acceptance": gpu_acceptance,
-    "gpu-training": gpu_training,
     "machine": machine,
     "conversion": conversion,
     "pair": pair,
