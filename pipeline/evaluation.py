@@ -273,6 +273,7 @@ class Inputs:
     examples: list[tuple[list[int], list[int]]]
     prompts: list[list[int]]
     tasks: list | None
+    baseline_run: functional.PassAtOne | None  # the target's pass@1 on those tasks (stage functional_baseline)
 
     @property
     def eos_token_id(self) -> int | None:
@@ -284,8 +285,10 @@ def read_inputs(run: Settings) -> Inputs:
     tokenizer = load_tokenizer(paths.TARGET)
     heldout = read_split(paths.HELDOUT)[: cfg.heldout_limit]
     tasks = functional.tasks_of(cfg.functional)  # a bad task file fails here, before any model loads
+    # and so does a baseline recorded for other tasks or settings
+    base = None if tasks is None else functional.read_baseline(paths.FUNCTIONAL_BASELINE, cfg.functional)
     examples = [prompt_and_response_ids(tokenizer, m) for m in heldout]
-    return Inputs(tokenizer, examples, [prompt for prompt, _ in examples], tasks)
+    return Inputs(tokenizer, examples, [prompt for prompt, _ in examples], tasks, base)
 
 
 @dataclass
@@ -319,7 +322,12 @@ def measure_loaded(ctx: Context, inputs: Inputs) -> tuple[Measured, object]:
         )
     if inputs.tasks is not None:  # generated code runs only in the sandbox (pipeline/evaluate/sandbox.py)
         works, base_run, own_run = functional.measure(
-            baseline, model, inputs.tokenizer, inputs.tasks, cfg.functional, same_weights=ctx.recipe.algorithm == "none"
+            inputs.baseline_run,
+            model,
+            inputs.tokenizer,
+            inputs.tasks,
+            cfg.functional,
+            same_weights=ctx.recipe.algorithm == "none",
         )
         out.works, out.runs = works, (base_run, own_run)
     out.estimates, out.profile = with_predictions(

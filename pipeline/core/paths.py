@@ -39,6 +39,7 @@ EAGLE3_MODEL = EAGLE3 / "model"
 DRAFT = ARTIFACTS / "draft"  # stage draft_quantize: the draft bundles serve
 DRAFT_MODEL = DRAFT / "model"
 DRAFT_RECORD = DRAFT / "served.json"
+FUNCTIONAL_BASELINE = ARTIFACTS / "functional" / "baseline.json"  # stage functional_baseline: the target's pass@1
 EVAL = ARTIFACTS / "eval"  # stage evaluate@<variant>: EVAL / variant
 SERVE = ARTIFACTS / "serve"  # stage serve_bench@<variant>: SERVE / variant
 GATE = ARTIFACTS / "gate"  # stage gate

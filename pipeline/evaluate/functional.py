@@ -13,12 +13,15 @@ forbidden, error) counts as a failure and is counted by kind.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import PipelineError
+from pipeline.core.io import write_json
 from pipeline.core.jsonl import read_lines
 from pipeline.core.stage import progress
 from pipeline.data.functional_code import Task, task_from_row  # the HumanEval row, declared once
@@ -168,14 +171,50 @@ def tasks_of(cfg: FunctionalCheck) -> list[Task] | None:
     return None if cfg.tasks is None else load_tasks(cfg.tasks, cfg.limit)
 
 
+def baseline_key(cfg: FunctionalCheck) -> dict:
+    """What a recorded baseline must have been measured with to stand for this configuration's."""
+    return {
+        "tasks_file": cfg.tasks,
+        "sha256": file_sha256(cfg.tasks),
+        "limit": cfg.limit,
+        "max_new_tokens": cfg.max_new_tokens,
+        "limits": dataclasses.asdict(limits_of(cfg)),
+    }
+
+
+def write_baseline(path: str | Path, run: PassAtOne, cfg: FunctionalCheck) -> None:
+    """The unquantized target's pass@1 (stage functional_baseline), with what it was measured on and how."""
+    write_json(path, {**baseline_key(cfg), "baseline": dataclasses.asdict(run)})
+
+
+def read_baseline(path: str | Path, cfg: FunctionalCheck) -> PassAtOne:
+    """The recorded baseline, refused (one line naming the file and the field) where it was measured on other tasks
+    or settings than these: a stale record would compare a variant with another check's baseline."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: not found (run stage functional_baseline first: dvc repro)") from None
+    except json.JSONDecodeError as e:
+        raise PipelineError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    for key, want in baseline_key(cfg).items():
+        if data.get(key) != want:
+            raise PipelineError(
+                f"{path}: {key} {data.get(key)!r} is not this configuration's {want!r} (dvc repro functional_baseline)"
+            )
+    base = data["baseline"]
+    return PassAtOne(**{**base, "results": [TaskResult(**r) for r in base["results"]]})
+
+
 def measure(
-    baseline, variant, tokenizer, tasks: list[Task], cfg: FunctionalCheck, same_weights: bool
+    base: PassAtOne, variant, tokenizer, tasks: list[Task], cfg: FunctionalCheck, same_weights: bool
 ) -> tuple[Functional, PassAtOne, PassAtOne]:
-    """pass@1 of the unquantized target and of the variant, and the drop (same_weights: the variant is the target
-    itself, bf16's `algorithm: none`, so its completions are the baseline's and are written once)."""
-    limits = limits_of(cfg)
-    base = pass_at_1(baseline, tokenizer, tasks, cfg.max_new_tokens, limits)
-    own = base if same_weights else pass_at_1(variant, tokenizer, tasks, cfg.max_new_tokens, limits)
+    """The variant's pass@1 against the unquantized target's (`base`: measured once for every variant, by stage
+    functional_baseline), and the drop (same_weights: the variant is the target itself, bf16's `algorithm: none`,
+    so its completions are the baseline's and are not generated again). One baseline for all variants: greedy
+    decoding is not bit-identical across processes (on a 4-GPU host BF16 passed 84 tasks in two evaluate processes
+    and 83 in a third), and each variant's drop is then taken against the same one."""
+    own = base if same_weights else pass_at_1(variant, tokenizer, tasks, cfg.max_new_tokens, limits_of(cfg))
     return (
         Functional(
             tasks=len(tasks),

@@ -3,7 +3,9 @@ the sandbox, pass@1 of the target and of a variant, the summary's metrics and th
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 
 import pytest
 
@@ -111,13 +113,65 @@ def test_a_tiny_model_end_to_end(task_file):
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
     assert not any(stop in c for c in completions for stop in functional.STOP)
     cfg = FunctionalCheck(tasks=str(task_file), max_new_tokens=12, timeout_s=4.0, cpu_s=2, memory_mb=512)
-    works, base, own = functional.measure(model, model, tokenizer, tasks, cfg, same_weights=False)
+    recorded = functional.pass_at_1(model, tokenizer, tasks, cfg.max_new_tokens, functional.limits_of(cfg))
+    works, base, own = functional.measure(recorded, model, tokenizer, tasks, cfg, same_weights=False)
+    assert base is recorded and own is not recorded  # the variant's completions generated, the baseline's reused
     assert works.tasks == 2 and sum(works.outcomes.values()) == 2 == sum(works.baseline_outcomes.values())
     assert works.outcomes["passed"] == 0  # random weights write no working function
     assert all(r.outcome == "failed" and r.detail for r in own.results)
     assert works.pass_at_1 == base.pass_at_1 == own.pass_at_1 == 0.0
     assert works.pass_at_1_drop == 0.0
     assert [r.completion for r in own.results] == completions  # greedy: the same text twice
+
+
+def baseline_run(passed: int, tasks: int = 4) -> functional.PassAtOne:
+    results = [
+        functional.TaskResult(f"T/{i}", "passed" if i < passed else "failed", "", "    return 1\n")
+        for i in range(tasks)
+    ]
+    return functional.PassAtOne(tasks, passed, passed / tasks, {"passed": passed, "failed": tasks - passed}, results)
+
+
+def test_the_recorded_baseline_is_what_every_variant_compares_with(task_file, tmp_path):
+    """Stage functional_baseline records the target's run once; evaluate reads it back whole and takes each
+    variant's drop against it (bf16, the target itself, generates nothing: its run is the baseline's)."""
+    cfg = FunctionalCheck(tasks=str(task_file), max_new_tokens=12)
+    record = tmp_path / "baseline.json"
+    functional.write_baseline(record, baseline_run(3), cfg)
+    back = functional.read_baseline(record, cfg)
+    assert back == baseline_run(3)
+    works, base, own = functional.measure(back, None, None, [], cfg, same_weights=True)
+    assert own is base is back and works.pass_at_1_drop == 0.0 and works.pass_at_1 == 0.75
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda cfg, path: (dataclasses.replace(cfg, max_new_tokens=13), path), "max_new_tokens"),
+        (lambda cfg, path: (dataclasses.replace(cfg, limit=1), path), "limit"),
+        (lambda cfg, path: (dataclasses.replace(cfg, timeout_s=3.0), path), "limits"),
+        (lambda cfg, path: (cfg, path.write_text(path.read_text() + "\n")), "sha256"),  # the task file edited
+    ],
+)
+def test_a_baseline_recorded_for_other_tasks_or_settings_is_refused(task_file, tmp_path, change, field):
+    cfg = FunctionalCheck(tasks=str(task_file), max_new_tokens=12)
+    record = tmp_path / "baseline.json"
+    functional.write_baseline(record, baseline_run(1), cfg)
+    now, _ = change(cfg, task_file)
+    with pytest.raises(PipelineError, match=rf"^{re.escape(str(record))}: {field} .* functional_baseline\)$"):
+        functional.read_baseline(record, now)
+
+
+def test_a_missing_or_broken_baseline_is_one_line_naming_the_file(task_file, tmp_path):
+    cfg = FunctionalCheck(tasks=str(task_file), max_new_tokens=12)
+    with pytest.raises(PipelineError, match="baseline.json: not found .*functional_baseline"):
+        functional.read_baseline(tmp_path / "baseline.json", cfg)
+    (tmp_path / "baseline.json").write_text('{"skipped": "evaluate.functional.tasks is not set"')
+    with pytest.raises(PipelineError, match="baseline.json: not JSON"):
+        functional.read_baseline(tmp_path / "baseline.json", cfg)
+    (tmp_path / "baseline.json").write_text('{"skipped": "evaluate.functional.tasks is not set"}')
+    with pytest.raises(PipelineError, match="baseline.json: tasks_file None is not"):
+        functional.read_baseline(tmp_path / "baseline.json", cfg)
 
 
 def summary_with(functional_result: Functional | None) -> EvalSummary:

@@ -251,6 +251,12 @@ def test_the_functional_check_runs_in_the_evaluate_stage_and_its_drop_is_gated(p
     params["evaluate"]["functional"].update(tasks="evals/functional.jsonl", max_new_tokens=8)
     params["gates"]["thresholds"]["max_pass_at_1_drop"] = 0.0
     (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    # the baseline recorded before these tasks were set is refused, one line naming it
+    r = run([sys.executable, "-m", "stages.evaluate", "gptq-w4a16"], project)
+    assert r.returncode != 0 and "artifacts/functional/baseline.json: tasks_file None" in r.stderr, r.stderr[-2000:]
+    r = run([sys.executable, "-m", "stages.functional_baseline"], project)
+    assert r.returncode == 0 and "functional_baseline: pass@1" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+    baseline = json.loads((project / "artifacts" / "functional" / "baseline.json").read_text())["baseline"]
     for variant in ("bf16", "gptq-w4a16"):
         r = run([sys.executable, "-m", "stages.evaluate", variant], project)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -259,6 +265,7 @@ def test_the_functional_check_runs_in_the_evaluate_stage_and_its_drop_is_gated(p
         metrics = json.loads((project / "metrics" / f"eval-{variant}.json").read_text())
         assert metrics["functional_tasks"] == 1
         assert metrics["pass_at_1_drop"] == metrics["pass_at_1_baseline"] - metrics["pass_at_1"]
+        assert record["baseline"] == baseline  # every variant against the one recorded run
     run([sys.executable, "-m", "stages.gate"], project)
     verdict = json.loads((project / "artifacts" / "gate" / "verdict.json").read_text())
     for variant in ("bf16", "gptq-w4a16"):
