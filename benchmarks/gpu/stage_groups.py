@@ -21,7 +21,9 @@ Each stage's output goes to LOG_DIR/<stage>.log (STAGE_GROUPS_LOGS, default /tmp
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -52,18 +54,37 @@ def parse(args: list[str]) -> list[Group]:
     return groups
 
 
+def overlaps(a: str, b: str) -> bool:
+    """One path is the other or lies under it."""
+    return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
+
+
 def check(groups: list[Group], stages: dict) -> None:
-    """Every stage exists; each dep is on disk or an out of an earlier stage in its own group."""
+    """Every stage exists; each dep is on disk or an out of an earlier stage in its own group, and none is (or
+    holds, or lies in) an out of a stage named elsewhere: every named stage's outs are removed before anything runs
+    and rewritten while the groups run, so such a dep would be read half-made."""
+    for name in (n for g in groups for n in g.stages):
+        if name not in stages:
+            raise SystemExit(f"stage_groups: no stage {name!r} in dvc.yaml (dvc stage list names them)")
     for group in groups:
         made: set[str] = set()
-        for name in group.stages:
-            stage = stages.get(name)
-            if stage is None:
-                raise SystemExit(f"stage_groups: no stage {name!r} in dvc.yaml (dvc stage list names them)")
-            for dep in stage.deps:  # fs_path: absolute (a stage's paths are relative to its own wdir)
+        for position, name in enumerate(group.stages):
+            earlier = set(group.stages[:position])
+            for dep in stages[name].deps:  # fs_path: absolute (a stage's paths are relative to its own wdir)
+                maker = next(
+                    (
+                        other
+                        for g in groups
+                        for other in g.stages
+                        if other not in earlier and any(overlaps(dep.fs_path, o.fs_path) for o in stages[other].outs)
+                    ),
+                    None,
+                )
+                if maker is not None:
+                    raise SystemExit(f"stage_groups: {name}: dep {dep} is written by {maker}, not earlier in its group")
                 if not Path(dep.fs_path).exists() and dep.fs_path not in made:
                     raise SystemExit(f"stage_groups: {name}: dep {dep} does not exist (run its stage first)")
-            made.update(o.fs_path for o in stage.outs)
+            made.update(o.fs_path for o in stages[name].outs)
 
 
 @dataclass
@@ -74,18 +95,32 @@ class Outcome:
     rc: int
 
 
+RUNNING: list[subprocess.Popen] = []  # every stage command now running, each in its own session (stopped on Ctrl-C)
+STOPPING = threading.Event()
+
+
 def run_group(group: Group, stages: dict, logs: Path, done: list[Outcome], lock: threading.Lock) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": group.gpus}
     for name in group.stages:
+        if STOPPING.is_set():
+            return
         stage = stages[name]
         log = logs / f"{name.replace('/', '_').replace(':', '_')}.log"
         with lock:
             print(f"Running stage '{name}' on GPUs {group.gpus}:\n> {stage.cmd}", flush=True)
         start = time.monotonic()
-        with open(log, "w") as out:
-            rc = subprocess.run(
-                stage.cmd, shell=True, cwd=stage.wdir, env=env, stdout=out, stderr=subprocess.STDOUT
-            ).returncode
+        with open(log, "w") as out, lock:
+            proc = subprocess.Popen(
+                stage.cmd,
+                shell=True,
+                cwd=stage.wdir,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: an interrupt stops the stage and its children
+            )
+            RUNNING.append(proc)
+        rc = proc.wait()
         seconds = time.monotonic() - start
         lines = log.read_text(errors="replace").splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
@@ -114,13 +149,29 @@ def main(argv: list[str]) -> int:
     threads = [threading.Thread(target=run_group, args=(g, stages, logs, done, lock)) for g in groups]
     for t in threads:
         t.start()
-    for t in threads:
-        t.join()
-    finished = [o.name for o in done if o.rc == 0]
-    for name in finished:
-        repo.commit(name, force=True)
-    print(f"stage_groups: {len(finished)} of {sum(len(g.stages) for g in groups)} stages finished and committed")
-    return 0 if len(finished) == sum(len(g.stages) for g in groups) else 1
+    try:
+        for t in threads:
+            t.join()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM's default: stop every stage (nothing is committed)
+        STOPPING.set()
+        with lock:
+            for proc in RUNNING:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for t in threads:
+            t.join()
+        print("stage_groups: interrupted; the stages that were running were stopped, nothing committed")
+        return 130
+    committed = []
+    for name in [o.name for o in done if o.rc == 0]:
+        try:
+            repo.commit(name, force=True)
+            committed.append(name)
+        except Exception as e:  # e.g. a command that exited 0 without writing an out
+            print(f"stage_groups: {name} finished but could not be committed: {e}", flush=True)
+    total = sum(len(g.stages) for g in groups)
+    print(f"stage_groups: {len(committed)} of {total} stages finished and committed")
+    return 0 if len(committed) == total else 1
 
 
 if __name__ == "__main__":

@@ -172,13 +172,19 @@ def tasks_of(cfg: FunctionalCheck) -> list[Task] | None:
 
 
 def baseline_key(cfg: FunctionalCheck) -> dict:
-    """What a recorded baseline must have been measured with to stand for this configuration's."""
+    """What a recorded baseline must have been measured with to stand for this configuration's: the tasks, the
+    check's settings, and where the target ran (float32 on CPU, bfloat16 on a GPU: a record pulled from a DVC cache
+    made on the other kind of machine is another model's run)."""
+    from pipeline.models.loading import eval_device, eval_dtype
+
+    device = eval_device()
     return {
         "tasks_file": cfg.tasks,
         "sha256": file_sha256(cfg.tasks),
         "limit": cfg.limit,
         "max_new_tokens": cfg.max_new_tokens,
         "limits": dataclasses.asdict(limits_of(cfg)),
+        "device": f"{device.type} {str(eval_dtype(device)).removeprefix('torch.')}",
     }
 
 
@@ -202,8 +208,11 @@ def read_baseline(path: str | Path, cfg: FunctionalCheck) -> PassAtOne:
             raise PipelineError(
                 f"{path}: {key} {data.get(key)!r} is not this configuration's {want!r} (dvc repro functional_baseline)"
             )
-    base = data["baseline"]
-    return PassAtOne(**{**base, "results": [TaskResult(**r) for r in base["results"]]})
+    try:
+        base = data["baseline"]
+        return PassAtOne(**{**base, "results": [TaskResult(**r) for r in base["results"]]})
+    except (KeyError, TypeError) as e:
+        raise PipelineError(f"{path}: baseline is not a recorded run ({type(e).__name__}: {e})") from None
 
 
 def measure(

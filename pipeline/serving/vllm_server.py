@@ -92,15 +92,24 @@ def group_sockets(pgid: int) -> set[str]:
     return inodes
 
 
+class _PortShared(Exception):
+    """Another process listens on the server's port beside it (SO_REUSEPORT): connections go to either."""
+
+
 def serves_on(proc: subprocess.Popen, port: int) -> bool:
-    """Whether the socket listening on `port` belongs to `proc`'s process group (its own session). Two runs on one
-    host can both find a port free and start on it; the first to bind answers /health for both, and a benchmark
-    that took that for its own server measured another model (seen on a 4-GPU host: HTTP 404 for every request,
-    the other server's model name). True where /proc cannot tell."""
+    """Whether every socket listening on `port` belongs to `proc`'s process group (its own session). Two runs on one
+    host can both find a port free and start on it: vLLM binds with SO_REUSEADDR before its engine loads and listens
+    after, so the first to listen answers /health for both, and a benchmark that took that for its own server
+    measured another model (seen on a 4-GPU host: HTTP 404 for every request, the other server's model name); the
+    second then fails to listen and is restarted on another port. Raises _PortShared where the group listens beside
+    another process (both with SO_REUSEPORT, as vLLM's several API servers bind). True where /proc cannot tell."""
     listening = listening_sockets(port)
     if listening is None:
         return True
-    return bool(listening & group_sockets(proc.pid))
+    ours = listening & group_sockets(proc.pid)
+    if ours and ours != listening:
+        raise _PortShared()
+    return bool(ours)
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -246,7 +255,7 @@ def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
         try:
             try:
                 _wait_ready(handle, startup_timeout_s)
-            except _PortTaken:
+            except (_PortTaken, _PortShared):
                 stop_process_group(handle.proc)
                 if attempt == PORT_ATTEMPTS:
                     raise failure(

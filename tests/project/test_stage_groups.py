@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,8 +89,9 @@ def test_failed_stage_ends_its_group_and_is_not_recorded(tmp_path):
     ("args", "message"),
     [
         (["0:b"], "stage_groups: b: dep a.txt does not exist"),  # its upstream stage is in no earlier place
-        (["0:c", "1:b,a"], "stage_groups: b: dep a.txt does not exist"),  # a after b in the group is too late
         (["0:a", "1:a"], "stage 'a' named twice"),
+        (["0:a", "1:b"], "stage_groups: b: dep a.txt is written by a, not earlier in its group"),  # read half-made
+        (["0:b,a"], "stage_groups: b: dep a.txt is written by a, not earlier in its group"),
         (["0:nope"], "no stage 'nope'"),
         (["a,b"], "expected GPUS:STAGE"),
     ],
@@ -98,3 +101,29 @@ def test_bad_groups_refused_before_anything_runs(tmp_path, args, message):
     r = groups(repo, *args)
     assert r.returncode != 0 and message in r.stderr, r.stdout + r.stderr
     assert not (repo / "a.txt").exists() and not (repo / "c.txt").exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is needed for a DVC repository")
+def test_ctrl_c_stops_the_running_stages_and_commits_nothing(tmp_path):
+    repo = project(tmp_path)
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())
+    stages["stages"]["c"]["cmd"] = (
+        "python -c \"import os, time; open('c.pid', 'w').write(str(os.getpid())); time.sleep(120)\""
+    )
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(stages))
+    env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "STAGE_GROUPS_LOGS": str(repo / "logs")}
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "0:a", "1:c"], cwd=repo, env=env, stdout=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 60
+    while not (repo / "c.pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child = int((repo / "c.pid").read_text())
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in out
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{child}").exists(), "the stage's process outlived the interrupt"
+    assert not (repo / "dvc.lock").exists()  # nothing committed, not even a, which finished

@@ -41,6 +41,25 @@ if mode == "intruded" and not os.path.exists(os.environ["RACE_MARKER"]):
     open(os.environ["INTRUDER_PID_FILE"], "w").write(f"{other.pid} {port}")
     time.sleep(3)
     print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
+class Shared(http.server.HTTPServer):  # SO_REUSEPORT, as vLLM binds when it runs several API servers
+    def server_bind(self):
+        import socket
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+if mode == "shared" and not os.path.exists(os.environ["RACE_MARKER"]):
+    # another run's server shares the port (both SO_REUSEPORT): the kernel splits connections between the two
+    open(os.environ["RACE_MARKER"], "w").close()
+    code = ("import http.server, socket, sys\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self): self.send_response(200); self.end_headers()\n"
+            "    def log_message(self, *a): pass\n"
+            "class S(http.server.HTTPServer):\n"
+            "    def server_bind(self):\n"
+            "        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1); super().server_bind()\n"
+            "S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
+    other = subprocess.Popen([sys.executable, "-c", code, str(port)], start_new_session=True)
+    open(os.environ["INTRUDER_PID_FILE"], "w").write(f"{other.pid} {port}")
+    time.sleep(1)
 if mode == "race" and not os.path.exists(os.environ["RACE_MARKER"]):
     open(os.environ["RACE_MARKER"], "w").close()
     print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
@@ -49,7 +68,7 @@ class Health(http.server.BaseHTTPRequestHandler):
         self.send_response(200 if self.path == "/health" else 404); self.end_headers()
     def log_message(self, *a): pass
 print("serving on", port, flush=True)
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+(Shared if mode == "shared" else http.server.HTTPServer)(("127.0.0.1", port), Health).serve_forever()
 """
 
 
@@ -150,6 +169,19 @@ def test_another_processs_server_on_the_port_is_not_taken_for_ours(fake, tmp_pat
             assert http_status(f"{server.base_url}/health") == 200
             assert serves_on(server.proc, server.port)
             assert not serves_on(server.proc, intruder_port)  # answering, but not ours
+    finally:
+        if record.exists():
+            os.kill(int(record.read_text().split()[0]), 9)
+
+
+def test_a_port_shared_with_another_processs_server_is_left_for_another(fake, tmp_path):
+    """Both servers listen on one port (SO_REUSEPORT): half the benchmark's requests would reach the other one."""
+    record = tmp_path / "intruder.pid"
+    try:
+        with fake("shared") as server:
+            _, shared_port = map(int, record.read_text().split())
+            assert server.port != shared_port
+            assert serves_on(server.proc, server.port)
     finally:
         if record.exists():
             os.kill(int(record.read_text().split()[0]), 9)
