@@ -28,38 +28,29 @@ if mode == "crash":
     print("loading weights"); print("RuntimeError: CUDA out of memory (boom)"); sys.exit(3)
 if mode == "hang":
     time.sleep(600)
-if mode == "intruded" and not os.path.exists(os.environ["RACE_MARKER"]):
-    # another run's server (its own session, as a second serve_bench's is) takes the port first and answers
-    # /health while this one still starts; this one then fails to bind it, as vLLM does after its engine is up
-    open(os.environ["RACE_MARKER"], "w").close()
-    code = ("import http.server, sys\n"
-            "class H(http.server.BaseHTTPRequestHandler):\n"
-            "    def do_GET(self): self.send_response(200); self.end_headers()\n"
-            "    def log_message(self, *a): pass\n"
-            "http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
-    other = subprocess.Popen([sys.executable, "-c", code, str(port)], start_new_session=True)
-    open(os.environ["INTRUDER_PID_FILE"], "w").write(f"{other.pid} {port}")
-    time.sleep(3)
-    print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
-class Shared(http.server.HTTPServer):  # SO_REUSEPORT, as vLLM binds when it runs several API servers
+OTHER = '''
+import http.server, socket, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self): self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+class S(http.server.HTTPServer):
     def server_bind(self):
-        import socket
-        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if sys.argv[2] == "shared":  # SO_REUSEPORT, as vLLM binds when it runs several API servers
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         super().server_bind()
-if mode == "shared" and not os.path.exists(os.environ["RACE_MARKER"]):
-    # another run's server shares the port (both SO_REUSEPORT): the kernel splits connections between the two
+S(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+if mode in ("intruded", "shared") and not os.path.exists(os.environ["RACE_MARKER"]):
+    # another run's server (its own session, as a second serve_bench's is) on this port: "intruded", it listens first
+    # and answers /health while this one still starts, and this one then fails to listen, as vLLM does once its
+    # engine is up; "shared", both listen (SO_REUSEPORT) and the kernel splits connections between them
     open(os.environ["RACE_MARKER"], "w").close()
-    code = ("import http.server, socket, sys\n"
-            "class H(http.server.BaseHTTPRequestHandler):\n"
-            "    def do_GET(self): self.send_response(200); self.end_headers()\n"
-            "    def log_message(self, *a): pass\n"
-            "class S(http.server.HTTPServer):\n"
-            "    def server_bind(self):\n"
-            "        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1); super().server_bind()\n"
-            "S(('127.0.0.1', int(sys.argv[1])), H).serve_forever()\n")
-    other = subprocess.Popen([sys.executable, "-c", code, str(port)], start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", OTHER, str(port), mode], start_new_session=True)
     open(os.environ["INTRUDER_PID_FILE"], "w").write(f"{other.pid} {port}")
     time.sleep(1)
+    if mode == "intruded":
+        time.sleep(2)
+        print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
 if mode == "race" and not os.path.exists(os.environ["RACE_MARKER"]):
     open(os.environ["RACE_MARKER"], "w").close()
     print(f"OSError: [Errno 98] Address already in use ({port})"); sys.exit(1)
@@ -68,7 +59,13 @@ class Health(http.server.BaseHTTPRequestHandler):
         self.send_response(200 if self.path == "/health" else 404); self.end_headers()
     def log_message(self, *a): pass
 print("serving on", port, flush=True)
-(Shared if mode == "shared" else http.server.HTTPServer)(("127.0.0.1", port), Health).serve_forever()
+class Server(http.server.HTTPServer):
+    def server_bind(self):
+        if mode == "shared":
+            import socket
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        super().server_bind()
+Server(("127.0.0.1", port), Health).serve_forever()
 """
 
 

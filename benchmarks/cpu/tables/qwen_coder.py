@@ -165,6 +165,14 @@ def repro_stages() -> Table:
     )
 
 
+FIDELITY = (  # a variant's metrics/eval-<v>.json against the unquantized target
+    Column("held-out perplexity", lambda r: num(r["perplexity"], 3)),
+    Column("increase %", lambda r: num(r["perplexity_increase_pct"], 2)),
+    Column("KL", lambda r: num(r["kl_divergence"], 4)),
+    Column("top-1", lambda r: num(r["top1_agreement"], 3)),
+)
+
+
 def repro_quality() -> Table:
     b = repro_raw("build.json")
     enabled = next(c["profile"] for k, c in b["profile_changes"].items() if k == "quantize.enabled")
@@ -174,10 +182,7 @@ def repro_quality() -> Table:
         rows,
         [
             Column("variant", lambda r: f"`{r['variant']}`"),
-            Column("held-out perplexity", lambda r: num(r["perplexity"], 3)),
-            Column("increase %", lambda r: num(r["perplexity_increase_pct"], 2)),
-            Column("KL", lambda r: num(r["kl_divergence"], 4)),
-            Column("top-1", lambda r: num(r["top1_agreement"], 3)),
+            *FIDELITY,
             Column("pass@1 (tasks)", lambda r: f"{num(r['pass_at_1'], 2)} ({r['functional_tasks']})"),
             Column(
                 "acceptance per drafted token: draft / EAGLE-3 / n-gram",
@@ -278,10 +283,7 @@ def host_quality() -> Table:
         rows,
         [
             Column("variant", lambda r: f"`{r['variant']}`"),
-            Column("held-out perplexity", lambda r: num(r["perplexity"], 3)),
-            Column("increase %", lambda r: num(r["perplexity_increase_pct"], 2)),
-            Column("KL", lambda r: num(r["kl_divergence"], 4)),
-            Column("top-1", lambda r: num(r["top1_agreement"], 3)),
+            *FIDELITY,
             Column("greedy match (16 prompts)", lambda r: num(r["greedy_match"], 3)),
             Column("lm-eval byte perplexity (vLLM)", lambda r: num(r["lm_eval_domain_heldout_byte_perplexity"], 4)),
             Column(
