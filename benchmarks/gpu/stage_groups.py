@@ -147,12 +147,19 @@ def main(argv: list[str]) -> int:
     done: list[Outcome] = []
     lock = threading.Lock()
     threads = [threading.Thread(target=run_group, args=(g, stages, logs, done, lock)) for g in groups]
+
+    # SIGTERM (a timeout, a closed session) as Ctrl-C, and SIGINT even where it was inherited ignored
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, interrupt)
     for t in threads:
         t.start()
     try:
         for t in threads:
             t.join()
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM's default: stop every stage (nothing is committed)
+    except KeyboardInterrupt:  # stop every stage (nothing is committed)
         STOPPING.set()
         with lock:
             for proc in RUNNING:

@@ -104,7 +104,8 @@ def test_bad_groups_refused_before_anything_runs(tmp_path, args, message):
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is needed for a DVC repository")
-def test_ctrl_c_stops_the_running_stages_and_commits_nothing(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_stops_the_running_stages_and_commits_nothing(tmp_path, sig):
     repo = project(tmp_path)
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())
     stages["stages"]["c"]["cmd"] = (
@@ -112,14 +113,20 @@ def test_ctrl_c_stops_the_running_stages_and_commits_nothing(tmp_path):
     )
     (repo / "dvc.yaml").write_text(yaml.safe_dump(stages))
     env = {"PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin", "STAGE_GROUPS_LOGS": str(repo / "logs")}
+    # SIGINT ignored as a test runner's worker may leave it: the script handles both signals itself
     proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "0:a", "1:c"], cwd=repo, env=env, stdout=subprocess.PIPE, text=True
+        [sys.executable, str(SCRIPT), "0:a", "1:c"],
+        cwd=repo,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 60
     while not (repo / "c.pid").exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     child = int((repo / "c.pid").read_text())
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in out
     deadline = time.monotonic() + 10
