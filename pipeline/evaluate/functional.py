@@ -15,11 +15,11 @@ from __future__ import annotations
 import collections
 import dataclasses
 import hashlib
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline.core import records
 from pipeline.core.errors import PipelineError
 from pipeline.core.io import write_json
 from pipeline.core.jsonl import read_lines
@@ -197,22 +197,15 @@ def read_baseline(path: str | Path, cfg: FunctionalCheck) -> PassAtOne:
     """The recorded baseline, refused (one line naming the file and the field) where it was measured on other tasks
     or settings than these: a stale record would compare a variant with another check's baseline."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PipelineError(f"{path}: not found (run stage functional_baseline first: dvc repro)") from None
-    except json.JSONDecodeError as e:
-        raise PipelineError(f"{path}: not JSON ({e.msg} at line {e.lineno})") from None
+    if not path.exists():
+        raise PipelineError(f"{path}: not found (run stage functional_baseline first: dvc repro)")
+    data = records.read_object(path)
     for key, want in baseline_key(cfg).items():
         if data.get(key) != want:
             raise PipelineError(
                 f"{path}: {key} {data.get(key)!r} is not this configuration's {want!r} (dvc repro functional_baseline)"
             )
-    try:
-        base = data["baseline"]
-        return PassAtOne(**{**base, "results": [TaskResult(**r) for r in base["results"]]})
-    except (KeyError, TypeError) as e:
-        raise PipelineError(f"{path}: baseline is not a recorded run ({type(e).__name__}: {e})") from None
+    return records.from_dict(PassAtOne, data.get("baseline"), f"{path}: baseline")
 
 
 def measure(

@@ -167,7 +167,7 @@ def test_a_missing_or_broken_baseline_is_one_line_naming_the_file(task_file, tmp
     with pytest.raises(PipelineError, match="baseline.json: not found .*functional_baseline"):
         functional.read_baseline(tmp_path / "baseline.json", cfg)
     (tmp_path / "baseline.json").write_text('{"skipped": "evaluate.functional.tasks is not set"')
-    with pytest.raises(PipelineError, match="baseline.json: not JSON"):
+    with pytest.raises(PipelineError, match="baseline.json is not valid JSON"):  # records.read_object's line
         functional.read_baseline(tmp_path / "baseline.json", cfg)
     (tmp_path / "baseline.json").write_text('{"skipped": "evaluate.functional.tasks is not set"}')
     with pytest.raises(PipelineError, match="baseline.json: tasks_file None is not"):
