@@ -544,16 +544,10 @@ def _checked(
 ACCEPTANCE_DROP = "max_acceptance_drop_vs_bf16"
 
 
-def acceptance_of(summary: EvalSummary, method: str | None) -> float | None:
-    """Evaluate's share of a method's first drafted tokens accepted (its estimate at k = 1): comparable between two
-    variants whatever k each chose, where accepted per drafted token at each one's own k is not (it falls as k
-    grows). None: not recorded (a summary from before the field)."""
-    own = summary.speculation.estimate(method)
-    return own.first_token_acceptance if own is not None else None
-
-
 def acceptance_by_method(summary: EvalSummary | None) -> dict[str, float] | None:
-    """A variant's share of first drafted tokens accepted by method (None: no summary): ServingContext's baseline."""
+    """A variant's share of first drafted tokens accepted by method (None: no summary), evaluate's estimate at k = 1:
+    comparable between two variants whatever k each chose, where accepted per drafted token at each one's own k is
+    not (it falls as k grows). A method without it (a summary from before the field) is left out."""
     if summary is None:
         return None
     return {
@@ -573,7 +567,7 @@ def acceptance_drop(inputs: Inputs, method: str | None) -> tuple[dict, dict[str,
         return {}, {ACCEPTANCE_DROP: f"{base} is the baseline variant (serving.baseline_variant): nothing to compare"}
     if ctx.baseline_acceptance is None:
         return {}, {ACCEPTANCE_DROP: f"the baseline variant {base} was not evaluated in this gate run"}
-    own, theirs = acceptance_of(inputs.summary, method), ctx.baseline_acceptance.get(method)
+    own, theirs = acceptance_by_method(inputs.summary).get(method), ctx.baseline_acceptance.get(method)
     if own is None:
         return {}, {ACCEPTANCE_DROP: f"no first-token acceptance of {method} recorded on this variant"}
     if theirs is None:
