@@ -67,7 +67,6 @@ def check(groups: list[Group], stages: dict) -> None:
         if name not in stages:
             raise SystemExit(f"stage_groups: no stage {name!r} in dvc.yaml (dvc stage list names them)")
     for group in groups:
-        made: set[str] = set()
         for position, name in enumerate(group.stages):
             earlier = set(group.stages[:position])
             for dep in stages[name].deps:  # fs_path: absolute (a stage's paths are relative to its own wdir)
@@ -76,30 +75,21 @@ def check(groups: list[Group], stages: dict) -> None:
                         other
                         for g in groups
                         for other in g.stages
-                        if other not in earlier and any(overlaps(dep.fs_path, o.fs_path) for o in stages[other].outs)
+                        if any(overlaps(dep.fs_path, o.fs_path) for o in stages[other].outs)
                     ),
                     None,
                 )
-                if maker is not None:
+                if maker is not None and maker not in earlier:
                     raise SystemExit(f"stage_groups: {name}: dep {dep} is written by {maker}, not earlier in its group")
-                if not Path(dep.fs_path).exists() and dep.fs_path not in made:
+                if maker is None and not Path(dep.fs_path).exists():
                     raise SystemExit(f"stage_groups: {name}: dep {dep} does not exist (run its stage first)")
-            made.update(o.fs_path for o in stages[name].outs)
-
-
-@dataclass
-class Outcome:
-    name: str
-    gpus: str
-    seconds: float
-    rc: int
 
 
 RUNNING: list[subprocess.Popen] = []  # every stage command now running, each in its own session (stopped on Ctrl-C)
 STOPPING = threading.Event()
 
 
-def run_group(group: Group, stages: dict, logs: Path, done: list[Outcome], lock: threading.Lock) -> None:
+def run_group(group: Group, stages: dict, logs: Path, finished: list[str], lock: threading.Lock) -> None:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": group.gpus}
     for name in group.stages:
         if STOPPING.is_set():
@@ -125,7 +115,8 @@ def run_group(group: Group, stages: dict, logs: Path, done: list[Outcome], lock:
         lines = log.read_text(errors="replace").splitlines()
         last = next((line for line in reversed(lines) if line.strip()), "")
         with lock:
-            done.append(Outcome(name, group.gpus, seconds, rc))
+            if rc == 0:
+                finished.append(name)
             verdict = "finished" if rc == 0 else f"FAILED (exit status {rc}; {log})"
             print(f"Stage '{name}' {verdict} in {seconds:.0f} s on GPUs {group.gpus}: {last[-300:]}", flush=True)
         if rc != 0:
@@ -144,9 +135,9 @@ def main(argv: list[str]) -> int:
             stages[name].remove_outs(ignore_remove=False, force=True)
     logs = Path(os.environ.get("STAGE_GROUPS_LOGS", "/tmp/stage-groups"))
     logs.mkdir(parents=True, exist_ok=True)
-    done: list[Outcome] = []
+    finished: list[str] = []  # the stages whose command exited 0
     lock = threading.Lock()
-    threads = [threading.Thread(target=run_group, args=(g, stages, logs, done, lock)) for g in groups]
+    threads = [threading.Thread(target=run_group, args=(g, stages, logs, finished, lock)) for g in groups]
 
     # SIGTERM (a timeout, a closed session) as Ctrl-C, and SIGINT even where it was inherited ignored
     def interrupt(signum, frame):
@@ -170,7 +161,7 @@ def main(argv: list[str]) -> int:
         print("stage_groups: interrupted; the stages that were running were stopped, nothing committed")
         return 130
     committed = []
-    for name in [o.name for o in done if o.rc == 0]:
+    for name in finished:
         try:
             repo.commit(name, force=True)
             committed.append(name)
