@@ -32,6 +32,8 @@ def profile_path(name_or_path: str) -> Path:
 # Mappings whose keys are the user's to choose (a variant's recipe knobs, a variant's gate thresholds): a profile may
 # add a key there (AWQ's n_grid on one variant), which params validation then checks like any other value.
 OPEN = ("quantize.variants.", "gates.overrides.")
+# Mappings whose keys are environment variable names: a profile may add any (a kernel pin in serving.env).
+USER_KEYED = ("serving.env", "serving.secret_env")
 
 
 def overlay(base: dict, values: dict, where: str = "") -> tuple[dict, list[str]]:
@@ -39,7 +41,8 @@ def overlay(base: dict, values: dict, where: str = "") -> tuple[dict, list[str]]
     out, changed = dict(base), []
     for key, value in values.items():
         dotted = f"{where}.{key}" if where else str(key)
-        if key not in base and not (f"{where}.".startswith(OPEN) and where.count(".") == 2):
+        open_here = f"{where}.".startswith(OPEN) and where.count(".") == 2
+        if key not in base and not open_here and where not in USER_KEYED:
             raise PipelineError(f"profile sets {dotted}, which params.yaml does not have")
         if key not in base:
             out[key] = value

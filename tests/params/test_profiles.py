@@ -69,6 +69,18 @@ def test_bad_profile_is_one_error_and_leaves_params_untouched(params_copy, tmp_p
     assert params_copy.read_bytes() == before
 
 
+def test_a_profile_adds_an_environment_variable_to_serving_env(params_copy, tmp_path):
+    # serving.env's keys are variable names, the user's to choose: a profile pins a kernel there
+    pin = tmp_path / "pin.yaml"
+    pin.write_text("serving: {env: {VLLM_DISABLED_KERNELS: AllSparkLinearKernel}}\n")
+    assert apply_profile(str(pin), params_copy, validate) == ["serving.env.VLLM_DISABLED_KERNELS"]
+    assert load_params(params_copy)["serving"]["env"] == {"VLLM_DISABLED_KERNELS": "AllSparkLinearKernel"}
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("serving: {envs: {A: b}}\n")  # beside it, a typo is still one error
+    with pytest.raises(PipelineError, match="profile sets serving.envs, which params.yaml does not have"):
+        apply_profile(str(typo), params_copy, validate)
+
+
 def test_a_small_float_in_a_profile_reads_back_as_a_float(params_copy, tmp_path):
     # ruamel writes 2e-05, which PyYAML (the stages' reader) reads as a string: every such profile was refused
     small = tmp_path / "small.yaml"
