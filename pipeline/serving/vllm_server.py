@@ -92,24 +92,35 @@ def group_sockets(pgid: int) -> set[str]:
     return inodes
 
 
+class _PortTaken(Exception):
+    """The server's port is another process's: ours failed to bind or listen there."""
+
+
 class _PortShared(Exception):
     """Another process listens on the server's port beside it (SO_REUSEPORT): connections go to either."""
 
 
 def serves_on(proc: subprocess.Popen, port: int) -> bool:
-    """Whether every socket listening on `port` belongs to `proc`'s process group (its own session). Two runs on one
-    host can both find a port free and start on it: vLLM binds with SO_REUSEADDR before its engine loads and listens
-    after, so the first to listen answers /health for both, and a benchmark that took that for its own server
-    measured another model (seen on a 4-GPU host: HTTP 404 for every request, the other server's model name); the
-    second then fails to listen and is restarted on another port. Raises _PortShared where the group listens beside
-    another process (both with SO_REUSEPORT, as vLLM's several API servers bind). True where /proc cannot tell."""
+    """Whether every socket listening on `port` belongs to `proc`'s process group (its own session); False while
+    nothing listens there yet. Two runs on one host can both find a port free and start on it: vLLM binds with
+    SO_REUSEADDR before its engine loads and listens after, so the first to listen answers /health for both, and a
+    benchmark that took that for its own server measured another model (seen on a 4-GPU host: HTTP 404 for every
+    request, the other server's model name). The second neither exits nor listens then (vLLM 0.26 logged "startup
+    complete" and waited out serve_bench.startup_timeout_s, seen on the same host), so another process listening
+    where the group does not raises _PortTaken at once: the port was free when picked, so the other run holds it for
+    its whole benchmark. Raises _PortShared where the group listens beside another process (both with SO_REUSEPORT,
+    as vLLM's several API servers bind). True where /proc cannot tell."""
     listening = listening_sockets(port)
     if listening is None:
         return True
+    if not listening:
+        return False
     ours = listening & group_sockets(proc.pid)
-    if ours and ours != listening:
+    if not ours:
+        raise _PortTaken()
+    if ours != listening:
         raise _PortShared()
-    return bool(ours)
+    return True
 
 
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
@@ -276,10 +287,6 @@ def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
                 _live.discard(handle.proc)
 
 
-class _PortTaken(Exception):
-    pass
-
-
 def _start(command: list[str], config: Path, cwd: Path, log_path: Path, port: int, env: dict | None) -> ServerHandle:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w") as log:
@@ -307,8 +314,8 @@ def _wait_ready(handle: ServerHandle, timeout_s: float) -> None:
             ):
                 raise _PortTaken()
             raise failure(f"vllm serve exited with status {code} before it was ready", handle.log_path)
-        # another process's server that bound the port first answers too: ours then fails to bind and exits,
-        # and the port is retried above
+        # another process's server that listens on the port first answers too: serves_on tells it from ours, and
+        # the port is retried above (_PortTaken)
         if http_status(f"{handle.base_url}/health") == 200 and serves_on(handle.proc, handle.port):
             handle.startup_s = time.monotonic() - t0
             return
