@@ -73,7 +73,7 @@
 # and on the CPU machine (no GPU needed), writing benchmarks/gpu/raw/ directly:
 #   session.sh cpu-raw            after `dvc repro`: copy the evaluate stage's CPU outputs
 #   session.sh gate-raw           `modelprep gate` over the GPU run's eval summaries (raw/evaluate-stage/stage-evaluate-*.json)
-#   session.sh gate-profile       `modelprep gate` over the GPU profile run's metrics (raw/gpu-profile/), with its params
+#   session.sh gate-profile [RAW] `modelprep gate` over a GPU profile run's metrics (raw/RAW/, default gpu-profile), with its params
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VARIANTS=(fp8-dynamic fp8-static gptq-w4a16 awq-w4a16)
@@ -598,13 +598,14 @@ PY
       echo "exit status: $rc"; } > "$raw/gate-on-gpu-metrics.txt"
     cat "$raw/gate-on-gpu-metrics.txt" ;;
   gate-profile)
-    # What the gate ships from the GPU-profile run's own eval and serve metrics, under that run's params.yaml.
-    raw=benchmarks/gpu/raw/gpu-profile
-    { echo '$ modelprep gate --metrics-dir raw/gpu-profile/metrics --params raw/gpu-profile/params.yaml'
+    # What the gate ships from a GPU-profile run's own eval and serve metrics, under that run's params.yaml (a CPU
+    # step: the same gate code as the stage). RAW: the run's folder under benchmarks/gpu/raw (default gpu-profile).
+    name=${2:-gpu-profile} raw=benchmarks/gpu/raw/${2:-gpu-profile}
+    { echo "\$ modelprep gate --metrics-dir raw/$name/metrics --params raw/$name/params.yaml"
       rc=0; PYTHONPATH=. python -c "import sys; from pipeline.cli import main; sys.exit(main())" \
         gate --metrics-dir "$raw/metrics" --params "$raw/params.yaml" 2>&1 || rc=$?
       echo "exit status: $rc"; } > "$raw/gate.txt"
     cat "$raw/gate.txt" ;;
-  *) echo "usage: session.sh pip-install | collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile" >&2
+  *) echo "usage: session.sh pip-install | collect N | install | demo OUT | evaluate OUT VARIANT... | test | serve-bench OUT VARIANT... | gpu-profile OUT SECONDS | gpu-watch OUT SECONDS | cpu-raw | gate-raw | gate-profile [RAW]" >&2
      exit 2 ;;
 esac

@@ -17,6 +17,7 @@ from render import Column, Table, Text, facts, num, table  # noqa: E402
 RAW = ROOT / "benchmarks/cpu/raw/qwen-coder"
 GPU = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu"  # the GPU profile's run on an H100, through evaluate@bf16
 HOST = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-2"  # on a 4x H100 host: every variant evaluated, BF16 served
+HOST_B = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-3"  # the same host kind: BF16 and W4A16 served in one run
 VARIANTS = ("bf16", "fp8-dynamic", "gptq-w4a16")
 CONCURRENCY = (1, 8, 32)
 
@@ -243,15 +244,18 @@ def host(name: str) -> dict:
 FINISHED = re.compile(r"Stage '(?P<stage>[^']+)' finished in (?P<s>\d+) s on GPUs (?P<gpus>[\d,]+)")
 
 
-def host_stages() -> Table:
+def stages_of(run: Path) -> Table:
     """Each stage's wall time on the 4x H100 host, from the run's log (lines prefixed with the seconds since the
     background command started): `dvc repro`'s stages from one `Running stage` line to the next, the stage groups'
-    from their own `finished in` lines (benchmarks/gpu/stage_groups.py); the GPUs each ran on."""
-    lines = [line.partition(" ") for line in (HOST / "repro.log").read_text().splitlines()]
-    rows, repro = [], []
+    from their own `finished in` lines (benchmarks/gpu/stage_groups.py); the GPUs each ran on. A group's stage that
+    started and never finished (the device time ended) is the last row."""
+    lines = [line.partition(" ") for line in (run / "repro.log").read_text().splitlines()]
+    rows, repro, started = [], [], {}
     for t, _, text in lines:
         if text.startswith("Running stage '") and " on GPUs " not in text:
             repro.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
+        elif text.startswith("Running stage '"):
+            started[text.split("'")[1]] = (text.rsplit(" on GPUs ", 1)[1].rstrip(":"), int(t))
         elif m := FINISHED.search(text):
             rows.append({"stage": m["stage"], "gpus": m["gpus"], "s": int(m["s"]), "end": int(t)})
     first_group = min(r["end"] - r["s"] for r in rows)
@@ -260,12 +264,15 @@ def host_stages() -> Table:
         {"stage": name, "gpus": "all", "s": end - start, "end": end} for (name, start), end in zip(repro, ends)
     ]
     waited = {"stage": "(the two GGUFs converted after their last pieces; the run waited for them)", "gpus": "-"}
-    started = {"stage": "serve_bench@bf16 (GPUs 0,1), serve_bench@fp8-dynamic (GPUs 2,3)", "gpus": "0-3"}
-    last = max(r["end"] for r in rows)
+    done = {r["stage"] for r in rows}
+    unfinished = [
+        {"stage": name, "gpus": gpus, "s": None, "end": None, "from": t}
+        for name, (gpus, t) in started.items()
+        if name not in done
+    ]
     out = [{**waited, "s": repro[0][1], "end": repro[0][1]}, *repro_rows, *sorted(rows, key=lambda r: r["end"])]
-    out.append({**started, "s": None, "end": None, "from": last})
     return table(
-        out,
+        out + unfinished,
         [
             Column("stage", lambda r: r["stage"]),
             Column("GPUs", lambda r: r["gpus"]),
@@ -273,6 +280,10 @@ def host_stages() -> Table:
             Column("ended, s from the start", lambda r: num(r["end"], 0) if r["end"] is not None else "-"),
         ],
     )
+
+
+def host_b_stages() -> Table:
+    return stages_of(HOST_B)
 
 
 def host_quality() -> Table:
@@ -434,8 +445,109 @@ def host_training() -> Table:
     )
 
 
+def host_b(name: str) -> dict:
+    return json.loads((HOST_B / name).read_text())
+
+
+def host_b_quality() -> Table:
+    """pass@1 of each variant over 64 HumanEval tasks against the BF16 target's, recorded once by stage
+    functional_baseline (the run's artifacts/functional/baseline.json, the same for every variant)."""
+    rows = [{"variant": v, **host_b(f"metrics/eval-{v}.json")} for v in VARIANTS]
+    return table(
+        rows,
+        [
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            *FIDELITY,
+            Column("pass@1 of 64: variant", lambda r: num(r["pass_at_1"], 3)),
+            Column("BF16 target (recorded once)", lambda r: num(r["pass_at_1_baseline"], 3)),
+            Column("drop", lambda r: num(r["pass_at_1_drop"], 3)),
+            Column("tasks passed", lambda r: f"{round(r['pass_at_1'] * 64)} of 64"),
+        ],
+    )
+
+
+def served_runs(run: Path, variant: str) -> dict[tuple[str, int], dict]:
+    runs = {}
+    for config in ("plain", "draft_model", "eagle3", "ngram"):
+        for r in bench_runs(run / f"logs/serve_bench@{variant}.{config}-bench.log"):
+            runs[r["config"], r["c"]] = r
+    return runs
+
+
+def host_b_served() -> Table:
+    """BF16 and GPTQ W4A16 served in one run (serve_bench: 16 requests at c = 1 and 8, 64 at 32, 128 output tokens at
+    most), each method at the k evaluate chose (1): each config's output tokens/s, its ratio to the same variant's
+    plain decoding, W4A16's to BF16's same config, vLLM's share of drafted tokens accepted."""
+    bf16, w4 = served_runs(HOST_B, "bf16"), served_runs(HOST_B, "gptq-w4a16")
+    rows = [{"config": config, "c": c, "b": bf16[config, c], "w": w4[config, c]} for config, c in bf16]
+
+    def vs_plain(runs: dict, r: dict) -> str:
+        return f"x{num(r['output'] / runs['plain', r['c']]['output'], 2)}" if r["config"] != "plain" else "-"
+
+    return table(
+        rows,
+        [
+            Column("config", "config"),
+            Column("c", "c"),
+            Column("BF16 tok/s", lambda r: num(r["b"]["output"], 0, thousands=True)),
+            Column("BF16 x plain", lambda r: vs_plain(bf16, r["b"])),
+            Column("W4A16 tok/s", lambda r: num(r["w"]["output"], 0, thousands=True)),
+            Column("W4A16 x plain", lambda r: vs_plain(w4, r["w"])),
+            Column("W4A16 x BF16", lambda r: f"x{num(r['w']['output'] / r['b']['output'], 2)}"),
+            Column("p99 ITL ms BF16 / W4A16", lambda r: f"{num(r['b']['itl_p99'], 1)} / {num(r['w']['itl_p99'], 1)}"),
+            Column(
+                "vLLM accepted % BF16 / W4A16",
+                lambda r: f"{num(r['b']['accept'], 1)} / {num(r['w']['accept'], 1)}" if r["b"]["accept"] else "-",
+            ),
+        ],
+    )
+
+
+GATE_LINE = re.compile(r"^gate (?P<variant>\S+): (?P<verdict>PASS|FAIL[^:]*): (?P<checks>[^;]+); (?P<ships>.+)$")
+
+
+def host_b_gate() -> Table:
+    """What the gate ships from run B's own eval and serve metrics (raw gate.txt: `session.sh gate-profile
+    qwen-coder-gpu-3`, the gate's code on the CPU over the run's metrics/ and params.yaml)."""
+    text = (HOST_B / "gate.txt").read_text()
+    rows = [m.groupdict() for line in text.splitlines() if (m := GATE_LINE.match(line))]
+    return table(
+        rows,
+        [
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            Column("verdict", "verdict"),
+            Column("checks", "checks"),
+            Column("ships", "ships"),
+        ],
+    )
+
+
+def host_b_training() -> Table:
+    d, e, draft = host_b("metrics/draft_training.json"), host_b("metrics/eagle3.json"), host_b("metrics/draft.json")
+    return facts(
+        [
+            (
+                "draft fine-tune: held-out loss base -> fine-tuned (shipped)",
+                f"{num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)} ({d['shipped']})",
+            ),
+            (
+                "evaluate_draft: token acceptance base -> fine-tuned",
+                f"{num(draft['token_acceptance_untrained'], 3)} -> {num(draft['token_acceptance_finetuned'], 3)}",
+            ),
+            (
+                "EAGLE-3 head: steps, final loss, accuracy at step 1",
+                f"{e['train_steps']}, {num(e['final_loss'], 2)}, {num(e['accuracy_by_step'][0], 3)}",
+            ),
+        ]
+    )
+
+
 BLOCKS = {
-    "host-stages": host_stages,
+    "host-b-stages": host_b_stages,
+    "host-b-quality": host_b_quality,
+    "host-b-served": host_b_served,
+    "host-b-gate": host_b_gate,
+    "host-b-training": host_b_training,
     "host-quality": host_quality,
     "host-acceptance": host_acceptance,
     "host-served": host_served,
