@@ -43,10 +43,16 @@ def main(argv: list[str]) -> None:
         f"draft_finetune: {metrics['train_steps']} steps, eval loss {metrics['eval_loss_untrained']:.3f} -> "
         f"{metrics['eval_loss_finetuned']:.3f}"
     )
-    if metrics["shipped"] == "base":
+    if metrics["target_agreement_finetuned"] is not None:
         line += (
-            f"; worse than the base draft, which ships unchanged (draft_training.learning_rate "
-            f"{cfg.learning_rate} may be too high for a pretrained draft)"
+            f", agreement with the target's answers {metrics['target_agreement_untrained']:.3f} -> "
+            f"{metrics['target_agreement_finetuned']:.3f}"
+        )
+    if metrics["shipped"] == "base":
+        by = "agrees with the target less" if metrics["ship_criterion"] == "target_agreement" else "is worse"
+        line += (
+            f"; the fine-tune {by} than the base draft, which ships unchanged (draft_training.learning_rate "
+            f"{cfg.learning_rate} or draft_training.epochs may not suit a pretrained draft)"
         )
     say(line)
 

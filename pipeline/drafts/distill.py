@@ -19,6 +19,7 @@ from pipeline.data.formatting import prompt_ids, split_prompt_response
 from pipeline.drafts.settings import DraftTrainingParams
 
 IGNORE_INDEX = -100  # label value the causal-LM loss skips: prompt tokens and padding
+TARGET = "target"  # an example's source: the target's own greedy answer
 # generate(prompts, temperature, seed) -> one response per prompt, cut after the first EOS
 Generate = Callable[[list[list[int]], float, int], list[list[int]]]
 
@@ -71,20 +72,21 @@ def transformers_generate(model, tokenizer, max_new_tokens: int, batch_size: int
 def build_distillation_set(
     generate: Generate, tokenizer, conversations: list[list[dict]], cfg: DraftTrainingParams, sampled: bool = True
 ) -> list[dict]:
-    """Examples {input_ids, labels}, the prompt masked out of the loss: the target's greedy answer to
-    each prompt, cfg.sampled_responses sampled answers (when `sampled`), and the original answer
-    when cfg.include_original_responses."""
+    """Examples {input_ids, labels, source}, the prompt masked out of the loss: the target's greedy answer to
+    each prompt (source "target"), cfg.sampled_responses sampled answers (when `sampled`; "sampled"), and the
+    original answer when cfg.include_original_responses ("original"). The target's greedy answers are what a draft
+    is accepted against at temperature 0, so draft_finetune ships by them (finetune.target_agreement)."""
     prompts = [prompt_ids(tokenizer, split_prompt_response(m)[0]) for m in conversations]
-    pairs = list(zip(prompts, generate(prompts, 0.0, cfg.seed)))
+    triples = [(p, r, TARGET) for p, r in zip(prompts, generate(prompts, 0.0, cfg.seed))]
     for s in range(cfg.sampled_responses if sampled else 0):
-        pairs += zip(prompts, generate(prompts, cfg.temperature, cfg.seed + s + 1))
+        triples += [(p, r, "sampled") for p, r in zip(prompts, generate(prompts, cfg.temperature, cfg.seed + s + 1))]
     if cfg.include_original_responses:
         eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-        pairs += [
-            (p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos)
+        triples += [
+            (p, tokenizer(split_prompt_response(m)[1], add_special_tokens=False)["input_ids"] + eos, "original")
             for p, m in zip(prompts, conversations)
         ]
-    return [{"input_ids": p + r, "labels": [IGNORE_INDEX] * len(p) + r} for p, r in pairs if r]
+    return [{"input_ids": p + r, "labels": [IGNORE_INDEX] * len(p) + r, "source": src} for p, r, src in triples if r]
 
 
 def write_examples(path: Path, examples: list[dict]) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from pipeline.core.errors import PipelineError
 from pipeline.core.stage import say
-from pipeline.drafts.distill import IGNORE_INDEX
+from pipeline.drafts.distill import IGNORE_INDEX, TARGET
 from pipeline.drafts.settings import DraftTrainingParams, Lora
 
 # Settings that change neither the weights nor the logged curve, so a run may resume across them.
@@ -206,8 +206,8 @@ def fine_tune(
     trainer = Trainer(
         model=model,
         args=training_args(cfg, work_dir, evaluate_first=checkpoint is None),
-        train_dataset=Dataset.from_list(train),
-        eval_dataset=Dataset.from_list(evals),
+        train_dataset=Dataset.from_list(tokens_only(train)),
+        eval_dataset=Dataset.from_list(tokens_only(evals)),
         data_collator=PadCollator(pad_id),
         callbacks=callbacks,
     )
@@ -216,6 +216,33 @@ def fine_tune(
     model = trainer.model.merge_and_unload() if lora else trainer.model
     model.config.use_cache = use_cache
     return model.eval(), trainer.state.log_history
+
+
+def tokens_only(examples: list[dict]) -> list[dict]:
+    """What the Trainer reads of an example (its source tag is for target_agreement)."""
+    return [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in examples]
+
+
+@torch.no_grad()
+def target_agreement(model, examples: list[dict]) -> float | None:
+    """The share of the target's own greedy answer tokens (held-out examples of source "target") that the model
+    predicts greedily from the prompt and the answer before them: at temperature 0, each is a drafted token the
+    target accepts, so it is the draft's token acceptance without the target model (evaluate_draft's measure, on
+    distill's held-out answers). None without such examples."""
+    was_training = model.training
+    model.eval()
+    agreed = total = 0
+    try:
+        for e in (e for e in examples if e.get("source") == TARGET):
+            ids = torch.tensor([e["input_ids"]], device=model.device)
+            labels = torch.tensor(e["labels"][1:], device=model.device)
+            predicted = model(input_ids=ids).logits[0, :-1].argmax(-1)
+            scored = labels != IGNORE_INDEX
+            agreed += (predicted[scored] == labels[scored]).sum().item()
+            total += scored.sum().item()
+    finally:
+        model.train(was_training)
+    return agreed / total if total else None
 
 
 def loss_curve_rows(history: list[dict]) -> list[dict]:
