@@ -286,15 +286,21 @@ def host_b_stages() -> Table:
     return stages_of(HOST_B)
 
 
+def variant_metrics(run: Path) -> list[dict]:
+    """Each variant's metrics/eval-<v>.json in a run, with its name."""
+    return [{"variant": v, **json.loads((run / f"metrics/eval-{v}.json").read_text())} for v in VARIANTS]
+
+
+VARIANT_FIDELITY = (Column("variant", lambda r: f"`{r['variant']}`"), *FIDELITY)
+
+
 def host_quality() -> Table:
     """Each variant against the unquantized target on the GPU: held-out code traffic (teacher-forced), lm-eval
     through vLLM, HumanEval pass@1 (the variant's and the BF16 target's, measured in the same evaluate process)."""
-    rows = [{"variant": v, **host(f"metrics/eval-{v}.json")} for v in VARIANTS]
     return table(
-        rows,
+        variant_metrics(HOST),
         [
-            Column("variant", lambda r: f"`{r['variant']}`"),
-            *FIDELITY,
+            *VARIANT_FIDELITY,
             Column("greedy match (16 prompts)", lambda r: num(r["greedy_match"], 3)),
             Column("lm-eval byte perplexity (vLLM)", lambda r: num(r["lm_eval_domain_heldout_byte_perplexity"], 4)),
             Column(
@@ -423,8 +429,8 @@ def host_fp8_served() -> Table:
     return table(rows, [Column("config", "config"), Column("c", "c"), Column("measured", "what")])
 
 
-def host_training() -> Table:
-    d, e, draft = host("metrics/draft_training.json"), host("metrics/eagle3.json"), host("metrics/draft.json")
+def training_of(run: Path) -> Table:
+    d, e, draft = (json.loads((run / f"metrics/{n}.json").read_text()) for n in ("draft_training", "eagle3", "draft"))
     return facts(
         [
             ("distillation: training / eval examples", f"{d['train_examples']} / {d['eval_examples']}"),
@@ -445,19 +451,17 @@ def host_training() -> Table:
     )
 
 
-def host_b(name: str) -> dict:
-    return json.loads((HOST_B / name).read_text())
+def host_training() -> Table:
+    return training_of(HOST)
 
 
 def host_b_quality() -> Table:
     """pass@1 of each variant over 64 HumanEval tasks against the BF16 target's, recorded once by stage
     functional_baseline (the run's artifacts/functional/baseline.json, the same for every variant)."""
-    rows = [{"variant": v, **host_b(f"metrics/eval-{v}.json")} for v in VARIANTS]
     return table(
-        rows,
+        variant_metrics(HOST_B),
         [
-            Column("variant", lambda r: f"`{r['variant']}`"),
-            *FIDELITY,
+            *VARIANT_FIDELITY,
             Column("pass@1 of 64: variant", lambda r: num(r["pass_at_1"], 3)),
             Column("BF16 target (recorded once)", lambda r: num(r["pass_at_1_baseline"], 3)),
             Column("drop", lambda r: num(r["pass_at_1_drop"], 3)),
@@ -523,23 +527,7 @@ def host_b_gate() -> Table:
 
 
 def host_b_training() -> Table:
-    d, e, draft = host_b("metrics/draft_training.json"), host_b("metrics/eagle3.json"), host_b("metrics/draft.json")
-    return facts(
-        [
-            (
-                "draft fine-tune: held-out loss base -> fine-tuned (shipped)",
-                f"{num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)} ({d['shipped']})",
-            ),
-            (
-                "evaluate_draft: token acceptance base -> fine-tuned",
-                f"{num(draft['token_acceptance_untrained'], 3)} -> {num(draft['token_acceptance_finetuned'], 3)}",
-            ),
-            (
-                "EAGLE-3 head: steps, final loss, accuracy at step 1",
-                f"{e['train_steps']}, {num(e['final_loss'], 2)}, {num(e['accuracy_by_step'][0], 3)}",
-            ),
-        ]
-    )
+    return training_of(HOST_B)
 
 
 BLOCKS = {
