@@ -280,7 +280,9 @@ def target_continuations(
     check_settings(len(prompts), continuation_tokens, temperature, max_k)
     stop_ids = stop_token_ids(target)
     if temperature == 0:  # all prompts in one batch, the same tokens as target_continuation's (generation.py)
-        return generation.greedy_continuations(target, prompts, continuation_tokens, stop_ids, overrun=max_k - 1)
+        return generation.greedy_continuations(
+            target, prompts, continuation_tokens, stop_ids, overrun=max_k - 1, desc="target continuations"
+        )
     torch.manual_seed(seed)  # sampled continuations at temperature > 0 are reproducible: one prompt at a time, in order
     return [
         target_continuation(target, prompt, continuation_tokens, temperature, stop_ids, overrun=max_k - 1)

@@ -143,7 +143,7 @@ def complete(model, tokenizer, tasks: list[Task], max_new_tokens: int) -> list[s
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos or 0)
     stops = control_token_ids(tokenizer) | (frozenset() if eos is None else {eos})
     written = generation.greedy_continuations(
-        model, prompts, max_new_tokens, stops, pad_id=pad, done=_stops_at_text(tokenizer)
+        model, prompts, max_new_tokens, stops, pad_id=pad, done=_stops_at_text(tokenizer), desc="functional decode"
     )
     out = []
     for ids, (tokens, end) in zip(prompts, written):

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import torch
 
+from pipeline.core.stage import progress_bar
+
 # Rows per batch: bounds the padded KV cache (batch x (longest prompt + new tokens)) on a large target.
 BATCH_SIZE = 32
 
@@ -76,12 +78,19 @@ def greedy_continuations(
     batch_size: int = BATCH_SIZE,
     pad_id: int = 0,
     done: Callable[[list[int]], bool] | None = None,
+    desc: str | None = None,
 ) -> list[tuple[list[int], int]]:
     """(tokens, response_length) per prompt, as acceptance.target_continuation at temperature 0: the model's
     greedy tokens up to its first stop token or n_tokens (or, given `done`, the first length at which done(tokens)
     holds: a stop that is text, not a token), then `overrun` more. The pad id only fills masked positions (any
-    valid id)."""
+    valid id). desc: a progress bar of that name over the prompts (the stage's log keeps its time)."""
     out: list[tuple[list[int], int]] = []
+    bar = progress_bar(desc, total=len(prompts)) if desc else None
     for start in range(0, len(prompts), batch_size):
-        out += _greedy_batch(model, prompts[start : start + batch_size], n_tokens, stop_ids, overrun, pad_id, done)
+        batch = prompts[start : start + batch_size]
+        out += _greedy_batch(model, batch, n_tokens, stop_ids, overrun, pad_id, done)
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
     return out

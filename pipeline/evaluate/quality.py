@@ -64,7 +64,7 @@ def greedy_match(baseline, variant, prompts: list[list[int]], n_tokens: int, eos
     if not prompts:
         raise PipelineError("no held-out prompts for the greedy-match check (evaluate.greedy_prompts)")
     stop = frozenset() if eos_token_id is None else {eos_token_id}
-    paths = generation.greedy_continuations(baseline, prompts, n_tokens, stop)
+    paths = generation.greedy_continuations(baseline, prompts, n_tokens, stop, desc="greedy match: target's paths")
     matched = sum(
         torch.equal(
             response_logprobs(baseline, prompt, path).argmax(-1).cpu(),
