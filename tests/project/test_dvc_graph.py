@@ -129,6 +129,33 @@ def test_closure_sees_lazy_imports():
     assert Path("pipeline/models/demo/models.py") in closure(ROOT / "stages/models.py")
 
 
+def test_bytecode_beside_the_code_is_no_change_to_a_directory_dep():
+    """Python writes __pycache__ into pipeline/models and pipeline/evaluate (directory deps) on import, by the tests or
+    the stages themselves, wherever PYTHONDONTWRITEBYTECODE is unset: `dvc status` then called their stages stale
+    against the committed lock (`dvc repro` would rerun them, and the test below failed)."""
+    cache = ROOT / "pipeline/evaluate/__pycache__"
+    made = not cache.exists()
+    probe = cache / "bytecode_probe.cpython-311.pyc"
+    cache.mkdir(exist_ok=True)
+    probe.write_bytes(b"\x00" * 16)
+    try:
+        r = subprocess.run(["dvc", "status", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        changed = [
+            (stage, path)
+            for stage, changes in json.loads(r.stdout or "{}").items()
+            for change in (changes if isinstance(changes, list) else [])
+            if isinstance(change, dict)
+            for path in (change.get("changed deps") or {})
+            if path == "pipeline/evaluate"
+        ]
+        assert not changed, changed
+    finally:
+        probe.unlink()
+        if made:
+            cache.rmdir()
+
+
 def test_dvc_lock_matches_the_code_in_the_tree():
     """dvc.lock is committed from a `dvc repro` of the committed code: every code and params dep it
     records has the md5 the file has now. (`dvc status` reports the rest: outputs not built here.)"""
