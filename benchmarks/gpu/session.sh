@@ -600,7 +600,7 @@ PY
   gate-profile)
     # What the gate ships from a GPU-profile run's own eval and serve metrics, under that run's params.yaml (a CPU
     # step: the same gate code as the stage). RAW: the run's folder under benchmarks/gpu/raw (default gpu-profile).
-    name=${2:-gpu-profile} raw=benchmarks/gpu/raw/${2:-gpu-profile}
+    name=${2:-gpu-profile}; raw=benchmarks/gpu/raw/$name
     { echo "\$ modelprep gate --metrics-dir raw/$name/metrics --params raw/$name/params.yaml"
       rc=0; PYTHONPATH=. python -c "import sys; from pipeline.cli import main; sys.exit(main())" \
         gate --metrics-dir "$raw/metrics" --params "$raw/params.yaml" 2>&1 || rc=$?

@@ -20,6 +20,7 @@ HOST = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-2"  # on a 4x H100 host: every 
 HOST_B = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-3"  # the same host kind: BF16 and W4A16 served in one run
 VARIANTS = ("bf16", "fp8-dynamic", "gptq-w4a16")
 CONCURRENCY = (1, 8, 32)
+CONFIGS = ("plain", "draft_model", "eagle3", "ngram")  # serve_bench's configs: plain decoding, then each method
 
 
 def raw(name: str) -> dict:
@@ -370,15 +371,22 @@ def bench_runs(path: Path) -> list[dict]:
     return runs
 
 
+def served_runs(run: Path, variant: str) -> dict[tuple[str, int], dict]:
+    """A variant's serve_bench runs in a run folder by (config, concurrency), in CONFIGS order."""
+    runs = {}
+    for config in CONFIGS:
+        for r in bench_runs(run / f"logs/serve_bench@{variant}.{config}-bench.log"):
+            runs[r["config"], r["c"]] = r
+    return runs
+
+
 def host_served() -> Table:
     """BF16 served by serve_bench (`vllm serve` + `vllm bench serve`, 16 requests at c = 1 and 8, 64 at 32, 128
     output tokens at most), each method at the k evaluate chose (1), vLLM's acceptance counters beside evaluate's
     estimate; the ratio to plain decoding is within this run."""
     bf16 = host("metrics/eval-bf16.json")
     estimate = {e["method"]: e for e in bf16["methods"]}
-    runs = []
-    for config in ("plain", "draft_model", "eagle3", "ngram"):
-        runs += bench_runs(HOST / f"logs/serve_bench@bf16.{config}-bench.log")
+    runs = list(served_runs(HOST, "bf16").values())
     plain = {r["c"]: r["output"] for r in runs if r["config"] == "plain"}
     return table(
         runs,
@@ -405,7 +413,7 @@ def host_served() -> Table:
 def host_fp8_served() -> Table:
     """What serve_bench@fp8-dynamic measured before the device time ended: its runs with requests answered."""
     rows = []
-    for config in ("plain", "draft_model", "eagle3", "ngram"):
+    for config in CONFIGS:
         path = HOST / f"logs/serve_bench@fp8-dynamic.{config}-bench.log"
         runs = bench_runs(path) if path.exists() else []
         done = {r["c"]: r for r in runs}
@@ -468,14 +476,6 @@ def host_b_quality() -> Table:
             Column("tasks passed", lambda r: f"{round(r['pass_at_1'] * 64)} of 64"),
         ],
     )
-
-
-def served_runs(run: Path, variant: str) -> dict[tuple[str, int], dict]:
-    runs = {}
-    for config in ("plain", "draft_model", "eagle3", "ngram"):
-        for r in bench_runs(run / f"logs/serve_bench@{variant}.{config}-bench.log"):
-            runs[r["config"], r["c"]] = r
-    return runs
 
 
 def host_b_served() -> Table:
