@@ -130,7 +130,9 @@ class DraftTrainingParams:
     learning_rate: float = knob(0.002, required=True, help="fine-tune learning rate")
     warmup_steps: int = knob(5, required=True, help="learning-rate warmup", minimum=0)
     logging_steps: int = knob(5, required=True, help="train and eval loss logged every this many steps", minimum=1)
-    eval_prompts: int = knob(32, required=True, help="held-out prompts in the eval-loss set", minimum=0)
+    eval_prompts: int = knob(
+        32, required=True, help="held-out prompts whose target answers pick the shipped draft", minimum=0
+    )
     save_steps: int = knob(50, required=True, help="checkpoint interval (a multiple of logging_steps)", minimum=1)
     resume: bool = knob(True, required=True, help="continue from the last checkpoint")
     generator: Literal["auto", "transformers", "vllm"] = knob("auto", help="auto: vLLM where CUDA and vLLM are present")

@@ -1,6 +1,6 @@
 """Each setting declared once: a params.yaml section is a frozen dataclass whose fields are its keys, each field a
 `knob` (its default, range, choices and help); the field's annotation is its type. From the declarations come the
-JSON schema (params.schema.json, `python -m pipeline.params.schema --write`), the per-key checks (type, range,
+JSON schema (params.schema.json, `python -m pipeline.sections --write`), the per-key checks (type, range,
 choices, an unknown key with the nearest named), the typed section a stage reads (`parse_declared`) and
 docs/params.md's table.
 

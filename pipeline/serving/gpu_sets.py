@@ -116,6 +116,14 @@ def _free_block(wave: dict[int, ConfigRun], size: int, n: int) -> int | None:
     return next((s for s in range(0, n - size + 1, size) if taken.isdisjoint(range(s, s + size))), None)
 
 
+def port_offset(placement: Placement) -> int:
+    """How far past serve_bench.port a config's server first tries to listen: its first GPU's index where the ids are
+    indices, else its slot in the wave. Two serve_bench stages on disjoint GPUs of one host (stage groups) then try
+    different ports; by slot both tried 8000, and the loser's stop and second start cost ~2.5 min of a 4x H100 lease."""
+    first = placement.gpus[0] if placement.gpus else ""
+    return int(first) if first.isdigit() else placement.slot
+
+
 def server_env(placement: Placement, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """What a config's `vllm serve` gets on top of its own environment: its GPU set, multicast off where it runs
     over several GPUs, and its own VLLM_PORT range where the host sets one."""

@@ -227,7 +227,13 @@ class ServeBenchParams:
     )
     capacity: Capacity = knob(Capacity(), required=True, help="capacity at serving.slo")
     startup_timeout_s: int = knob(900, required=True, help="vllm serve until /health answers", minimum=1)
-    port: int = knob(8000, required=True, help="preferred loopback port", minimum=1, maximum=65535)
+    port: int = knob(
+        8000,
+        required=True,
+        help="preferred loopback port; a server on GPU i tries port + i, another where taken",
+        minimum=1,
+        maximum=65535,
+    )
     tiers: Literal["all"] | tuple[str, ...] = knob((), help="serving tiers also served: [], all or a list of names")
     parallel: Literal["auto", "off"] = knob("auto", help="auto: independent configs at once on disjoint GPU sets")
 

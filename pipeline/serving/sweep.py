@@ -461,7 +461,8 @@ def serve_config(batch: Batch, job: Job, placement: gpu_sets.Placement) -> Serve
     client = load_generator.Client(
         served_model_name(serving, batch.variant), batch.traffic, cfg, run.temperature, slo.goodput()
     )
-    with serve(started, batch.serving_dir, server_log, cfg.startup_timeout_s, cfg.port + placement.slot, env) as server:
+    port = cfg.port + gpu_sets.port_offset(placement)
+    with serve(started, batch.serving_dir, server_log, cfg.startup_timeout_s, port, env) as server:
 
         def bench(load: float, prompts: int, tag: str, warmups: int = 0):
             """One `vllm bench serve` at a concurrency (closed loop), or at a Poisson rate for a capacity probe."""

@@ -28,6 +28,7 @@ from pipeline.core.errors import PipelineError
 HOST = "127.0.0.1"  # the benchmark's traffic never leaves this machine
 LOG_TAIL_LINES = 15
 PORT_ATTEMPTS = 3
+LOST_PORT_GRACE_S = 2.0  # SIGTERM to SIGKILL for a start that lost its port
 ADDRESS_IN_USE = "address already in use"
 VLLM_MODULE = "vllm.entrypoints.cli.main"  # `vllm` as `python -m`: its CLI's entry point
 
@@ -257,22 +258,27 @@ def serve(
 
 
 def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
+    retried = None  # why the last start was given up: its log stays, this line after it
     for attempt in range(1, PORT_ATTEMPTS + 1):
         with _live_lock:  # checked and registered at once: stop_all can't run between the two
             if _stopping.is_set():
                 raise PipelineError(f"vllm serve {config.name}: not started, the run was interrupted")
-            handle = _start(command, config, cwd, log_path, port, env)
+            handle = _start(command, config, cwd, log_path, port, env, retried)
             _live.add(handle.proc)
         try:
             try:
                 _wait_ready(handle, startup_timeout_s)
-            except (_PortTaken, _PortShared):
-                stop_process_group(handle.proc)
+            except (_PortTaken, _PortShared) as lost:
+                # nothing of a server that lost its port is worth a graceful shutdown: the grace only delays the next
+                # start (30 s of a 4x H100 lease, seen)
+                stop_process_group(handle.proc, grace_s=LOST_PORT_GRACE_S)
                 if attempt == PORT_ATTEMPTS:
                     raise failure(
                         f"vllm serve could not bind a port after {PORT_ATTEMPTS} tries (last {port})", log_path
                     ) from None
-                port = pick_port(None)
+                how = "taken" if isinstance(lost, _PortTaken) else "shared"
+                old, port = port, pick_port(None)
+                retried = f"modelprep: port {old} was {how} by another process's server; vllm serve restarted on {port}"
                 continue
             except BaseException:
                 stop_process_group(handle.proc)
@@ -287,9 +293,15 @@ def _serve(command, config, cwd, log_path, startup_timeout_s, port, env):
                 _live.discard(handle.proc)
 
 
-def _start(command: list[str], config: Path, cwd: Path, log_path: Path, port: int, env: dict | None) -> ServerHandle:
+def _start(
+    command: list[str], config: Path, cwd: Path, log_path: Path, port: int, env: dict | None, retried: str | None = None
+) -> ServerHandle:
+    """retried: the reason a start on another port was given up; the log then keeps that start's lines, this after."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "w") as log:
+    with open(log_path, "a" if retried else "w") as log:
+        if retried:
+            log.write(f"\n{retried}\n")
+            log.flush()
         proc = subprocess.Popen(
             [*command, "serve", "--config", str(config), "--host", HOST, "--port", str(port)],
             cwd=cwd,

@@ -19,7 +19,7 @@ import pytest
 
 from pipeline.core.errors import PipelineError
 from pipeline.serving import vllm_server
-from pipeline.serving.gpu_sets import ConfigRun, Placement, pack, run_waves, server_env, visible_gpus
+from pipeline.serving.gpu_sets import ConfigRun, Placement, pack, port_offset, run_waves, server_env, visible_gpus
 from pipeline.serving.vllm_server import serve
 
 HOST4 = visible_gpus({"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
@@ -120,6 +120,18 @@ def test_each_server_gets_its_gpus_and_multicast_off_where_it_spans_several():
     # a host VLLM_PORT: vLLM counts up from it for its internal ports, so each server at once gets its own range
     assert server_env(Placement("a", ("0",), slot=0), environ={"VLLM_PORT": "29500"}) == {"CUDA_VISIBLE_DEVICES": "0"}
     assert server_env(Placement("b", ("1",), slot=2), environ={"VLLM_PORT": "29500"})["VLLM_PORT"] == "29700"
+
+
+def test_serve_bench_stages_on_disjoint_gpus_of_one_host_first_try_different_ports():
+    """Two serve_bench stages at once on one 4-GPU host (stage groups: GPUs 0,1 and 2,3), each packing its configs:
+    every server of both tries its own port first (by slot in the wave both took 8000 and 8001)."""
+    runs = [ConfigRun("plain", 1), ConfigRun("draft_model", 1), ConfigRun("eagle3", 1), ConfigRun("ngram", 1)]
+    for wave_a, wave_b in zip(pack(runs, ["0", "1"]), pack(runs, ["2", "3"]), strict=True):
+        offsets = [port_offset(p) for p in (*wave_a, *wave_b)]
+        assert sorted(offsets) == [0, 1, 2, 3]
+    # ids that are not indices (UUIDs, MIG instances) keep the slot
+    uuids = pack(runs[:2], ["GPU-aa", "GPU-bb"])[0]
+    assert [port_offset(p) for p in uuids] == [0, 1]
 
 
 def test_an_in_process_engine_over_several_gpus_gets_multicast_off_too():

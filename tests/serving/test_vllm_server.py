@@ -155,6 +155,11 @@ def test_losing_a_port_race_retries_on_another(fake, tmp_path):
     with fake("race") as server:
         assert (tmp_path / "raced").exists()  # the first start said "Address already in use"
         assert http_status(f"{server.base_url}/health") == 200
+    # the lost start's lines stay in the server's log, then why it was restarted and where
+    log = (tmp_path / "logs" / "server.log").read_text()
+    first, _, second = log.partition("modelprep: port ")
+    assert "Address already in use" in first and f"vllm serve restarted on {server.port}" in second
+    assert f"serving on {server.port}" in second
 
 
 def test_another_processs_server_on_the_port_is_not_taken_for_ours(fake, tmp_path):
