@@ -18,6 +18,7 @@ RAW = ROOT / "benchmarks/cpu/raw/qwen-coder"
 GPU = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu"  # the GPU profile's run on an H100, through evaluate@bf16
 HOST = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-2"  # on a 4x H100 host: every variant evaluated, BF16 served
 HOST_B = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-3"  # the same host kind: BF16 and W4A16 served in one run
+HOST_C = ROOT / "benchmarks/gpu/raw/qwen-coder-gpu-4"  # every variant served with every method, the gate on the host
 VARIANTS = ("bf16", "fp8-dynamic", "gptq-w4a16")
 CONCURRENCY = (1, 8, 32)
 CONFIGS = ("plain", "draft_model", "eagle3", "ngram")  # serve_bench's configs: plain decoding, then each method
@@ -238,58 +239,61 @@ def gpu_quality() -> Table:
     )
 
 
-def host(name: str) -> dict:
-    return json.loads((HOST / name).read_text())
-
-
 FINISHED = re.compile(r"Stage '(?P<stage>[^']+)' finished in (?P<s>\d+) s on GPUs (?P<gpus>[\d,]+)")
+FAILED = re.compile(r"ERROR: failed to reproduce '(?P<stage>[^']+)'")
+HOST_RUNS = {"A": HOST, "B": HOST_B, "C": HOST_C}
+
+
+def read(run: Path, name: str) -> dict:
+    return json.loads((run / name).read_text())
 
 
 def stages_of(run: Path) -> Table:
     """Each stage's wall time on the 4x H100 host, from the run's log (lines prefixed with the seconds since the
-    background command started): `dvc repro`'s stages from one `Running stage` line to the next, the stage groups'
-    from their own `finished in` lines (benchmarks/gpu/stage_groups.py); the GPUs each ran on. A group's stage that
-    started and never finished (the device time ended) is the last row."""
+    background command started): a `dvc repro` stage from its `Running stage` line to the next stage's start (or the
+    log's end), the stage groups' from their own `finished in` lines (benchmarks/gpu/stage_groups.py), with the GPUs
+    each ran on. A stage the last `dvc repro` ran again says so; one that failed, too."""
     lines = [line.partition(" ") for line in (run / "repro.log").read_text().splitlines()]
-    rows, repro, started = [], [], {}
+    rows, repro, starts, failed = [], [], [], set()
     for t, _, text in lines:
-        if text.startswith("Running stage '") and " on GPUs " not in text:
-            repro.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
-        elif text.startswith("Running stage '"):
-            started[text.split("'")[1]] = (text.rsplit(" on GPUs ", 1)[1].rstrip(":"), int(t))
+        if text.startswith("Running stage '"):
+            starts.append(int(t))
+            if " on GPUs " not in text:
+                repro.append((text.split("'")[1].removeprefix("stages/dvc.yaml:"), int(t)))
         elif m := FINISHED.search(text):
             rows.append({"stage": m["stage"], "gpus": m["gpus"], "s": int(m["s"]), "end": int(t)})
-    first_group = min(r["end"] - r["s"] for r in rows)
-    ends = [t for _, t in repro[1:]] + [first_group]
-    repro_rows = [
-        {"stage": name, "gpus": "all", "s": end - start, "end": end} for (name, start), end in zip(repro, ends)
-    ]
+        elif m := FAILED.search(text):
+            failed.add(m["stage"])
+    last = int(lines[-1][0])
+    seen: set[str] = set()
+    repro_rows = []
+    for name, start in repro:
+        end = min((t for t in starts if t > start), default=last)
+        label = (
+            name + (" (again: the last `dvc repro`)" if name in seen else "") + (" (failed)" if name in failed else "")
+        )
+        seen.add(name)
+        repro_rows.append({"stage": label, "gpus": "all", "s": end - start, "end": end})
     waited = {"stage": "(the two GGUFs converted after their last pieces; the run waited for them)", "gpus": "-"}
-    done = {r["stage"] for r in rows}
-    unfinished = [
-        {"stage": name, "gpus": gpus, "s": None, "end": None, "from": t}
-        for name, (gpus, t) in started.items()
-        if name not in done
-    ]
-    out = [{**waited, "s": repro[0][1], "end": repro[0][1]}, *repro_rows, *sorted(rows, key=lambda r: r["end"])]
+    out = [{**waited, "s": repro[0][1], "end": repro[0][1]}, *repro_rows, *rows]
     return table(
-        out + unfinished,
+        sorted(out, key=lambda r: r["end"]),
         [
             Column("stage", lambda r: r["stage"]),
             Column("GPUs", lambda r: r["gpus"]),
-            Column("wall s", lambda r: num(r["s"], 0) if r["s"] is not None else f"from {r['from']} s, not finished"),
-            Column("ended, s from the start", lambda r: num(r["end"], 0) if r["end"] is not None else "-"),
+            Column("wall s", lambda r: num(r["s"], 0)),
+            Column("ended, s from the start", lambda r: num(r["end"], 0)),
         ],
     )
 
 
-def host_b_stages() -> Table:
-    return stages_of(HOST_B)
+def host_c_stages() -> Table:
+    return stages_of(HOST_C)
 
 
 def variant_metrics(run: Path) -> list[dict]:
     """Each variant's metrics/eval-<v>.json in a run, with its name."""
-    return [{"variant": v, **json.loads((run / f"metrics/eval-{v}.json").read_text())} for v in VARIANTS]
+    return [{"variant": v, **read(run, f"metrics/eval-{v}.json")} for v in VARIANTS]
 
 
 VARIANT_FIDELITY = (Column("variant", lambda r: f"`{r['variant']}`"), *FIDELITY)
@@ -314,33 +318,22 @@ def host_quality() -> Table:
     )
 
 
-def host_acceptance() -> Table:
-    """Each method's estimate on each variant (24 held-out prompts, 128 tokens, transformers): the share of first
-    drafted tokens accepted, its drop from BF16's (the gate gates.thresholds.max_acceptance_drop_vs_bf16, default
-    0.1; n-gram exempt), tokens per verify step at k = 4, the k evaluate chose and the speedup it predicts at c = 1."""
-    base = {e["method"]: e for e in host("metrics/eval-bf16.json")["methods"]}
-    rows = []
-    for v in VARIANTS:
-        for e in host(f"metrics/eval-{v}.json")["methods"]:
-            spec = host(f"eval/{v}/speculative-{e['method']}.json")
-            rows.append(
-                {
-                    "variant": v,
-                    **e,
-                    "drop": base[e["method"]]["first_token_acceptance"] - e["first_token_acceptance"],
-                    "k4": 1 + spec["accepted_per_step_by_k"]["4"],
-                }
-            )
+def host_c_quality() -> Table:
+    """pass@1 of each variant over 64 HumanEval tasks against the BF16 target's, recorded once by stage
+    functional_baseline (the same for every variant); run B's pass@1 and perplexity beside run C's."""
+    b = {r["variant"]: r for r in variant_metrics(HOST_B)}
     return table(
-        rows,
+        variant_metrics(HOST_C),
         [
-            Column("variant", lambda r: f"`{r['variant']}`"),
-            Column("method", lambda r: r["method"]),
-            Column("first drafted token accepted", lambda r: num(r["first_token_acceptance"], 3)),
-            Column("drop from BF16", lambda r: num(r["drop"], 3) if r["variant"] != "bf16" else "-"),
-            Column("tokens per step, k = 4", lambda r: num(r["k4"], 2)),
-            Column("k chosen", lambda r: r["num_speculative_tokens"]),
-            Column("predicted speedup at c = 1", lambda r: f"x{num(r['estimated_speedup'], 2)}"),
+            *VARIANT_FIDELITY,
+            Column("pass@1 of 64: variant", lambda r: num(r["pass_at_1"], 3)),
+            Column("BF16 target (recorded once)", lambda r: num(r["pass_at_1_baseline"], 3)),
+            Column("drop", lambda r: num(r["pass_at_1_drop"], 3)),
+            Column("tasks passed", lambda r: f"{round(r['pass_at_1'] * 64)} of 64"),
+            Column(
+                "run B: perplexity, pass@1",
+                lambda r: f"{num(b[r['variant']]['perplexity'], 3)}, {num(b[r['variant']]['pass_at_1'], 3)}",
+            ),
         ],
     )
 
@@ -380,129 +373,111 @@ def served_runs(run: Path, variant: str) -> dict[tuple[str, int], dict]:
     return runs
 
 
-def host_served() -> Table:
-    """BF16 served by serve_bench (`vllm serve` + `vllm bench serve`, 16 requests at c = 1 and 8, 64 at 32, 128
-    output tokens at most), each method at the k evaluate chose (1), vLLM's acceptance counters beside evaluate's
-    estimate; the ratio to plain decoding is within this run."""
-    bf16 = host("metrics/eval-bf16.json")
-    estimate = {e["method"]: e for e in bf16["methods"]}
-    runs = list(served_runs(HOST, "bf16").values())
-    plain = {r["c"]: r["output"] for r in runs if r["config"] == "plain"}
-    return table(
-        runs,
-        [
-            Column("config", lambda r: r["config"]),
-            Column("c", lambda r: r["c"]),
-            Column("output tok/s", lambda r: num(r["output"], 0, thousands=True)),
-            Column("x plain", lambda r: f"x{num(r['output'] / plain[r['c']], 2)}" if r["config"] != "plain" else "-"),
-            Column("mean TPOT ms", lambda r: num(r["tpot"], 2)),
-            Column("ms per step (TPOT x tokens per step)", lambda r: num(r["tpot"] * (r["length"] or 1.0), 2)),
-            Column("p99 ITL ms", lambda r: num(r["itl_p99"], 1)),
-            Column("vLLM: drafted tokens accepted %", lambda r: num(r["accept"], 1)),
-            Column("vLLM: tokens per step", lambda r: num(r["length"], 2)),
-            Column(
-                "estimate: first token accepted %",
-                lambda r: (
-                    num(100 * estimate[r["config"]]["first_token_acceptance"], 1) if r["config"] in estimate else "-"
-                ),
-            ),
-        ],
-    )
+def host_c_served() -> Table:
+    """Every variant served with every method in one run (serve_bench: `vllm serve` + `vllm bench serve`, 16 requests
+    at c = 1, 32 at 8, 128 at 32, 128 output tokens at most), each method at the k evaluate chose (1): output
+    tokens/s, the ratio to the same variant's plain decoding and to BF16's same config, the longest of the three
+    benchmarks."""
+    served = {v: served_runs(HOST_C, v) for v in VARIANTS}
+    rows = [{"config": config, "c": c, **{v: served[v][config, c] for v in VARIANTS}} for config, c in served["bf16"]]
 
+    def tok(v: str) -> Column:
+        return Column(f"{v} tok/s", lambda r: num(r[v]["output"], 0, thousands=True))
 
-def host_fp8_served() -> Table:
-    """What serve_bench@fp8-dynamic measured before the device time ended: its runs with requests answered."""
-    rows = []
-    for config in CONFIGS:
-        path = HOST / f"logs/serve_bench@fp8-dynamic.{config}-bench.log"
-        runs = bench_runs(path) if path.exists() else []
-        done = {r["c"]: r for r in runs}
-        for c in CONCURRENCY:
-            r = done.get(c)
-            if r is None:
-                what = "not run (the device time ended)"
-            elif r["ok"] is None:
-                what = "started, cut short (the device time ended)"
-            elif not r["ok"]:
-                what = (
-                    f"0 of {int(r['failed'])} requests answered, in {num(r['duration'], 2)} s "
-                    "(HTTP 404: bf16's server on the same port)"
-                )
-            else:
-                what = (
-                    f"{num(r['output'], 0, thousands=True)} tok/s; vLLM {num(r['accept'], 1)}% accepted, "
-                    f"{num(r['length'], 2)} tokens per step"
-                )
-            rows.append({"config": config, "c": c, "what": what})
-    return table(rows, [Column("config", "config"), Column("c", "c"), Column("measured", "what")])
-
-
-def training_of(run: Path) -> Table:
-    d, e, draft = (json.loads((run / f"metrics/{n}.json").read_text()) for n in ("draft_training", "eagle3", "draft"))
-    return facts(
-        [
-            ("distillation: training / eval examples", f"{d['train_examples']} / {d['eval_examples']}"),
-            (
-                "draft fine-tune: steps, held-out loss base -> fine-tuned (shipped)",
-                f"{d['train_steps']}, {num(d['eval_loss_untrained'], 3)} -> {num(d['eval_loss_finetuned'], 3)}"
-                f" ({d['shipped']})",
-            ),
-            (
-                "evaluate_draft: token acceptance base -> fine-tuned",
-                f"{num(draft['token_acceptance_untrained'], 3)} -> {num(draft['token_acceptance_finetuned'], 3)}",
-            ),
-            (
-                "EAGLE-3 head: steps, final loss, accuracy at step 1",
-                f"{e['train_steps']}, {num(e['final_loss'], 2)}, {num(e['accuracy_by_step'][0], 3)}",
-            ),
-        ]
-    )
-
-
-def host_training() -> Table:
-    return training_of(HOST)
-
-
-def host_b_quality() -> Table:
-    """pass@1 of each variant over 64 HumanEval tasks against the BF16 target's, recorded once by stage
-    functional_baseline (the run's artifacts/functional/baseline.json, the same for every variant)."""
-    return table(
-        variant_metrics(HOST_B),
-        [
-            *VARIANT_FIDELITY,
-            Column("pass@1 of 64: variant", lambda r: num(r["pass_at_1"], 3)),
-            Column("BF16 target (recorded once)", lambda r: num(r["pass_at_1_baseline"], 3)),
-            Column("drop", lambda r: num(r["pass_at_1_drop"], 3)),
-            Column("tasks passed", lambda r: f"{round(r['pass_at_1'] * 64)} of 64"),
-        ],
-    )
-
-
-def host_b_served() -> Table:
-    """BF16 and GPTQ W4A16 served in one run (serve_bench: 16 requests at c = 1 and 8, 64 at 32, 128 output tokens at
-    most), each method at the k evaluate chose (1): each config's output tokens/s, its ratio to the same variant's
-    plain decoding, W4A16's to BF16's same config, vLLM's share of drafted tokens accepted."""
-    bf16, w4 = served_runs(HOST_B, "bf16"), served_runs(HOST_B, "gptq-w4a16")
-    rows = [{"config": config, "c": c, "b": bf16[config, c], "w": w4[config, c]} for config, c in bf16]
-
-    def vs_plain(runs: dict, r: dict) -> str:
-        return f"x{num(r['output'] / runs['plain', r['c']]['output'], 2)}" if r["config"] != "plain" else "-"
+    def vs_plain(r: dict) -> str:
+        if r["config"] == "plain":
+            return "-"
+        return " / ".join(f"x{num(r[v]['output'] / served[v]['plain', r['c']]['output'], 2)}" for v in VARIANTS)
 
     return table(
         rows,
         [
             Column("config", "config"),
             Column("c", "c"),
-            Column("BF16 tok/s", lambda r: num(r["b"]["output"], 0, thousands=True)),
-            Column("BF16 x plain", lambda r: vs_plain(bf16, r["b"])),
-            Column("W4A16 tok/s", lambda r: num(r["w"]["output"], 0, thousands=True)),
-            Column("W4A16 x plain", lambda r: vs_plain(w4, r["w"])),
-            Column("W4A16 x BF16", lambda r: f"x{num(r['w']['output'] / r['b']['output'], 2)}"),
-            Column("p99 ITL ms BF16 / W4A16", lambda r: f"{num(r['b']['itl_p99'], 1)} / {num(r['w']['itl_p99'], 1)}"),
+            *(tok(v) for v in VARIANTS),
+            Column("x plain: BF16 / FP8 / W4A16", vs_plain),
+            Column("FP8 x BF16", lambda r: f"x{num(r['fp8-dynamic']['output'] / r['bf16']['output'], 2)}"),
+            Column("W4A16 x BF16", lambda r: f"x{num(r['gptq-w4a16']['output'] / r['bf16']['output'], 2)}"),
+            Column("benchmark s (longest)", lambda r: num(max(r[v]["duration"] for v in VARIANTS), 1)),
+        ],
+    )
+
+
+def host_c_acceptance() -> Table:
+    """Each method on each variant: evaluate's estimate (24 held-out prompts, 128 tokens, transformers: the share of
+    first drafted tokens accepted, its drop from BF16's, which the gate bounds; the speedup it predicts at c = 1)
+    beside what vLLM counted when serving (at k = 1 the share of drafted tokens accepted; tokens per verify step)
+    and the measured speedup over the variant's plain decoding at c = 1."""
+    base = {e["method"]: e for e in read(HOST_C, "metrics/eval-bf16.json")["methods"]}
+    rows = []
+    for v in VARIANTS:
+        served = served_runs(HOST_C, v)
+        for e in read(HOST_C, f"metrics/eval-{v}.json")["methods"]:
+            m = e["method"]
+            rows.append(
+                {
+                    "variant": v,
+                    **e,
+                    "drop": base[m]["first_token_acceptance"] - e["first_token_acceptance"],
+                    "served": {c: served[m, c] for c in CONCURRENCY},
+                    "measured": served[m, 1]["output"] / served["plain", 1]["output"],
+                }
+            )
+    return table(
+        rows,
+        [
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            Column("method", lambda r: r["method"]),
+            Column("estimate: first drafted token accepted %", lambda r: num(100 * r["first_token_acceptance"], 1)),
+            Column("drop from BF16", lambda r: num(r["drop"], 3) if r["variant"] != "bf16" else "-"),
             Column(
-                "vLLM accepted % BF16 / W4A16",
-                lambda r: f"{num(r['b']['accept'], 1)} / {num(r['w']['accept'], 1)}" if r["b"]["accept"] else "-",
+                "vLLM: accepted % at c = 1 / 8 / 32",
+                lambda r: " / ".join(num(r["served"][c]["accept"], 1) for c in CONCURRENCY),
             ),
+            Column("vLLM: tokens per step, c = 1", lambda r: num(r["served"][1]["length"], 2)),
+            Column("predicted x plain, c = 1", lambda r: f"x{num(r['estimated_speedup'], 2)}"),
+            Column("measured x plain, c = 1", lambda r: f"x{num(r['measured'], 2)}"),
+            Column("measured / predicted", lambda r: num(r["measured"] / r["estimated_speedup"], 2)),
+        ],
+    )
+
+
+def host_c_steps() -> Table:
+    """What one decoding step costs at one user, per variant and config: vLLM bench's mean time per output token
+    times the tokens each step emits (1 for plain decoding)."""
+    rows = [{"variant": v, **r} for v in VARIANTS for (config, c), r in served_runs(HOST_C, v).items() if c == 1]
+    return table(
+        rows,
+        [
+            Column("variant", lambda r: f"`{r['variant']}`"),
+            Column("config", "config"),
+            Column("mean TPOT ms", lambda r: num(r["tpot"], 2)),
+            Column("tokens per step", lambda r: num(r["length"] or 1.0, 2)),
+            Column("ms per step", lambda r: num(r["tpot"] * (r["length"] or 1.0), 2)),
+            Column("p99 ITL ms", lambda r: num(r["itl_p99"], 1)),
+        ],
+    )
+
+
+def host_runs() -> Table:
+    """BF16 served in three runs of the same profile on the same host kind: plain decoding's tokens/s and each
+    method's ratio to it, per run (A: alone on the host's GPUs two configs at a time; B and C: beside other stages)."""
+    served = {k: served_runs(run, "bf16") for k, run in HOST_RUNS.items()}
+
+    def cell(r: dict) -> str:
+        parts = []
+        for k in HOST_RUNS:
+            x, plain = served[k][r["config"], r["c"]]["output"], served[k]["plain", r["c"]]["output"]
+            parts.append(num(x, 0, thousands=True) if r["config"] == "plain" else f"x{num(x / plain, 2)}")
+        return " / ".join(parts)
+
+    rows = [{"config": config, "c": c} for config, c in served["C"]]
+    return table(
+        rows,
+        [
+            Column("config", "config"),
+            Column("c", "c"),
+            Column("BF16: plain tok/s, or x plain, in runs A / B / C", cell),
         ],
     )
 
@@ -510,36 +485,89 @@ def host_b_served() -> Table:
 GATE_LINE = re.compile(r"^gate (?P<variant>\S+): (?P<verdict>PASS|FAIL[^:]*): (?P<checks>[^;]+); (?P<ships>.+)$")
 
 
-def host_b_gate() -> Table:
-    """What the gate ships from run B's own eval and serve metrics (raw gate.txt: `session.sh gate-profile
-    qwen-coder-gpu-3`, the gate's code on the CPU over the run's metrics/ and params.yaml)."""
-    text = (HOST_B / "gate.txt").read_text()
-    rows = [m.groupdict() for line in text.splitlines() if (m := GATE_LINE.match(line))]
+def host_c_gate() -> Table:
+    """The gate stage's own line per variant on the host (run C's repro.log), and each failed check's value against
+    its threshold from the gate's verdict (gate/verdict.json)."""
+    lines = [line.partition(" ")[2] for line in (HOST_C / "repro.log").read_text().splitlines()]
+    rows = [m.groupdict() for line in lines if (m := GATE_LINE.match(line))]
+    verdict = read(HOST_C, "gate/verdict.json")["variants"]
+
+    def failed(r: dict) -> str:
+        checks = [c for c in verdict[r["variant"]]["checks"] if c["passed"] is False]
+        return "; ".join(f"{c['metric']} {num(c['value'], 3)} ({c['op']} {c['threshold']})" for c in checks) or "-"
+
     return table(
         rows,
         [
             Column("variant", lambda r: f"`{r['variant']}`"),
             Column("verdict", "verdict"),
             Column("checks", "checks"),
-            Column("ships", "ships"),
+            Column("failed: value (bound)", failed),
+            Column("decoding it would ship", lambda r: r["ships"].removeprefix("ships ")),
         ],
     )
 
 
-def host_b_training() -> Table:
-    return training_of(HOST_B)
+def host_training() -> Table:
+    """The drafts as each run trained them: the sibling's fine-tune and which draft shipped (runs A and B by held-out
+    loss, C by agreement with the target's held-out answers), evaluate_draft's token acceptance, the EAGLE-3 head."""
+    m = {
+        k: {n: read(run, f"metrics/{n}.json") for n in ("draft_training", "eagle3", "draft")}
+        for k, run in HOST_RUNS.items()
+    }
+
+    def agreement(d: dict) -> str:
+        if "target_agreement_untrained" not in d:
+            return "- (not measured)"
+        return f"{num(d['target_agreement_untrained'], 3)} -> {num(d['target_agreement_finetuned'], 3)}"
+
+    rows = [
+        (
+            "distillation: training / eval examples",
+            lambda x: f"{x['draft_training']['train_examples']} / {x['draft_training']['eval_examples']}",
+        ),
+        ("fine-tune steps", lambda x: x["draft_training"]["train_steps"]),
+        (
+            "held-out loss, base -> fine-tuned",
+            lambda x: (
+                f"{num(x['draft_training']['eval_loss_untrained'], 3)} -> "
+                f"{num(x['draft_training']['eval_loss_finetuned'], 3)}"
+            ),
+        ),
+        ("agreement with the target's held-out answers, base -> fine-tuned", lambda x: agreement(x["draft_training"])),
+        (
+            "shipped (by)",
+            lambda x: f"{x['draft_training']['shipped']} ({x['draft_training'].get('ship_criterion', 'eval_loss')})",
+        ),
+        (
+            "evaluate_draft: token acceptance, base -> fine-tuned",
+            lambda x: (
+                f"{num(x['draft']['token_acceptance_untrained'], 3)}"
+                f" -> {num(x['draft']['token_acceptance_finetuned'], 3)}"
+            ),
+        ),
+        (
+            "EAGLE-3 head: steps, final loss, accuracy at step 1",
+            lambda x: (
+                f"{x['eagle3']['train_steps']}, "
+                f"{num(x['eagle3']['final_loss'], 2)}, {num(x['eagle3']['accuracy_by_step'][0], 3)}"
+            ),
+        ),
+    ]
+    return Table(
+        ("quantity", *(f"run {k}" for k in HOST_RUNS)), tuple((q, *(str(f(m[k])) for k in HOST_RUNS)) for q, f in rows)
+    )
 
 
 BLOCKS = {
-    "host-b-stages": host_b_stages,
-    "host-b-quality": host_b_quality,
-    "host-b-served": host_b_served,
-    "host-b-gate": host_b_gate,
-    "host-b-training": host_b_training,
+    "host-c-stages": host_c_stages,
     "host-quality": host_quality,
-    "host-acceptance": host_acceptance,
-    "host-served": host_served,
-    "host-fp8-served": host_fp8_served,
+    "host-c-quality": host_c_quality,
+    "host-c-served": host_c_served,
+    "host-c-acceptance": host_c_acceptance,
+    "host-c-steps": host_c_steps,
+    "host-runs": host_runs,
+    "host-c-gate": host_c_gate,
     "host-training": host_training,
     "gpu-quality": gpu_quality,
     "machine": machine,
