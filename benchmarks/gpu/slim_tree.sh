@@ -11,7 +11,12 @@ state=$(git rev-parse --git-dir)/slim-tree-from
 if [ "${1:-}" = back ]; then
   [ -f "$state" ] || { echo "slim_tree.sh: not on a slim branch (no $state)" >&2; exit 1; }
   from=$(cat "$state") slim=$(git branch --show-current)
-  git checkout -q "$from" && git branch -q -D "$slim" && rm -f "$state"
+  # run from anywhere but the slim branch, "back" would delete the branch it is on (or another one)
+  [ "$slim" = "gpu-slim-${slim#gpu-slim-}" ] && [ "$slim" != "$from" ] \
+    || { echo "slim_tree.sh: on $slim, not a gpu-slim-* branch; check out the slim branch first" >&2; exit 1; }
+  git checkout -q "$from"
+  git branch -q -D "$slim"
+  rm -f "$state"
   echo "back on $from"
   exit 0
 fi
