@@ -11,7 +11,8 @@ the variant's own quality gate.
    sum of its layers' (each measured alone); its cost is its predicted checkpoint bytes (layout_bytes).
 3. Walk: from the cheapest point predicted within the gate's KL bound, quantize the layout for real (the variant's
    GPTQ or RTN, one config group per scheme), score it with the gate's own metrics (evaluate/quality.py's fidelity)
-   on the same calibration rows against the variant's thresholds less `margin` of each one's allowed loss, and
+   on the same calibration rows, and its pass@1 drop on functional tasks the gate does not score where the stage
+   measures one, against the variant's thresholds less `margin` of each one's allowed loss, and
    where it fails bisect between the last failing point and the first passing one (the frontier's end while none
    has) until `max_tries` layouts were tried; the layout shipped is the cheapest that passed, else the most
    expensive tried, with why none passed.
@@ -42,6 +43,7 @@ from pipeline.quantize.settings import UNQUANTIZED, Calibration
 IN_LAYER = re.compile(r"^(?P<container>.+?)\.(?P<index>\d+)\.(?P<linear>.+)$")
 OPS = {"<=": lambda v, b: v <= b, ">=": lambda v, b: v >= b, ">": lambda v, b: v > b}
 FIDELITY = ("perplexity_increase_pct", "kl_divergence", "top1_agreement")  # the gate's metrics the walk checks
+PASS_AT_1_DROP = "pass_at_1_drop"  # and, given a pass@1 measure, the gate's functional one (search's pass_at_1)
 SENSITIVITY_PLOT = "plots/sensitivity"  # + /<variant>: pipeline/core/plots.py's directory plots
 FRONTIER_PLOT = "plots/mixed_frontier"
 
@@ -352,9 +354,12 @@ def search(
     cfg: Calibration,
     bounds: tuple[Bound, ...],
     keep: Path | None = None,
+    pass_at_1: Callable[[object], float] | None = None,
 ) -> Search:
     """Sensitivity, frontier and walk for a variant with `mixed:` (each try quantized into a temporary directory);
-    keep: where the shipped layout's checkpoint is moved (None: dropped with the other tries)."""
+    keep: where the shipped layout's checkpoint is moved (None: dropped with the other tries); pass_at_1: a model's
+    pass@1 on functional tasks the gate does not score (None: not checked), measured once on the unquantized target
+    and on each try, whose drop (PASS_AT_1_DROP) a bound in `bounds` may then hold."""
     from pipeline.evaluate.quality import fidelity
     from pipeline.models.loading import load_causal_lm
     from pipeline.quantize.oneshot import quantize_model
@@ -369,6 +374,7 @@ def search(
     itemsize = checkpoint_itemsize(model_dir)
     sensitivity = measure_sensitivity(baseline, units, ladder, rows)
     points = frontier(units, ladder, sensitivity, itemsize)
+    base_pass = pass_at_1(baseline) if pass_at_1 else None
     with tempfile.TemporaryDirectory(prefix="mixed-", dir=keep.parent if keep else None) as work:  # keep: a rename
 
         def evaluate(i: int) -> tuple[dict, dict]:
@@ -376,11 +382,17 @@ def search(
             metrics = quantize_model(
                 model_dir, tried, spec, calibration_texts, cfg, targets_of(units, ladder, points[i].rungs)
             )
-            quality = fidelity(baseline, load_causal_lm(tried), rows)
+            model = load_causal_lm(tried)
+            quality = fidelity(baseline, model, rows)
+            functional = ""
+            if pass_at_1:
+                own = pass_at_1(model)
+                quality |= {"pass_at_1": own, "pass_at_1_baseline": base_pass, PASS_AT_1_DROP: base_pass - own}
+                functional = f", pass@1 {own:.3f} (unquantized {base_pass:.3f})"
             say(
                 f"mixed {spec.name}: frontier point {i}, {metrics['size_after_mb']} MB, "
                 f"KL {quality['kl_divergence']:.4g} (predicted {points[i].predicted_kl:.4g}), "
-                f"ppl {quality['perplexity_increase_pct']:+.2f}%, top-1 {quality['top1_agreement']:.3f}"
+                f"ppl {quality['perplexity_increase_pct']:+.2f}%, top-1 {quality['top1_agreement']:.3f}{functional}"
             )
             return quality, metrics
 
@@ -436,7 +448,11 @@ def search_metrics(found: Search) -> dict:
                 "point": a.point,
                 "predicted_bytes": a.bytes,
                 "size_mb": a.quantized.get("size_after_mb"),
-                **{k: a.metrics[k] for k in FIDELITY},
+                **{
+                    k: a.metrics[k]
+                    for k in (*FIDELITY, "pass_at_1", "pass_at_1_baseline", PASS_AT_1_DROP)
+                    if k in a.metrics
+                },
                 "failed": list(a.failed),
             }
             for a in found.attempts

@@ -46,7 +46,7 @@ class Calibration:
 
 
 # quantize.variants.<v>.mixed: a per-layer precision search on top of the variant's scheme (pipeline/quantize/mixed.py)
-MIXED_KEYS = ("schemes", "samples", "max_tries", "margin")
+MIXED_KEYS = ("schemes", "samples", "max_tries", "margin", "functional_tasks")
 UNQUANTIZED = "UNQUANTIZED"  # compressed-tensors' preset name for a layer left in the checkpoint's dtype (BF16)
 
 
@@ -56,12 +56,14 @@ class MixedSearch:
     first, e.g. [W8A16, UNQUANTIZED]), the calibration rows the sensitivity and each verification score, how many
     layouts the walk quantizes and evaluates before it says none passes, and the share of each threshold's allowed
     loss the walk keeps in reserve (0.2: pass with a fifth of it to spare), as the gate scores held-out rows the walk
-    never sees."""
+    never sees; and how many functional tasks past the gate's (evaluate.functional.limit) the walk's pass@1 check
+    decodes where the gate bounds pass@1 (0: the walk leaves pass@1 to the gate)."""
 
     schemes: tuple[str, ...]
     samples: int = 16
     max_tries: int = 4
     margin: float = 0.0
+    functional_tasks: int = 32
 
     @classmethod
     def parse(cls, raw: object, where: str) -> MixedSearch:
@@ -77,6 +79,7 @@ class MixedSearch:
             samples=s.int("samples", cls.samples, minimum=1),
             max_tries=s.int("max_tries", cls.max_tries, minimum=1),
             margin=margin_of(s),
+            functional_tasks=s.int("functional_tasks", cls.functional_tasks, minimum=0),
         )
 
 

@@ -221,6 +221,33 @@ def test_a_margin_keeps_part_of_each_thresholds_allowed_loss_in_reserve():
     assert tried == [0, 3, 1, 2] and chosen == 2 and passed  # no KL bound: from point 0
 
 
+def test_a_pass_at_1_bound_walks_past_layouts_whose_fidelity_passes():
+    """Qwen2.5-Coder-1.5B's GPTQ W4A16 kept perplexity, KL and top-1 within their bounds and lost 6 of 64 tasks: with
+    the gate's pass@1 bound in the walk, a layout that passes on fidelity and loses code is not shipped."""
+    sys.path.insert(0, str(ROOT))
+    from stages.mixed import gate_bounds
+
+    params = tiny_params()
+    fidelity_only = gate_bounds(params, "mixed-w4a16")
+    with_code = gate_bounds(params, "mixed-w4a16", functional=True)
+    assert [b.metric for b in with_code] == [*(b.metric for b in fidelity_only), mixed.PASS_AT_1_DROP]
+    assert with_code[-1] == mixed.Bound("max_pass_at_1_drop", "pass_at_1_drop", "<=", 0.05)
+    points = tuple(mixed.Point((i,), 100 * (i + 1), 1.0 / (i + 1)) for i in range(6))
+    drop = {0: 0.2, 1: 0.12, 2: 0.08, 3: 0.04, 4: 0.0, 5: 0.0}  # fidelity passes everywhere; code from point 3
+
+    def evaluate(i):
+        return {
+            "kl_divergence": 0.0,
+            "top1_agreement": 1.0,
+            "perplexity_increase_pct": 0.0,
+            "pass_at_1_drop": drop[i],
+        }, {}
+
+    assert mixed.walk(points, fidelity_only, 4, evaluate)[1] == 0  # uniform INT4 ships, and fails the gate
+    attempts, chosen, passed, _ = mixed.walk(points, with_code, 4, evaluate)
+    assert (chosen, passed) == (3, True) and "max_pass_at_1_drop: pass_at_1_drop 0.2 not <= 0.05" in attempts[0].failed
+
+
 def test_the_search_passes_where_one_point_at_a_time_would_run_out_of_tries(demo_pair, calibration, tmp_path):
     """Real quantization and scoring, every layer made fragile (unequally) so that the first promotions move
     perplexity well past the noise of a few rows: a perplexity bound frontier points 0 and 1 fail, 2 and 3 pass. With
@@ -262,6 +289,7 @@ def test_the_search_passes_where_one_point_at_a_time_would_run_out_of_tries(demo
         ({"mixed": {"schemes": ["W8A16"], "max_tries": 0}}, "mixed.max_tries must be an integer >= 1"),
         ({"mixed": {"schemes": ["W8A16"], "margin": 1}}, "mixed.margin must be a number in [0, 1), got 1"),
         ({"mixed": {"schemes": ["W8A16"], "margin": -0.1}}, "mixed.margin must be a number in [0, 1)"),
+        ({"mixed": {"schemes": ["W8A16"], "functional_tasks": -1}}, "mixed.functional_tasks must be an integer >= 0"),
     ],
 )
 def test_bad_mixed_sections_are_refused_with_one_line(change, message):
@@ -322,6 +350,54 @@ def test_the_stage_writes_the_search_its_plots_and_the_uniform_variants_note(dem
     assert "mixed" not in json.loads((project / "metrics" / "quantize-fp8-dynamic.json").read_text())
     note = json.loads((project / "artifacts" / "mixed" / "fp8-dynamic" / "layout.json").read_text())
     assert note == {"variant": "fp8-dynamic", "targets": None, "search": None}  # no threshold in it: quantize@ stays
+
+
+def test_the_stage_checks_pass_at_1_on_tasks_the_gate_does_not_score(demo_pair, tmp_path):
+    """evaluate.functional on with a limit: the walk decodes the next mixed.functional_tasks tasks with the
+    unquantized target once and with each layout, in the sandbox, and records each try's pass@1 and drop; with no
+    limit every task is the gate's, and the stage says in one line that pass@1 is left to it."""
+    params = tiny_params()
+    raw = replace_samples(params["quantize"]["variants"]["mixed-w4a16"])
+    params["quantize"]["variants"]["mixed-w4a16"] = {**raw, "mixed": {**raw["mixed"], "functional_tasks": 2}}
+    params["quantize"]["enabled"] = ["mixed-w4a16"]
+    params["gates"]["overrides"]["mixed-w4a16"] = {
+        "max_kl_divergence": 10.0,
+        "max_perplexity_increase_pct": 1000.0,
+        "min_top1_agreement": 0.0,
+    }
+    params["evaluate"]["functional"] |= {"tasks": "evals/human-eval/functional.jsonl", "limit": 3, "max_new_tokens": 4}
+    data = DataParams.parse(params["data"])
+    rows = split(dedup(load_traffic(ROOT / data.traffic)), data.fractions, data.seed)["calibration"]
+
+    def project_with(where: Path) -> Path:
+        where.mkdir(exist_ok=True)
+        project = copy_project(where, params)
+        shutil.copytree(demo_pair[0], project / "artifacts" / "models" / "target")
+        (project / "artifacts" / "data").mkdir()
+        write_split(rows[:4], project / "artifacts" / "data" / "calibration.jsonl")
+        return project
+
+    project = project_with(tmp_path)
+    result = run([sys.executable, "-m", "stages.mixed", "mixed-w4a16"], cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "pass@1 checked on 2 tasks the gate does not score (evals/human-eval/functional.jsonl)" in result.stdout
+    tries = json.loads((project / "artifacts" / "mixed" / "mixed-w4a16" / "layout.json").read_text())["search"]["tries"]
+    for t in tries:
+        assert t["pass_at_1_drop"] == pytest.approx(t["pass_at_1_baseline"] - t["pass_at_1"])
+        assert 0 <= t["pass_at_1"] <= 1 and t["pass_at_1"] * 2 == round(t["pass_at_1"] * 2)  # of 2 tasks
+
+    every = len((ROOT / "evals" / "human-eval" / "functional.jsonl").read_text().splitlines())
+    params["evaluate"]["functional"]["limit"] = None
+    project = project_with(tmp_path / "all")
+    result = run([sys.executable, "-m", "stages.mixed", "mixed-w4a16"], cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    said = [line for line in result.stdout.splitlines() if "pass@1" in line]
+    assert said == [
+        f"mixed mixed-w4a16: pass@1 left to the gate: evaluate.functional.limit leaves none of the {every} tasks in "
+        "evals/human-eval/functional.jsonl unscored"
+    ]
+    tries = json.loads((project / "artifacts" / "mixed" / "mixed-w4a16" / "layout.json").read_text())["search"]["tries"]
+    assert all("pass_at_1_drop" not in t for t in tries)
 
 
 def replace_samples(raw: dict) -> dict:
