@@ -24,8 +24,13 @@ CONCURRENCY = (1, 8, 32)
 CONFIGS = ("plain", "draft_model", "eagle3", "ngram")  # serve_bench's configs: plain decoding, then each method
 
 
+def read(run: Path, name: str) -> dict:
+    """A JSON file of a raw run folder."""
+    return json.loads((run / name).read_text())
+
+
 def raw(name: str) -> dict:
-    return json.loads((RAW / name).read_text())
+    return read(RAW, name)
 
 
 def load(row: dict) -> str:
@@ -210,13 +215,9 @@ def repro_machine() -> Table:
     )
 
 
-def gpu(name: str) -> dict:
-    return json.loads((GPU / name).read_text())
-
-
 def gpu_quality() -> Table:
-    m, f = gpu("metrics/eval-bf16.json"), gpu("eval/bf16/functional.json")["baseline"]
-    lm = gpu("eval/bf16/lm_eval.json")
+    m, f = read(GPU, "metrics/eval-bf16.json"), read(GPU, "eval/bf16/functional.json")["baseline"]
+    lm = read(GPU, "eval/bf16/lm_eval.json")
     return facts(
         [
             ("held-out rows scored (tokens)", f"{lm['samples']['domain_heldout']} ({m['tokens']})"),
@@ -242,10 +243,6 @@ def gpu_quality() -> Table:
 FINISHED = re.compile(r"Stage '(?P<stage>[^']+)' finished in (?P<s>\d+) s on GPUs (?P<gpus>[\d,]+)")
 FAILED = re.compile(r"ERROR: failed to reproduce '(?P<stage>[^']+)'")
 HOST_RUNS = {"A": HOST, "B": HOST_B, "C": HOST_C}
-
-
-def read(run: Path, name: str) -> dict:
-    return json.loads((run / name).read_text())
 
 
 def stages_of(run: Path) -> Table:
